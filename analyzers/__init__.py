@@ -1,0 +1,1 @@
+"""Server side: Reconstruct, central mechanisms and baselines, metrics, rendering."""

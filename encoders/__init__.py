@@ -1,0 +1,1 @@
+"""User side: noise samplers, rounding, secret sharing, item-level randomizers."""
