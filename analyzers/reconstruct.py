@@ -1,0 +1,218 @@
+"""Reconstruct (seed 000, Alg. 2) with the O(w L)-variable linear program of Sec. 4.
+
+Given noisy level counts for the measured levels ``start..L``:
+
+1. S_start = every cell of level ``start`` (levels below are not measured, Sec. 4
+   "Implementation details"); for i > start, T_i = children(S_{i-1}) and S_i = the
+   min(w, |T_i|) cells of T_i with the largest noisy values (Alg. 2, lines 3-7).
+2. y_hat = y'|_S, i.e. zero outside S (line 8), with y'_i = cell_side(i) * counts_i.
+3. s_hat = argmin_{s >= 0} ||y_hat - P s||_1 (line 9).
+
+The LP in line 9 has one variable per pixel. Because y_hat vanishes outside S and P s >= 0,
+mass placed anywhere inside a *left-out* child v in T_i \\ S_i costs
+x_v * sum_{j >= i} cell_side(j) on the unselected cells containing it, whatever its position,
+and adds x_v to the same selected ancestors. So the LP reduces exactly to one variable per
+left-out child plus one per selected leaf (O(w L) variables):
+
+    min  sum_{u in S} t_u + sum_v c_v x_v
+    s.t. -t_u <= y_hat_u - side(u) * sum_{v below u} x_v <= t_u,   x, t >= 0,
+
+solved with SciPy's HiGHS. The mass of a left-out cell is placed on the pixel at its centre
+(any placement inside the cell attains the same LP value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+
+from shuffledp.grid import Grid
+
+
+@dataclass(frozen=True)
+class ReconstructResult:
+    """Output of :func:`reconstruct_details`.
+
+    Attributes
+    ----------
+    estimate : ndarray (height, width)
+        s_hat, non-negative.
+    selected : list of ndarray
+        Flat indices of S_i for each measured level (index k is level start + k).
+    n_variables : int
+        LP variables (left-out children plus selected leaves).
+    lp_objective : float
+        Optimal value of the reduced LP (equals ||y_hat - P s_hat||_1 over measured levels).
+    """
+
+    estimate: np.ndarray
+    selected: list
+    n_variables: int
+    lp_objective: float
+
+
+def _iv(counts: Sequence[np.ndarray], grid: Grid, start: int, w: int) -> list[np.ndarray]:
+    if not isinstance(grid, Grid):
+        raise TypeError(f"grid must be a shuffledp.Grid, got grid={grid!r}")
+    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+        raise ValueError(f"w must be an integer >= 1, got w={w!r}")
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
+        raise TypeError(f"start must be an integer, got start={start!r}")
+    if not (0 <= start <= grid.depth):
+        raise ValueError(f"start must be in 0..{grid.depth} for grid {grid}, got start={start!r}")
+    expected = grid.depth - start + 1
+    if len(counts) != expected:
+        raise ValueError(
+            f"counts must hold {expected} levels ({start}..{grid.depth}) for grid {grid}, "
+            f"got {len(counts)}"
+        )
+    out = []
+    for k, c in enumerate(counts):
+        a = np.asarray(c, dtype=float)
+        shape = grid.level_shape(start + k)
+        if a.shape != shape:
+            raise ValueError(f"counts[{k}] (level {start + k}) must have shape {shape}, got {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError(f"counts[{k}] (level {start + k}) contains NaN or infinite values")
+        out.append(a)
+    return out
+
+
+def _children(parents: np.ndarray, shape_parent: tuple[int, int], shape_child: tuple[int, int]):
+    """Flat indices of the existing children of ``parents`` (flat indices at the parent level)."""
+    pr, pc = np.divmod(parents, shape_parent[1])
+    rows = (2 * pr)[:, None] + np.array([0, 0, 1, 1])[None, :]
+    cols = (2 * pc)[:, None] + np.array([0, 1, 0, 1])[None, :]
+    ok = (rows < shape_child[0]) & (cols < shape_child[1])
+    return (rows * shape_child[1] + cols)[ok]
+
+
+def reconstruct_details(
+    counts: Sequence[np.ndarray], grid: Grid, start: int, w: int
+) -> ReconstructResult:
+    """Alg. 2 of seed 000 with the details needed by tests and benchmarks; see module doc."""
+    counts = _iv(counts, grid, start, w)
+    depth = grid.depth
+    n_meas = depth - start + 1
+    sides = np.array([grid.cell_side(start + k) for k in range(n_meas)])
+    shapes = [grid.level_shape(start + k) for k in range(n_meas)]
+
+    selected: list[np.ndarray] = [np.arange(shapes[0][0] * shapes[0][1])]
+    left_out: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
+    for k in range(1, n_meas):
+        t = _children(selected[-1], shapes[k - 1], shapes[k])
+        vals = counts[k].ravel()[t]
+        if t.size > w:
+            # top-w by value; ties broken towards the smaller flat index (deterministic)
+            order = np.lexsort((t, -vals))
+            keep = np.zeros(t.size, dtype=bool)
+            keep[order[:w]] = True
+        else:
+            keep = np.ones(t.size, dtype=bool)
+        selected.append(np.sort(t[keep]))
+        left_out.append(t[~keep])
+
+    # Rows: the selected cells, level-major. Row id lookup per level.
+    row_offset = np.cumsum([0] + [s.size for s in selected])
+    n_rows = int(row_offset[-1])
+    row_lookup = []
+    for k, s in enumerate(selected):
+        lut = np.full(shapes[k][0] * shapes[k][1], -1, dtype=np.int64)
+        lut[s] = row_offset[k] + np.arange(s.size)
+        row_lookup.append(lut)
+    y_hat = np.concatenate([counts[k].ravel()[selected[k]] * sides[k] for k in range(n_meas)])
+    row_side = np.concatenate([np.full(s.size, sides[k]) for k, s in enumerate(selected)])
+
+    # Variables: left-out children at every level, then selected leaves.
+    var_level = np.concatenate(
+        [np.full(lo.size, k) for k, lo in enumerate(left_out)] + [np.full(selected[-1].size, n_meas - 1)]
+    ).astype(np.int64)
+    var_cell = np.concatenate(left_out + [selected[-1]]).astype(np.int64)
+    n_lo = sum(lo.size for lo in left_out)
+    n_var = var_cell.size
+    tail = np.cumsum(sides[::-1])[::-1]  # tail[k] = sum_{j >= k} side_j
+    cost_x = np.zeros(n_var)
+    cost_x[:n_lo] = tail[var_level[:n_lo]]
+
+    # Membership: a left-out child counts towards its selected ancestors at the levels above
+    # it; a selected leaf counts towards itself and its ancestors.
+    rr, cc = np.divmod(var_cell, np.array([shapes[k][1] for k in var_level]))
+    own = np.zeros(n_var, dtype=np.int64)
+    own[n_lo:] = 1
+    a_rows, a_cols = [], []
+    for k in range(n_meas):
+        has = var_level + own > k
+        shift = var_level[has] - k
+        anc = (rr[has] >> shift) * shapes[k][1] + (cc[has] >> shift)
+        rows = row_lookup[k][anc]
+        if (rows < 0).any():  # pragma: no cover - structural invariant
+            raise AssertionError("a variable's ancestor is not selected")
+        a_rows.append(rows)
+        a_cols.append(np.flatnonzero(has))
+    a_rows = np.concatenate(a_rows)
+    a_cols = np.concatenate(a_cols)
+    pa = scipy.sparse.csr_matrix(
+        (row_side[a_rows], (a_rows, a_cols)), shape=(n_rows, n_var)
+    )  # (P s)|_S as a function of x
+    eye = scipy.sparse.identity(n_rows, format="csr")
+    a_ub = scipy.sparse.vstack(
+        [scipy.sparse.hstack([-pa, -eye]), scipy.sparse.hstack([pa, -eye])], format="csr"
+    )
+    b_ub = np.concatenate([-y_hat, y_hat])
+    c = np.concatenate([cost_x, np.ones(n_rows)])
+    res = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"Reconstruct LP failed: HiGHS status {res.status}: {res.message}")
+    x = np.maximum(res.x[:n_var], 0.0)
+
+    est = np.zeros(grid.n_pixels)
+    leaf_vars = slice(n_lo, n_var)
+    np.add.at(est, var_cell[leaf_vars], x[leaf_vars])
+    for k in range(1, n_meas):
+        m = var_level[:n_lo] == k
+        if not m.any():
+            continue
+        cr, ccol = grid.cell_centers(start + k)
+        pix = (cr.ravel()[var_cell[:n_lo][m]]) * grid.width + ccol.ravel()[var_cell[:n_lo][m]]
+        np.add.at(est, pix, x[:n_lo][m])
+    return ReconstructResult(
+        estimate=est.reshape(grid.height, grid.width),
+        selected=selected,
+        n_variables=int(n_var),
+        lp_objective=float(res.fun),
+    )
+
+
+def reconstruct(counts: Sequence[np.ndarray], grid: Grid, start: int, w: int) -> np.ndarray:
+    """Reconstruct s_hat from noisy level counts (seed 000, Alg. 2; Sec. 4 LP with O(wL) vars).
+
+    Parameters
+    ----------
+    counts : sequence of ndarray
+        ``counts[k]`` holds the noisy, *unscaled* counts P_i s + nu_i of level i = start + k,
+        shape ``grid.level_shape(i)``, for every level ``start..grid.depth``.
+    grid : Grid
+    start : int
+        First measured level (levels below are not measured).
+    w : int
+        Number of children kept per level.
+
+    Returns
+    -------
+    ndarray, shape (height, width)
+        The non-negative minimiser s_hat of ||y_hat - P s||_1 (not normalised).
+    """
+    return reconstruct_details(counts, grid, start, w).estimate
+
+
+def effective_start(grid: Grid, w: int) -> int:
+    """floor(log2 sqrt(w)) capped at the grid's leaf level (tiny grids measure only leaves)."""
+    from shuffledp.accounting.budget import start_level
+
+    return min(start_level(w), grid.depth)
+
+
