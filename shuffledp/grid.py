@@ -130,8 +130,9 @@ class Grid:
             bad = ~((v >= 0.0) & (v < 1.0))
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
+                value = float(v.flat[k])
                 raise ValueError(
-                    f"{name} must be in [0, 1) (and not NaN); point {k} has {name}={v.flat[k]!r}"
+                    f"{name} must be in [0, 1) (and not NaN); point {k} has {name}={value!r}"
                 )
         col = np.minimum((x * self.width).astype(np.int64), self.width - 1)
         row = np.minimum((y * self.height).astype(np.int64), self.height - 1)

@@ -14,6 +14,11 @@ import numpy as np
 from shuffledp.grid import Grid
 
 
+def _py(v: object) -> object:
+    """A numpy scalar as the plain Python value (for readable error messages)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 @dataclass(frozen=True, eq=False)
 class UserDistributions:
     """n users' distributions over the pixels of ``grid``.
@@ -92,12 +97,14 @@ class UserDistributions:
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"weight must be finite and >= 0; record {k} (user {user[k]!r}) has "
-                f"weight={weights[k]!r}"
+                f"weight must be finite and >= 0; record {k} (user {_py(user[k])!r}) has "
+                f"weight={float(weights[k])!r}"
             )
         if ((pixels < 0) | (pixels >= grid.n_pixels)).any():
             k = int(np.flatnonzero((pixels < 0) | (pixels >= grid.n_pixels))[0])
-            raise ValueError(f"pixel index out of range for grid {grid}: record {k} has {pixels[k]}")
+            raise ValueError(
+                f"pixel index out of range for grid {grid}: record {k} has {int(pixels[k])}"
+            )
         labels, first, inverse = np.unique(user, return_index=True, return_inverse=True)
         order_of_label = np.argsort(np.argsort(first, kind="stable"), kind="stable")
         uid = order_of_label[inverse]
@@ -113,7 +120,7 @@ class UserDistributions:
         if zero.any():
             j = int(np.flatnonzero(zero)[0])
             raise ValueError(
-                f"user {labels[np.argsort(first)][j]!r} has zero total weight; "
+                f"user {_py(labels[np.argsort(first)][j])!r} has zero total weight; "
                 "every user needs positive total weight"
             )
         keep = w > 0
