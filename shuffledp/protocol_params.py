@@ -1,0 +1,350 @@
+"""The validated parameter record of the shuffle-model heatmap protocol (seed 000, App. F).
+
+One frozen :class:`ProtocolParams` fixes everything the three parties must agree on: the grid
+and measured levels (same split as the central mechanism, seed 000 proof of Thm 3.1), the
+number of users n, the scaling factor B and rounding rule, the neighbour notion, the modulus
+q, the number of shares per coordinate r, the per-level discrete Laplace parameters and the
+Polya shape (over-provisioned for dropouts, seed 001 Sec. 4). The wire format carries
+:attr:`ProtocolParams.digest`, so batches produced under other parameters are rejected.
+
+Neighbour notion: the summation protocol behind App. F (Balle et al., CCS 2020) is private
+under *replacement of one user's input with n public*; the scaled, rounded level vector then
+has l1-sensitivity Delta_i = 2B (see :mod:`shuffledp.encoders.rounding`).
+
+Message layout: a message (a, w) with coordinate a in [0, m) and share w in [0, q) is one
+unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; it takes
+``record_bytes`` = 4 bytes when ceil(log2 m) + share_bits <= 32, else 8. The paper's count
+(App. F "Communication") is ceil(log2(m q)) bits per message, reported as
+:attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.wire` actually writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from shuffledp.encoders.rounding import check_rounding, check_scale
+from shuffledp.grid import Grid
+
+FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
+NEIGHBOURS = ("replace",)
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}")
+    return int(value)
+
+
+def _real(name: str, value: Any, low: float, high: float, *, open_low=True, open_high=True):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {name}={value!r}") from None
+    ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+    if not ok or math.isnan(v):
+        lo = "(" if open_low else "["
+        hi = ")" if open_high else "]"
+        raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {name}={value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    """Everything encoder, shuffler and analyzer must agree on (seed 000, App. F).
+
+    Attributes
+    ----------
+    grid : Grid
+    w : int
+        Reconstruct's top-w (also fixes the start level).
+    start, top : int
+        Measured levels start..top (top = grid.depth).
+    level_epsilons : tuple of float
+        eps_i per measured level (index k is level start + k), summing to epsilon.
+    n : int
+        Number of users the protocol is provisioned for (n >= 2, public).
+    epsilon, delta : float
+        Target (eps, delta) of the release; delta in (0, 1).
+    B : int
+        Scaling factor.
+    rounding : {"floor", "largest_remainder"}
+    neighbour : {"replace"}
+        Replace one user's input, n public.
+    dropout : float
+        Declared dropout fraction in [0, 1).
+    n_min : int
+        Fewest contributing users for which the noise still sums to (at least) discrete
+        Laplace: the Polya shape is 1 / n_min (seed 001, Sec. 4, dropouts).
+    q : int
+        Modulus, with headroom: every true sum lies in [0, B n] and decodes exactly.
+    r : int
+        Shares per coordinate, >= 2.
+    level_sensitivities : tuple of int
+        Delta_i of the scaled, rounded level vector (2B under replacement).
+    decode_low : int
+        Centred decoding: a sum s mod q decodes to ((s + decode_low) mod q) - decode_low, so
+        the window is [-decode_low, q - 1 - decode_low].
+    wrap_probability : float
+        Probability that the noise pushes at least one coordinate out of the decoding window.
+    guarantee_delta_parts : Mapping
+        How delta is spent (e.g. split-and-mix hiding), for the report.
+    summation : Any
+        The accounting record this was built from (``None`` when given explicitly).
+    """
+
+    grid: Grid
+    w: int
+    start: int
+    top: int
+    level_epsilons: tuple
+    n: int
+    epsilon: float
+    delta: float
+    B: int
+    rounding: str
+    neighbour: str
+    dropout: float
+    n_min: int
+    q: int
+    r: int
+    level_sensitivities: tuple
+    decode_low: int
+    wrap_probability: float = 0.0
+    guarantee_delta_parts: Mapping[str, Any] = field(default_factory=dict)
+    summation: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.grid, Grid):
+            raise TypeError(f"grid must be a shuffledp.Grid, got grid={self.grid!r}")
+        _int("w", self.w, 1)
+        start = _int("start", self.start, 0)
+        top = _int("top", self.top, start)
+        if top != self.grid.depth:
+            raise ValueError(f"top must be the leaf level {self.grid.depth}, got top={top}")
+        n_lev = top - start + 1
+        eps = _real("epsilon", self.epsilon, 0.0, math.inf)
+        delta = _real("delta", self.delta, 0.0, 1.0)
+        le = tuple(float(e) for e in self.level_epsilons)
+        if len(le) != n_lev or not all(e > 0 and math.isfinite(e) for e in le):
+            raise ValueError(
+                f"level_epsilons must hold {n_lev} positive budgets, got {self.level_epsilons!r}"
+            )
+        if sum(le) > eps * (1 + 1e-12):
+            raise ValueError(f"level_epsilons sum to {sum(le)!r} > epsilon={eps!r}")
+        n = _int("n", self.n, 2)
+        B = check_scale(self.B)
+        check_rounding(self.rounding)
+        if self.neighbour not in NEIGHBOURS:
+            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {self.neighbour!r}")
+        d = _real("dropout", self.dropout, 0.0, 1.0, open_low=False)
+        n_min = _int("n_min", self.n_min, 1)
+        if n_min > n:
+            raise ValueError(f"n_min must be <= n={n}, got n_min={n_min}")
+        if n_min < math.ceil((1.0 - d) * n - 1e-9):
+            raise ValueError(
+                f"n_min={n_min} is below the (1 - dropout) n = {(1 - d) * n:g} users the "
+                "declared dropout fraction promises"
+            )
+        q = _int("q", self.q, 2)
+        if q > 1 << 32:
+            raise ValueError(f"q must be <= 2^32, got q={q}; lower B or n")
+        r = _int("r", self.r, 2)
+        sens = tuple(int(s) for s in self.level_sensitivities)
+        if len(sens) != n_lev or min(sens) < 1:
+            raise ValueError(f"level_sensitivities must hold {n_lev} integers >= 1, got {sens!r}")
+        if min(sens) < 2 * B:
+            raise ValueError(
+                f"under replacement the scaled level vector has sensitivity 2B = {2 * B}, "
+                f"got level_sensitivities={sens!r}"
+            )
+        low = _int("decode_low", self.decode_low, 0)
+        # Headroom: every true sum in [0, B n] must lie inside the window with room to spare.
+        if q - 1 - low < B * n or low < 1:
+            raise ValueError(
+                f"q={q} with decode_low={low} has no headroom for sums in [0, B n = {B * n}]: "
+                f"need decode_low >= 1 and q - 1 - decode_low > B n; increase q"
+            )
+        wp = _real("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
+                   open_high=False)
+        for name, value in (("start", start), ("top", top), ("n", n), ("B", B), ("q", q),
+                            ("r", r), ("n_min", n_min), ("decode_low", low)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "w", int(self.w))
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", delta)
+        object.__setattr__(self, "dropout", d)
+        object.__setattr__(self, "level_epsilons", le)
+        object.__setattr__(self, "level_sensitivities", sens)
+        object.__setattr__(self, "wrap_probability", wp)
+        object.__setattr__(
+            self, "guarantee_delta_parts", MappingProxyType(dict(self.guarantee_delta_parts))
+        )
+        if self.record_bits > 64:
+            raise ValueError(f"messages need {self.record_bits} bits > 64; lower q or the grid")
+
+    # ----- geometry of the message vector -----
+    @property
+    def level_sizes(self) -> tuple[int, ...]:
+        return tuple(self.grid.level_size(i) for i in range(self.start, self.top + 1))
+
+    @property
+    def level_offsets(self) -> tuple[int, ...]:
+        """Offset of each measured level in the flat coordinate vector (level-major)."""
+        return tuple(int(x) for x in np.r_[0, np.cumsum(self.level_sizes)[:-1]])
+
+    @property
+    def m(self) -> int:
+        """Number of coordinates sent: sum of the measured level sizes."""
+        return int(sum(self.level_sizes))
+
+    @property
+    def polya_shape(self) -> float:
+        """Polya shape 1 / n_min per user (seed 001, Thm 4.2 with dropout over-provisioning)."""
+        return 1.0 / self.n_min
+
+    @property
+    def level_a(self) -> tuple[float, ...]:
+        """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level."""
+        return tuple(math.exp(-e / s) for e, s in zip(self.level_epsilons, self.level_sensitivities))
+
+    def coordinate_a(self) -> np.ndarray:
+        """a_i repeated over the coordinates of level i (length m)."""
+        return np.repeat(np.asarray(self.level_a), self.level_sizes)
+
+    # ----- communication -----
+    @property
+    def share_bits(self) -> int:
+        return int(self.q - 1).bit_length()
+
+    @property
+    def coordinate_bits(self) -> int:
+        return max(1, int(self.m - 1).bit_length())
+
+    @property
+    def record_bits(self) -> int:
+        return self.coordinate_bits + self.share_bits
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes per plaintext message on the wire (4 or 8)."""
+        return 4 if self.record_bits <= 32 else 8
+
+    @property
+    def messages_per_user(self) -> int:
+        return self.r * self.m
+
+    @property
+    def bits_per_message(self) -> int:
+        """ceil(log2(m q)) (seed 000, App. F "Communication")."""
+        return int(self.m * self.q - 1).bit_length()
+
+    @property
+    def bits_per_user(self) -> int:
+        """r m ceil(log2(m q)) (seed 000, App. F "Communication", Fig. 12)."""
+        return self.messages_per_user * self.bits_per_message
+
+    @property
+    def bytes_per_user(self) -> int:
+        """Bytes of one user's plaintext batch as written by :mod:`shuffledp.wire`."""
+        from shuffledp.wire import HEADER_SIZE
+
+        return HEADER_SIZE + self.messages_per_user * self.record_bytes
+
+    # ----- identity -----
+    def canonical(self) -> dict[str, Any]:
+        """The fields every party must agree on, JSON-ready (input of :attr:`digest`)."""
+        return {
+            "format": FORMAT_NAME,
+            "grid": [self.grid.width, self.grid.height],
+            "w": self.w,
+            "levels": [self.start, self.top],
+            "level_epsilons": [repr(e) for e in self.level_epsilons],
+            "level_sensitivities": list(self.level_sensitivities),
+            "n": self.n,
+            "n_min": self.n_min,
+            "epsilon": repr(self.epsilon),
+            "delta": repr(self.delta),
+            "B": self.B,
+            "rounding": self.rounding,
+            "neighbour": self.neighbour,
+            "dropout": repr(self.dropout),
+            "q": self.q,
+            "r": self.r,
+            "decode_low": self.decode_low,
+        }
+
+    @property
+    def digest(self) -> bytes:
+        """First 16 bytes of SHA-256 of the canonical JSON; carried in every wire header."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).digest()[:16]
+
+    def figures(self) -> dict[str, Any]:
+        """Protocol figures for a release's ``protocol`` mapping and report.json."""
+        return {
+            "B": self.B,
+            "q": self.q,
+            "r": self.r,
+            "m": self.m,
+            "n": self.n,
+            "n_min": self.n_min,
+            "rounding": self.rounding,
+            "neighbour": "replace one user (n public)",
+            "dropout": self.dropout,
+            "messages_per_user": self.messages_per_user,
+            "bits_per_message": self.bits_per_message,
+            "bits_per_user": self.bits_per_user,
+            "record_bytes": self.record_bytes,
+            "bytes_per_user": self.bytes_per_user,
+            "level_epsilons": list(self.level_epsilons),
+            "level_sensitivities": list(self.level_sensitivities),
+            "level_a": list(self.level_a),
+            "polya_shape": self.polya_shape,
+            "decode_low": self.decode_low,
+            "wrap_probability": self.wrap_probability,
+            "digest": self.digest.hex(),
+        }
+
+    def to_json(self) -> str:
+        """Serialise (for the CLI roles); :meth:`from_json` rebuilds and re-validates."""
+        d = self.canonical()
+        d["wrap_probability"] = repr(self.wrap_probability)
+        d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
+        return json.dumps(d, sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProtocolParams:
+        d = json.loads(text)
+        if d.get("format") != FORMAT_NAME:
+            raise ValueError(f"not a {FORMAT_NAME} parameter file (format={d.get('format')!r})")
+        return cls(
+            grid=Grid(*d["grid"]),
+            w=d["w"],
+            start=d["levels"][0],
+            top=d["levels"][1],
+            level_epsilons=tuple(float(e) for e in d["level_epsilons"]),
+            n=d["n"],
+            epsilon=float(d["epsilon"]),
+            delta=float(d["delta"]),
+            B=d["B"],
+            rounding=d["rounding"],
+            neighbour=d["neighbour"],
+            dropout=float(d["dropout"]),
+            n_min=d["n_min"],
+            q=d["q"],
+            r=d["r"],
+            level_sensitivities=tuple(d["level_sensitivities"]),
+            decode_low=d["decode_low"],
+            wrap_probability=float(d.get("wrap_probability", 0.0)),
+            guarantee_delta_parts=d.get("guarantee_delta_parts", {}),
+        )

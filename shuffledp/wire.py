@@ -1,0 +1,224 @@
+"""Binary wire format of the shuffle-model heatmap protocol.
+
+Every batch (one user's messages, or the shuffler's mixed output) is a 64-byte header
+followed by packed fixed-size records. All integers are little-endian.
+
+Header (64 bytes)::
+
+    offset size field
+    0      4    magic            b"SDPW"
+    4      2    version          uint16, currently 1
+    6      1    kind             uint8: 1 user batch, 2 mixed batch,
+                                        3 encrypted user batch, 4 encrypted mixed batch
+    7      1    record_bytes     uint8: bytes per record (4 or 8 plaintext, 56 or 60 encrypted)
+    8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256)
+    24     8    n_records        uint64
+    32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
+    40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
+    48     16   reserved         zero
+
+Plaintext record (``record_bytes`` = 4 or 8): one unsigned integer ``(a << share_bits) | w``
+with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
+(:class:`~shuffledp.protocol_params.ProtocolParams`).
+
+Encrypted record (``record_bytes`` = 4 + 32 + p + 16, p = plaintext record bytes)::
+
+    0   4   coordinate a (uint32, in the clear: every user sends exactly r per coordinate)
+    4   32  ephemeral X25519 public key (fresh per message)
+    36  p+16  ChaCha20-Poly1305 ciphertext + tag of the share (uint32/uint64 LE), associated
+              data = digest || a, nonce = 12 zero bytes (the key is used once)
+
+A batch whose length is not exactly 64 + n_records * record_bytes is malformed.
+Reading and writing work in chunks (:func:`iter_records`, :class:`BatchWriter`).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+MAGIC = b"SDPW"
+VERSION = 1
+HEADER_SIZE = 64
+KIND_USER = 1
+KIND_MIXED = 2
+KIND_USER_ENC = 3
+KIND_MIXED_ENC = 4
+KINDS = (KIND_USER, KIND_MIXED, KIND_USER_ENC, KIND_MIXED_ENC)
+ENC_OVERHEAD = 4 + 32 + 16
+_HEADER = struct.Struct("<4sHBB16sQQQ16s")
+assert _HEADER.size == HEADER_SIZE
+
+
+class WireError(ValueError):
+    """A batch that does not follow the wire format (malformed header, length, digest...)."""
+
+
+@dataclass(frozen=True)
+class Header:
+    """The 64-byte batch header (see module docstring)."""
+
+    kind: int
+    record_bytes: int
+    digest: bytes
+    n_records: int
+    n_users: int = 1
+    n_dropped: int = 0
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got kind={self.kind!r}")
+        if not (1 <= int(self.record_bytes) <= 255):
+            raise ValueError(f"record_bytes must be in 1..255, got {self.record_bytes!r}")
+        if not isinstance(self.digest, bytes) or len(self.digest) != 16:
+            raise ValueError(f"digest must be 16 bytes, got {self.digest!r}")
+        for name in ("n_records", "n_users", "n_dropped"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
+            object.__setattr__(self, name, int(v))
+
+    @property
+    def encrypted(self) -> bool:
+        return self.kind in (KIND_USER_ENC, KIND_MIXED_ENC)
+
+    @property
+    def body_bytes(self) -> int:
+        return self.n_records * self.record_bytes
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(
+            MAGIC, self.version, self.kind, self.record_bytes, self.digest,
+            self.n_records, self.n_users, self.n_dropped, bytes(16),
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Header:
+        """Parse and validate a header; raises :class:`WireError`."""
+        if len(data) < HEADER_SIZE:
+            raise WireError(f"batch shorter than the {HEADER_SIZE}-byte header ({len(data)} bytes)")
+        magic, version, kind, rb, digest, nrec, nusers, ndrop, _ = _HEADER.unpack(
+            data[:HEADER_SIZE]
+        )
+        if magic != MAGIC:
+            raise WireError(f"bad magic {magic!r} (expected {MAGIC!r})")
+        if version != VERSION:
+            raise WireError(f"unsupported format version {version} (this reader: {VERSION})")
+        try:
+            return cls(kind, rb, digest, nrec, nusers, ndrop, version)
+        except ValueError as e:
+            raise WireError(str(e)) from None
+
+
+def record_dtype(record_bytes: int) -> np.dtype:
+    """numpy dtype of a record: little-endian uint32/uint64, or raw bytes for encrypted ones."""
+    if record_bytes == 4:
+        return np.dtype("<u4")
+    if record_bytes == 8:
+        return np.dtype("<u8")
+    return np.dtype((np.void, record_bytes))
+
+
+def encode_batch(header: Header, records: np.ndarray | bytes) -> bytes:
+    """A whole batch as bytes (header + records); checks the record count."""
+    body = records.astype(record_dtype(header.record_bytes), copy=False).tobytes() if isinstance(
+        records, np.ndarray) else bytes(records)
+    if len(body) != header.body_bytes:
+        raise ValueError(
+            f"records hold {len(body)} bytes, header promises {header.n_records} x "
+            f"{header.record_bytes} = {header.body_bytes}"
+        )
+    return header.pack() + body
+
+
+def decode_batch(data: bytes | memoryview) -> tuple[Header, np.ndarray]:
+    """Parse a whole batch from bytes; raises :class:`WireError` on a wrong length."""
+    h = Header.unpack(bytes(data[:HEADER_SIZE]))
+    if len(data) != HEADER_SIZE + h.body_bytes:
+        raise WireError(
+            f"batch has {len(data)} bytes, header promises {HEADER_SIZE} + {h.n_records} x "
+            f"{h.record_bytes} = {HEADER_SIZE + h.body_bytes}"
+        )
+    rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE)
+    return h, rec
+
+
+def read_header(f: BinaryIO) -> Header:
+    """Read and validate the header of an open binary file."""
+    return Header.unpack(f.read(HEADER_SIZE))
+
+
+def iter_records(
+    f: BinaryIO, header: Header, chunk_records: int = 1 << 22
+) -> Iterator[np.ndarray]:
+    """Yield the records after ``header`` in chunks of at most ``chunk_records``.
+
+    Raises :class:`WireError` if the file ends early or holds trailing bytes.
+    """
+    if chunk_records < 1:
+        raise ValueError(f"chunk_records must be >= 1, got {chunk_records!r}")
+    dt = record_dtype(header.record_bytes)
+    left = header.n_records
+    while left:
+        k = min(left, chunk_records)
+        buf = f.read(k * header.record_bytes)
+        if len(buf) != k * header.record_bytes:
+            raise WireError(
+                f"batch truncated: expected {header.n_records} records, "
+                f"{header.n_records - left + len(buf) // header.record_bytes} present"
+            )
+        yield np.frombuffer(buf, dtype=dt)
+        left -= k
+    if f.read(1):
+        raise WireError("trailing bytes after the last record")
+
+
+class BatchWriter:
+    """Write a batch in chunks: header first, then :meth:`write` calls; checks the count on close.
+
+    Usable as a context manager over an open binary file.
+    """
+
+    def __init__(self, f: BinaryIO, header: Header) -> None:
+        self._f = f
+        self.header = header
+        self._dt = record_dtype(header.record_bytes)
+        self._written = 0
+        f.write(header.pack())
+
+    def write(self, records: np.ndarray) -> None:
+        r = np.ascontiguousarray(records).astype(self._dt, copy=False)
+        self._written += r.size
+        if self._written > self.header.n_records:
+            raise ValueError(f"more than the {self.header.n_records} records the header promises")
+        self._f.write(r.tobytes())
+
+    def close(self) -> None:
+        if self._written != self.header.n_records:
+            raise ValueError(
+                f"wrote {self._written} records, header promises {self.header.n_records}"
+            )
+
+    def __enter__(self) -> BatchWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def read_batch_file(path: str) -> tuple[Header, np.ndarray]:
+    """Read a whole batch file (header + all records)."""
+    with open(path, "rb") as f:
+        return decode_batch(f.read())
+
+
+def batch_bytes_io(data: bytes) -> io.BytesIO:
+    """A file-like view of batch bytes (for chunked reading in tests and pipes)."""
+    return io.BytesIO(data)
