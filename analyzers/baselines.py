@@ -36,7 +36,10 @@ def _iv_laplace(
     bad = ~np.isfinite(agg) | (agg < 0)
     if bad.any():
         k = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"aggregate must be finite and non-negative; aggregate[{k}]={agg[k]!r}")
+        at = ", ".join(map(str, k))
+        raise ValueError(
+            f"aggregate must be finite and non-negative; aggregate[{at}]={float(agg[k])!r}"
+        )
     if isinstance(epsilon, bool):
         raise TypeError(f"epsilon must be a real number, got epsilon={epsilon!r}")
     try:

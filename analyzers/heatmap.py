@@ -44,11 +44,13 @@ def _iv_map(name: str, a: Any) -> np.ndarray:
     bad = ~np.isfinite(arr)
     if bad.any():
         k = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} must be finite; {name}[{k}]={arr[k]!r}")
+        at = ", ".join(map(str, k))
+        raise ValueError(f"{name} must be finite; {name}[{at}]={float(arr[k])!r}")
     neg = arr < 0
     if neg.any():
         k = tuple(int(i) for i in np.argwhere(neg)[0])
-        raise ValueError(f"{name} must be non-negative; {name}[{k}]={arr[k]!r}")
+        at = ", ".join(map(str, k))
+        raise ValueError(f"{name} must be non-negative; {name}[{at}]={float(arr[k])!r}")
     return arr
 
 

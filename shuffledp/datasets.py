@@ -79,19 +79,23 @@ class PointTable:
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
                 raise ValueError(
-                    f"{name} must be in [0, 1) (and not NaN); point {k} has {name}={v[k]!r}"
+                    f"{name} must be in [0, 1) (and not NaN); "
+                    f"point {k} has {name}={float(v[k])!r}"
                 )
         w = cols["weight"]
         bad = ~(np.isfinite(w) & (w >= 0))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"weight must be finite and >= 0; point {k} has weight={w[k]!r}")
+            raise ValueError(
+                f"weight must be finite and >= 0; point {k} has weight={float(w[k])!r}"
+            )
         labels, inverse = np.unique(user, return_inverse=True)
         totals = np.bincount(inverse.ravel(), weights=w, minlength=labels.size)
         if not (totals > 0).all():
-            j = int(np.flatnonzero(~(totals > 0))[0])
+            lab = labels[int(np.flatnonzero(~(totals > 0))[0])]
+            lab = lab.item() if isinstance(lab, np.generic) else lab
             raise ValueError(
-                f"user {labels[j]!r} has zero total weight; every user needs positive total weight"
+                f"user {lab!r} has zero total weight; every user needs positive total weight"
             )
         for name, arr in cols.items():
             arr.setflags(write=False)
