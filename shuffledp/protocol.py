@@ -1,0 +1,191 @@
+"""The shuffle-model private heatmap end to end (seed 000, App. F with Alg. 1-2).
+
+:func:`shuffle_heatmap` runs the three parties in one process:
+
+- simulation path (default): every user's shares are drawn exactly as on a device (Polya
+  noise from ``rng``, shares from the secure generator) and summed per coordinate mod q by
+  the analyzer's accumulator; the physical permutation and the encryption are skipped, which
+  changes nothing in the sums (they do not depend on order);
+- ``wire=True``: users' batches go through the binary wire format and the
+  :class:`~shuffledp.shuffler.Shuffler` (validation and secure permutation), the analyzer
+  streams the mixed batch;
+- ``encrypt=True`` (deployment path): as ``wire=True`` with every message encrypted to a fresh
+  analyzer X25519 key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from shuffledp._rng import RngLike, as_generator
+from shuffledp.accounting.budget import DEFAULT_GAMMA
+from shuffledp.analyzers.modular import ModularAccumulator, analyze
+from shuffledp.encoders.encoder import encode_shares, messages
+from shuffledp.encoders.sharing import SecureRandom
+from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.release import HeatmapRelease
+from shuffledp.users import UserDistributions
+from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
+
+
+def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
+    per_user = params.r * params.m * 4 + params.m * 8 * 3
+    return max(1, budget_bytes // per_user)
+
+
+def simulate_sums(
+    params: ProtocolParams,
+    users: UserDistributions,
+    participants: np.ndarray,
+    rng: RngLike = None,
+    source: SecureRandom | None = None,
+) -> ModularAccumulator:
+    """Simulation path: encode the participants' shares in chunks and sum them mod q."""
+    g = as_generator(rng)
+    src = source if source is not None else SecureRandom()
+    acc = ModularAccumulator(params)
+    step = _chunk_users(params)
+    for lo in range(0, participants.size, step):
+        sel = participants[lo : lo + step]
+        acc.add_shares(encode_shares(params, users, sel, g, src))
+    return acc
+
+
+def user_batches(
+    params: ProtocolParams,
+    users: UserDistributions,
+    participants: np.ndarray,
+    rng: RngLike = None,
+    source: SecureRandom | None = None,
+    analyzer_public: bytes | None = None,
+):
+    """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given)."""
+    from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
+
+    g = as_generator(rng)
+    src = source if source is not None else SecureRandom()
+    for j in participants:
+        sh = encode_shares(params, users, np.array([j]), g, src)[0]
+        rec = messages(params, sh)
+        if analyzer_public is None:
+            h = Header(KIND_USER, params.record_bytes, params.digest, rec.size)
+            yield encode_batch(h, rec)
+        else:
+            body = encrypt_records(params, rec, analyzer_public)
+            h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, rec.size)
+            yield encode_batch(h, body)
+
+
+def shuffle_heatmap(
+    users: UserDistributions,
+    *,
+    epsilon: float,
+    delta: float,
+    B: int,
+    w: int = 20,
+    gamma: float = DEFAULT_GAMMA,
+    rounding: str = "largest_remainder",
+    dropout: float = 0.0,
+    rng: RngLike = None,
+    encrypt: bool = False,
+    wire: bool = False,
+    simulate_dropouts: int = 0,
+    params: ProtocolParams | None = None,
+) -> HeatmapRelease:
+    """(eps, delta)-shuffle-DP heatmap (seed 000, App. F; Alg. 1-2 after the aggregation).
+
+    Parameters
+    ----------
+    users : UserDistributions
+        n = users.n_users users (n >= 2), each a distribution over the grid's pixels.
+    epsilon, delta : float
+        Target guarantee, delta in (0, 1); neighbour notion: replace one user (n public).
+    B : int
+        Scaling factor (App. F); larger B is closer to the central mechanism, costs more bits.
+    w, gamma : int, float
+        Reconstruct's top-w and the per-level budget decay (same split as the central model).
+    rounding : {"largest_remainder", "floor"}
+    dropout : float
+        Declared dropout fraction; the Polya noise is over-provisioned for it (seed 001).
+    rng : int, Generator or None
+        Research randomness (Polya noise, simulated dropouts). Shares and permutations always
+        come from the cryptographically secure generator.
+    encrypt : bool
+        Deployment path: per-message X25519 + ChaCha20-Poly1305, wire format, shuffler.
+    wire : bool
+        Plaintext wire format and shuffler (no encryption).
+    simulate_dropouts : int
+        Number of users (chosen by ``rng``) who never send their batch.
+    params : ProtocolParams, optional
+        Use this record instead of deriving one (must match users' grid and count).
+
+    Returns
+    -------
+    HeatmapRelease
+        ``protocol`` holds B, q, r, m, messages_per_user, bits_per_user, bytes_per_user,
+        n_users (forwarded), n_dropped and timings.
+
+    Raises
+    ------
+    shuffledp.analyzers.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
+    """
+    if not isinstance(users, UserDistributions):
+        raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
+    if params is None:
+        params = derive_params(
+            users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
+            rounding=rounding, dropout=dropout,
+        )
+    elif params.n != users.n_users or params.grid != users.grid:
+        raise ValueError(
+            f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
+            f"{users.grid}"
+        )
+    g = as_generator(rng)
+    src = SecureRandom()
+    k = int(simulate_dropouts)
+    if not (0 <= k <= users.n_users):
+        raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
+    order = np.arange(users.n_users)
+    participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    if not (encrypt or wire):
+        acc = simulate_sums(params, users, participants, g, src)
+        n_fwd, n_dropped = participants.size, k
+        timings["encode_and_sum_seconds"] = time.perf_counter() - t0
+        path = "simulation"
+    else:
+        from shuffledp.shuffler import decrypt_records, generate_analyzer_key, public_bytes
+        from shuffledp.shuffler import shuffle_batches
+
+        key = generate_analyzer_key() if encrypt else None
+        batches = user_batches(
+            params, users, participants, g, src, public_bytes(key) if key else None
+        )
+        h, rec, report = shuffle_batches(
+            params, batches, encrypted=encrypt, expected_users=users.n_users, source=src
+        )
+        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        acc = ModularAccumulator(params)
+        if encrypt:
+            c, s, failed = decrypt_records(params, rec, key)
+            acc.add_pairs(c, s)
+            acc.rejected += failed
+        else:
+            acc.add_records(rec)
+        timings["analyzer_seconds"] = time.perf_counter() - t1
+        n_fwd, n_dropped = h.n_users, h.n_dropped
+        path = "deployment" if encrypt else "wire"
+    t2 = time.perf_counter()
+    extra = {"path": path, **timings}
+    release = analyze(params, acc, n_fwd, n_dropped, extra)
+    out = dict(release.protocol)
+    out["reconstruct_seconds"] = time.perf_counter() - t2
+    return HeatmapRelease(
+        release.grid, release.estimate, release.raw, release.guarantee, release.parameters, out
+    )
