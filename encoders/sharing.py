@@ -36,14 +36,32 @@ class SecureRandom:
     """Cryptographically secure bytes and integers (ChaCha20 keystream keyed from os.urandom).
 
     Not reproducible by design: there is no seed. Thread-unsafe; use one per thread/process.
+    :meth:`for_testing` builds a *deterministic* stream from a fixed key, for statistical tests
+    with a fixed false-failure rate only; never use it to produce real shares.
     """
 
     def __init__(self) -> None:
+        self._key: bytes | None = None
+        self._epoch = 0
         self._rekey()
 
+    @classmethod
+    def for_testing(cls, seed: int) -> SecureRandom:
+        """Deterministic ChaCha20 stream keyed by ``seed`` (tests only: not secret)."""
+        obj = cls.__new__(cls)
+        obj._key = int(seed).to_bytes(32, "little")
+        obj._epoch = 0
+        obj._rekey()
+        return obj
+
     def _rekey(self) -> None:
-        key = os.urandom(32)
-        nonce = os.urandom(16)  # 4-byte block counter || 12-byte nonce, both random
+        if self._key is None:
+            key = os.urandom(32)
+            nonce = os.urandom(16)  # 4-byte block counter || 12-byte nonce, both random
+        else:
+            key = self._key
+            nonce = bytes(4) + self._epoch.to_bytes(12, "little")  # counter 0, nonce = epoch
+            self._epoch += 1
         self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
         self._used = 0
 
