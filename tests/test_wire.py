@@ -1,0 +1,107 @@
+"""Wire format: header layout, chunked round trips, malformed input."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shuffledp.wire import (
+    HEADER_SIZE,
+    KIND_MIXED,
+    KIND_USER,
+    BatchWriter,
+    Header,
+    WireError,
+    decode_batch,
+    encode_batch,
+    iter_records,
+    read_header,
+)
+
+DIGEST = bytes(range(16))
+
+
+def test_header_layout_is_64_bytes_little_endian():
+    h = Header(KIND_MIXED, 4, DIGEST, 7, 3, 1)
+    b = h.pack()
+    assert len(b) == HEADER_SIZE == 64
+    assert b[:4] == b"SDPW" and b[4:6] == (1).to_bytes(2, "little")
+    assert b[6] == KIND_MIXED and b[7] == 4 and b[8:24] == DIGEST
+    assert int.from_bytes(b[24:32], "little") == 7
+    assert int.from_bytes(b[32:40], "little") == 3
+    assert int.from_bytes(b[40:48], "little") == 1
+    assert b[48:] == bytes(16)
+    assert Header.unpack(b) == h
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=300),
+    st.integers(min_value=1, max_value=50),
+    st.sampled_from([4, 8]),
+)
+@settings(max_examples=100, deadline=None)
+def test_chunked_round_trip(values, chunk, rb):
+    rec = np.asarray(values, dtype=np.uint64)
+    h = Header(KIND_USER, rb, DIGEST, rec.size)
+    f = io.BytesIO()
+    with BatchWriter(f, h) as w:
+        for i in range(0, rec.size, chunk):
+            w.write(rec[i : i + chunk])
+    data = f.getvalue()
+    assert data == encode_batch(h, rec)
+    f.seek(0)
+    h2 = read_header(f)
+    assert h2 == h
+    got = np.concatenate([np.empty(0, np.uint64)] + [c.astype(np.uint64) for c in
+                                                      iter_records(f, h2, chunk)])
+    np.testing.assert_array_equal(got, rec)
+    h3, rec3 = decode_batch(data)
+    np.testing.assert_array_equal(rec3.astype(np.uint64), rec)
+
+
+def test_malformed_batches():
+    rec = np.arange(10, dtype=np.uint32)
+    good = encode_batch(Header(KIND_USER, 4, DIGEST, 10), rec)
+    with pytest.raises(WireError, match="magic"):
+        decode_batch(b"XXXX" + good[4:])
+    with pytest.raises(WireError, match="version"):
+        decode_batch(good[:4] + (9).to_bytes(2, "little") + good[6:])
+    with pytest.raises(WireError, match="promises"):
+        decode_batch(good[:-1])
+    with pytest.raises(WireError, match="promises"):
+        decode_batch(good + b"\0\0\0\0")
+    with pytest.raises(WireError, match="header"):
+        decode_batch(good[:10])
+    with pytest.raises(WireError, match="kind"):
+        decode_batch(good[:6] + b"\x09" + good[7:])
+    f = io.BytesIO(good[:-4])
+    h = read_header(f)
+    with pytest.raises(WireError, match="truncated"):
+        list(iter_records(f, h, 3))
+    f = io.BytesIO(good + b"\0")
+    h = read_header(f)
+    with pytest.raises(WireError, match="trailing"):
+        list(iter_records(f, h, 3))
+
+
+def test_writer_checks_count():
+    f = io.BytesIO()
+    w = BatchWriter(f, Header(KIND_USER, 4, DIGEST, 3))
+    w.write(np.arange(2, dtype=np.uint32))
+    with pytest.raises(ValueError, match="promises"):
+        w.close()
+    with pytest.raises(ValueError, match="promises"):
+        w.write(np.arange(2, dtype=np.uint32))
+
+
+def test_header_validation():
+    with pytest.raises(ValueError, match="digest"):
+        Header(KIND_USER, 4, b"short", 1)
+    with pytest.raises(ValueError, match="kind"):
+        Header(0, 4, DIGEST, 1)
+    with pytest.raises(ValueError, match="n_records"):
+        Header(KIND_USER, 4, DIGEST, -1)
