@@ -1,0 +1,169 @@
+"""End-to-end shuffle protocol: decoding with headroom, refusals, dropouts, paths, convergence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from shuffle_helpers import params_for, random_users
+
+from shuffledp import Grid, UserDistributions
+from shuffledp.analyzers.central import central_heatmap
+from shuffledp.analyzers.modular import (
+    ModularAccumulator,
+    ReleaseRefused,
+    decode_centred,
+    level_counts_from_sums,
+)
+from shuffledp.encoders.encoder import encode_shares, noisy_vectors
+from shuffledp.protocol import shuffle_heatmap
+from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.pyramid import flatten, level_counts
+
+
+def test_cell_with_all_the_mass_decodes_without_wrap_around():
+    grid = Grid(8, 8)
+    n, B = 12, 64
+    p = params_for(grid, n=n, B=B)
+    users = UserDistributions.from_pixels(grid, np.arange(n), np.full(n, 27))
+    z = noisy_vectors(p, users, noise=False)
+    assert z.sum(axis=0).max() == B * n  # every level has one cell holding all the mass
+    # the App. F modulus q = B n would wrap that cell to 0
+    assert (B * n) % (B * n) == 0
+    assert decode_centred(np.mod(z.sum(axis=0), p.q), p).max() == B * n
+    for seed in range(5):
+        noisy = noisy_vectors(p, users, rng=seed).sum(axis=0)
+        acc = ModularAccumulator(p)
+        acc.add_shares(encode_shares(p, users, rng=seed))
+        np.testing.assert_array_equal(decode_centred(acc.modular_sums(n), p), noisy)
+    # negative noise on empty cells decodes as negative, not as q - k
+    assert decode_centred(np.array([p.q - 3]), p)[0] == -3
+
+
+def test_app_f_modulus_without_headroom_is_refused():
+    grid = Grid(8, 8)
+    p = params_for(grid, n=12, B=64)
+    fields = {f: getattr(p, f) for f in p.__dataclass_fields__ if f != "summation"}
+    with pytest.raises(ValueError, match="headroom"):
+        ProtocolParams(**{**fields, "q": 64 * 12, "decode_low": 1})
+    with pytest.raises(ValueError, match="headroom"):
+        ProtocolParams(**{**fields, "decode_low": 0})
+    with pytest.raises(ValueError, match="r must"):
+        ProtocolParams(**{**fields, "r": 1})
+    with pytest.raises(ValueError, match="sensitivity 2B"):
+        ProtocolParams(**{**fields, "level_sensitivities": (64,) * len(p.level_epsilons)})
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"n": 1}, "n must be >= 2"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"B": 0}, "B must be"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"rounding": "ceil"}, "rounding"),
+        ({"B": 2**30}, "q must be"),
+    ],
+)
+def test_parameter_refusals(kw, match):
+    args = {"n": 10, "epsilon": 1.0, "delta": 1e-5, "B": 16, "dropout": 0.0,
+            "rounding": "floor"}
+    args.update(kw)
+    n = args.pop("n")
+    with pytest.raises((ValueError, TypeError), match=match):
+        derive_params(Grid(8, 8), n, **args)
+
+
+def test_params_digest_and_json_round_trip():
+    p = params_for(Grid(10, 7), n=5, B=3, dropout=0.2)
+    p2 = ProtocolParams.from_json(p.to_json())
+    assert p2.digest == p.digest and p2 == p
+    assert params_for(Grid(10, 7), n=5, B=4).digest != p.digest
+    f = p.figures()
+    assert f["bits_per_user"] == p.r * p.m * math.ceil(math.log2(p.m * p.q))
+    assert f["messages_per_user"] == p.r * p.m
+    assert p.n_min == 4 and p.polya_shape == 0.25
+
+
+def test_dropouts_within_declared_fraction_release_and_beyond_refuse():
+    grid = Grid(8, 8)
+    users = random_users(grid, 10)
+    rel = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, dropout=0.2, rng=0,
+                          simulate_dropouts=2)
+    assert rel.protocol["n_users"] == 8 and rel.protocol["n_dropped"] == 2
+    assert rel.guarantee.model == "shuffle" and rel.guarantee.delta == 1e-5
+    with pytest.raises(ReleaseRefused, match="n_min"):
+        shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, dropout=0.2, rng=0,
+                        simulate_dropouts=3)
+    with pytest.raises(ReleaseRefused, match="n_min"):
+        shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, rng=0, simulate_dropouts=1)
+
+
+def test_all_paths_give_the_same_release():
+    grid = Grid(4, 4)
+    users = random_users(grid, 3, seed=4)
+    rels = [
+        shuffle_heatmap(users, epsilon=3.0, delta=1e-3, B=4, rng=9, **kw)
+        for kw in ({}, {"wire": True}, {"encrypt": True})
+    ]
+    for r in rels[1:]:
+        np.testing.assert_array_equal(r.raw, rels[0].raw)
+    assert [r.protocol["path"] for r in rels] == ["simulation", "wire", "deployment"]
+    for key in ("B", "q", "r", "m", "messages_per_user", "bits_per_user", "bytes_per_user",
+                "n_users", "n_dropped"):
+        assert key in rels[0].protocol
+
+
+def test_rounding_error_vanishes_as_B_grows():
+    grid = Grid(16, 12)
+    n = 30
+    users = random_users(grid, n, k=4, seed=2)
+    for rule in ("floor", "largest_remainder"):
+        prev = math.inf
+        for B in (1, 8, 64, 512, 4096):
+            p = params_for(grid, n=n, B=B, rounding=rule)
+            z = noisy_vectors(p, users, noise=False).sum(axis=0)
+            truth = flatten(level_counts(grid, users.aggregate(), p.start))
+            err = np.abs(z / B - truth).max()
+            assert err <= n / B + 1e-9
+            assert err <= prev + 1e-12
+            prev = err
+
+
+def test_noise_converges_to_the_central_laplace_and_estimates_agree():
+    # Decoded noise / B is DL(exp(-eps_i / 2B)) / B, whose variance tends to 2 (2 / eps_i)^2:
+    # the central Laplace mechanism under replace-one (sensitivity 2), i.e. central at eps/2.
+    grid = Grid(16, 16)
+    n, B = 40, 1024
+    users = random_users(grid, n, k=3, seed=5)
+    p = params_for(grid, n=n, B=B)
+    z0 = noisy_vectors(p, users, noise=False).sum(axis=0)
+    noise = []
+    for seed in range(6):
+        acc = ModularAccumulator(p)
+        acc.add_shares(encode_shares(p, users, rng=seed))
+        noise.append((decode_centred(acc.modular_sums(n), p) - z0) / B)
+    noise = np.concatenate(noise)
+    levels = np.concatenate([np.full(s, k) for k, s in enumerate(p.level_sizes)] * 6)
+    for k, eps_i in enumerate(p.level_epsilons):
+        v = noise[levels == k].var()
+        assert v == pytest.approx(2 * (2 / eps_i) ** 2, rel=0.25)
+    # level counts decode to the truth plus that noise
+    counts = level_counts_from_sums(np.mod(z0, p.q), p)
+    truth = level_counts(grid, users.aggregate(), p.start)
+    for c, t in zip(counts, truth, strict=True):
+        assert np.abs(c - t).max() <= n / B
+
+    from shuffledp.analyzers.metrics import emd
+
+    truth_map = users.aggregate() / n
+    e_shuffle, e_central = [], []
+    for seed in range(6):
+        rs = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=B, rng=100 + seed)
+        rc = central_heatmap(users, 1.0, rng=200 + seed)
+        e_shuffle.append(emd(truth_map, rs.estimate, grid))
+        e_central.append(emd(truth_map, rc.estimate, grid))
+    assert np.mean(e_shuffle) == pytest.approx(np.mean(e_central), rel=0.3)
