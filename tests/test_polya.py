@@ -105,3 +105,26 @@ def test_per_coordinate_a_broadcasts():
 def test_bad_parameters(shape, a):
     with pytest.raises(ValueError):
         polya(shape, a, 3, 0)
+
+
+@pytest.mark.parametrize("s,a", [(0.02, 0.995), (0.3, 0.6), (1.5, 0.4)])
+def test_single_difference_matches_exact_pmf(s, a):
+    # the beta-binomial split of T = X + Y must give exactly the law of X - Y
+    rng = np.random.default_rng(99)
+    size = 200_000
+    x = polya_difference(s, a, size, rng)
+    k, pmf = polya_difference_sum_pmf(1, s, a, 4000)
+    kmax = 12
+    inner = np.abs(k) <= kmax
+    p_in = pmf[inner]
+    lo, hi = pmf[k < -kmax].sum(), pmf[k > kmax].sum()
+    obs = np.r_[(x < -kmax).sum(), [(x == v).sum() for v in range(-kmax, kmax + 1)],
+                (x > kmax).sum()]
+    exp = np.r_[lo, p_in, hi]
+    exp = exp / exp.sum() * size
+    keep = exp > 5
+    obs2 = np.r_[obs[keep], obs[~keep].sum()]
+    exp2 = np.r_[exp[keep], exp[~keep].sum()]
+    if exp2[-1] == 0:
+        obs2, exp2 = obs2[:-1], exp2[:-1]
+    assert stats.chisquare(obs2, exp2).pvalue > 1e-6
