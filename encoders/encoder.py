@@ -122,13 +122,14 @@ def messages(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
     """Pack one user's shares (r, m) into r*m messages ``(a << share_bits) | w`` (step 5).
 
     Order is coordinate-major within each share row; the shuffler permutes anyway. Returns
-    uint32 or uint64 according to ``params.record_bytes``.
+    uint32 when messages fit in 32 bits, else uint64 (the wire packs them into
+    ``params.record_bytes`` bytes each).
     """
     _check(params)
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got {s.shape}")
-    dt = np.uint32 if params.record_bytes == 4 else np.uint64
+    dt = np.uint32 if params.record_bits <= 32 else np.uint64
     coord = np.arange(params.m, dtype=dt) << dt(params.share_bits)
     return (coord[None, :] | s.astype(dt)).ravel()
 

@@ -158,7 +158,14 @@ def analyze(params_path, in_path, out_dir, key_path):
     """Sum the mixed batch mod q (streaming), decode, Reconstruct; write estimate and report."""
     from shuffledp.analyzers.modular import ModularAccumulator, ReleaseRefused
     from shuffledp.analyzers.modular import analyze as run_analysis
-    from shuffledp.wire import KIND_MIXED, KIND_MIXED_ENC, WireError, iter_records, read_header
+    from shuffledp.wire import (
+        KIND_MIXED,
+        KIND_MIXED_ENC,
+        WireError,
+        iter_records,
+        read_header,
+        unpack_records,
+    )
 
     p = _load_params(params_path)
     acc = ModularAccumulator(p)
@@ -180,8 +187,10 @@ def analyze(params_path, in_path, out_dir, key_path):
                     acc.add_pairs(c, s)
                     acc.rejected += failed
             elif h.kind == KIND_MIXED:
+                if h.record_bytes != p.record_bytes:
+                    raise WireError(f"records of {h.record_bytes} bytes, expected {p.record_bytes}")
                 for chunk in iter_records(fh, h):
-                    acc.add_records(chunk)
+                    acc.add_records(unpack_records(chunk, h.record_bytes))
             else:
                 raise WireError(f"not a mixed batch (kind {h.kind})")
         release = run_analysis(p, acc, h.n_users, h.n_dropped)

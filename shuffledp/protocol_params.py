@@ -13,7 +13,7 @@ has l1-sensitivity Delta_i = 2B (see :mod:`shuffledp.encoders.rounding`).
 
 Message layout: a message (a, w) with coordinate a in [0, m) and share w in [0, q) is one
 unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; it takes
-``record_bytes`` = 4 bytes when ceil(log2 m) + share_bits <= 32, else 8. The paper's count
+``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8) bytes on the wire. The paper's count
 (App. F "Communication") is ceil(log2(m q)) bits per message, reported as
 :attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.wire` actually writes.
 """
@@ -236,8 +236,13 @@ class ProtocolParams:
 
     @property
     def record_bytes(self) -> int:
-        """Bytes per plaintext message on the wire (4 or 8)."""
-        return 4 if self.record_bits <= 32 else 8
+        """Bytes per plaintext message on the wire: ceil(record_bits / 8), 1..8."""
+        return -(-self.record_bits // 8)
+
+    @property
+    def share_bytes(self) -> int:
+        """Bytes of a share inside an encrypted message: ceil(share_bits / 8)."""
+        return -(-self.share_bits // 8)
 
     @property
     def messages_per_user(self) -> int:

@@ -49,6 +49,7 @@ from shuffledp.wire import (
     WireError,
     decode_batch,
     record_dtype,
+    unpack_records,
 )
 
 REJECT_REASONS = (
@@ -153,7 +154,7 @@ def _message_key(shared: bytes, eph_pub: bytes, recipient_pub: bytes) -> bytes:
 
 def encrypted_record_bytes(params: ProtocolParams) -> int:
     """Bytes of one encrypted message: 4 (coordinate) + 32 (ephemeral key) + share + 16 (tag)."""
-    return ENC_OVERHEAD + params.record_bytes
+    return ENC_OVERHEAD + params.share_bytes
 
 
 def encrypt_records(
@@ -174,10 +175,11 @@ def encrypt_records(
     mask = (np.uint64(1) << sb) - np.uint64(1)
     r64 = rec.astype(np.uint64)
     coords = (r64 >> sb).astype("<u4")
-    shares = (r64 & mask).astype(record_dtype(params.record_bytes))
+    sbytes = params.share_bytes
+    shares = (r64 & mask).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :sbytes].tobytes()
     digest = params.digest
     out = bytearray()
-    for a, w in zip(_chunks(coords.tobytes(), 4), _chunks(shares.tobytes(), params.record_bytes)):
+    for a, w in zip(_chunks(coords.tobytes(), 4), _chunks(shares, sbytes), strict=True):
         eph = X25519PrivateKey.generate()
         eph_pub = public_bytes(eph)
         key = _message_key(eph.exchange(pub), eph_pub, pub_raw)
@@ -209,7 +211,7 @@ def decrypt_records(
     shares = np.empty(k, dtype=np.int64)
     failed = 0
     good = 0
-    pb = params.record_bytes
+    pb = params.share_bytes
     for i in range(k):
         rec = raw[i * rb : (i + 1) * rb]
         a, eph_pub, ct = rec[:4], rec[4:36], rec[36:]
@@ -312,20 +314,25 @@ class Shuffler:
         except WireError:
             return self._reject("malformed")
         if self.encrypted:
-            coords = np.frombuffer(rec.tobytes(), dtype="<u4").reshape(-1, self._rb // 4)[:, 0]
+            coords = np.frombuffer(rec.tobytes(), dtype="<u4").reshape(-1, self._rb // 4)[:, 0] \
+                if self._rb % 4 == 0 else \
+                np.frombuffer(rec.tobytes(), dtype=np.uint8).reshape(-1, self._rb)[:, :4] \
+                .copy().view("<u4").ravel()
             coords = coords.astype(np.int64)
+            keep = np.array(rec, copy=True)
         else:
-            v = rec.astype(np.uint64)
+            v = unpack_records(rec, self._rb).astype(np.uint64)
             coords = (v >> np.uint64(p.share_bits)).astype(np.int64)
             shares = v & ((np.uint64(1) << np.uint64(p.share_bits)) - np.uint64(1))
             if shares.size and shares.max() >= p.q:
                 return self._reject("share_out_of_range")
+            keep = v
         if coords.size and coords.max() >= p.m:
             return self._reject("coordinate_out_of_range")
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
             self.report.n_incomplete += 1
             return False
-        self._pool.append(np.array(rec, copy=True))
+        self._pool.append(keep)
         self.report.n_forwarded += 1
         return True
 
@@ -339,15 +346,17 @@ class Shuffler:
         """Pool every accepted record, permute uniformly (secure source), return the mixed batch.
 
         The output carries no sender identity: only the records, the number of users forwarded
-        and the number dropped.
+        and the number dropped. Plaintext records are returned as uint64 message integers
+        (:func:`shuffledp.wire.encode_batch` packs them), encrypted ones as raw records.
         """
-        dt = record_dtype(self._rb)
-        pool = np.concatenate(self._pool) if self._pool else np.empty(0, dtype=dt)
+        if self._pool:
+            pool = np.concatenate(self._pool)
+        else:
+            pool = np.empty(0, dtype=record_dtype(self._rb) if self.encrypted else np.uint64)
         self._pool = []
         self._seen = set()
         if self.encrypted:
-            perm = secure_permutation(pool.size, self.source)
-            pool = pool[perm]
+            pool = pool[secure_permutation(pool.size, self.source)]
         else:
             secure_shuffle(pool, self.source)
         h = Header(

@@ -10,22 +10,24 @@ Header (64 bytes)::
     4      2    version          uint16, currently 1
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
                                         3 encrypted user batch, 4 encrypted mixed batch
-    7      1    record_bytes     uint8: bytes per record (4 or 8 plaintext, 56 or 60 encrypted)
+    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..60 encrypted)
     8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256)
     24     8    n_records        uint64
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
     48     16   reserved         zero
 
-Plaintext record (``record_bytes`` = 4 or 8): one unsigned integer ``(a << share_bits) | w``
+Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
+low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
 with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
-(:class:`~shuffledp.protocol_params.ProtocolParams`).
+(:class:`~shuffledp.protocol_params.ProtocolParams`). E.g. 36-bit messages take 5 bytes.
+:func:`pack_records` / :func:`unpack_records` convert between integers and records.
 
-Encrypted record (``record_bytes`` = 4 + 32 + p + 16, p = plaintext record bytes)::
+Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
 
     0   4   coordinate a (uint32, in the clear: every user sends exactly r per coordinate)
     4   32  ephemeral X25519 public key (fresh per message)
-    36  p+16  ChaCha20-Poly1305 ciphertext + tag of the share (uint32/uint64 LE), associated
+    36  s+16  ChaCha20-Poly1305 ciphertext + tag of the share (s bytes LE), associated
               data = digest || a, nonce = 12 zero bytes (the key is used once)
 
 A batch whose length is not exactly 64 + n_records * record_bytes is malformed.
@@ -117,7 +119,7 @@ class Header:
 
 
 def record_dtype(record_bytes: int) -> np.dtype:
-    """numpy dtype of a record: little-endian uint32/uint64, or raw bytes for encrypted ones."""
+    """numpy dtype of a raw record: little-endian uint32/uint64, else ``record_bytes`` raw bytes."""
     if record_bytes == 4:
         return np.dtype("<u4")
     if record_bytes == 8:
@@ -125,10 +127,51 @@ def record_dtype(record_bytes: int) -> np.dtype:
     return np.dtype((np.void, record_bytes))
 
 
+def pack_records(values: np.ndarray, record_bytes: int) -> np.ndarray:
+    """Integers -> raw records (low ``record_bytes`` bytes, little-endian), vectorised.
+
+    Raises ValueError if a value does not fit in ``record_bytes`` bytes.
+    """
+    v = np.asarray(values)
+    if not (1 <= record_bytes <= 8):
+        raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={record_bytes}")
+    if v.dtype.kind not in "ui":
+        raise TypeError(f"values must be integers, got dtype {v.dtype}")
+    v = v.astype("<u8", copy=False).ravel()
+    if record_bytes < 8 and v.size and int(v.max()) >> (8 * record_bytes):
+        raise ValueError(f"a value does not fit in {record_bytes} bytes")
+    if record_bytes in (4, 8):
+        return v.astype(record_dtype(record_bytes))
+    raw = np.ascontiguousarray(v.view(np.uint8).reshape(-1, 8)[:, :record_bytes])
+    return raw.view(record_dtype(record_bytes)).ravel()
+
+
+def unpack_records(records: np.ndarray, record_bytes: int) -> np.ndarray:
+    """Raw records -> unsigned integers (uint32 for 4-byte records, else uint64), vectorised."""
+    r = np.asarray(records)
+    if record_bytes in (4, 8):
+        return r.view(record_dtype(record_bytes)).astype(
+            np.uint32 if record_bytes == 4 else np.uint64, copy=False)
+    if not (1 <= record_bytes <= 8):
+        raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={record_bytes}")
+    raw = np.frombuffer(r.tobytes() if not r.flags.c_contiguous else r.data, dtype=np.uint8)
+    raw = raw.reshape(-1, record_bytes)
+    wide = np.zeros((raw.shape[0], 8), dtype=np.uint8)
+    wide[:, :record_bytes] = raw
+    return wide.view("<u8").ravel().astype(np.uint64, copy=False)
+
+
+def _body(records: np.ndarray | bytes, record_bytes: int) -> bytes:
+    if isinstance(records, np.ndarray):
+        if records.dtype.kind in "ui":
+            return pack_records(records, record_bytes).tobytes()
+        return records.tobytes()
+    return bytes(records)
+
+
 def encode_batch(header: Header, records: np.ndarray | bytes) -> bytes:
-    """A whole batch as bytes (header + records); checks the record count."""
-    body = records.astype(record_dtype(header.record_bytes), copy=False).tobytes() if isinstance(
-        records, np.ndarray) else bytes(records)
+    """A whole batch as bytes (header + records); integer arrays are packed, checks the count."""
+    body = _body(records, header.record_bytes)
     if len(body) != header.body_bytes:
         raise ValueError(
             f"records hold {len(body)} bytes, header promises {header.n_records} x "
@@ -188,16 +231,18 @@ class BatchWriter:
     def __init__(self, f: BinaryIO, header: Header) -> None:
         self._f = f
         self.header = header
-        self._dt = record_dtype(header.record_bytes)
         self._written = 0
         f.write(header.pack())
 
-    def write(self, records: np.ndarray) -> None:
-        r = np.ascontiguousarray(records).astype(self._dt, copy=False)
-        self._written += r.size
+    def write(self, records: np.ndarray | bytes) -> None:
+        """Append records: integers (packed here), raw records, or raw bytes."""
+        body = _body(records, self.header.record_bytes)
+        if len(body) % self.header.record_bytes:
+            raise ValueError(f"not a whole number of {self.header.record_bytes}-byte records")
+        self._written += len(body) // self.header.record_bytes
         if self._written > self.header.n_records:
             raise ValueError(f"more than the {self.header.n_records} records the header promises")
-        self._f.write(r.tobytes())
+        self._f.write(body)
 
     def close(self) -> None:
         if self._written != self.header.n_records:

@@ -26,7 +26,14 @@ from shuffledp.shuffler import (
     secure_shuffle,
     shuffle_batches,
 )
-from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
+from shuffledp.wire import (
+    KIND_USER,
+    KIND_USER_ENC,
+    Header,
+    decode_batch,
+    encode_batch,
+    unpack_records,
+)
 
 GRID = Grid(6, 5)
 
@@ -39,6 +46,12 @@ def setup():
     return p, users, batches
 
 
+def _ints(p, batch):
+    h, raw = decode_batch(batch)
+    assert h.record_bytes == p.record_bytes
+    return unpack_records(raw, h.record_bytes).astype(np.uint64)
+
+
 def _batch(p, rec):
     return encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), rec)
 
@@ -49,7 +62,7 @@ def test_good_batches_are_forwarded_and_mixed(setup):
     assert report.n_forwarded == 4 and report.n_dropped == 0
     assert h.n_users == 4 and h.n_records == 4 * p.r * p.m
     # mixing changes the order but not the multiset
-    pooled = np.concatenate([np.frombuffer(b[64:], dtype="<u4") for b in batches])
+    pooled = np.concatenate([_ints(p, b) for b in batches])
     assert not np.array_equal(rec, pooled)
     np.testing.assert_array_equal(np.sort(rec), np.sort(pooled))
 
@@ -57,7 +70,7 @@ def test_good_batches_are_forwarded_and_mixed(setup):
 def test_malformed_and_incomplete_batches_are_rejected_and_counted(setup):
     p, users, batches = setup
     good = batches[0]
-    rec = np.frombuffer(good[64:], dtype="<u4").copy()
+    rec = _ints(p, good).copy()
     sb = p.share_bits
     bad_coord = rec.copy()
     bad_coord[5] = (p.m << sb) | 1
@@ -110,8 +123,8 @@ def test_wire_and_simulation_sums_are_identical(setup):
 def test_analyzer_rejects_out_of_range_messages(setup):
     p, _, batches = setup
     acc = ModularAccumulator(p)
-    rec = np.frombuffer(batches[0][64:], dtype="<u4").copy()
-    rec[0] = np.uint32((p.m + 3) << p.share_bits)
+    rec = _ints(p, batches[0]).copy()
+    rec[0] = (p.m + 3) << p.share_bits
     assert acc.add_records(rec) == 1
     assert acc.rejected == 1
     from shuffledp.analyzers.modular import ReleaseRefused

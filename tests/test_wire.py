@@ -105,3 +105,23 @@ def test_header_validation():
         Header(0, 4, DIGEST, 1)
     with pytest.raises(ValueError, match="n_records"):
         Header(KIND_USER, 4, DIGEST, -1)
+
+
+@given(st.integers(min_value=1, max_value=8), st.data())
+@settings(max_examples=100, deadline=None)
+def test_pack_unpack_any_record_width(rb, data):
+    from shuffledp.wire import pack_records, unpack_records
+
+    vals = np.asarray(
+        data.draw(st.lists(st.integers(min_value=0, max_value=2 ** (8 * rb) - 1), max_size=50)),
+        dtype=np.uint64,
+    )
+    raw = pack_records(vals, rb)
+    assert raw.nbytes == vals.size * rb
+    np.testing.assert_array_equal(unpack_records(raw, rb).astype(np.uint64), vals)
+    h = Header(KIND_USER, rb, DIGEST, vals.size)
+    h2, raw2 = decode_batch(encode_batch(h, vals))
+    np.testing.assert_array_equal(unpack_records(raw2, rb).astype(np.uint64), vals)
+    if rb < 8:
+        with pytest.raises(ValueError, match="fit"):
+            pack_records(np.array([2 ** (8 * rb)], dtype=np.uint64), rb)
