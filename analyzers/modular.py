@@ -16,9 +16,9 @@ from typing import Any
 
 import numba
 import numpy as np
-
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.reconstruct import reconstruct
+
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.pyramid import unflatten
 from shuffledp.release import HeatmapRelease, normalise
@@ -197,7 +197,9 @@ def check_participation(params: ProtocolParams, n_users: int) -> None:
             "Not releasing: re-run with a larger declared dropout fraction"
         )
     if n_users > params.n:
-        raise ReleaseRefused(f"{n_users} users contributed, more than the n = {params.n} provisioned")
+        raise ReleaseRefused(
+            f"{n_users} users contributed, more than the n = {params.n} provisioned"
+        )
 
 
 def guarantee(params: ProtocolParams) -> Guarantee:

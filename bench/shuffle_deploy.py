@@ -55,7 +55,8 @@ def main() -> None:
     print(f"encrypt (user)   : {t_enc * 1e6:7.1f} us/message -> {t_enc * mpu:8.1f} s/user/core")
     print(f"decrypt (analyzer): {t_dec * 1e6:7.1f} us/message -> {t_dec * mpu * 50 / 3600:8.2f} "
           f"core-hours for n=50")
-    print(f"encrypted batch  : {rb * mpu / 1e6:7.1f} MB/user (plaintext {p.bytes_per_user / 1e6:.1f})")
+    print(f"encrypted batch  : {rb * mpu / 1e6:7.1f} MB/user "
+          f"(plaintext {p.bytes_per_user / 1e6:.1f})")
     # envelope validation and mixing by the shuffler, small grid so a whole batch is cheap
     small = derive_params(Grid(8, 8), 3, epsilon=5.0, delta=1e-5, B=4)
     m_small = small.messages_per_user

@@ -45,7 +45,8 @@ t = time.perf_counter()
 rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=B, rng=1)
 dt = time.perf_counter() - t
 p = rel.protocol
-print(json.dumps({"seconds": dt, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": dt, "peak_rss_mb": rss,
                   "messages": p["messages_per_user"] * p["n_users"],
                   "encode_and_sum_seconds": p["encode_and_sum_seconds"],
                   "reconstruct_seconds": p["reconstruct_seconds"]}))
@@ -59,11 +60,12 @@ def main() -> None:
     ap.add_argument("--skip-e2e", action="store_true")
     args = ap.parse_args()
 
-    from shuffledp import Grid
     from shuffledp.analyzers.modular import ModularAccumulator
-    from shuffledp.datasets import synthetic_mixture
     from shuffledp.encoders.encoder import encode_shares, messages
     from shuffledp.encoders.sharing import SecureRandom
+
+    from shuffledp import Grid
+    from shuffledp.datasets import synthetic_mixture
     from shuffledp.protocol_params import derive_params
     from shuffledp.shuffler import secure_shuffle
 
@@ -99,13 +101,13 @@ def main() -> None:
         t_an = _best(run)
         print(f"analyzer, {th} thread(s)        : {rec.size / t_an / 1e6:8.1f} M messages/s "
               f"(mixed batch of {rec.size / 1e6:.1f} M)")
-    del rec, sh
 
     if not args.skip_e2e:
         out = subprocess.run([sys.executable, "-c", E2E, str(args.B), str(args.n)],
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"end to end (simulation path) : {r['seconds']:.1f} s for {r['messages'] / 1e6:.1f} M "
+        print(f"end to end (simulation path) : {r['seconds']:.1f} s for "
+              f"{r['messages'] / 1e6:.1f} M "
               f"messages (encode+sum {r['encode_and_sum_seconds']:.1f} s, Reconstruct "
               f"{r['reconstruct_seconds']:.2f} s), peak RSS {r['peak_rss_mb']:.0f} MB")
 

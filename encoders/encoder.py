@@ -19,11 +19,11 @@ The Polya noise uses the caller's numpy ``rng`` (research reproducibility); shar
 from __future__ import annotations
 
 import numpy as np
-
-from shuffledp._rng import RngLike, as_generator
 from shuffledp.encoders.polya import polya_difference
 from shuffledp.encoders.rounding import scale_round
 from shuffledp.encoders.sharing import SecureRandom, share
+
+from shuffledp._rng import RngLike, as_generator
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.users import UserDistributions
 

@@ -61,7 +61,10 @@ def sensitivity(B: int, neighbour: str = "replace") -> int:
 
 
 def scale_round(
-    values: np.ndarray, B: int, rounding: str = "largest_remainder", groups: np.ndarray | None = None
+    values: np.ndarray,
+    B: int,
+    rounding: str = "largest_remainder",
+    groups: np.ndarray | None = None,
 ) -> np.ndarray:
     """Scale non-negative masses by B and round to int64 (seed 000, App. F).
 

@@ -159,8 +159,12 @@ def shuffle_heatmap(
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation"
     else:
-        from shuffledp.shuffler import decrypt_records, generate_analyzer_key, public_bytes
-        from shuffledp.shuffler import shuffle_batches
+        from shuffledp.shuffler import (
+            decrypt_records,
+            generate_analyzer_key,
+            public_bytes,
+            shuffle_batches,
+        )
 
         key = generate_analyzer_key() if encrypt else None
         batches = user_batches(

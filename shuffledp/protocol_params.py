@@ -215,7 +215,10 @@ class ProtocolParams:
     @property
     def level_a(self) -> tuple[float, ...]:
         """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level."""
-        return tuple(math.exp(-e / s) for e, s in zip(self.level_epsilons, self.level_sensitivities))
+        return tuple(
+            math.exp(-e / s)
+            for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True)
+        )
 
     def coordinate_a(self) -> np.ndarray:
         """a_i repeated over the coordinates of level i (length m)."""
@@ -411,7 +414,7 @@ def _provisional_summation(grid, n, start, top, budgets, epsilon, delta, B, drop
     m = sum(grid.level_size(i) for i in range(start, top + 1))
     n_min = max(2, math.ceil((1.0 - dropout) * n - 1e-9))
     sens = tuple(2 * B for _ in budgets)  # replace one user: ||z - z'||_1 <= 2B
-    a_max = max(math.exp(-e / s) for e, s in zip(budgets, sens))
+    a_max = max(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
     # With all n users present the total noise per coordinate is X - Y, X, Y ~ Polya(n/n_min, a);
     # P(|X - Y| > h) <= 2 P(X > h). Pick the smallest h with m * 2 * P(X > h) <= WRAP_TARGET.
     t = n / n_min

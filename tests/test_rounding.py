@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from shuffledp.encoders.rounding import scale_round, sensitivity
 
 
@@ -70,8 +69,9 @@ def test_exhaustive_sensitivity_is_exactly_B_and_2B(rule, B):
 def test_full_encoder_sensitivity_on_small_grid():
     # per measured level, the scaled rounded vector of any user has l1 norm <= B, and two
     # users at distinct leaves attain 2B at every level below their common ancestor.
-    from shuffledp import Grid, UserDistributions
     from shuffle_helpers import params_for
+
+    from shuffledp import Grid, UserDistributions
 
     grid = Grid(6, 5)
     p = params_for(grid, n=2, B=5)

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
-
 from shuffledp.encoders.sharing import SecureRandom, reconstruct_shares, share
 
 # Statistical tests use SecureRandom.for_testing(seed): a fixed ChaCha20 key, so each test is

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 from shuffle_helpers import params_for, random_users
-
-from shuffledp import Grid
 from shuffledp.analyzers.modular import ModularAccumulator
 from shuffledp.encoders.encoder import encode_shares, messages
 from shuffledp.encoders.sharing import SecureRandom
+
+from shuffledp import Grid
 from shuffledp.protocol import user_batches
 from shuffledp.shuffler import (
     Shuffler,
