@@ -1,0 +1,373 @@
+"""Parameters of the shuffle-model summation protocol behind the heatmap (seed 000, App. F).
+
+Each user j holds the level vectors of her pyramid measurement (levels start..L, unscaled
+counts P_i p_j, each summing to 1), scales them by B, rounds them to integers with a rule that
+keeps each level's entries in [0, B] and its sum <= B ("floor") or exactly B
+("largest_remainder"), adds per coordinate Polya(1/n_min, a_i) - Polya(1/n_min, a_i) noise,
+splits the noisy vector into r additive shares over Z_q and sends one message
+(coordinate, share) per share. The analyzer sums mod q per coordinate and decodes the
+representative in the window [-decode_low, q - 1 - decode_low].
+
+What is fixed here (with the slips of the App. F text corrected, see seeds/INDEX.md):
+
+* Sensitivity. The l1-sensitivity of the scaled, rounded level-i vector is
+  Delta_i = B (add/remove one user) or Delta_i = 2B (replace one user, n public: the
+  neighbour notion of the summation protocol of [BBGN20] that App. F uses), for both rounding
+  rules (entries >= 0 and level sum <= B).
+* Noise. a_i = exp(-eps_i / Delta_i) -- NOT e^{-eps_i} as printed in App. F. The sum over
+  n_min users of Polya(1/n_min, a) - Polya(1/n_min, a) is exactly DL(a) (seed 001, Thm 4.2
+  and eq. 4), P(Z = k) = (1 - a)/(1 + a) a^{|k|}, which is eps_i-DP for sensitivity Delta_i.
+  The per-level budgets eps_i follow seed 000's split (proof of Thm 3.1) and add up to eps by
+  basic composition.
+* Dropouts (seed 001, Sec. 4): the Polya shape is 1/n_min with n_min = ceil((1 - dropout) n),
+  so any >= n_min surviving users still contribute at least DL(a_i). If more users drop out
+  the guarantee is void (the protocol must then release nothing).
+* Modulus with headroom. App. F sets q = B n, but a cell holding all the mass then sums to
+  B n = 0 mod q and negative noise wraps. Here every true sum lies in [0, n B]; with t the
+  smallest integer such that m P(|noise| > t) <= wrap_target (per coordinate tail, union over
+  the m coordinates), q = n B + 2 t + 1 and decode_low = t ("shifted" window, the minimal q),
+  or q = 2 (n B + t) + 1 and decode_low = n B + t ("centred" window). The tail of DL(a) is
+  exact: P(|Z| > t) = 2 a^{t+1} / (1 + a). With dropout > 0 and all n users present the noise
+  is X - Y with X, Y ~ NegBin(n / n_min, a) and P(|X - Y| > t) <= 2 P(X > t) is used.
+  Wrap-around costs accuracy, never privacy (reduction mod q is post-processing).
+* Number of shares (App. F, quoting [BBGN20] Cor. 6 and Lemma 5.2):
+  r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), recomputed here with the q
+  actually used (with headroom) and with n_min in place of n (fewest users whose messages
+  are mixed; conservative).
+* Communication: r m messages of ceil(log2(m q)) bits (App. F, "Communication").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import nbinom
+
+from shuffledp.accounting import _validate as v
+from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
+from shuffledp.accounting.guarantee import ADD_REMOVE_ONE, REPLACE_ONE, Guarantee
+
+ROUNDING_RULES = ("floor", "largest_remainder")
+NEIGHBOURS = ("replace", "add_remove")
+DECODINGS = ("shifted", "centred")
+
+
+@dataclass(frozen=True)
+class SummationParameters:
+    """Everything the shuffle summation protocol needs, with its privacy guarantee.
+
+    Attributes
+    ----------
+    n, n_min : int
+        Users provisioned for, and fewest survivors for which the guarantee holds.
+    epsilon, delta : float
+        Target (eps, delta) of the release.
+    B : int
+        Scaling factor.
+    m : int
+        Number of coordinates (sum of the measured level sizes).
+    level_sizes : tuple of int
+        m_i of every measured level (first = start level).
+    levels : tuple of int or None
+        Pyramid level index of every measured level (None when built from level_sizes).
+    rounding, neighbour, decoding : str
+    dropout : float
+    level_epsilons : tuple of float
+        eps_i (sum <= epsilon).
+    level_sensitivities : tuple of int
+        Delta_i (B or 2B).
+    dl_parameters : tuple of float
+        a_i = exp(-eps_i / Delta_i): the total noise per coordinate of level i is DL(a_i).
+    polya_shape : float
+        1 / n_min: every user draws Polya(polya_shape, a_i) - Polya(polya_shape, a_i).
+    level_noise_std : tuple of float
+        Standard deviation of DL(a_i), sqrt(2 a_i) / (1 - a_i) (seed 001 eq. 5).
+    headroom : int
+        t: the noise stays in [-t, t] on every coordinate except with prob. wrap_probability.
+    q : int
+        Modulus.
+    decode_low : int
+        A sum s mod q decodes to ((s + decode_low) mod q) - decode_low.
+    r : int
+        Shares per coordinate.
+    messages_per_user, bits_per_message, bits_per_user : int
+        r m, ceil(log2(m q)), r m ceil(log2(m q)).
+    wrap_target, wrap_probability : float
+        Requested and achieved union bound on any coordinate leaving the decoding window.
+    delta_parts : dict
+        How delta is spent.
+    guarantee : Guarantee
+    notes : tuple of str
+    """
+
+    n: int
+    n_min: int
+    epsilon: float
+    delta: float
+    B: int
+    m: int
+    level_sizes: tuple[int, ...]
+    levels: tuple[int, ...] | None
+    rounding: str
+    neighbour: str
+    decoding: str
+    dropout: float
+    level_epsilons: tuple[float, ...]
+    level_sensitivities: tuple[int, ...]
+    dl_parameters: tuple[float, ...]
+    polya_shape: float
+    level_noise_std: tuple[float, ...]
+    headroom: int
+    q: int
+    decode_low: int
+    r: int
+    messages_per_user: int
+    bits_per_message: int
+    bits_per_user: int
+    wrap_target: float
+    wrap_probability: float
+    delta_parts: dict = field(default_factory=dict, compare=False)
+    guarantee: Guarantee | None = field(default=None, compare=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def start(self) -> int | None:
+        """First measured pyramid level (None when built from level_sizes)."""
+        return None if self.levels is None else self.levels[0]
+
+    def coordinate_level(self) -> np.ndarray:
+        """Index (into the measured levels) of every one of the m coordinates."""
+        return np.repeat(np.arange(len(self.level_sizes)), self.level_sizes)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for k in (
+            "n", "n_min", "epsilon", "delta", "B", "m", "level_sizes", "levels", "rounding",
+            "neighbour", "decoding", "dropout", "level_epsilons", "level_sensitivities",
+            "dl_parameters", "polya_shape", "level_noise_std", "headroom", "q", "decode_low",
+            "r", "messages_per_user", "bits_per_message", "bits_per_user", "wrap_target",
+            "wrap_probability",
+        ):
+            val = getattr(self, k)
+            out[k] = list(val) if isinstance(val, tuple) else val
+        out["delta_parts"] = dict(self.delta_parts)
+        out["notes"] = list(self.notes)
+        out["guarantee"] = None if self.guarantee is None else self.guarantee.to_dict()
+        return out
+
+
+# --------------------------------------------------------------------------- tails
+def dl_tail(a: float, t: int) -> float:
+    """P(|Z| > t) for Z ~ DL(a): 2 a^{t+1} / (1 + a) (exact)."""
+    return math.exp(math.log(2.0) + (t + 1) * math.log(a) - math.log1p(a))
+
+
+def noise_tail(a: float, t: int, shape: float = 1.0) -> float:
+    """Upper bound on P(|X - Y| > t), X, Y iid NegBin(shape, a) (exact for shape = 1).
+
+    shape = 1 is DL(a) (exact formula); otherwise 2 P(X > t) (union bound).
+    """
+    if shape == 1.0:
+        return dl_tail(a, t)
+    return min(1.0, 2.0 * float(nbinom.sf(t, shape, 1.0 - a)))
+
+
+def _headroom(a: float, shape: float, target: float) -> int:
+    """Smallest integer t >= 0 with noise_tail(a, t, shape) <= target."""
+    if shape == 1.0:
+        # 2 a^{t+1}/(1+a) <= target  <=>  (t+1) ln a <= ln(target (1+a)/2)
+        t = max(0, math.ceil(math.log(target * (1.0 + a) / 2.0) / math.log(a)) - 1)
+    else:
+        t = max(0, int(nbinom.isf(target / 2.0, shape, 1.0 - a)))
+    while noise_tail(a, t, shape) > target:
+        t += 1
+    while t > 0 and noise_tail(a, t - 1, shape) <= target:
+        t -= 1
+    return t
+
+
+def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
+    """r of App. F (seed 000; [BBGN20] Cor. 6 / Lemma 5.2).
+
+    r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), with ln(e^eps + 1)
+    evaluated as eps + log1p(e^{-eps}).
+    """
+    epsilon = v.positive("epsilon", epsilon)
+    delta = v.probability("delta", delta)
+    m = v.count("m", m, 1)
+    q = v.count("q", q, 2)
+    n = v.count("n", n, 2)
+    num = 2.0 * (epsilon + math.log1p(math.exp(-epsilon))) + 2.0 * math.log(m / delta)
+    num += math.log(q)
+    return math.ceil(num / math.log(n) + 1.0)
+
+
+# --------------------------------------------------------------------------- main entry
+def summation_parameters(
+    *,
+    n: int,
+    epsilon: float,
+    delta: float,
+    B: int,
+    grid=None,
+    level_sizes: Sequence[int] | None = None,
+    w: int = 20,
+    gamma: float = DEFAULT_GAMMA,
+    rounding: str = "largest_remainder",
+    neighbour: str = "replace",
+    dropout: float = 0.0,
+    wrap_target: float = 1e-12,
+    decoding: str = "shifted",
+) -> SummationParameters:
+    """Derive q, r, noise and communication of the App. F shuffle heatmap protocol.
+
+    Parameters
+    ----------
+    n : int
+        Users provisioned for (>= 2; public).
+    epsilon : float
+        Total epsilon (> 0), split over the measured levels (seed 000, proof of Thm 3.1).
+    delta : float
+        In (0, 1): spent on the split-and-mix hiding of [BBGN20].
+    B : int
+        Scaling factor (>= 1).
+    grid : Grid or str, optional
+        The heatmap grid (``Grid`` or ``"WIDTHxHEIGHT"``); measured levels are
+        start..L with start = min(floor(log2 sqrt(w)), L) (seed 000, Sec. 4).
+    level_sizes : sequence of int, optional
+        Alternative to ``grid``: the sizes m_i of the measured levels, first one weighted
+        gamma^0.
+    w : int, default 20
+        Reconstruct's top-w; fixes the start level (grid only).
+    gamma : float, default 1/sqrt(2)
+        Decay of the per-level budget.
+    rounding : {"largest_remainder", "floor"}
+    neighbour : {"replace", "add_remove"}
+        ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
+        [BBGN20]). ``add_remove``: Delta_i = B; note that the number of messages reveals the
+        number of users.
+    dropout : float, default 0
+        Declared dropout fraction in [0, 1); n_min = ceil((1 - dropout) n) must be >= 2.
+    wrap_target : float, default 1e-12
+        Bound on the probability that the noise pushes any coordinate out of the decoding
+        window (union bound over the m coordinates).
+    decoding : {"shifted", "centred"}
+        Decoding window [-t, q - 1 - t] (minimal q) or centred (q = 2 (n B + t) + 1).
+
+    Returns
+    -------
+    SummationParameters
+    """
+    n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target, \
+        decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
+                                 neighbour, dropout, wrap_target, decoding)
+    m = int(sum(sizes))
+    # seed 001 Sec. 4: over-provision the noise for the declared dropout fraction
+    n_min = math.ceil((1.0 - dropout) * n - 1e-9)
+    if n_min < 2:
+        raise ValueError(
+            f"dropout={dropout} leaves n_min = ceil((1 - dropout) n) = {n_min} < 2 users "
+            f"for n={n}"
+        )
+    budgets = tuple(float(e) for e in level_budgets(eps, 0, len(sizes) - 1, gamma))
+    # scaled rounded level vectors: entries in [0, B], level sum <= B (both rules)
+    sens_one = B if neighbour == "add_remove" else 2 * B
+    sens = tuple(sens_one for _ in sizes)
+    # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in seed 000 App. F)
+    a = tuple(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
+    std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
+                for ai, e, s in zip(a, budgets, sens, strict=True))
+    shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
+    per_coord = wrap_target / m
+    t = max(_headroom(ai, shape, per_coord) for ai in a)
+    if decoding == "shifted":
+        q = n * B + 2 * t + 1
+        low = t
+    else:
+        q = 2 * (n * B + t) + 1
+        low = n * B + t
+    margin = min(low, q - 1 - low - n * B)  # = t in both layouts
+    wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
+                                                                               strict=True)))
+    r = shares_needed(eps, delta, m, q, n_min)
+    bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
+    neighbour_text = REPLACE_ONE if neighbour == "replace" else ADD_REMOVE_ONE
+    notes = [
+        f"holds while at least n_min={n_min} users' messages are all delivered "
+        "(seed 001 Sec. 4); with fewer survivors the noise is below DL(a_i) and nothing "
+        "may be released",
+        "r from App. F ([BBGN20] Cor. 6 / Lemma 5.2) recomputed with the modulus q with "
+        "headroom and with n_min users",
+        f"modulus has headroom t={t}: all sums decode exactly except with probability "
+        f"<= {wrap:.3g} (wrap-around affects accuracy only)",
+    ]
+    if neighbour == "add_remove":
+        notes.append("add/remove: the number of messages reveals the number of users; "
+                     "[BBGN20]'s split-and-mix analysis is for a fixed, public n")
+    g = Guarantee(
+        notion="approximate", model="shuffle", epsilon=float(sum(budgets)), delta=delta,
+        neighbour=neighbour_text,
+        theorem=(
+            "seed 000 App. F with [BBGN20] Cor. 6/Lemma 5.2 (split-and-mix, delta); "
+            "distributed discrete Laplace from Polya differences (seed 001 Thm 4.2, eq. 4) "
+            "per level, eps_i split of seed 000 proof of Thm 3.1 (basic composition)"
+        ),
+        parameters={"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
+                    "rounding": rounding, "dropout": dropout,
+                    "level_epsilons": list(budgets), "dl_parameters": list(a)},
+        notes=tuple(notes),
+    )
+    return SummationParameters(
+        n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
+        levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,
+        dropout=dropout, level_epsilons=budgets, level_sensitivities=sens, dl_parameters=a,
+        polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
+        messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
+        wrap_target=wrap_target, wrap_probability=wrap,
+        delta_parts={"split_and_mix": delta}, guarantee=g, notes=tuple(notes),
+    )
+
+
+def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, neighbour,
+                  dropout, wrap_target, decoding):
+    n = v.count("n", n, 2)
+    eps = v.positive("epsilon", epsilon)
+    delta = v.probability("delta", delta)
+    B = v.count("B", B, 1)
+    gamma = v.positive("gamma", gamma)
+    rounding = v.choice("rounding", rounding, ROUNDING_RULES)
+    neighbour = v.choice("neighbour", neighbour, NEIGHBOURS)
+    decoding = v.choice("decoding", decoding, DECODINGS)
+    dropout = v.probability("dropout", dropout, closed_low=True)
+    wrap_target = v.probability("wrap_target", wrap_target)
+    if (grid is None) == (level_sizes is None):
+        raise ValueError(
+            f"give exactly one of grid and level_sizes, got grid={grid!r}, "
+            f"level_sizes={level_sizes!r}"
+        )
+    levels = None
+    if grid is not None:
+        from shuffledp.grid import Grid
+
+        if not isinstance(grid, Grid):
+            try:
+                grid = Grid.parse(grid)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"grid must be a Grid or 'WIDTHxHEIGHT', got grid={grid!r}: "
+                                 f"{exc}") from None
+        w = v.count("w", w, 1)
+        start = min(start_level(w), grid.depth)
+        levels = tuple(range(start, grid.depth + 1))
+        sizes = tuple(grid.level_size(i) for i in levels)
+    else:
+        if isinstance(level_sizes, (str, bytes)) or not isinstance(level_sizes, Sequence):
+            raise TypeError(f"level_sizes must be a sequence of integers, got "
+                            f"level_sizes={level_sizes!r}")
+        if len(level_sizes) == 0:
+            raise ValueError("level_sizes must not be empty, got level_sizes=[]")
+        sizes = tuple(v.count(f"level_sizes[{k}]", s, 1) for k, s in enumerate(level_sizes))
+    return (n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target,
+            decoding)
