@@ -1,6 +1,72 @@
-"""Privacy accounting: guarantee records, budget splits, amplification bounds."""
+"""Privacy accounting: guarantee records, budget splits, amplification bounds.
 
-from shuffledp.accounting.budget import level_budgets, start_level
+Modules
+-------
+guarantee       the :class:`Guarantee` record carried by every release
+budget          seed 000 per-level split; seed 001 noise <-> budget conversions (eqs. 5, 7-9)
+clones          amplification by shuffling of eps0-LDP reports: closed form and exact numerics
+metric_shuffle  PrivEMDItemWise (seed 004 Thm 4.3/4.4), its inverse and baselines
+summation       parameters of the App. F shuffle summation protocol (q, r, noise, bits)
+reductions      BoundedEMDReduction (seed 004 Thm 5.3)
+"""
+
+from shuffledp.accounting.budget import (
+    dl_epsilon_for_std,
+    dl_std,
+    level_budgets,
+    next_query_epsilon,
+    polya_shape,
+    start_level,
+    target_std,
+)
+from shuffledp.accounting.clones import (
+    ShuffleBound,
+    clones_closed_form,
+    clones_numerical,
+    reduction_divergence,
+    shuffle_ldp,
+)
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.metric_shuffle import (
+    ItemwiseBound,
+    ItemwiseInverse,
+    asymptotic_alpha0,
+    composition_alpha,
+    emd_itemwise,
+    emd_itemwise_alpha0,
+)
+from shuffledp.accounting.reductions import (
+    ReductionBound,
+    reduction_alpha,
+    reduction_epsilon,
+    reduction_samples,
+)
+from shuffledp.accounting.summation import SummationParameters, summation_parameters
 
-__all__ = ["Guarantee", "level_budgets", "start_level"]
+__all__ = [
+    "Guarantee",
+    "ItemwiseBound",
+    "ItemwiseInverse",
+    "ReductionBound",
+    "ShuffleBound",
+    "SummationParameters",
+    "asymptotic_alpha0",
+    "clones_closed_form",
+    "clones_numerical",
+    "composition_alpha",
+    "dl_epsilon_for_std",
+    "dl_std",
+    "emd_itemwise",
+    "emd_itemwise_alpha0",
+    "level_budgets",
+    "next_query_epsilon",
+    "polya_shape",
+    "reduction_alpha",
+    "reduction_divergence",
+    "reduction_epsilon",
+    "reduction_samples",
+    "shuffle_ldp",
+    "start_level",
+    "summation_parameters",
+    "target_std",
+]

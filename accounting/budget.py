@@ -55,3 +55,100 @@ def level_budgets(
     if excess > 0:
         out[-1] -= excess
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Seed 001 (Bagdasaryan et al., PoPETs 2022): noise <-> budget conversions of the adaptive
+# hierarchical histogram (Sec. 5.3-5.4, eqs. 5, 7, 8, 9) and dropout over-provisioning
+# (Sec. 4). Discrete Laplace DL(beta), beta = e^{-eps/Delta}, has variance 2 beta/(1-beta)^2.
+# ---------------------------------------------------------------------------------------
+def _pos(name: str, value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {name}={value!r}") from None
+    if not (x > 0 and math.isfinite(x)):
+        raise ValueError(f"{name} must be a finite number > 0, got {name}={value!r}")
+    return x
+
+
+def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
+    """sigma = tau(eps, Delta) = sqrt(2 beta) / (1 - beta), beta = e^{-eps/Delta} (seed 001 eq. 5).
+
+    The standard deviation of discrete Laplace noise that is eps-DP for l1-sensitivity Delta.
+    Evaluated with expm1 so that small eps/Delta keeps full precision.
+    """
+    eps = _pos("epsilon", epsilon)
+    delta_s = _pos("sensitivity", sensitivity)
+    x = eps / delta_s
+    return math.sqrt(2.0 * math.exp(-x)) / (-math.expm1(-x))
+
+
+def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
+    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) (seed 001 eq. 8).
+
+    Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
+    eps = Delta ln((sigma^2 + 1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number
+    because (sigma^2 + 1)^2 - (2 sigma^2 + 1) = sigma^4.
+    """
+    s = _pos("sigma", sigma)
+    delta_s = _pos("sensitivity", sensitivity)
+    s2 = s * s
+    return delta_s * math.log((s2 + 1.0 + math.sqrt(2.0 * s2 + 1.0)) / s2)
+
+
+def target_std(c: float, users: int, cells: int, s_max: int) -> float:
+    """sigma~ = tau_target(c, U, T, S_max) = c (U/T) sqrt(ceil(S_max / U)) (seed 001 eq. 7).
+
+    Parameters
+    ----------
+    c : float
+        Calibration parameter (> 0, typically < 1).
+    users : int
+        U, users in the sub-query.
+    cells : int
+        T, cells (length of the aggregated vector).
+    s_max : int
+        Largest secure-aggregation shard.
+
+    Notes
+    -----
+    Eq. 7 is printed with ceil(S_max / U); with U > S_max that factor is 1. The text motivates
+    the factor by "noise variance accumulation when the number of users exceeds the limit on
+    one shard", which would suggest ceil(U / S_max); we implement the equation as printed.
+    """
+    c = _pos("c", c)
+    for name, val in (("users", users), ("cells", cells), ("s_max", s_max)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {name}={val!r}")
+    return c * users / cells * math.sqrt(math.ceil(s_max / users))
+
+
+def next_query_epsilon(eps_remaining: float, eps_tilde: float, b: float) -> float:
+    """eps = gamma(eps_rem, eps~) of seed 001 eq. 9: eps~ if b eps~ <= eps_rem, else eps_rem."""
+    rem = _pos("eps_remaining", eps_remaining)
+    et = _pos("eps_tilde", eps_tilde)
+    bb = _pos("b", b)
+    return et if bb * et <= rem else rem
+
+
+def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
+    """Polya shape 1 / n_min, n_min = ceil((1 - dropout) S) (seed 001 Sec. 4, "Handling dropouts").
+
+    ``dropout`` is the dropout *fraction* (the 0.95 in Alg. 1's constants is a slip for
+    0.05, see seeds/INDEX.md). Any n_min or more surviving users then sum to at least
+    discrete Laplace noise.
+    """
+    if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) \
+            or shard_size < 1:
+        raise ValueError(f"shard_size must be an integer >= 1, got shard_size={shard_size!r}")
+    try:
+        d = float(dropout)
+    except (TypeError, ValueError):
+        raise TypeError(f"dropout must be a real number, got dropout={dropout!r}") from None
+    if not (0.0 <= d < 1.0):
+        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
+    n_min = math.ceil((1.0 - d) * int(shard_size) - 1e-9)
+    if n_min < 1:
+        raise ValueError(f"dropout={dropout} leaves no user of shard_size={shard_size}")
+    return 1.0 / n_min
