@@ -197,6 +197,7 @@ class _Mixture:
     w: np.ndarray
     dropped: float
     rho: float
+    ad: float  # alpha0 * d
 
 
 def _mixture(N: int, alpha0: float, d: float, tail: float) -> _Mixture:
@@ -204,7 +205,7 @@ def _mixture(N: int, alpha0: float, d: float, tail: float) -> _Mixture:
     trials = N - 1
     rho = 1.0 / (1.0 + math.exp(-alpha0 * d))  # = e^{a d} / (1 + e^{a d})
     if trials == 0:
-        return _Mixture(np.zeros(1, dtype=np.int64), np.ones(1), 0.0, rho)
+        return _Mixture(np.zeros(1, dtype=np.int64), np.ones(1), 0.0, rho, alpha0 * d)
     lo = int(binom.ppf(tail / 2.0, trials, p))
     hi = int(binom.isf(tail / 2.0, trials, p))
     lo = max(0, lo - 1)
@@ -216,7 +217,7 @@ def _mixture(N: int, alpha0: float, d: float, tail: float) -> _Mixture:
         dropped += float(binom.cdf(lo - 1, trials, p))
     if hi < trials:
         dropped += float(binom.sf(hi, trials, p))
-    return _Mixture(c, w, dropped, rho)
+    return _Mixture(c, w, dropped, rho, alpha0 * d)
 
 
 def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -239,7 +240,9 @@ def _divergence(mix: _Mixture, eps: float) -> tuple[float, float]:
     """(lower, upper) estimates of D_{e^eps}(P || Q) for the truncated mixture."""
     rho = mix.rho
     E = math.exp(eps)
-    A = rho - E * (1.0 - rho)  # coefficient of S(k - 1)
+    # coefficient of S(k - 1): rho - E (1 - rho) = (1 - rho) E (e^{alpha0 d - eps} - 1),
+    # written with expm1 so that it is exactly 0 at eps = alpha0 d
+    A = (1.0 - rho) * E * math.expm1(mix.ad - eps)
     if A <= 0.0:  # e^eps >= rho / (1 - rho) = e^{alpha0 d}: the pair is eps-indistinguishable
         return 0.0, 0.0
     Bc = (1.0 - rho) - E * rho  # coefficient of S(k) (negative)

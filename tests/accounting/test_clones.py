@@ -1,0 +1,194 @@
+"""Clones bound: closed form vs mpmath, exact divergence vs brute force, bounds and monotonicity."""
+
+import math
+import time
+
+import mpmath as mp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binom
+
+from shuffledp.accounting.clones import (
+    clones_closed_form,
+    clones_formula,
+    clones_numerical,
+    clones_validity_limit,
+    reduction_divergence,
+    shuffle_ldp,
+)
+
+
+def mp_closed(n, eps0, delta):
+    mp.mp.dps = 50
+    e0, dl = mp.mpf(eps0), mp.mpf(delta)
+    k = 8 * mp.sqrt(mp.e**e0 * mp.log(4 / dl)) / mp.sqrt(n) + 8 * mp.e**e0 / n
+    return float(mp.log(1 + (mp.e**e0 - 1) / (mp.e**e0 + 1) * k))
+
+
+@pytest.mark.parametrize("n,eps0,delta", [(10**5, 1.0, 1e-6), (10**4, 0.5, 1e-8),
+                                          (10**8, 4.0, 1e-8), (12345, 2.0, 1e-6)])
+def test_closed_form_matches_mpmath(n, eps0, delta):
+    ref = mp_closed(n, eps0, delta)
+    assert clones_formula(n, eps0, delta) == pytest.approx(ref, rel=1e-12)
+    b = clones_closed_form(n, eps0, delta)
+    assert b.valid and b.epsilon == pytest.approx(min(eps0, ref), rel=1e-12)
+
+
+def test_closed_form_value_at_issue_point():
+    # issue: "closed form: about 0.075" (0.0753 before the log, 0.0726 after)
+    assert clones_closed_form(10**5, 1.0, 1e-6).epsilon == pytest.approx(0.07255, abs=1e-4)
+
+
+def test_closed_form_validity_boundary_exact():
+    n, delta = 10**5, 1e-6
+    limit = math.log(n / (16 * math.log(2 / delta)))
+    assert clones_validity_limit(n, delta) == limit
+    assert clones_closed_form(n, limit, delta).valid
+    above = clones_closed_form(n, math.nextafter(limit, 10.0), delta)
+    assert not above.valid
+    assert above.epsilon == math.nextafter(limit, 10.0) and above.delta == 0.0
+    assert "ln(n/(16 ln(2/delta)))" in above.notes[0]
+
+
+def brute_divergence(n, eps0, eps, d=1.0):
+    """Independent exact D_{e^eps}(P||Q): enumerate (C, A, Delta) with mpmath."""
+    mp.mp.dps = 40
+    p = mp.e ** (-mp.mpf(eps0))
+    beta = 1 / (1 + mp.e ** (mp.mpf(eps0) * d))
+    P, Q = {}, {}
+    for c in range(n):
+        wc = mp.binomial(n - 1, c) * p**c * (1 - p) ** (n - 1 - c)
+        for a in range(c + 1):
+            wa = wc * mp.binomial(c, a) / mp.mpf(2) ** c
+            for dl, wd in ((0, 1 - beta), (1, beta)):
+                kp = (a + 1 - dl, c - a + dl)
+                kq = (a + dl, c - a + 1 - dl)
+                P[kp] = P.get(kp, 0) + wa * wd
+                Q[kq] = Q.get(kq, 0) + wa * wd
+    E = mp.e ** mp.mpf(eps)
+    keys = set(P) | set(Q)
+    return float(sum(max(mp.mpf(0), P.get(k, 0) - E * Q.get(k, 0)) for k in keys))
+
+
+@pytest.mark.parametrize("n,eps0,eps,d", [(25, 1.0, 0.3, 1.0), (40, 2.0, 0.5, 1.0),
+                                          (30, 1.5, 0.2, 0.4), (1, 1.0, 0.5, 1.0),
+                                          (12, 0.5, 0.0, 1.0)])
+def test_divergence_matches_brute_force(n, eps0, eps, d):
+    lo, hi = reduction_divergence(n, eps0, eps, d=d)
+    ref = brute_divergence(n, eps0, eps, d)
+    assert lo <= ref * (1 + 1e-9) + 1e-15
+    assert hi >= ref * (1 - 1e-9) - 1e-15
+    assert hi - lo <= 1e-8 * max(ref, 1e-12)  # the stated floating-point allowance
+
+
+def test_divergence_zero_above_eps0():
+    assert reduction_divergence(1000, 1.0, 1.0) == (0.0, 0.0)
+
+
+def test_single_user_gives_eps0():
+    b = clones_numerical(1, 1.0, 1e-6)
+    assert b.epsilon == 1.0  # no one to hide among: randomized response itself
+
+
+def exact_shuffled_binary_rr(n, eps0, delta):
+    """Exact eps of shuffled binary randomized response (others fixed to 0): a lower bound on
+    what any valid shuffle bound must certify."""
+    q = 1.0 / (1.0 + math.exp(eps0))
+    k = np.arange(n + 1)
+    base = binom.pmf(np.arange(n), n - 1, q)
+    P = np.zeros(n + 1)
+    Q = np.zeros(n + 1)
+    P[:-1] += base * (1 - q)  # x1 = 0 reports 0 w.p. 1-q
+    P[1:] += base * q
+    Q[:-1] += base * q        # x1 = 1 reports 1 w.p. 1-q
+    Q[1:] += base * (1 - q)
+    del k
+
+    def div(e):
+        return max(np.maximum(P - math.exp(e) * Q, 0).sum(),
+                   np.maximum(Q - math.exp(e) * P, 0).sum())
+
+    lo, hi = 0.0, eps0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if div(mid) <= delta else (mid, hi)
+    return lo
+
+
+@pytest.mark.parametrize("n,eps0", [(1000, 1.0), (10000, 2.0), (500, 0.5)])
+def test_numerical_bound_dominates_an_exact_mechanism(n, eps0):
+    delta = 1e-6
+    b = clones_numerical(n, eps0, delta)
+    assert b.epsilon >= exact_shuffled_binary_rr(n, eps0, delta)
+
+
+def test_issue_target_n1e5():
+    t = time.perf_counter()
+    b = clones_numerical(10**5, 1.0, 1e-6)
+    dt = time.perf_counter() - t
+    assert b.epsilon <= 0.016
+    assert dt <= 0.5
+    assert b.epsilon_lower <= b.epsilon
+    assert b.tolerance == pytest.approx(b.epsilon - b.epsilon_lower)
+    assert b.tolerance <= 2e-3 * b.epsilon
+    # the upper end is certified and the lower end is not
+    assert reduction_divergence(10**5, 1.0, b.epsilon, tail=1e-10)[1] <= 1e-6
+    assert reduction_divergence(10**5, 1.0, b.epsilon_lower, tail=1e-10)[0] > 1e-6
+    assert b.guarantee.model == "shuffle" and b.guarantee.delta == 1e-6
+
+
+@pytest.mark.slow
+def test_n1e8_within_five_seconds():
+    t = time.perf_counter()
+    b = clones_numerical(10**8, 1.0, 1e-6)
+    assert time.perf_counter() - t <= 5.0
+    assert 0 < b.epsilon_lower <= b.epsilon < clones_closed_form(10**8, 1.0, 1e-6).epsilon
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(200, 20000), eps0=st.floats(0.2, 3.0), dn=st.integers(1, 5000),
+       de=st.floats(0.01, 1.0))
+def test_monotone_in_n_and_eps0(n, eps0, dn, de):
+    delta = 1e-6
+    b = clones_numerical(n, eps0, delta)
+    assert b.epsilon_lower <= b.epsilon <= eps0
+    if clones_closed_form(n, eps0, delta).valid:
+        assert b.epsilon <= clones_closed_form(n, eps0, delta).epsilon
+    assert clones_numerical(n + dn, eps0, delta).epsilon <= b.epsilon
+    assert clones_numerical(n, eps0 + de, delta).epsilon >= b.epsilon
+    # lower bounds move the same way (up to one grid step)
+    assert clones_numerical(n + dn, eps0, delta).epsilon_lower <= b.epsilon
+
+
+def test_shuffle_ldp_dispatch_and_validation_messages():
+    assert shuffle_ldp(1000, 1.0, 1e-6, "closed-form").method == "closed-form"
+    with pytest.raises(ValueError, match=r"method must be one of .*got method='exact'"):
+        shuffle_ldp(1000, 1.0, 1e-6, "exact")
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\), got delta=1.0"):
+        clones_numerical(1000, 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 1\), got delta=0"):
+        clones_closed_form(1000, 1.0, 0)
+    with pytest.raises(ValueError, match=r"eps0 must be a finite number > 0, got eps0=0"):
+        clones_numerical(1000, 0, 1e-6)
+    with pytest.raises(ValueError, match=r"eps0 must be a finite number > 0, got eps0=-1"):
+        clones_closed_form(1000, -1, 1e-6)
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1, got n=0"):
+        clones_numerical(0, 1.0, 1e-6)
+    with pytest.raises(TypeError, match=r"n must be an integer, got n=2.5"):
+        clones_closed_form(2.5, 1.0, 1e-6)
+    with pytest.raises(TypeError, match=r"n must be an integer, got n=True"):
+        clones_closed_form(True, 1.0, 1e-6)
+    with pytest.raises(ValueError, match=r"rtol must be in \(0, 0.5\], got rtol=0.9"):
+        clones_numerical(1000, 1.0, 1e-6, rtol=0.9)
+    with pytest.raises(ValueError, match=r"d must be in \(0, 1\], got d=1.5"):
+        clones_numerical(1000, 1.0, 1e-6, d=1.5)
+    with pytest.raises(ValueError, match=r"eps must be >= 0, got eps=-0.1"):
+        reduction_divergence(100, 1.0, -0.1)
+    with pytest.raises(ValueError, match=r"eps0 must be <= 700"):
+        clones_numerical(100, 800.0, 1e-6)
+    with pytest.raises(TypeError, match="closed-form takes no extra arguments"):
+        shuffle_ldp(100, 1.0, 1e-6, "closed-form", rtol=0.1)
+    # 1e5 given as a float is an integer count
+    assert clones_closed_form(1e5, 1.0, 1e-6).n == 100000
