@@ -1,0 +1,145 @@
+"""App. F summation parameters: calibration, headroom, r, bits, dropouts, validation."""
+
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+from scipy.stats import nbinom
+
+from shuffledp.accounting.budget import level_budgets
+from shuffledp.accounting.summation import (
+    dl_tail,
+    noise_tail,
+    shares_needed,
+    summation_parameters,
+)
+from shuffledp.grid import Grid
+from shuffledp.pyramid import n_coordinates
+
+
+def decode(s, q, low):
+    return ((s + low) % q) - low
+
+
+def test_paper_setting_320x240():
+    p = summation_parameters(n=50, epsilon=5, delta=1e-5, B=1000, grid="320x240")
+    g = Grid(320, 240)
+    assert p.levels == tuple(range(2, g.depth + 1))  # w = 20 -> start level 2
+    assert p.m == n_coordinates(g, 2) == sum(p.level_sizes)
+    # calibrated to Delta_i = 2B (replace one user), NOT e^{-eps_i}
+    eps_i = level_budgets(5.0, 0, len(p.level_sizes) - 1)
+    assert p.level_sensitivities == (2000,) * len(p.level_sizes)
+    assert np.allclose(p.dl_parameters, np.exp(-eps_i / 2000), rtol=1e-15)
+    assert sum(p.level_epsilons) <= 5.0 + 1e-12
+    assert p.guarantee.epsilon <= 5.0 and p.guarantee.delta == 1e-5
+    assert p.guarantee.neighbour == "replace one user (n public)"
+    # q with headroom and shifted window
+    assert p.q == 50 * 1000 + 2 * p.headroom + 1 and p.decode_low == p.headroom
+    assert p.q != 50 * 1000  # App. F's q = Bn is refused
+    # communication
+    assert p.bits_per_message == math.ceil(math.log2(p.m * p.q))
+    assert p.messages_per_user == p.r * p.m
+    assert p.bits_per_user == p.r * p.m * p.bits_per_message
+
+
+def test_headroom_is_minimal_and_wrap_bounded():
+    p = summation_parameters(n=200, epsilon=1, delta=1e-6, B=100, level_sizes=[4, 16, 64])
+    per = p.wrap_target / p.m
+    tails = [dl_tail(a, p.headroom) for a in p.dl_parameters]
+    assert max(tails) <= per
+    assert max(dl_tail(a, p.headroom - 1) for a in p.dl_parameters) > per
+    assert p.wrap_probability <= p.wrap_target
+    assert p.wrap_probability == pytest.approx(
+        sum(mi * t for mi, t in zip(p.level_sizes, tails, strict=True)), rel=1e-12)
+
+
+def test_dl_tail_matches_pmf_sum():
+    mp.mp.dps = 40
+    a, t = 0.97, 25
+    pmf = lambda k: (1 - mp.mpf(a)) / (1 + mp.mpf(a)) * mp.mpf(a) ** abs(k)  # noqa: E731
+    ref = 1 - mp.fsum(pmf(k) for k in range(-t, t + 1))
+    assert dl_tail(a, t) == pytest.approx(float(ref), rel=1e-12)
+    assert noise_tail(a, t, 1.0) == dl_tail(a, t)
+    # shape > 1: union bound 2 P(X > t) >= exact tail of X - Y
+    x = np.arange(0, 2000)
+    px = nbinom.pmf(x, 1.3, 1 - a)
+    diff = np.convolve(px, px[::-1])
+    ks = np.arange(-1999, 2000)
+    exact = diff[np.abs(ks) > t].sum()
+    assert noise_tail(a, t, 1.3) >= exact
+
+
+def test_full_mass_cell_and_extreme_noise_decode():
+    p = summation_parameters(n=10, epsilon=2, delta=1e-6, B=50, level_sizes=[1, 4])
+    nB, t, q, low = 500, p.headroom, p.q, p.decode_low
+    for true in (0, nB):
+        for noise in (-t, 0, t):
+            assert decode((true + noise) % q, q, low) == true + noise
+    assert decode((nB + t + 1) % q, q, low) != nB + t + 1  # one beyond the window wraps
+    c = summation_parameters(n=10, epsilon=2, delta=1e-6, B=50, level_sizes=[1, 4],
+                             decoding="centred")
+    assert c.q == 2 * (nB + c.headroom) + 1 and c.decode_low == (c.q - 1) // 2
+    for v in (-c.headroom, nB + c.headroom):
+        assert decode(v % c.q, c.q, c.decode_low) == v
+
+
+def test_r_formula_with_mpmath():
+    mp.mp.dps = 40
+    p = summation_parameters(n=1000, epsilon=1.5, delta=1e-7, B=200, grid="64x48")
+    val = (2 * mp.log(mp.e ** mp.mpf(1.5) + 1) + 2 * mp.log(p.m / mp.mpf("1e-7"))
+           + mp.log(p.q)) / mp.log(1000) + 1
+    assert p.r == int(mp.ceil(val))
+    assert shares_needed(1.5, 1e-7, p.m, p.q, 1000) == p.r
+
+
+def test_neighbour_and_rounding():
+    a = summation_parameters(n=100, epsilon=1, delta=1e-6, B=30, level_sizes=[5],
+                             neighbour="add_remove", rounding="floor")
+    assert a.level_sensitivities == (30,)
+    assert a.dl_parameters[0] == pytest.approx(math.exp(-1 / 30), rel=1e-15)
+    assert a.guarantee.neighbour == "add/remove one user"
+    assert any("reveals the number of users" in s for s in a.notes)
+
+
+def test_dropout_over_provisioning():
+    p = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16],
+                             dropout=0.05)
+    assert p.n_min == 950 and p.polya_shape == 1 / 950
+    # r uses n_min users, headroom covers all n present (shape n / n_min)
+    assert p.r == shares_needed(1.0, 1e-6, p.m, p.q, 950)
+    full = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16])
+    assert p.headroom >= full.headroom
+    assert any("n_min=950" in s for s in p.guarantee.notes)
+    # n_min = ceil((1 - d) n) is exact at representable fractions
+    assert summation_parameters(n=10, epsilon=1, delta=1e-6, B=1, level_sizes=[1],
+                                dropout=0.1).n_min == 9
+
+
+def test_validation_messages():
+    kw = dict(n=100, epsilon=1, delta=1e-6, B=10, level_sizes=[4])
+    cases = [
+        (dict(n=1), ValueError, r"n must be an integer >= 2, got n=1"),
+        (dict(n=10.5), TypeError, r"n must be an integer, got n=10.5"),
+        (dict(epsilon=0), ValueError, r"epsilon must be a finite number > 0, got epsilon=0"),
+        (dict(delta=1.0), ValueError, r"delta must be in \(0, 1\), got delta=1.0"),
+        (dict(B=0), ValueError, r"B must be an integer >= 1, got B=0"),
+        (dict(rounding="ceil"), ValueError, r"rounding must be one of .*got rounding='ceil'"),
+        (dict(neighbour="swap"), ValueError, r"neighbour must be one of .*neighbour='swap'"),
+        (dict(decoding="x"), ValueError, r"decoding must be one of .*got decoding='x'"),
+        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got dropout=1.0"),
+        (dict(dropout=0.99), ValueError, r"dropout=0.99 leaves n_min .* = 1 < 2"),
+        (dict(wrap_target=0), ValueError, r"wrap_target must be in \(0, 1\), got wrap_target=0"),
+        (dict(gamma=-1), ValueError, r"gamma must be a finite number > 0, got gamma=-1"),
+        (dict(level_sizes=[]), ValueError, r"level_sizes must not be empty"),
+        (dict(level_sizes=[3, 0]), ValueError, r"level_sizes\[1\] must be an integer >= 1"),
+        (dict(level_sizes="4"), TypeError, r"level_sizes must be a sequence of integers"),
+        (dict(grid="8x8"), ValueError, r"give exactly one of grid and level_sizes"),
+    ]
+    for change, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            summation_parameters(**{**kw, **change})
+    with pytest.raises(ValueError, match=r"grid must be a Grid or 'WIDTHxHEIGHT', got grid='a'"):
+        summation_parameters(n=100, epsilon=1, delta=1e-6, B=10, grid="a")
+    with pytest.raises(ValueError, match=r"w must be an integer >= 1, got w=0"):
+        summation_parameters(n=100, epsilon=1, delta=1e-6, B=10, grid="8x8", w=0)
