@@ -88,13 +88,13 @@ def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
     """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) (seed 001 eq. 8).
 
     Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
-    eps = Delta ln((sigma^2 + 1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number
+    eps = Delta log1p((1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number
     because (sigma^2 + 1)^2 - (2 sigma^2 + 1) = sigma^4.
     """
     s = _pos("sigma", sigma)
     delta_s = _pos("sensitivity", sensitivity)
     s2 = s * s
-    return delta_s * math.log((s2 + 1.0 + math.sqrt(2.0 * s2 + 1.0)) / s2)
+    return delta_s * math.log1p((1.0 + math.sqrt(2.0 * s2 + 1.0)) / s2)
 
 
 def target_std(c: float, users: int, cells: int, s_max: int) -> float:

@@ -1,0 +1,139 @@
+"""Thm 5.3 reduction, seed 001 conversions, Guarantee record."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shuffledp.accounting import Guarantee
+from shuffledp.accounting.budget import (
+    dl_epsilon_for_std,
+    dl_std,
+    next_query_epsilon,
+    polya_shape,
+    target_std,
+)
+from shuffledp.accounting.reductions import (
+    discrete_group_privacy,
+    reduction_alpha,
+    reduction_epsilon,
+    reduction_samples,
+)
+
+
+def test_thm53_formula():
+    b = reduction_alpha(1.0, 0.1, 1000, 1e-6)
+    assert b.alpha == pytest.approx(1.0 / ((1 + math.sqrt(2)) * 0.1 + 3 / 1000 * math.log(1e6)))
+    assert b.guarantee.notion == "discrete_emd" and b.guarantee.delta == 2e-6
+    assert b.guarantee.parameters["r"] == 0.1
+
+
+@given(eps=st.floats(0.01, 10), r=st.floats(0.001, 1), s=st.integers(1, 10**6),
+       delta=st.floats(1e-12, 0.4))
+def test_reduction_round_trip(eps, r, s, delta):
+    a = reduction_alpha(eps, r, s, delta).alpha
+    assert reduction_epsilon(a, r, s, delta).epsilon == pytest.approx(eps, rel=1e-12)
+
+
+def test_reduction_samples_minimal():
+    s = reduction_samples(1.0, 3.0, 0.1, 1e-6)
+    assert reduction_alpha(1.0, 0.1, s, 1e-6).alpha >= 3.0
+    assert reduction_alpha(1.0, 0.1, s - 1, 1e-6).alpha < 3.0
+    with pytest.raises(ValueError, match=r"alpha=5.0 cannot be reached for epsilon=1.0"):
+        reduction_samples(1.0, 5.0, 0.1, 1e-6)
+
+
+def test_group_privacy():
+    e, d = discrete_group_privacy(0.5, 1e-6, 0.1, 0.25)
+    assert e == 1.5
+    assert d == pytest.approx(1e-6 * max(math.exp(3), math.exp(1.5),
+                                         1 + math.exp(0.5) + math.exp(1.0)))
+    assert discrete_group_privacy(0.5, 1e-6, 0.1, 0.1)[0] == 0.5
+
+
+def test_reduction_validation_messages():
+    with pytest.raises(ValueError, match=r"r must be in \(0, 1\], got r=0"):
+        reduction_alpha(1.0, 0, 10, 1e-6)
+    with pytest.raises(ValueError, match=r"s must be an integer >= 1, got s=0"):
+        reduction_alpha(1.0, 0.1, 0, 1e-6)
+    with pytest.raises(ValueError, match=r"delta must be in \(0, 0.5\) .*got delta=0.5"):
+        reduction_alpha(1.0, 0.1, 10, 0.5)
+    with pytest.raises(ValueError, match=r"epsilon must be a finite number > 0, got epsilon=0"):
+        reduction_alpha(0, 0.1, 10, 1e-6)
+    with pytest.raises(ValueError, match=r"alpha must be a finite number > 0, got alpha=-2"):
+        reduction_epsilon(-2, 0.1, 10, 1e-6)
+    with pytest.raises(ValueError, match=r"model must be one of .*got model='x'"):
+        reduction_alpha(1.0, 0.1, 10, 1e-6, "x")
+    with pytest.raises(ValueError, match=r"d must be in \[0, 1\], got d=2"):
+        discrete_group_privacy(1.0, 1e-6, 0.1, 2)
+
+
+# ------------------------------------------------------------------ seed 001 conversions
+def test_eq5_value():
+    beta = math.exp(-0.5 / 2)
+    assert dl_std(0.5, 2) == pytest.approx(math.sqrt(2 * beta / (1 - beta) ** 2), rel=1e-14)
+
+
+@given(eps=st.floats(1e-6, 30), sens=st.floats(0.1, 1e4))
+def test_eq5_eq8_round_trip(eps, sens):
+    assert dl_epsilon_for_std(dl_std(eps, sens), sens) == pytest.approx(eps, rel=1e-9)
+
+
+def test_eq8_equals_printed_form():
+    for s in (0.3, 1.0, 7.0, 100.0):
+        printed = -2.0 * math.log((s * s + 1 - math.sqrt(2 * s * s + 1)) / (s * s))
+        assert dl_epsilon_for_std(s, 2.0) == pytest.approx(printed, rel=1e-9)
+
+
+def test_eq7_eq9():
+    assert target_std(0.5, 1000, 100, 10000) == pytest.approx(0.5 * 10 * math.sqrt(10))
+    assert target_std(0.5, 20000, 100, 10000) == pytest.approx(0.5 * 200)
+    assert next_query_epsilon(1.0, 0.2, 2.0) == 0.2
+    assert next_query_epsilon(1.0, 0.6, 2.0) == 1.0
+    assert next_query_epsilon(1.0, 0.5, 2.0) == 0.5  # b eps~ <= eps_rem is inclusive
+
+
+def test_polya_shape_dropout():
+    assert polya_shape(10000, 0.05) == 1 / 9500
+    assert polya_shape(100) == 1 / 100
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got dropout=0.95"
+                                         r"|dropout must be in \[0, 1\), got dropout=1"):
+        polya_shape(100, 1)
+    with pytest.raises(ValueError, match=r"shard_size must be an integer >= 1, got "
+                                         r"shard_size=0"):
+        polya_shape(0)
+
+
+def test_budget_validation_messages():
+    with pytest.raises(ValueError, match=r"epsilon must be a finite number > 0, got epsilon=0"):
+        dl_std(0)
+    with pytest.raises(ValueError, match=r"sensitivity must be a finite number > 0"):
+        dl_std(1, -1)
+    with pytest.raises(ValueError, match=r"sigma must be a finite number > 0, got sigma=0"):
+        dl_epsilon_for_std(0)
+    with pytest.raises(ValueError, match=r"cells must be an integer >= 1, got cells=0"):
+        target_std(0.5, 10, 0, 10)
+    with pytest.raises(ValueError, match=r"b must be a finite number > 0, got b=0"):
+        next_query_epsilon(1, 1, 0)
+
+
+# ------------------------------------------------------------------ Guarantee
+def test_guarantee_record():
+    g = Guarantee(notion="approximate", model="shuffle", epsilon=1.0, delta=1e-6,
+                  neighbour="x", parameters={"n": 5}, notes=["a"])
+    assert g.to_dict()["notes"] == ["a"] and g.to_dict()["parameters"] == {"n": 5}
+    stronger = Guarantee(notion="pure", model="shuffle", epsilon=0.5, neighbour="x")
+    assert stronger.implies(g) and not g.implies(stronger)
+    other = Guarantee(notion="approximate", model="central", epsilon=0.1, delta=0, neighbour="x")
+    assert not other.implies(g)
+    assert g == Guarantee(notion="approximate", model="shuffle", epsilon=1.0, delta=1e-6,
+                          neighbour="x", parameters={"n": 5}, notes=("a",))
+    with pytest.raises(ValueError, match="notion must be one of"):
+        Guarantee(notion="x", model="shuffle", epsilon=1)
+    with pytest.raises(ValueError, match=r"delta must be in \[0, 1\]"):
+        Guarantee(notion="approximate", model="shuffle", epsilon=1, delta=2)
+    with pytest.raises(TypeError, match="epsilon and delta must be numbers"):
+        Guarantee(notion="approximate", model="shuffle", epsilon="a")
+    with pytest.raises(TypeError):
+        g.parameters["n"] = 6  # read-only
