@@ -1,0 +1,112 @@
+"""`shuffledp account` group: JSON keys, table output, errors naming option and value."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from shuffledp.cli_account import account
+
+
+def run(*args):
+    return CliRunner().invoke(account, list(args))
+
+
+def test_emd_itemwise_inverse_json():
+    r = run("emd-itemwise", "--model", "central", "--m", "1000", "--n", "100000",
+            "--delta", "1e-12", "--target-alpha", "25", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for k in ("alpha", "alpha0", "delta_out", "valid", "composition_alpha0"):
+        assert k in d
+    assert d["alpha0"] == pytest.approx(2.7013, abs=1e-4) and d["alpha"] <= 25
+    assert d["composition_alpha0"] == 0.025 and d["valid"] is True
+
+
+def test_emd_itemwise_forward_table_and_json():
+    r = run("emd-itemwise", "--model", "local", "--m", "1000", "--delta", "1e-12",
+            "--alpha0", "0.03")
+    assert r.exit_code == 0 and "alpha0" in r.stdout and "composition_alpha" in r.stdout
+    d = json.loads(run("emd-itemwise", "--model", "local", "--m", "1000", "--delta", "1e-12",
+                       "--alpha0", "0.03", "--json").stdout)
+    assert d["composition_alpha"] == pytest.approx(30.0) and "delta_out" in d
+
+
+def test_emd_itemwise_vacuous_warns():
+    r = run("emd-itemwise", "--model", "local", "--m", "100", "--delta", "1e-6",
+            "--alpha0", "1", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)  # stdout is exactly one JSON object
+    assert d["valid"] is False
+    assert d["delta_out"] is None or d["delta_out"] >= 1
+    assert "warning" in r.stderr and "vacuous" in r.stderr
+
+
+def test_shuffle_ldp_json():
+    d = json.loads(run("shuffle-ldp", "--n", "100000", "--eps0", "1", "--delta", "1e-6",
+                       "--json").stdout)
+    assert d["method"] == "numerical" and d["epsilon"] <= 0.016
+    assert d["epsilon_lower"] <= d["epsilon"]
+    d = json.loads(run("shuffle-ldp", "--n", "1e5", "--eps0", "1", "--delta", "1e-6",
+                       "--method", "closed-form", "--json").stdout)
+    assert d["method"] == "closed-form" and d["epsilon"] == pytest.approx(0.07255, abs=1e-4)
+
+
+def test_summation_json_and_table():
+    r = run("summation", "--n", "50", "--eps", "5", "--delta", "1e-5", "--B", "1000",
+            "--grid", "320x240", "--json")
+    d = json.loads(r.stdout)
+    for k in ("r", "q", "m", "messages_per_user", "bits_per_user"):
+        assert k in d
+    assert d["m"] == 102406 and d["messages_per_user"] == d["r"] * d["m"]
+    t = run("summation", "--n", "50", "--eps", "5", "--delta", "1e-5", "--B", "1000",
+            "--grid", "320x240")
+    assert t.exit_code == 0 and "bits_per_user" in t.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["shuffle-ldp", "--n", "1000", "--eps0", "1", "--delta", "1.5"], ["--delta", "1.5"]),
+    (["shuffle-ldp", "--n", "1000", "--eps0", "1", "--delta", "0"], ["--delta", "'0'"]),
+    (["shuffle-ldp", "--n", "1000", "--eps0", "0", "--delta", "1e-6"], ["--eps0", "'0'"]),
+    (["shuffle-ldp", "--n", "1000", "--eps0", "-1", "--delta", "1e-6"], ["--eps0", "-1"]),
+    (["shuffle-ldp", "--n", "0", "--eps0", "1", "--delta", "1e-6"], ["--n", "'0'"]),
+    (["shuffle-ldp", "--n", "2.5", "--eps0", "1", "--delta", "1e-6"], ["--n", "2.5"]),
+    (["shuffle-ldp", "--n", "ten", "--eps0", "1", "--delta", "1e-6"], ["--n", "ten"]),
+    (["shuffle-ldp", "--n", "100", "--eps0", "1", "--delta", "1e-6", "--rtol", "0.9"],
+     ["--rtol", "0.9"]),
+    (["shuffle-ldp", "--n", "100", "--eps0", "1", "--delta", "1e-6", "--method", "x"],
+     ["--method", "x"]),
+    (["emd-itemwise", "--model", "central", "--m", "10", "--delta", "1e-6", "--alpha0", "1"],
+     ["--n", "required"]),
+    (["emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6"],
+     ["--alpha0", "--target-alpha"]),
+    (["emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6", "--alpha0", "1",
+      "--target-alpha", "2"], ["exactly one"]),
+    (["emd-itemwise", "--model", "local", "--m", "0", "--delta", "1e-6", "--alpha0", "1"],
+     ["--m", "'0'"]),
+    (["emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6",
+      "--target-alpha", "1"], ["target_alpha=1.0 cannot be reached"]),
+    (["emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6",
+      "--alpha0", "0"], ["--alpha0", "'0'"]),
+    (["emd-itemwise", "--model", "both", "--m", "10", "--delta", "1e-6",
+      "--alpha0", "1"], ["--model", "both"]),
+    (["summation", "--n", "1", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
+     ["--n", "'1'"]),
+    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "0", "--grid", "8x8"],
+     ["--B", "'0'"]),
+    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8y"],
+     ["--grid", "8y"]),
+    (["summation", "--n", "10", "--eps", "0", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
+     ["--eps", "'0'"]),
+    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
+      "--dropout", "0.95"], ["dropout=0.95", "n_min"]),
+    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
+      "--dropout", "1"], ["--dropout", "'1'"]),
+])
+def test_bad_input_names_argument_and_value(args, needle):
+    r = run(*args)
+    assert r.exit_code != 0
+    assert isinstance(r.exception, SystemExit)  # click usage error, not a traceback
+    assert "Traceback" not in r.output
+    for s in needle:
+        assert s in r.output, (s, r.output)
