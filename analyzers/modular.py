@@ -203,7 +203,14 @@ def check_participation(params: ProtocolParams, n_users: int) -> None:
 
 
 def guarantee(params: ProtocolParams) -> Guarantee:
-    """The (eps, delta) shuffle-model guarantee the release carries."""
+    """The (eps, delta) shuffle-model guarantee the release carries.
+
+    The accounting record's guarantee (:mod:`shuffledp.accounting.summation`) when the
+    parameters came from it; otherwise (explicitly built parameters) an equivalent record.
+    """
+    summ = params.summation
+    if summ is not None and getattr(summ, "guarantee", None) is not None:
+        return summ.guarantee
     return Guarantee(
         notion="approximate",
         model="shuffle",

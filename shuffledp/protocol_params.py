@@ -332,9 +332,22 @@ class ProtocolParams:
 
     @classmethod
     def from_json(cls, text: str) -> ProtocolParams:
+        """Rebuild from :meth:`to_json`; re-attaches the accounting record if it re-derives."""
         d = json.loads(text)
         if d.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} parameter file (format={d.get('format')!r})")
+        p = cls._from_dict(d)
+        try:
+            again = derive_params(p.grid, p.n, epsilon=p.epsilon, delta=p.delta, B=p.B, w=p.w,
+                                  rounding=p.rounding, dropout=p.dropout)
+        except (ValueError, TypeError):
+            return p
+        if again == p:
+            object.__setattr__(p, "summation", again.summation)
+        return p
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> ProtocolParams:
         return cls(
             grid=Grid(*d["grid"]),
             w=d["w"],
@@ -369,72 +382,44 @@ def derive_params(
     gamma: float | None = None,
     rounding: str = "largest_remainder",
     dropout: float = 0.0,
+    wrap_target: float = 1e-12,
 ) -> ProtocolParams:
     """Derive the protocol record for n users from the summation accounting.
 
-    Uses :mod:`shuffledp.accounting.summation` (q with headroom, r from the App. F formula,
-    per-level eps_i and Delta_i, Polya parameters, dropout over-provisioning, wrap-around
-    probability) and wraps it in a validated :class:`ProtocolParams`.
+    Delegates every number to :func:`shuffledp.accounting.summation.summation_parameters`
+    (q with headroom and the shifted decoding window, r from the App. F formula with that q
+    and n_min users, per-level eps_i and Delta_i = 2B, Polya shape 1/n_min for the declared
+    dropout fraction, wrap-around probability, the guarantee) and wraps it in a validated
+    :class:`ProtocolParams`, checking that the measured levels and budgets are those of the
+    central mechanism (:func:`shuffledp.analyzers.central.measured_levels`).
     """
     from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
+    from shuffledp.accounting.summation import summation_parameters
     from shuffledp.analyzers.central import measured_levels
 
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a shuffledp.Grid, got grid={grid!r}")
-    n = _int("n", n, 2)
-    g = DEFAULT_GAMMA if gamma is None else float(gamma)
-    _real("delta", delta, 0.0, 1.0)
-    _real("epsilon", epsilon, 0.0, math.inf)
+    g = DEFAULT_GAMMA if gamma is None else gamma
     check_scale(B)
     check_rounding(rounding)
-    d = _real("dropout", dropout, 0.0, 1.0, open_low=False)
+    summ = summation_parameters(
+        n=n, epsilon=epsilon, delta=delta, B=B, grid=grid, w=w, gamma=g, rounding=rounding,
+        neighbour="replace", dropout=dropout, wrap_target=wrap_target, decoding="shifted",
+    )
     start, top = measured_levels(grid, w)
-    budgets = tuple(float(e) for e in level_budgets(epsilon, start, top, g))
-    summ = _provisional_summation(grid, n, start, top, budgets, epsilon, delta, int(B), d)
+    if summ.levels != tuple(range(start, top + 1)):
+        raise ValueError(
+            f"accounting measured levels {summ.levels} differ from the central mechanism's "
+            f"{start}..{top}"
+        )
+    central = level_budgets(float(epsilon), start, top, float(g))
+    if not np.allclose(central, summ.level_epsilons, rtol=1e-12, atol=0):
+        raise ValueError("accounting level budgets differ from the central mechanism's split")
     return ProtocolParams(
-        grid=grid, w=int(w), start=start, top=top, level_epsilons=budgets, n=n,
-        epsilon=float(epsilon), delta=float(delta), B=int(B), rounding=rounding,
-        neighbour="replace", dropout=d, n_min=summ["n_min"], q=summ["q"], r=summ["r"],
-        level_sensitivities=summ["sensitivities"], decode_low=summ["decode_low"],
-        wrap_probability=summ["wrap_probability"],
-        guarantee_delta_parts=summ["delta_parts"], summation=summ,
+        grid=grid, w=int(w), start=start, top=top, level_epsilons=summ.level_epsilons,
+        n=summ.n, epsilon=summ.epsilon, delta=summ.delta, B=summ.B, rounding=summ.rounding,
+        neighbour=summ.neighbour, dropout=summ.dropout, n_min=summ.n_min, q=summ.q, r=summ.r,
+        level_sensitivities=summ.level_sensitivities, decode_low=summ.decode_low,
+        wrap_probability=summ.wrap_probability, guarantee_delta_parts=summ.delta_parts,
+        summation=summ,
     )
-
-
-# ---------------------------------------------------------------------------------------
-# PROVISIONAL derivation, used until accounting/summation.py (issue 4) lands. It is the
-# minimal App. F recipe with the INDEX slips fixed; replace by the accounting record.
-# ---------------------------------------------------------------------------------------
-WRAP_TARGET = 1e-12
-
-
-def _provisional_summation(grid, n, start, top, budgets, epsilon, delta, B, dropout):
-    from scipy.stats import nbinom
-
-    m = sum(grid.level_size(i) for i in range(start, top + 1))
-    n_min = max(2, math.ceil((1.0 - dropout) * n - 1e-9))
-    sens = tuple(2 * B for _ in budgets)  # replace one user: ||z - z'||_1 <= 2B
-    a_max = max(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
-    # With all n users present the total noise per coordinate is X - Y, X, Y ~ Polya(n/n_min, a);
-    # P(|X - Y| > h) <= 2 P(X > h). Pick the smallest h with m * 2 * P(X > h) <= WRAP_TARGET.
-    t = n / n_min
-    h = int(nbinom.isf(WRAP_TARGET / (2 * m), t, 1.0 - a_max)) + 1
-    wrap = min(1.0, 2 * m * float(nbinom.sf(h, t, 1.0 - a_max)))
-    q = B * n + 2 * h + 1
-    # App. F (Balle et al. CCS 2020, Cor. 6 / Lemma 5.2) with the users actually present (>= n_min)
-    r = math.ceil(
-        (2 * math.log(math.exp(epsilon) + 1) + 2 * math.log(m / delta) + math.log(q))
-        / math.log(n_min)
-        + 1
-    )
-    return {
-        "provisional": True,
-        "m": m,
-        "n_min": n_min,
-        "sensitivities": sens,
-        "decode_low": h,
-        "q": q,
-        "r": max(2, r),
-        "wrap_probability": wrap,
-        "delta_parts": {"split_and_mix": float(delta)},
-    }

@@ -58,7 +58,7 @@ def test_app_f_modulus_without_headroom_is_refused():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"n": 1}, "n must be >= 2"),
+        ({"n": 1}, "n must be an integer >= 2"),
         ({"delta": 0.0}, "delta"),
         ({"delta": 1.0}, "delta"),
         ({"epsilon": -1.0}, "epsilon"),
@@ -167,3 +167,17 @@ def test_noise_converges_to_the_central_laplace_and_estimates_agree():
         e_shuffle.append(emd(truth_map, rs.estimate, grid))
         e_central.append(emd(truth_map, rc.estimate, grid))
     assert np.mean(e_shuffle) == pytest.approx(np.mean(e_central), rel=0.3)
+
+
+def test_params_come_from_the_accounting_record():
+    from shuffledp.accounting.summation import summation_parameters
+
+    grid = Grid(320, 240)
+    p = derive_params(grid, 50, epsilon=5.0, delta=1e-5, B=256)
+    s = summation_parameters(n=50, epsilon=5.0, delta=1e-5, B=256, grid=grid)
+    assert (p.q, p.r, p.m, p.n_min, p.decode_low) == (s.q, s.r, s.m, s.n_min, s.decode_low)
+    assert p.bits_per_user == s.bits_per_user and p.messages_per_user == s.messages_per_user
+    assert p.level_a == pytest.approx(s.dl_parameters, rel=1e-15)
+    # App. F count at the Fig. 12 setting: r m ceil(log2(m q)) bits
+    assert p.bits_per_user == p.r * p.m * math.ceil(math.log2(p.m * p.q))
+    assert p.summation.guarantee.model == "shuffle"
