@@ -85,7 +85,7 @@ def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
 
 
 def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
-    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) (seed 001 eq. 8).
+    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) (001 eq. 8).
 
     Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
     eps = Delta log1p((1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number

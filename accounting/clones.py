@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import betainc, gammaln
 from scipy.stats import binom
-
 from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 

@@ -14,8 +14,8 @@ conservative reading of the condition, see INDEX.md).
 
 Thm 4.4: PrivEMDItemWise is (alpha, delta')-bounded d_EM-DP with
 
-    local   (N = m):      alpha = sup_{w in (0,1]} h(m;  m, m w) / w,   delta' = delta e^{h(m;  m, m)}
-    central (N = m n):    alpha = sup_{w in (0,1]} h(mn; m, m w) / w,   delta' = delta e^{h(mn; m, m)}
+    local   (N = m):    alpha = sup_{w in (0,1]} h(m;  m, m w) / w,  delta' = delta e^{h(m; m, m)}
+    central (N = m n):  alpha = sup_{w in (0,1]} h(mn; m, m w) / w,  delta' = delta e^{h(mn; m, m)}
 
 Closed form of the supremum (derived here, checked numerically in the tests): with
 K = 8 sqrt(e^{alpha0} ln(4m/delta)/N) + 8 e^{alpha0}/N and (e^y - 1)/(e^y + 1) = tanh(y/2),

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import nbinom
-
 from shuffledp.accounting import _validate as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.guarantee import ADD_REMOVE_ONE, REPLACE_ONE, Guarantee

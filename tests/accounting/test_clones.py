@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binom
-
 from shuffledp.accounting.clones import (
     clones_closed_form,
     clones_formula,

@@ -6,7 +6,6 @@ import mpmath as mp
 import numpy as np
 import pytest
 from scipy.stats import nbinom
-
 from shuffledp.accounting.budget import level_budgets
 from shuffledp.accounting.summation import (
     dl_tail,
@@ -14,6 +13,7 @@ from shuffledp.accounting.summation import (
     shares_needed,
     summation_parameters,
 )
+
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates
 
