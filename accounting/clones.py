@@ -403,6 +403,77 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "numerical",
     return clones_numerical(n, eps0, delta, **kwargs)
 
 
+@dataclass(frozen=True)
+class LocalParameter:
+    """The largest eps0 whose numerical shuffle bound does not exceed a target epsilon.
+
+    Attributes
+    ----------
+    eps0 : float
+        Largest eps0 found (verified: ``bound.epsilon <= target_epsilon``).
+    eps0_next : float
+        The next grid value, verified to exceed the target (or inf if eps0 hit ``eps0_max``).
+    bound : ShuffleBound
+        :func:`clones_numerical` at ``eps0``.
+    target_epsilon : float
+    """
+
+    eps0: float
+    eps0_next: float
+    bound: ShuffleBound
+    target_epsilon: float
+
+
+def clones_eps0_for_target(
+    n: int, target_epsilon: float, delta: float, *, rtol: float = 1e-3,
+    eps0_max: float = 20.0,
+) -> LocalParameter:
+    """Largest eps0 (on the grid (1 + rtol)^k) with clones_numerical(n, eps0).epsilon <= target.
+
+    The numerical bound is non-decreasing in eps0, so bisection over the grid index keeps a
+    verified lower end (returned) and a verified failing upper end.
+
+    Raises
+    ------
+    ValueError
+        If even eps0 = target_epsilon fails (cannot happen: the bound never exceeds eps0) or
+        arguments are invalid; the message names the argument and value.
+    """
+    n = v.count("n", n, 1)
+    target = v.positive("target_epsilon", target_epsilon)
+    delta = v.probability("delta", delta)
+    rtol = v.positive("rtol", rtol)
+    if rtol > 0.5:
+        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    eps0_max = v.positive("eps0_max", eps0_max)
+    if eps0_max > 700:
+        raise ValueError(f"eps0_max must be <= 700, got eps0_max={eps0_max!r}")
+    h = math.log1p(rtol)
+
+    def ok(k: int) -> tuple[bool, ShuffleBound]:
+        b = clones_numerical(n, math.exp(k * h), delta, rtol=rtol)
+        return b.epsilon <= target, b
+
+    # eps0 = target is always fine (the bound never exceeds eps0): start just below it
+    k_lo = math.floor(math.log(min(target, eps0_max)) / h)
+    good, b_lo = ok(k_lo)
+    if not good:  # pragma: no cover - guarded by epsilon <= eps0
+        raise ValueError(f"target_epsilon={target} cannot be reached for n={n}")
+    k_top = math.floor(math.log(eps0_max) / h)
+    good_top, b_top = ok(k_top)
+    if good_top:
+        return LocalParameter(math.exp(k_top * h), math.inf, b_top, target)
+    k_hi = k_top
+    while k_hi - k_lo > 1:
+        mid = (k_lo + k_hi) // 2
+        good, b = ok(mid)
+        if good:
+            k_lo, b_lo = mid, b
+        else:
+            k_hi = mid
+    return LocalParameter(math.exp(k_lo * h), math.exp(k_hi * h), b_lo, target)
+
+
 # --------------------------------------------------------------------------- helpers
 def _guarantee(eps: float, delta: float, n: int, eps0: float, method: str,
                d: float = 1.0) -> Guarantee:

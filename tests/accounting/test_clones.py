@@ -191,3 +191,20 @@ def test_shuffle_ldp_dispatch_and_validation_messages():
         shuffle_ldp(100, 1.0, 1e-6, "closed-form", rtol=0.1)
     # 1e5 given as a float is an integer count
     assert clones_closed_form(1e5, 1.0, 1e-6).n == 100000
+
+
+def test_eps0_for_target_round_trip():
+    from shuffledp.accounting.clones import clones_eps0_for_target
+
+    lp = clones_eps0_for_target(10**5, 0.1, 1e-6)
+    assert lp.bound.epsilon <= 0.1
+    assert clones_numerical(10**5, lp.eps0_next, 1e-6).epsilon > 0.1
+    assert lp.eps0_next == pytest.approx(lp.eps0 * 1.001)
+    assert 2.0 < lp.eps0 < 4.0  # the table: eps0=2 -> 0.045, eps0=4 -> 0.17
+    with pytest.raises(ValueError, match=r"target_epsilon must be a finite number > 0, "
+                                         r"got target_epsilon=0"):
+        clones_eps0_for_target(100, 0, 1e-6)
+    with pytest.raises(ValueError, match=r"eps0_max must be <= 700, got eps0_max=800"):
+        clones_eps0_for_target(100, 0.5, 1e-6, eps0_max=800)
+    capped = clones_eps0_for_target(10**4, 0.9, 1e-6, eps0_max=1.0)
+    assert capped.eps0_next == math.inf and capped.eps0 <= 1.0
