@@ -10,7 +10,7 @@ Header (64 bytes)::
     4      2    version          uint16, currently 1
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
                                         3 encrypted user batch, 4 encrypted mixed batch
-    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..60 encrypted)
+    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..56 encrypted)
     8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256)
     24     8    n_records        uint64
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
