@@ -6,7 +6,8 @@
   ChaCha20 CSPRNG), and the CSPRNG alone;
 - analyzer: packed messages per second through the streaming modular accumulator;
 - shuffler: secure Fisher-Yates permutation, messages per second;
-- end to end on the simulation path (encode all users, sum, decode, Reconstruct): wall time
+- end to end on the simulation path (encode all users, sum, decode, Reconstruct) and on the
+  plaintext wire path (wire format, shuffler validation and secure permutation): wall time
   and peak resident memory (measured in a fresh subprocess).
 
 Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e]``
@@ -39,16 +40,17 @@ import numpy as np
 from shuffledp import Grid
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.protocol import shuffle_heatmap
-B, n = int(sys.argv[1]), int(sys.argv[2])
+B, n, wire = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "wire"
 users = synthetic_mixture(n, rng=0).to_users(Grid(320, 240))
 t = time.perf_counter()
-rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=B, rng=1)
+rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=B, rng=1, wire=wire)
 dt = time.perf_counter() - t
 p = rel.protocol
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": dt, "peak_rss_mb": rss,
                   "messages": p["messages_per_user"] * p["n_users"],
-                  "encode_and_sum_seconds": p["encode_and_sum_seconds"],
+                  "encode_seconds": p.get("encode_and_sum_seconds",
+                                          p.get("encode_and_shuffle_seconds")),
                   "reconstruct_seconds": p["reconstruct_seconds"]}))
 """
 
@@ -103,13 +105,15 @@ def main() -> None:
               f"(mixed batch of {rec.size / 1e6:.1f} M)")
 
     if not args.skip_e2e:
-        out = subprocess.run([sys.executable, "-c", E2E, str(args.B), str(args.n)],
-                             capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"end to end (simulation path) : {r['seconds']:.1f} s for "
-              f"{r['messages'] / 1e6:.1f} M "
-              f"messages (encode+sum {r['encode_and_sum_seconds']:.1f} s, Reconstruct "
-              f"{r['reconstruct_seconds']:.2f} s), peak RSS {r['peak_rss_mb']:.0f} MB")
+        for path in ("simulation", "wire"):
+            out = subprocess.run([sys.executable, "-c", E2E, str(args.B), str(args.n), path],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            what = "encode+sum" if path == "simulation" else "encode+wire+shuffle"
+            print(f"end to end ({path:>10} path): {r['seconds']:.1f} s for "
+                  f"{r['messages'] / 1e6:.1f} M messages ({what} {r['encode_seconds']:.1f} s, "
+                  f"Reconstruct {r['reconstruct_seconds']:.2f} s), "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
