@@ -35,7 +35,9 @@ def check_modulus(q: int) -> int:
 class SecureRandom:
     """Cryptographically secure bytes and integers (ChaCha20 keystream keyed from os.urandom).
 
-    Not reproducible by design: there is no seed. Thread-unsafe; use one per thread/process.
+    Not reproducible by design: there is no seed. Thread-unsafe; use one per thread. Fork-safe:
+    a child process that inherits an instance re-keys from os.urandom on its first draw, so
+    parent and child never emit the same stream (the classic fork-duplicated-RNG flaw).
     :meth:`for_testing` builds a *deterministic* stream from a fixed key, for statistical tests
     with a fixed false-failure rate only; never use it to produce real shares.
     """
@@ -55,6 +57,7 @@ class SecureRandom:
         return obj
 
     def _rekey(self) -> None:
+        self._pid = os.getpid()
         if self._key is None:
             key = os.urandom(32)
             nonce = os.urandom(16)  # 4-byte block counter || 12-byte nonce, both random
@@ -70,7 +73,7 @@ class SecureRandom:
         n = int(n)
         if n < 0:
             raise ValueError(f"n must be >= 0, got n={n!r}")
-        if self._used + n > _REKEY_BYTES:
+        if self._used + n > _REKEY_BYTES or (self._key is None and os.getpid() != self._pid):
             self._rekey()
         self._used += n
         return self._enc.update(bytes(n))

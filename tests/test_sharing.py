@@ -97,3 +97,26 @@ def test_bad_arguments():
         share(np.zeros(3, dtype=np.int64), 2**32 + 1, 3)
     with pytest.raises(TypeError, match="integers"):
         share(np.zeros(3), 7, 3)
+
+
+def test_secure_random_rekeys_after_fork():
+    import os
+
+    src = SecureRandom()
+    src.bytes(16)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: write its next 32 bytes and exit
+        os.close(r)
+        os.write(w, src.bytes(32))
+        os._exit(0)
+    os.close(w)
+    child = b""
+    while len(child) < 32:
+        chunk = os.read(r, 32 - len(child))
+        if not chunk:
+            break
+        child += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(child) == 32 and child != src.bytes(32)
