@@ -152,7 +152,7 @@ def shuffle_heatmap(
     order = np.arange(users.n_users)
     participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+    timings: dict[str, object] = {}
     if not (encrypt or wire):
         acc = simulate_sums(params, users, participants, g, src)
         n_fwd, n_dropped = participants.size, k
@@ -183,6 +183,7 @@ def shuffle_heatmap(
         else:
             acc.add_records(rec)
         timings["analyzer_seconds"] = time.perf_counter() - t1
+        timings["shuffler"] = report.to_dict()
         n_fwd, n_dropped = h.n_users, h.n_dropped
         path = "deployment" if encrypt else "wire"
     t2 = time.perf_counter()
