@@ -60,7 +60,9 @@ class SecureRandom:
         self._pid = os.getpid()
         if self._key is None:
             key = os.urandom(32)
-            nonce = os.urandom(16)  # 4-byte block counter || 12-byte nonce, both random
+            # 4-byte little-endian block counter (start at 0: a random start could overflow the
+            # 32-bit counter before the re-key) || 12-byte random nonce
+            nonce = bytes(4) + os.urandom(12)
         else:
             key = self._key
             nonce = bytes(4) + self._epoch.to_bytes(12, "little")  # counter 0, nonce = epoch

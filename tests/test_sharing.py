@@ -120,3 +120,12 @@ def test_secure_random_rekeys_after_fork():
     os.close(r)
     os.waitpid(pid, 0)
     assert len(child) == 32 and child != src.bytes(32)
+
+
+def test_keystream_counter_starts_at_zero(monkeypatch):
+    # Regression: a random 32-bit block counter could overflow before the 2^30-byte re-key.
+    import shuffledp.encoders.sharing as sharing
+
+    monkeypatch.setattr(sharing.os, "urandom", lambda n: b"\xff" * n)
+    src = sharing.SecureRandom()
+    assert len(src.bytes(1 << 20)) == 1 << 20
