@@ -235,6 +235,18 @@ def heatmap(input_path, fmt, bbox, n_users, grid, eps, w, model, B, delta, sigma
                        err=True)
 
 
+def _register() -> None:
+    from shuffledp.cli_account import account
+    from shuffledp.cli_roles import ROLE_COMMANDS
+
+    main.add_command(account)
+    for command in ROLE_COMMANDS:
+        main.add_command(command)
+
+
+_register()
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, np.generic):
         return o.item()
