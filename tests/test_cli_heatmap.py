@@ -1,0 +1,92 @@
+"""`shuffledp heatmap` end to end on tiny grids, and its bad-input behaviour."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from shuffledp.cli import main
+
+
+def run(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("model", ["central", "shuffle"])
+def test_heatmap_end_to_end(tmp_path, model):
+    out = tmp_path / "o"
+    res = run(["heatmap", "--grid", "12x9", "--users", "60", "--eps", "2", "--model", model,
+               "--B", "16", "--seed", "3", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    est = np.load(out / "estimate.npy")
+    assert est.dtype == np.float64 and est.shape == (9, 12)
+    assert (est >= 0).all() and est.sum() == pytest.approx(1.0)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["model"] == model and rep["epsilon"] == 2.0
+    assert rep["grid"] == {"width": 12, "height": 9} and rep["n_users"] == 60
+    assert set(rep["metrics"]) >= {"ours", "laplace"}
+    assert {"emd", "kl", "cc", "sim", "mse", "l1"} <= set(rep["metrics"]["ours"])
+    assert rep["seconds"] > 0
+    assert (out / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if model == "shuffle":
+        p = rep["protocol"]
+        assert {"B", "q", "r", "m", "messages_per_user", "bits_per_user", "bytes_per_user",
+                "n_users", "n_dropped"} <= set(p)
+        assert rep["delta"] == 1e-5
+    else:
+        assert rep["delta"] == 0.0
+    # same seed, same estimate
+    out2 = tmp_path / "o2"
+    run(["heatmap", "--grid", "12x9", "--users", "60", "--eps", "2", "--model", model,
+         "--B", "16", "--seed", "3", "--out", str(out2), "--quiet", "--no-metrics"])
+    np.testing.assert_array_equal(est, np.load(out2 / "estimate.npy"))
+
+
+def test_csv_input(tmp_path):
+    csv = tmp_path / "u.csv"
+    csv.write_text("user_id,x,y,weight\na,0.1,0.2,1\na,0.15,0.2,2\nb,0.8,0.9,1\n")
+    res = run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "o"),
+               "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["n_users"] == 2
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("user_id,x,y\na,1.2,0.5\n", "1.2"),
+    ("user_id,x,y\na,nan,0.5\n", "nan"),
+    ("user_id,x,y,weight\na,0.1,0.5,-1\n", "-1"),
+    ("user_id,x,y,colour\na,0.1,0.5,red\n", "colour"),
+    ("user_id,x,y,weight\na,0.1,0.5,0\n", "zero total weight"),
+])
+def test_bad_csv_is_a_clear_error(tmp_path, content, msg):
+    csv = tmp_path / "bad.csv"
+    csv.write_text(content)
+    res = run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0
+    assert msg in res.output
+    assert "Traceback" not in res.output
+
+
+def test_malformed_snap_line_reports_line_number(tmp_path):
+    snap = tmp_path / "s.txt"
+    snap.write_text("1\t2010-01-01T00:00:00Z\t30.1\t-97.7\t11\n2\tnot enough fields\n")
+    res = run(["heatmap", "--input", str(snap), "--format", "snap", "--bbox", "30,31,-98,-97",
+               "--grid", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0 and "line 2" in res.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--eps", "0"], "--eps"),
+    (["--eps", "-1"], "--eps"),
+    (["--w", "0"], "--w"),
+    (["--grid", "0x3"], "--grid"),
+    (["--grid", "banana"], "--grid"),
+    (["--model", "shuffle", "--delta", "1.5"], "--delta"),
+    (["--model", "shuffle", "--B", "0"], "--B"),
+])
+def test_bad_arguments_name_the_option(tmp_path, args, msg):
+    res = run(["heatmap", "--out", str(tmp_path / "o"), "--grid", "8", *args][:])
+    assert res.exit_code != 0
+    assert msg in res.output
+    assert "Traceback" not in res.output
