@@ -17,8 +17,8 @@ left-out child plus one per selected leaf (O(w L) variables):
     min  sum_{u in S} t_u + sum_v c_v x_v
     s.t. -t_u <= y_hat_u - side(u) * sum_{v below u} x_v <= t_u,   x, t >= 0,
 
-solved with SciPy's HiGHS. The mass of a left-out cell is placed on the pixel at its centre
-(any placement inside the cell attains the same LP value).
+solved with SciPy's HiGHS. The mass of a left-out cell is spread evenly over its pixels by
+default, or put on its centre pixel (any placement inside the cell attains the same LP value).
 """
 
 from __future__ import annotations
@@ -92,9 +92,15 @@ def _children(parents: np.ndarray, shape_parent: tuple[int, int], shape_child: t
 
 
 def reconstruct_details(
-    counts: Sequence[np.ndarray], grid: Grid, start: int, w: int
+    counts: Sequence[np.ndarray], grid: Grid, start: int, w: int, *, placement: str = "uniform"
 ) -> ReconstructResult:
-    """Alg. 2 of seed 000 with the details needed by tests and benchmarks; see module doc."""
+    """Alg. 2 of seed 000 with the details needed by tests and benchmarks; see module doc.
+
+    ``placement`` ("uniform" or "centre") says where the mass of a left-out cell goes: spread
+    evenly over its pixels or on its centre pixel. Both attain the same LP optimum.
+    """
+    if placement not in ("uniform", "centre"):
+        raise ValueError(f"placement must be 'uniform' or 'centre', got placement={placement!r}")
     counts = _iv(counts, grid, start, w)
     depth = grid.depth
     n_meas = depth - start + 1
@@ -176,9 +182,19 @@ def reconstruct_details(
         m = var_level[:n_lo] == k
         if not m.any():
             continue
-        cr, ccol = grid.cell_centers(start + k)
-        pix = (cr.ravel()[var_cell[:n_lo][m]]) * grid.width + ccol.ravel()[var_cell[:n_lo][m]]
-        np.add.at(est, pix, x[:n_lo][m])
+        cells = var_cell[:n_lo][m]
+        if placement == "centre":
+            cr, ccol = grid.cell_centers(start + k)
+            pix = cr.ravel()[cells] * grid.width + ccol.ravel()[cells]
+            np.add.at(est, pix, x[:n_lo][m])
+        else:  # uniform over the cell's pixels
+            level = start + k
+            dens = np.zeros(shapes[k][0] * shapes[k][1])
+            np.add.at(dens, cells, x[:n_lo][m])
+            dens = dens.reshape(shapes[k]) / grid.cell_pixel_counts(level)
+            side = 1 << (grid.depth - level)
+            up = np.repeat(np.repeat(dens, side, axis=0), side, axis=1)
+            est += up[: grid.height, : grid.width].ravel()
     return ReconstructResult(
         estimate=est.reshape(grid.height, grid.width),
         selected=selected,
@@ -187,7 +203,9 @@ def reconstruct_details(
     )
 
 
-def reconstruct(counts: Sequence[np.ndarray], grid: Grid, start: int, w: int) -> np.ndarray:
+def reconstruct(
+    counts: Sequence[np.ndarray], grid: Grid, start: int, w: int, *, placement: str = "uniform"
+) -> np.ndarray:
     """Reconstruct s_hat from noisy level counts (seed 000, Alg. 2; Sec. 4 LP with O(wL) vars).
 
     Parameters
@@ -206,7 +224,7 @@ def reconstruct(counts: Sequence[np.ndarray], grid: Grid, start: int, w: int) ->
     ndarray, shape (height, width)
         The non-negative minimiser s_hat of ||y_hat - P s||_1 (not normalised).
     """
-    return reconstruct_details(counts, grid, start, w).estimate
+    return reconstruct_details(counts, grid, start, w, placement=placement).estimate
 
 
 def effective_start(grid: Grid, w: int) -> int:
