@@ -393,13 +393,17 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     Cost, ``python bench/emd_timing.py`` on 2 cores (the first call in a fresh environment
     also pays ~5 s of numba compilation, cached on disk afterwards):
 
-    ========  ==========================  =====================
-    grid      network_simplex             highs
-    ========  ==========================  =====================
-    64x64     0.03-0.05 s                 0.5-0.7 s
-    128x128   0.3-0.5 s                   7-11 s
-    256x256   2.6 s sparse, 10 s filtered  minutes
-    ========  ==========================  =====================
+    ========  ===============================  ==========================
+    grid      network_simplex                  highs
+    ========  ===============================  ==========================
+    64x64     0.01-0.02 s                      0.4-0.7 s
+    128x128   0.2-0.3 s                        6-11 s
+    256x256   1.3 s sparse, 5 s filtered       166 s sparse (not run by default)
+    512x512   24 s sparse, 3 min filtered      -
+    ========  ===============================  ==========================
+
+    (ranges are across runs on a shared, loaded machine; the dense filtered maps cost more
+    because the spanning-tree updates touch larger subtrees.)
 
     ("sparse": two 1000-point synthetic aggregates
     "filtered": the same after the Gaussian
