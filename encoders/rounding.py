@@ -92,6 +92,11 @@ def scale_round(
     if v.size and not (np.all(np.isfinite(v)) and v.min() >= 0):
         raise ValueError("values must be finite and >= 0")
     x = v * B
+    # Snap values within 1e-9 of an integer to it, so that the result does not depend on the
+    # order in which floating-point masses were summed (sparse vs dense measurement). Each
+    # snapped entry moves by < 1e-9, so with fewer than 1e9 entries sum(floor) <= B still holds.
+    xr = np.rint(x)
+    x = np.where(np.abs(x - xr) <= 1e-9, xr, x)
     z = np.floor(x)
     if rounding == "floor" or v.size == 0:
         return z.astype(np.int64)
