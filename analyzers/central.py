@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-from shuffledp._rng import RngLike, as_generator
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.reconstruct import effective_start, reconstruct
+
+from shuffledp._rng import RngLike, as_generator
 from shuffledp.grid import Grid
 from shuffledp.pyramid import level_counts
 from shuffledp.release import HeatmapRelease, normalise

@@ -75,7 +75,9 @@ def _iv(counts: Sequence[np.ndarray], grid: Grid, start: int, w: int) -> list[np
         a = np.asarray(c, dtype=float)
         shape = grid.level_shape(start + k)
         if a.shape != shape:
-            raise ValueError(f"counts[{k}] (level {start + k}) must have shape {shape}, got {a.shape}")
+            raise ValueError(
+                f"counts[{k}] (level {start + k}) must have shape {shape}, got {a.shape}"
+            )
         if not np.isfinite(a).all():
             raise ValueError(f"counts[{k}] (level {start + k}) contains NaN or infinite values")
         out.append(a)
@@ -135,7 +137,8 @@ def reconstruct_details(
 
     # Variables: left-out children at every level, then selected leaves.
     var_level = np.concatenate(
-        [np.full(lo.size, k) for k, lo in enumerate(left_out)] + [np.full(selected[-1].size, n_meas - 1)]
+        [np.full(lo.size, k) for k, lo in enumerate(left_out)]
+        + [np.full(selected[-1].size, n_meas - 1)]
     ).astype(np.int64)
     var_cell = np.concatenate(left_out + [selected[-1]]).astype(np.int64)
     n_lo = sum(lo.size for lo in left_out)

@@ -116,7 +116,8 @@ class Grid:
         cw = np.minimum(side, self.width - c0)
         rc = r0 + (rh - 1) // 2
         cc = c0 + (cw - 1) // 2
-        return np.broadcast_to(rc[:, None], (rows, cols)), np.broadcast_to(cc[None, :], (rows, cols))
+        shape = (rows, cols)
+        return np.broadcast_to(rc[:, None], shape), np.broadcast_to(cc[None, :], shape)
 
     def points_to_pixels(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Flat pixel index ``row * width + col`` of points in [0, 1)^2 (x -> column, y -> row).

@@ -5,8 +5,6 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
-
-from shuffledp import Grid, UserDistributions
 from shuffledp.accounting.budget import level_budgets, start_level
 from shuffledp.analyzers.central import central_heatmap, measured_levels, noisy_counts
 from shuffledp.encoders.noise import (
@@ -14,10 +12,14 @@ from shuffledp.encoders.noise import (
     discrete_laplace_parameter,
     discrete_laplace_pmf,
 )
+
+from shuffledp import Grid, UserDistributions
 from shuffledp.pyramid import level_counts
 
 
-@pytest.mark.parametrize("w,q", [(1, 0), (3, 0), (4, 1), (15, 1), (16, 2), (20, 2), (63, 2), (64, 3)])
+@pytest.mark.parametrize(
+    "w,q", [(1, 0), (3, 0), (4, 1), (15, 1), (16, 2), (20, 2), (63, 2), (64, 3)]
+)
 def test_start_level(w, q):
     assert start_level(w) == q
 

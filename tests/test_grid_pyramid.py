@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuffledp.grid import Grid
-from shuffledp.pyramid import flatten, level_counts, n_coordinates, transform, transform_l1, unflatten
+from shuffledp.pyramid import (
+    flatten,
+    level_counts,
+    n_coordinates,
+    transform,
+    transform_l1,
+    unflatten,
+)
 
 
 def brute_level_counts(grid, s, level):

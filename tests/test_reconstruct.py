@@ -6,8 +6,8 @@ import scipy.optimize
 import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from shuffledp.analyzers.reconstruct import effective_start, reconstruct, reconstruct_details
+
 from shuffledp.grid import Grid
 from shuffledp.pyramid import level_counts
 
@@ -70,7 +70,9 @@ def full_lp(g, counts, start, selected):
     return res.fun, res.x[:n], m, y
 
 
-@pytest.mark.parametrize("spec,w,seed", [("8", 2, 0), ("8", 3, 1), ("11x6", 2, 2), ("16", 4, 3), ("9x13", 1, 4)])
+@pytest.mark.parametrize(
+    "spec,w,seed", [("8", 2, 0), ("8", 3, 1), ("11x6", 2, 2), ("16", 4, 3), ("9x13", 1, 4)]
+)
 def test_reduced_lp_equals_full_lp(spec, w, seed):
     """The O(wL)-variable LP attains the optimum of the per-pixel LP, and its s_hat is optimal."""
     g = Grid.parse(spec)
@@ -90,7 +92,8 @@ def test_variable_count_is_order_w_levels_not_pixels():
     g = Grid(1024, 1024)
     rng = np.random.default_rng(5)
     start = effective_start(g, 20)
-    counts = [c + rng.laplace(0, 1, c.shape) for c in level_counts(g, np.zeros((1024, 1024)), start)]
+    zero = np.zeros((1024, 1024))
+    counts = [c + rng.laplace(0, 1, c.shape) for c in level_counts(g, zero, start)]
     res = reconstruct_details(counts, g, start, 20)
     n_meas = g.depth - start + 1
     assert res.n_variables <= 4 * 20 * n_meas
