@@ -5,16 +5,98 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
 NOTIONS = ("pure", "approximate", "metric_emd", "discrete_emd")
 MODELS = ("central", "local", "shuffle")
 
-#: Neighbour relations used across the toolkit (free text is accepted too).
-REPLACE_ONE = "replace one user (n public)"
-ADD_REMOVE_ONE = "add/remove one user"
-BOUNDED_EMD = "change one user's m items (m public), d_EM-weighted"
+
+class Neighbour(StrEnum):
+    """The neighbouring relation a guarantee is stated for (one vocabulary for the toolkit).
+
+    ``ADD_REMOVE``
+        D' = D with one user added or removed (n is private).
+    ``REPLACE_ONE``
+        D' = D with one user's input replaced by any other input (n public). The natural
+        relation of the shuffle summation protocol of [BBGN20]_; the l1-sensitivity of a
+        user's normalised level vector is 2.
+    ``ZERO_OUT``
+        D' = D with one user's input replaced by the empty contribution (the user still takes
+        part, n public). Sensitivity 1 per level, like ADD_REMOVE; the shuffle protocol
+        under ZERO_OUT converges to the central ADD_REMOVE mechanism at the
+        same epsilon as B grows ([Ghazi23]_ App. F).
+    ``BOUNDED_EMD``
+        one user's m items change (m public), distance weighted by d_EM ([Imola]_ Sec. 3).
+    ``DISCRETE_EMD``
+        one user's dataset changes within d_EM <= r ([Imola]_ Def. 5.1-5.2).
+
+    References
+    ----------
+    .. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the
+       Multi-Message Shuffle Model", CCS 2020. arXiv:2002.00817.
+    .. [Ghazi23] B. Ghazi et al., "Differentially Private Heatmaps", AAAI 2023.
+       arXiv:2211.13454.
+    .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+       User-Level". arXiv:2405.02665.
+    """
+
+    ADD_REMOVE = "add/remove one user"
+    REPLACE_ONE = "replace one user (n public)"
+    ZERO_OUT = "zero out one user's contribution (n public)"
+    BOUNDED_EMD = "change one user's m items (m public), d_EM-weighted"
+    DISCRETE_EMD = "one user's dataset changed within d_EM <= r (r in the parameters)"
+
+    @classmethod
+    def parse(cls, value: Any, name: str = "neighbour") -> Neighbour:
+        """A Neighbour from a member, its text, its name or a short token.
+
+        Short tokens: ``"add_remove"``, ``"replace"``, ``"zero_out"``, ``"bounded_emd"``.
+        Raises ValueError naming the accepted values otherwise.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.strip()
+            for member in cls:
+                if key in (member.value, member.name, member.name.lower(), member.token):
+                    return member
+        accepted = ", ".join(repr(m.token) for m in cls)
+        raise ValueError(f"{name} must be one of {accepted} (or a Neighbour), got {name}={value!r}")
+
+    @property
+    def token(self) -> str:
+        """Short token used on the command line and in parameter files."""
+        return {"ADD_REMOVE": "add_remove", "REPLACE_ONE": "replace", "ZERO_OUT": "zero_out",
+                "BOUNDED_EMD": "bounded_emd", "DISCRETE_EMD": "discrete_emd"}[self.name]
+
+    def level_sensitivity(self, B: int = 1) -> int:
+        """l1-sensitivity of one user's level vector with entries >= 0 summing to <= B.
+
+        B for ADD_REMOVE and ZERO_OUT (||z||_1 <= B), 2B for REPLACE_ONE
+        (||z - z'||_1 <= ||z||_1 + ||z'||_1 <= 2B).
+        """
+        if self in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD):
+            raise ValueError(f"{self.name} has no l1 level sensitivity")
+        return 2 * int(B) if self is Neighbour.REPLACE_ONE else int(B)
+
+    def implies(self, other: Neighbour) -> bool:
+        """A guarantee under ``self`` also holds under ``other`` for every mechanism.
+
+        Only the same relation qualifies: ADD_REMOVE and ZERO_OUT agree for mechanisms that
+        see only the aggregate, but not in general (zeroing out is a removal plus an addition
+        of an empty user when the mechanism depends on n), so no cross-relation implication
+        is claimed.
+        """
+        return self is other
+
+
+#: Aliases kept for existing imports.
+REPLACE_ONE = Neighbour.REPLACE_ONE
+ADD_REMOVE_ONE = Neighbour.ADD_REMOVE
+ZERO_OUT = Neighbour.ZERO_OUT
+BOUNDED_EMD = Neighbour.BOUNDED_EMD
 
 
 def _freeze(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -39,9 +121,8 @@ class Guarantee:
         epsilon for the DP notions, alpha for the metric notions (see :attr:`alpha`).
     delta : float
         delta (0 for pure DP).
-    neighbour : str
-        The neighbouring relation, e.g. ``"add/remove one user"`` or
-        ``"replace one user (n public)"``.
+    neighbour : Neighbour
+        The neighbouring relation (strings are parsed with :meth:`Neighbour.parse`).
     theorem : str
         Paper, section and theorem the bound rests on.
     parameters : Mapping
@@ -59,7 +140,7 @@ class Guarantee:
     model: str
     epsilon: float
     delta: float = 0.0
-    neighbour: str = ADD_REMOVE_ONE
+    neighbour: Neighbour = Neighbour.ADD_REMOVE
     theorem: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -83,6 +164,7 @@ class Guarantee:
             raise ValueError(f"delta must be in [0, 1], got {self.delta!r}")
         if self.notion == "pure" and d != 0.0:
             raise ValueError(f"a pure guarantee has delta = 0, got delta={self.delta!r}")
+        object.__setattr__(self, "neighbour", Neighbour.parse(self.neighbour))
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "delta", d)
         object.__setattr__(self, "parameters", _freeze(self.parameters))
@@ -111,7 +193,7 @@ class Guarantee:
         return (
             notions_ok
             and self.model == other.model
-            and self.neighbour == other.neighbour
+            and self.neighbour.implies(other.neighbour)
             and self.epsilon <= other.epsilon
             and self.delta <= other.delta
         )
@@ -123,7 +205,7 @@ class Guarantee:
             "model": self.model,
             "epsilon": self.epsilon,
             "delta": self.delta,
-            "neighbour": self.neighbour,
+            "neighbour": str(self.neighbour),
             "theorem": self.theorem,
             "parameters": dict(self.parameters),
             "notes": list(self.notes),

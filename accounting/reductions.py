@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from shuffledp.accounting import _validate as v
-from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 _C = 1.0 + math.sqrt(2.0)
 MODELS = ("local", "central")
@@ -139,7 +139,7 @@ def discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> 
 def _result(eps, alpha, r, s, delta, model) -> ReductionBound:
     g = Guarantee(
         notion="discrete_emd", model=model, epsilon=eps, delta=min(1.0, 2.0 * delta),
-        neighbour=f"one user's dataset changed within d_EM <= r = {r}",
+        neighbour=Neighbour.DISCRETE_EMD,
         theorem="seed 004 Thm 5.3 (BoundedEMDReduction, Alg. 3)",
         parameters={"r": r, "s": s, "alpha": alpha, "delta_bounded": delta},
     )

@@ -47,10 +47,11 @@ import numpy as np
 from scipy.stats import nbinom
 from shuffledp.accounting import _validate as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
-from shuffledp.accounting.guarantee import ADD_REMOVE_ONE, REPLACE_ONE, Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.encoders.polya import SAMPLER_TV_MAX
 
 ROUNDING_RULES = ("floor", "largest_remainder")
-NEIGHBOURS = ("replace", "add_remove")
+NEIGHBOURS = ("replace", "zero_out", "add_remove")  # tokens of Neighbour
 DECODINGS = ("shifted", "centred")
 
 
@@ -204,6 +205,27 @@ def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
     return math.ceil(num / math.log(n) + 1.0)
 
 
+def delta_split(epsilon: float, delta: float, n: int, m: int) -> tuple[float, float]:
+    """(delta_mix, delta_sampler): the part of delta left to split-and-mix, and the part
+    charged to the Polya sampler.
+
+    The Polya noise comes from exact tables whose law is within ``SAMPLER_TV_MAX`` of the
+    ideal per draw (:mod:`shuffledp.encoders.polya`; two draws per coordinate, at most n
+    users, m coordinates). If a mechanism is (eps, delta_mix)-DP and another is within total
+    variation tau of it on every input, the latter is (eps, delta_mix + (1 + e^eps) tau)-DP;
+    here tau <= 2 n m SAMPLER_TV_MAX by coupling. Raises ValueError if that part is not
+    below delta / 2.
+    """
+    tau = 2.0 * n * m * SAMPLER_TV_MAX
+    delta_sampler = (1.0 + math.exp(min(float(epsilon), 700.0))) * tau
+    if not delta_sampler < delta / 2:
+        raise ValueError(
+            f"delta={delta!r} is too small for the noise sampler's total variation budget "
+            f"{delta_sampler:.3g} (n={n}, m={m}); increase delta"
+        )
+    return delta - delta_sampler, delta_sampler
+
+
 # --------------------------------------------------------------------------- main entry
 def summation_parameters(
     *,
@@ -216,7 +238,7 @@ def summation_parameters(
     w: int = 20,
     gamma: float = DEFAULT_GAMMA,
     rounding: str = "largest_remainder",
-    neighbour: str = "replace",
+    neighbour: Neighbour | str = "replace",
     dropout: float = 0.0,
     wrap_target: float = 1e-12,
     decoding: str = "shifted",
@@ -244,9 +266,11 @@ def summation_parameters(
     gamma : float, default 1/sqrt(2)
         Decay of the per-level budget.
     rounding : {"largest_remainder", "floor"}
-    neighbour : {"replace", "add_remove"}
+    neighbour : Neighbour or {"replace", "zero_out", "add_remove"}
         ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
-        [BBGN20]). ``add_remove``: Delta_i = B; note that the number of messages reveals the
+        [BBGN20]). ``zero_out``: one user's input replaced by nothing, the user still sends
+        her noise shares, n public (Delta_i = B). ``add_remove``: Delta_i = B; note that the
+        number of messages reveals the
         number of users.
     dropout : float, default 0
         Declared dropout fraction in [0, 1); n_min = ceil((1 - dropout) n) must be >= 2.
@@ -273,7 +297,7 @@ def summation_parameters(
         )
     budgets = tuple(float(e) for e in level_budgets(eps, 0, len(sizes) - 1, gamma))
     # scaled rounded level vectors: entries in [0, B], level sum <= B (both rules)
-    sens_one = B if neighbour == "add_remove" else 2 * B
+    sens_one = neighbour.level_sensitivity(B)
     sens = tuple(sens_one for _ in sizes)
     # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in seed 000 App. F)
     a = tuple(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
@@ -291,9 +315,9 @@ def summation_parameters(
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
     wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
                                                                                strict=True)))
-    r = shares_needed(eps, delta, m, q, n_min)
+    delta_mix, delta_sampler = delta_split(eps, delta, n, m)
+    r = shares_needed(eps, delta_mix, m, q, n_min)
     bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
-    neighbour_text = REPLACE_ONE if neighbour == "replace" else ADD_REMOVE_ONE
     notes = [
         f"holds while at least n_min={n_min} users' messages are all delivered "
         "(seed 001 Sec. 4); with fewer survivors the noise is below DL(a_i) and nothing "
@@ -303,12 +327,12 @@ def summation_parameters(
         f"modulus has headroom t={t}: all sums decode exactly except with probability "
         f"<= {wrap:.3g} (wrap-around affects accuracy only)",
     ]
-    if neighbour == "add_remove":
+    if neighbour is Neighbour.ADD_REMOVE:
         notes.append("add/remove: the number of messages reveals the number of users; "
                      "[BBGN20]'s split-and-mix analysis is for a fixed, public n")
     g = Guarantee(
         notion="approximate", model="shuffle", epsilon=float(sum(budgets)), delta=delta,
-        neighbour=neighbour_text,
+        neighbour=neighbour,
         theorem=(
             "seed 000 App. F with [BBGN20] Cor. 6/Lemma 5.2 (split-and-mix, delta); "
             "distributed discrete Laplace from Polya differences (seed 001 Thm 4.2, eq. 4) "
@@ -326,7 +350,8 @@ def summation_parameters(
         polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
         messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
         wrap_target=wrap_target, wrap_probability=wrap,
-        delta_parts={"split_and_mix": delta}, guarantee=g, notes=tuple(notes),
+        delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler},
+        guarantee=g, notes=tuple(notes),
     )
 
 
@@ -338,7 +363,11 @@ def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, n
     B = v.count("B", B, 1)
     gamma = v.positive("gamma", gamma)
     rounding = v.choice("rounding", rounding, ROUNDING_RULES)
-    neighbour = v.choice("neighbour", neighbour, NEIGHBOURS)
+    neighbour = Neighbour.parse(neighbour)
+    if neighbour in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD):
+        raise ValueError(
+            f"neighbour must be one of {NEIGHBOURS}, got neighbour={neighbour.token!r}"
+        )
     decoding = v.choice("decoding", decoding, DECODINGS)
     dropout = v.probability("dropout", dropout, closed_low=True)
     wrap_target = v.probability("wrap_target", wrap_target)

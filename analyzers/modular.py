@@ -216,7 +216,7 @@ def guarantee(params: ProtocolParams) -> Guarantee:
         model="shuffle",
         epsilon=params.epsilon,
         delta=params.delta,
-        neighbour="replace one user (n public)",
+        neighbour=params.neighbour,
         theorem=THEOREM,
         parameters={
             "level_epsilons": list(params.level_epsilons),
@@ -242,6 +242,7 @@ def analyze(
 
     Raises :class:`ReleaseRefused` on too few users or a failed count check.
     """
+    params.check_supported()
     check_participation(params, n_users)
     sums = acc.modular_sums(n_users)
     counts = level_counts_from_sums(sums, params)

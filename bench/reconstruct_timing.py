@@ -16,6 +16,7 @@ from shuffledp.analyzers.central import measured_levels, noisy_counts
 from shuffledp.analyzers.reconstruct import reconstruct_details
 
 from shuffledp.grid import Grid
+from shuffledp.users import UserDistributions
 
 
 def main() -> None:
@@ -23,14 +24,15 @@ def main() -> None:
     print(f"{'grid':>10s} {'levels':>6s} {'LP vars':>8s} {'median s':>9s} {'max s':>7s}")
     for side in (64, 128, 256, 512, 1024, 2048):
         g = Grid(side, side)
-        s = np.zeros((side, side))
         centres = rng.integers(0, side, size=(10, 2))
+        rows, cols = [], []
         for cy, cx in centres:
-            r = np.clip(rng.normal(cy, side / 50, 20).astype(int), 0, side - 1)
-            c = np.clip(rng.normal(cx, side / 50, 20).astype(int), 0, side - 1)
-            np.add.at(s, (r, c), 1.0)
+            rows.append(np.clip(rng.normal(cy, side / 50, 20).astype(int), 0, side - 1))
+            cols.append(np.clip(rng.normal(cx, side / 50, 20).astype(int), 0, side - 1))
+        pix = np.concatenate(rows) * side + np.concatenate(cols)
+        users = UserDistributions.from_pixels(g, np.arange(pix.size), pix, np.ones(pix.size))
         start, top = measured_levels(g, 20)
-        counts = noisy_counts(s, g, level_budgets(1.0, start, top), start, rng)
+        counts = noisy_counts(users, level_budgets(1.0, start, top), start, rng=rng)
         times = []
         for _ in range(5):
             t = time.perf_counter()

@@ -55,7 +55,8 @@ def main() -> None:
     print(f"Fig. 13: {grid}, n={users.n_users}, eps={eps}, delta={delta}, runs={args.runs}")
     for B in (int(b) for b in args.Bs.split(",")):
         run(f"B={B}", lambda g, B=B: shuffle_heatmap(users, epsilon=eps, delta=delta, B=B, rng=g))
-    run("B=inf central (replace)", lambda g: central_heatmap(users, eps / 2, rng=g))
+    run("B=inf central (replace)",
+        lambda g: central_heatmap(users, eps, neighbour="replace", rng=g))
     run("central (add/remove)", lambda g: central_heatmap(users, eps, rng=g))
     ref = rows[-2][1]["emd"]
     for label, mean, _ in rows[:-2]:

@@ -13,14 +13,17 @@ For user j with distribution p_j over the leaf pixels:
 5. Messages (a, w^b_a) for a in [0, m), b in [0, r): :func:`messages` packs them as
    ``(a << share_bits) | w``.
 
-The Polya noise uses the caller's numpy ``rng`` (research reproducibility); shares never do.
+The deployment entry point :func:`encode_user` draws everything, the noise included, from the
+cryptographically secure generator and refuses a seed. The research functions
+(:func:`noisy_vectors`, :func:`encode_shares`) take ``rng`` for the noise (None = secure);
+shares always come from the secure generator.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from shuffledp.encoders.polya import polya_difference
-from shuffledp.encoders.rounding import scale_round
+from shuffledp.encoders.rounding import level_entries
 from shuffledp.encoders.sharing import SecureRandom, share
 
 from shuffledp._rng import RngLike, as_generator
@@ -31,6 +34,7 @@ from shuffledp.users import UserDistributions
 def _check(params: ProtocolParams) -> None:
     if not isinstance(params, ProtocolParams):
         raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
+    params.check_supported()
 
 
 def rounded_levels(
@@ -50,45 +54,23 @@ def rounded_levels(
         raise ValueError(f"users are on grid {users.grid}, params on grid {params.grid}")
     if select is not None:
         users = users.subset(np.asarray(select, dtype=np.int64))
-    grid = params.grid
-    L = grid.depth
-    uid = users.user_index()
-    rows = users.pixels // grid.width
-    cols = users.pixels % grid.width
-    n_lev = params.top - params.start + 1
-    k = uid.size
-    # code = (user, level, cell) in lexicographic order
-    lev = np.repeat(np.arange(n_lev, dtype=np.int64), k)
-    shift = (L - (params.start + lev)).astype(np.int64)
-    ncols = np.asarray([grid.level_shape(i)[1] for i in range(params.start, params.top + 1)])
-    offs = np.asarray(params.level_offsets, dtype=np.int64)
-    r_all = np.tile(rows, n_lev) >> shift
-    c_all = np.tile(cols, n_lev) >> shift
-    coord = offs[lev] + r_all * ncols[lev] + c_all
-    m = params.m
-    key = np.tile(uid, n_lev).astype(np.int64) * m + coord
-    ukey, inv = np.unique(key, return_inverse=True)
-    mass = np.bincount(inv.ravel(), weights=np.tile(users.weights, n_lev), minlength=ukey.size)
-    u_of = ukey // m
-    c_of = ukey % m
-    level_of = np.searchsorted(offs, c_of, side="right") - 1
-    groups = u_of * n_lev + level_of
-    z = scale_round(mass, params.B, params.rounding, groups=groups)
-    keep = z != 0
-    return u_of[keep], c_of[keep], z[keep]
+    return level_entries(users, params.start, params.B, params.rounding)
 
 
 def noisy_vectors(
     params: ProtocolParams,
     users: UserDistributions,
     select: np.ndarray | None = None,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     *,
     noise: bool = True,
 ) -> np.ndarray:
     """Dense z'^j = z^j + (X - Y) for the selected users, shape (len(select), m), int64 (step 3).
 
-    ``noise=False`` returns z^j (for tests and diagnostics only; not private).
+    The Polya noise comes from the exact table sampler
+    (:func:`shuffledp.encoders.polya.polya_difference`): ``rng=None`` or a SecureRandom draws
+    it from the cryptographically secure generator; a seed or Generator makes a reproducible
+    research run. ``noise=False`` returns z^j (for tests and diagnostics only; not private).
     """
     _check(params)
     n_sel = users.n_users if select is None else len(select)
@@ -96,10 +78,11 @@ def noisy_vectors(
     out = np.zeros((n_sel, params.m), dtype=np.int64)
     np.add.at(out, (u, c), z)
     if noise:
-        g = as_generator(rng)
+        src = rng if isinstance(rng, SecureRandom) else (
+            SecureRandom() if rng is None else as_generator(rng))
         a = params.coordinate_a()
         for j in range(n_sel):
-            out[j] += polya_difference(params.polya_shape, a, params.m, g)
+            out[j] += polya_difference(params.polya_shape, a, params.m, src)
     return out
 
 
@@ -107,15 +90,17 @@ def encode_shares(
     params: ProtocolParams,
     users: UserDistributions,
     select: np.ndarray | None = None,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     source: SecureRandom | None = None,
 ) -> np.ndarray:
     """Steps 1-4 for the selected users: shares of shape (len(select), r, m), uint32.
 
-    ``shares[j, b, a]`` is w^{b+1}_a of user j; message (a, shares[j, b, a]).
+    ``shares[j, b, a]`` is w^{b+1}_a of user j; message (a, shares[j, b, a]). Shares always
+    come from ``source`` (a SecureRandom); the noise from ``rng`` (see :func:`noisy_vectors`).
     """
-    z = noisy_vectors(params, users, select, rng)
-    return share(z, params.q, params.r, source if source is not None else SecureRandom())
+    src = source if source is not None else SecureRandom()
+    z = noisy_vectors(params, users, select, src if rng is None else rng)
+    return share(z, params.q, params.r, src)
 
 
 def messages(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
@@ -138,13 +123,28 @@ def encode_user(
     params: ProtocolParams,
     pixels: np.ndarray,
     weights: np.ndarray,
-    rng: RngLike = None,
+    *,
     source: SecureRandom | None = None,
+    rng: object = None,
 ) -> np.ndarray:
-    """One user's complete message vector (r*m packed messages) from (pixels, weights)."""
+    """One user's complete message vector (r*m packed messages) from (pixels, weights).
+
+    Deployment path: the Polya noise and the shares are drawn from the cryptographically
+    secure generator (``source``, a fresh SecureRandom by default). A seed is refused:
+    ``rng`` exists only to reject it with a clear message.
+    """
+    if rng is not None:
+        raise ValueError(
+            f"encode_user is the deployment path and draws all randomness from the secure "
+            f"generator; it refuses a seed, got rng={rng!r} (use noisy_vectors/encode_shares "
+            "for reproducible research runs)"
+        )
+    if source is not None and not isinstance(source, SecureRandom):
+        raise TypeError(f"source must be a SecureRandom, got source={source!r}")
     _check(params)
     users = UserDistributions.from_pixels(
         params.grid, np.zeros(np.size(pixels), dtype=np.int64), pixels, weights
     )
-    sh = encode_shares(params, users, None, rng, source)[0]
+    src = source if source is not None else SecureRandom()
+    sh = encode_shares(params, users, None, src, src)[0]
     return messages(params, sh)

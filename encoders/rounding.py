@@ -49,15 +49,58 @@ def check_scale(B: int) -> int:
 def sensitivity(B: int, neighbour: str = "replace") -> int:
     """l1-sensitivity Delta_i of one scaled, rounded level vector (same for both rules).
 
-    ``neighbour="replace"`` (replace one user's input, n public): 2B.
-    ``neighbour="add_remove"``: B.
+    ``neighbour`` is a :class:`~shuffledp.accounting.guarantee.Neighbour` or its token:
+    2B for replace-one (n public), B for zero-out and add/remove.
+    """
+    from shuffledp.accounting.guarantee import Neighbour
+
+    return Neighbour.parse(neighbour).level_sensitivity(check_scale(B))
+
+
+def level_entries(
+    users, start: int, B: int, rounding: str = "largest_remainder"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sparse z^j = round(B y^j) of every user on levels ``start..L``, vectorised.
+
+    y^j_i is user j's mass in each level-i cell; each user's level vector is scaled by B and
+    rounded with ``rounding`` (:func:`scale_round`, one group per user and level).
+
+    Returns
+    -------
+    user, coordinate, value : ndarray of int64
+        One entry per (user, occupied cell) with a non-zero value; ``coordinate`` is the flat
+        index over levels start..L (level-major, row-major within a level, as
+        :func:`shuffledp.pyramid.flatten`). Per user and level the values sum to B (largest
+        remainder) or at most B (floor).
     """
     B = check_scale(B)
-    if neighbour == "replace":
-        return 2 * B
-    if neighbour == "add_remove":
-        return B
-    raise ValueError(f"neighbour must be 'replace' or 'add_remove', got neighbour={neighbour!r}")
+    check_rounding(rounding)
+    grid = users.grid
+    L = grid.depth
+    grid._check_level(start)
+    uid = users.user_index()
+    rows = users.pixels // grid.width
+    cols = users.pixels % grid.width
+    n_lev = L - start + 1
+    k = uid.size
+    sizes = np.asarray([grid.level_size(i) for i in range(start, L + 1)], dtype=np.int64)
+    offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    m = int(sizes.sum())
+    lev = np.repeat(np.arange(n_lev, dtype=np.int64), k)
+    shift = (L - (start + lev)).astype(np.int64)
+    ncols = np.asarray([grid.level_shape(i)[1] for i in range(start, L + 1)], dtype=np.int64)
+    r_all = np.tile(rows, n_lev) >> shift
+    c_all = np.tile(cols, n_lev) >> shift
+    coord = offs[lev] + r_all * ncols[lev] + c_all
+    key = np.tile(uid, n_lev).astype(np.int64) * m + coord
+    ukey, inv = np.unique(key, return_inverse=True)
+    mass = np.bincount(inv.ravel(), weights=np.tile(users.weights, n_lev), minlength=ukey.size)
+    u_of = ukey // m
+    c_of = ukey % m
+    level_of = np.searchsorted(offs, c_of, side="right") - 1
+    z = scale_round(mass, B, rounding, groups=u_of * n_lev + level_of)
+    keep = z != 0
+    return u_of[keep], c_of[keep], z[keep]
 
 
 def scale_round(

@@ -99,7 +99,7 @@ def encode(params_path, points, out_path, analyzer_pub, seed):
             raise ValueError("expected columns x,y or x,y,weight and at least one point")
         pix = p.grid.points_to_pixels(data[:, 0], data[:, 1])
         wts = data[:, 2] if data.shape[1] == 3 else np.ones(pix.size)
-        rec = encode_user(p, pix, wts, rng=seed)
+        rec = encode_user(p, pix, wts)
     except ValueError as e:
         raise click.UsageError(f"{points}: {e}") from None
     if analyzer_pub:

@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.encoders.rounding import check_rounding, check_scale
 from shuffledp.grid import Grid
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
-NEIGHBOURS = ("replace",)
+NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 
 
 def _int(name: str, value: Any, low: int) -> int:
@@ -78,8 +79,8 @@ class ProtocolParams:
     B : int
         Scaling factor.
     rounding : {"floor", "largest_remainder"}
-    neighbour : {"replace"}
-        Replace one user's input, n public.
+    neighbour : Neighbour
+        REPLACE_ONE (Delta_i = 2B) or ZERO_OUT (Delta_i = B); n public in both.
     dropout : float
         Declared dropout fraction in [0, 1).
     n_min : int
@@ -88,7 +89,9 @@ class ProtocolParams:
     q : int
         Modulus, with headroom: every true sum lies in [0, B n] and decodes exactly.
     r : int
-        Shares per coordinate, >= 2.
+        Shares per coordinate: at least the split-and-mix requirement
+        (:func:`shuffledp.accounting.summation.shares_needed`) for (eps, delta_mix, m, q,
+        n_min); a record with fewer shares is refused.
     level_sensitivities : tuple of int
         Delta_i of the scaled, rounded level vector (2B under replacement).
     decode_low : int
@@ -144,8 +147,13 @@ class ProtocolParams:
         n = _int("n", self.n, 2)
         B = check_scale(self.B)
         check_rounding(self.rounding)
-        if self.neighbour not in NEIGHBOURS:
-            raise ValueError(f"neighbour must be one of {NEIGHBOURS}, got {self.neighbour!r}")
+        nb = Neighbour.parse(self.neighbour)
+        if nb not in NEIGHBOURS:
+            raise ValueError(
+                f"neighbour must be one of {[x.token for x in NEIGHBOURS]}, got "
+                f"neighbour={nb.token!r}"
+            )
+        object.__setattr__(self, "neighbour", nb)
         d = _real("dropout", self.dropout, 0.0, 1.0, open_low=False)
         n_min = _int("n_min", self.n_min, 1)
         if n_min > n:
@@ -162,10 +170,10 @@ class ProtocolParams:
         sens = tuple(int(s) for s in self.level_sensitivities)
         if len(sens) != n_lev or min(sens) < 1:
             raise ValueError(f"level_sensitivities must hold {n_lev} integers >= 1, got {sens!r}")
-        if min(sens) < 2 * B:
+        if min(sens) < nb.level_sensitivity(B):
             raise ValueError(
-                f"under replacement the scaled level vector has sensitivity 2B = {2 * B}, "
-                f"got level_sensitivities={sens!r}"
+                f"under {nb.token} the scaled level vector has sensitivity "
+                f"{nb.level_sensitivity(B)}, got level_sensitivities={sens!r}"
             )
         low = _int("decode_low", self.decode_low, 0)
         # Headroom: every true sum in [0, B n] must lie inside the window with room to spare.
@@ -191,6 +199,32 @@ class ProtocolParams:
         )
         if self.record_bits > 64:
             raise ValueError(f"messages need {self.record_bits} bits > 64; lower q or the grid")
+        self.check_supported()
+
+    def check_supported(self) -> None:
+        """Re-check that the parameters support the guarantee they claim; raise otherwise.
+
+        r must reach the split-and-mix requirement of [BBGN20]_ as used in [Ghazi23]_ App. F
+        for (eps, delta_mix, m, q, n_min), where delta_mix is delta minus the noise sampler's
+        part (:func:`shuffledp.accounting.summation.delta_split`). The encoder and the
+        analyzer call this again before encoding or releasing, so a record edited after
+        construction (or a params file edited by hand) cannot ship a guarantee it does not
+        have.
+        """
+        from shuffledp.accounting.summation import delta_split, shares_needed
+
+        delta_mix, _ = delta_split(self.epsilon, self.delta, self.n, self.m)
+        need = shares_needed(self.epsilon, delta_mix, self.m, self.q, self.n_min)
+        if self.r < need:
+            raise ValueError(
+                f"r={self.r} shares per coordinate are below the split-and-mix requirement "
+                f"r >= {need} for epsilon={self.epsilon!r}, delta={self.delta!r}, m={self.m}, "
+                f"q={self.q}, n_min={self.n_min}; the (epsilon, delta) guarantee would not hold"
+            )
+        for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True):
+            if not (e > 0 and s >= self.neighbour.level_sensitivity(self.B)):
+                raise ValueError(f"level budget {e!r} / sensitivity {s!r} do not support the "
+                                 f"guarantee under {self.neighbour.token}")
 
     # ----- geometry of the message vector -----
     @property
@@ -284,7 +318,7 @@ class ProtocolParams:
             "delta": repr(self.delta),
             "B": self.B,
             "rounding": self.rounding,
-            "neighbour": self.neighbour,
+            "neighbour": self.neighbour.token,
             "dropout": repr(self.dropout),
             "q": self.q,
             "r": self.r,
@@ -307,7 +341,7 @@ class ProtocolParams:
             "n": self.n,
             "n_min": self.n_min,
             "rounding": self.rounding,
-            "neighbour": "replace one user (n public)",
+            "neighbour": str(self.neighbour),
             "dropout": self.dropout,
             "messages_per_user": self.messages_per_user,
             "bits_per_message": self.bits_per_message,
@@ -339,7 +373,8 @@ class ProtocolParams:
         p = cls._from_dict(d)
         try:
             again = derive_params(p.grid, p.n, epsilon=p.epsilon, delta=p.delta, B=p.B, w=p.w,
-                                  rounding=p.rounding, dropout=p.dropout)
+                                  rounding=p.rounding, dropout=p.dropout,
+                                  neighbour=p.neighbour)
         except (ValueError, TypeError):
             return p
         if again == p:
@@ -383,6 +418,7 @@ def derive_params(
     rounding: str = "largest_remainder",
     dropout: float = 0.0,
     wrap_target: float = 1e-12,
+    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
 ) -> ProtocolParams:
     """Derive the protocol record for n users from the summation accounting.
 
@@ -404,7 +440,8 @@ def derive_params(
     check_rounding(rounding)
     summ = summation_parameters(
         n=n, epsilon=epsilon, delta=delta, B=B, grid=grid, w=w, gamma=g, rounding=rounding,
-        neighbour="replace", dropout=dropout, wrap_target=wrap_target, decoding="shifted",
+        neighbour=Neighbour.parse(neighbour), dropout=dropout, wrap_target=wrap_target,
+        decoding="shifted",
     )
     start, top = measured_levels(grid, w)
     if summ.levels != tuple(range(start, top + 1)):

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 import scipy.stats
 from shuffledp.accounting.budget import level_budgets, start_level
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.central import central_heatmap, measured_levels, noisy_counts
 from shuffledp.encoders.noise import (
     discrete_laplace,
     discrete_laplace_parameter,
     discrete_laplace_pmf,
+    dl_rational,
 )
 
 from shuffledp import Grid, UserDistributions
@@ -43,23 +45,62 @@ def test_level_budgets_validation():
 
 
 def test_noise_scale_per_level_matches_one_over_eps_i():
-    """Mean |noise| of Lap(b) is b with sd b; N = 40000 draws per level, 6-sigma tolerance:
-    false-failure probability < 1e-8 per level (fixed seed)."""
+    """The released level counts minus the exact rounded sums are DL(exp(-s_i/t_i)) / R with
+    E|Z| = 2a/(1 - a^2), i.e. ~1/eps_i in user-mass units. N >= 40000 draws per level,
+    6-sigma tolerance: false-failure probability < 1e-8 per level (fixed seed)."""
     g = Grid(64, 64)
     start, top = measured_levels(g, 20)
     budgets = level_budgets(1.0, start, top)
-    reps = []
+    users = UserDistributions.from_points(g, np.array([0]), np.array([0.3]), np.array([0.6]))
+    R = 1 << 10
+    exact = [c / R for c in level_counts(g, users.aggregate() * R, start)]
     rng = np.random.default_rng(123)
     total = {k: [] for k in range(len(budgets))}
     while min(sum(len(x) for x in v) for v in total.values()) < 40000:
-        noisy = noisy_counts(np.zeros((64, 64)), g, budgets, start, rng)
-        for k, c in enumerate(noisy):
-            total[k].append(np.abs(c).ravel())
-        reps.append(1)
+        noisy = noisy_counts(users, budgets, start, resolution=R, rng=rng)
+        for k, (c, e) in enumerate(zip(noisy, exact, strict=True)):
+            total[k].append(np.abs(c - e).ravel())
     for k, e in enumerate(budgets):
-        a = np.concatenate(total[k])
-        b = 1.0 / e
-        assert abs(a.mean() - b) < 6 * b / math.sqrt(a.size), (k, a.mean(), b)
+        a_abs = np.concatenate(total[k])
+        s, t = dl_rational(e, R)
+        a = math.exp(-s / t)
+        mean = 2 * a / (1 - a * a) / R
+        sd = math.sqrt(2 * a / (1 - a) ** 2 / R**2 - mean**2)
+        assert abs(a_abs.mean() - mean) < 6 * sd / math.sqrt(a_abs.size), (k, a_abs.mean(), mean)
+        assert mean == pytest.approx(1 / e, rel=1e-2)
+
+
+def test_released_values_are_multiples_of_one_over_resolution():
+    """No floating-point artefact: every released count is an exact integer / R."""
+    g = Grid(16, 16)
+    rng = np.random.default_rng(4)
+    users = UserDistributions.from_points(g, rng.integers(0, 9, 50), rng.random(50), rng.random(50))
+    start, top = measured_levels(g, 20)
+    R = 1 << 20
+    for c in noisy_counts(users, level_budgets(1.0, start, top), start, resolution=R, rng=1):
+        scaled = c * R
+        assert np.array_equal(scaled, np.round(scaled))
+
+
+def test_central_neighbour_relations_and_secure_default():
+    g = Grid(16, 16)
+    rng = np.random.default_rng(4)
+    users = UserDistributions.from_points(g, rng.integers(0, 9, 50), rng.random(50), rng.random(50))
+    r = central_heatmap(users, 1.0)  # no seed: secure noise, a private release
+    assert r.guarantee.notes == () and r.parameters["randomness"] == "secure"
+    r = central_heatmap(users, 1.0, neighbour="replace", rng=3)
+    assert r.guarantee.neighbour is Neighbour.REPLACE_ONE
+    assert "not a private release" in r.guarantee.notes[0]
+    assert central_heatmap(users, 1.0, neighbour="zero_out", rng=3).guarantee.neighbour \
+        is Neighbour.ZERO_OUT
+    # effective per-level epsilon never exceeds the budget, and is within 1e-5 of it
+    for e, eff in zip(r.parameters["level_epsilons"], r.parameters["level_epsilons_effective"],
+                      strict=True):
+        assert e * (1 - 1e-5) <= eff <= e
+    with pytest.raises(ValueError, match="neighbour must be one of"):
+        central_heatmap(users, 1.0, neighbour="swap")
+    with pytest.raises(ValueError, match="resolution must be a power of two"):
+        central_heatmap(users, 1.0, resolution=1000)
 
 
 def test_privacy_loss_equals_eps_at_the_boundary():

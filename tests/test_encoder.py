@@ -58,7 +58,7 @@ def test_streaming_sums_do_not_depend_on_order_or_chunking(chunk, seed):
 def test_encode_user_messages_cover_every_coordinate_r_times():
     grid = Grid(9, 7)
     p = params_for(grid, n=5, B=3)
-    rec = encode_user(p, np.array([0, 5, 62]), np.array([1.0, 2.0, 1.0]), rng=0)
+    rec = encode_user(p, np.array([0, 5, 62]), np.array([1.0, 2.0, 1.0]))
     assert rec.size == p.messages_per_user
     coords = (rec.astype(np.uint64) >> np.uint64(p.share_bits)).astype(np.int64)
     assert np.all(np.bincount(coords, minlength=p.m) == p.r)

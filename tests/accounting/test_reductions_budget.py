@@ -13,6 +13,7 @@ from shuffledp.accounting.budget import (
     polya_shape,
     target_std,
 )
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.reductions import (
     discrete_group_privacy,
     reduction_alpha,
@@ -120,16 +121,26 @@ def test_budget_validation_messages():
 # ------------------------------------------------------------------ Guarantee
 def test_guarantee_record():
     g = Guarantee(notion="approximate", model="shuffle", epsilon=1.0, delta=1e-6,
-                  neighbour="x", parameters={"n": 5}, notes=["a"])
+                  neighbour=Neighbour.ZERO_OUT, parameters={"n": 5}, notes=["a"])
     assert g.to_dict()["notes"] == ["a"] and g.to_dict()["parameters"] == {"n": 5}
-    stronger = Guarantee(notion="pure", model="shuffle", epsilon=0.5, neighbour="x")
+    stronger = Guarantee(notion="pure", model="shuffle", epsilon=0.5, neighbour=Neighbour.ZERO_OUT)
     assert stronger.implies(g) and not g.implies(stronger)
-    other = Guarantee(notion="approximate", model="central", epsilon=0.1, delta=0, neighbour="x")
+    other = Guarantee(notion="approximate", model="central", epsilon=0.1, delta=0,
+                      neighbour=Neighbour.ZERO_OUT)
     assert not other.implies(g)
     assert g == Guarantee(notion="approximate", model="shuffle", epsilon=1.0, delta=1e-6,
-                          neighbour="x", parameters={"n": 5}, notes=("a",))
+                          neighbour=Neighbour.ZERO_OUT, parameters={"n": 5}, notes=("a",))
     with pytest.raises(ValueError, match="notion must be one of"):
         Guarantee(notion="x", model="shuffle", epsilon=1)
+    # one vocabulary: free text is refused, tokens and members are parsed
+    with pytest.raises(ValueError, match="neighbour must be one of .*got neighbour='x'"):
+        Guarantee(notion="pure", model="central", epsilon=1, neighbour="x")
+    assert Guarantee(notion="pure", model="central", epsilon=1,
+                     neighbour="replace").neighbour is Neighbour.REPLACE_ONE
+    assert g.to_dict()["neighbour"] == "zero out one user's contribution (n public)"
+    other_nb = Guarantee(notion="approximate", model="shuffle", epsilon=1.0, delta=1e-6,
+                         neighbour=Neighbour.REPLACE_ONE)
+    assert not other_nb.implies(g) and not g.implies(other_nb)
     with pytest.raises(ValueError, match=r"delta must be in \[0, 1\]"):
         Guarantee(notion="approximate", model="shuffle", epsilon=1, delta=2)
     with pytest.raises(TypeError, match="epsilon and delta must be numbers"):
