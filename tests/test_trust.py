@@ -1,0 +1,168 @@
+"""Regression tests for the review's privacy findings (issue "trustworthy releases").
+
+Each test fails on the code before the fix: r below the split-and-mix requirement was
+accepted, seeds reached the device encoder, the Polya and central noise came from
+floating-point samplers, and neighbour relations were free strings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+from shuffle_helpers import params_for, random_users
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.summation import delta_split, shares_needed
+from shuffledp.analyzers.central import central_heatmap
+from shuffledp.analyzers.modular import ModularAccumulator, analyze
+from shuffledp.encoders.encoder import encode_shares, encode_user
+from shuffledp.encoders.noise import (
+    discrete_laplace_exact,
+    discrete_laplace_pmf,
+    dl_rational,
+)
+from shuffledp.encoders.polya import SAMPLER_TV_MAX, polya_difference, polya_table
+from shuffledp.encoders.sharing import SecureRandom
+
+from shuffledp import Grid
+from shuffledp.protocol_params import ProtocolParams, derive_params
+
+
+# ----------------------------------------------------------------- r vs split-and-mix
+def _edited(p: ProtocolParams, **changes) -> str:
+    d = json.loads(p.to_json())
+    d.update(changes)
+    return json.dumps(d)
+
+
+def test_params_file_edited_to_fewer_shares_is_refused_at_the_boundary():
+    p = params_for(Grid(8, 8), n=12, B=16)
+    delta_mix, _ = delta_split(p.epsilon, p.delta, p.n, p.m)
+    need = shares_needed(p.epsilon, delta_mix, p.m, p.q, p.n_min)
+    assert p.r == need
+    with pytest.raises(ValueError, match=r"r=2 shares per coordinate are below .*r >= "):
+        ProtocolParams.from_json(_edited(p, r=2))
+    with pytest.raises(ValueError, match=f"r={need - 1} shares"):
+        ProtocolParams.from_json(_edited(p, r=need - 1))
+    assert ProtocolParams.from_json(_edited(p, r=need)).r == need  # holds exactly at r
+    assert ProtocolParams.from_json(_edited(p, r=need + 3)).r == need + 3
+
+
+def test_encoder_and_analyzer_recheck_a_tampered_record():
+    grid = Grid(8, 8)
+    p = params_for(grid, n=4, B=8)
+    users = random_users(grid, 4)
+    acc = ModularAccumulator(p)
+    acc.add_shares(encode_shares(p, users, rng=1))
+    object.__setattr__(p, "r", 2)  # bypass the frozen dataclass, as a hostile edit would
+    with pytest.raises(ValueError, match="split-and-mix requirement"):
+        encode_user(p, np.array([0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="split-and-mix requirement"):
+        analyze(p, acc, 4)
+
+
+def test_device_encoder_refuses_a_seed():
+    p = params_for(Grid(8, 8), n=4, B=8)
+    with pytest.raises(ValueError, match="refuses a seed, got rng=0"):
+        encode_user(p, np.array([0]), np.array([1.0]), rng=0)
+    with pytest.raises(TypeError, match="source must be a SecureRandom"):
+        encode_user(p, np.array([0]), np.array([1.0]), source=np.random.default_rng(0))
+    # two encodings of the same input differ (fresh secure randomness)
+    a = encode_user(p, np.array([0]), np.array([1.0]))
+    b = encode_user(p, np.array([0]), np.array([1.0]))
+    assert not np.array_equal(a, b)
+
+
+# ----------------------------------------------------------------- exact Polya tables
+def _mp_polya_pmf(k: int, s: Fraction, a: Fraction) -> mpmath.mpf:
+    s_, a_ = mpmath.mpf(s.numerator) / s.denominator, mpmath.mpf(a.numerator) / a.denominator
+    return mpmath.exp(mpmath.loggamma(s_ + k) - mpmath.loggamma(s_) - mpmath.loggamma(k + 1)
+                      + k * mpmath.log(a_) + s_ * mpmath.log1p(-a_))
+
+
+@pytest.mark.parametrize("s,a", [(1 / 3, 0.9), (0.05, 0.99), (1.5, 0.4), (0.5, 0.2)],
+                         ids=["s1/3-a0.9", "s0.05-a0.99", "s1.5-a0.4", "s0.5-a0.2"])
+def test_polya_table_law_is_within_its_tv_bound_of_the_exact_pmf(s, a):
+    """The sampler's exact law (thresholds / 2^128) against an independent mpmath pmf at 60
+    digits: total variation <= the table's bound (~1e-24), far below the required 1e-9."""
+    table = polya_table(s, a)
+    q = table.implied_pmf()
+    with mpmath.workdps(60):
+        sf, af = Fraction(s), Fraction(a)
+        p = [_mp_polya_pmf(k, sf, af) for k in range(len(q))]
+        tail = 1 - mpmath.fsum(p)
+        tv = mpmath.fsum(abs(mpmath.mpf(x.numerator) / x.denominator - y)
+                         for x, y in zip(q, p, strict=True)) + abs(tail)
+    assert tv <= table.tv_bound <= SAMPLER_TV_MAX
+    assert tv < 1e-9
+
+
+def test_polya_words_determine_the_output():
+    a = np.array([0.9, 0.99, 0.5])
+    x = polya_difference(0.25, np.repeat(a, 1000), 3000, rng=7)
+    y = polya_difference(0.25, np.repeat(a, 1000), 3000, rng=np.random.default_rng(7))
+    assert np.array_equal(x, y)
+    z = polya_difference(0.25, np.repeat(a, 1000), 3000, rng=SecureRandom.for_testing(1))
+    assert not np.array_equal(x, z)
+
+
+# ----------------------------------------------------------------- exact discrete Laplace
+@pytest.mark.parametrize("s,t", [(1, 3), (2, 7), (5, 4)], ids=["1/3", "2/7", "5/4"])
+def test_exact_discrete_laplace_fits_its_pmf(s, t):
+    """Chi-square goodness of fit, 200k draws, fixed seed; false-failure rate 1e-6."""
+    x = discrete_laplace_exact(s, t, 200_000, rng=11)
+    a = math.exp(-s / t)
+    kmax = int(math.log(1e-4) / math.log(a))
+    ks = np.arange(-kmax, kmax + 1)
+    obs = np.r_[(x < -kmax).sum(), [(x == k).sum() for k in ks], (x > kmax).sum()]
+    p = discrete_laplace_pmf(ks, a)
+    tail = (1 - p.sum()) / 2
+    assert stats.chisquare(obs, np.r_[tail, p, tail] * x.size).pvalue > 1e-6
+
+
+def test_dl_rational_is_conservative_at_the_boundary():
+    for eps, sens in [(0.3, 512), (1.0, 1), (0.031, 1 << 20), (5.0, 3)]:
+        s, t = dl_rational(eps, sens)
+        assert Fraction(s, t) <= Fraction(eps) / sens  # effective epsilon <= eps
+        assert Fraction(s + 1, t) > Fraction(eps) / sens  # the largest such numerator
+    with pytest.raises(ValueError, match="below 2\\^-40"):
+        dl_rational(1e-9, 1 << 20)
+
+
+# ----------------------------------------------------------------- neighbour relations
+def test_zero_out_shuffle_matches_central_add_remove_like_for_like():
+    """Under zero-out the shuffle protocol's noise is DL(exp(-eps_i / B)) per level, exactly
+    the law the central mechanism uses at resolution R = B under add/remove (up to the
+    conservative 2^-40 rational rounding): the two converge as B grows at the same eps."""
+    grid = Grid(16, 16)
+    B = 256
+    pz = derive_params(grid, 50, epsilon=1.0, delta=1e-6, B=B, neighbour="zero_out")
+    pr = derive_params(grid, 50, epsilon=1.0, delta=1e-6, B=B)
+    assert pz.neighbour is Neighbour.ZERO_OUT and pr.neighbour is Neighbour.REPLACE_ONE
+    assert pz.level_sensitivities == (B,) * len(pz.level_epsilons)
+    assert pr.level_sensitivities == (2 * B,) * len(pr.level_epsilons)
+    users = random_users(grid, 50)
+    rel = central_heatmap(users, 1.0, resolution=B, rng=0)
+    for e, a in zip(rel.parameters["level_epsilons"], pz.level_a, strict=True):
+        s, t = dl_rational(e, B)
+        assert math.exp(-s / t) == pytest.approx(a, rel=1e-12)
+    assert pz.digest != pr.digest  # the relation is part of what the parties agree on
+
+
+def test_every_shuffle_release_names_its_relation():
+    grid = Grid(8, 8)
+    users = random_users(grid, 6)
+    from shuffledp.protocol import shuffle_heatmap
+
+    for nb in (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT):
+        p = derive_params(grid, 6, epsilon=2.0, delta=1e-5, B=8, neighbour=nb)
+        rel = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, params=p, rng=1)
+        assert rel.guarantee.neighbour is nb
+        assert rel.protocol["neighbour"] == str(nb)
+    with pytest.raises(ValueError, match="neighbour must be one of"):
+        derive_params(grid, 6, epsilon=2.0, delta=1e-5, B=8, neighbour="add_remove")
