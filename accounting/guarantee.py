@@ -39,7 +39,7 @@ class Neighbour(StrEnum):
     .. [Ghazi23] B. Ghazi et al., "Differentially Private Heatmaps", AAAI 2023.
        arXiv:2211.13454.
     .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-       User-Level". arXiv:2405.02665.
+       User-Level" (preprint).
     """
 
     ADD_REMOVE = "add/remove one user"

@@ -23,7 +23,8 @@ Randomness: ``rng=None`` draws every noise word from the cryptographically secur
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohli, R. Kumar, P. Manurangsi, V. Sarathy, T. Zhang,
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+N. Valliappan,
    "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 .. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
    Privacy", NeurIPS 2020. arXiv:2004.00010.

@@ -41,7 +41,8 @@ References
 .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
    M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
    Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [Ghazi23] B. Ghazi, J. He, K. Kohli, R. Kumar, P. Manurangsi, V. Sarathy, T. Zhang,
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+N. Valliappan,
    "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 

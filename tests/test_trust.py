@@ -166,3 +166,21 @@ def test_every_shuffle_release_names_its_relation():
         assert rel.protocol["neighbour"] == str(nb)
     with pytest.raises(ValueError, match="neighbour must be one of"):
         derive_params(grid, 6, epsilon=2.0, delta=1e-5, B=8, neighbour="add_remove")
+
+
+def test_shares_split_the_noisy_vector_not_the_rounded_one():
+    """Erratum of Ghazi et al. App. F ("Split & Mix" splits z): the shares must sum to the
+    noisy z' = z + noise. With the same secure words for the noise, the shares reconstruct
+    z' (and differ from z on some coordinate)."""
+    from shuffledp.encoders.encoder import noisy_vectors
+    from shuffledp.encoders.sharing import reconstruct_shares
+
+    grid = Grid(8, 8)
+    p = params_for(grid, n=3, B=64)
+    users = random_users(grid, 3)
+    sh = encode_shares(p, users, rng=5)
+    z_noisy = noisy_vectors(p, users, rng=5)
+    z = noisy_vectors(p, users, noise=False)
+    for j in range(3):
+        np.testing.assert_array_equal(reconstruct_shares(sh[j], p.q), np.mod(z_noisy[j], p.q))
+    assert np.any(np.mod(z_noisy, p.q) != np.mod(z, p.q))
