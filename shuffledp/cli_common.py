@@ -28,7 +28,7 @@ MAX_MESSAGES_PER_USER = 10**7
 MAX_MEMORY_BYTES = 4 * 2**30
 PARAMS_FILE_LIMIT = 1 << 20
 REPORT_FILE_LIMIT = 1 << 20
-POINTS_FILE_LIMIT = 64 << 20
+POINTS_FILE_LIMIT = 16 << 20
 KEY_BYTES = 32
 
 # Linear memory model of `shuffledp heatmap` (bytes), fitted to peak RSS: interpreter and

@@ -404,9 +404,10 @@ def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypte
     files = sorted(Path(in_dir).glob("*.bin"))
     if not files:
         raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files)")
-    if expected_users is not None and expected_users < len(files):
+    if expected_users is not None and not len(files) <= expected_users <= p.n:
         raise click.BadParameter(
-            f"{expected_users} users admitted, but {in_dir} holds {len(files)} batches",
+            f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
+            f"the n = {p.n} users the parameters are provisioned for",
             param_hint="--expected-users")
     if not encrypted:
         warn(PLAINTEXT_WARNING)
