@@ -8,8 +8,10 @@ the user.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -188,7 +190,7 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
         baselines[f"laplace_top_{t:g}%"] = laplace_baseline(
             aggregate, eps, rng=rng, top_percent=t)
 
-    from shuffledp.analyzers.heatmap import gaussian_heatmap, render_png
+    from shuffledp.analyzers.heatmap import gaussian_heatmap
     from shuffledp.release import normalise
 
     truth = normalise(aggregate)
@@ -207,11 +209,6 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
             hb = h_base if name == "laplace" else gaussian_heatmap(rel.estimate, sigma)
             metrics[name] = all_metrics(h_truth, hb, grid_obj)
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    np.save(out / "estimate.npy", np.asarray(ours.estimate, dtype=np.float64))
-    render_png(out / "heatmap.png", [("true", h_truth), ("baseline (Laplace)", h_base),
-                                     ("ours", h_ours)])
     report = {
         "model": model,
         "release": release_kind,
@@ -234,7 +231,10 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
     }
     if ours.protocol:
         report["protocol"] = dict(ours.protocol)
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    out = Path(out_dir)
+    _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
+                   [("true", h_truth), ("baseline (Laplace)", h_base), ("ours", h_ours)],
+                   json.dumps(report, indent=2, default=_json_default) + "\n")
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
              f"({'private release' if seed is None else RELEASE_SEEDED})")
     if not quiet and metrics:
@@ -297,6 +297,25 @@ def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int, data_s
             f"--input {input_path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except csv.Error as e:
         raise click.ClickException(f"--input {input_path}: malformed CSV: {e}") from None
+
+
+def _write_outputs(out: Path, estimate: np.ndarray, panels: list, report_text: str) -> None:
+    """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
+    into place (never through a FIFO or link planted at the name, never half-written)."""
+    from shuffledp.analyzers.heatmap import render_png
+    from shuffledp.safe_io import write_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.save(buf, estimate)
+    write_atomic(out / "estimate.npy", buf.getvalue())
+    tmp = out / f".heatmap.{os.urandom(6).hex()}.png"
+    try:
+        render_png(tmp, panels)
+        os.replace(tmp, out / "heatmap.png")
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_atomic(out / "report.json", report_text.encode())
 
 
 def _noise_rngs(seed: int | None, k: int) -> list[np.random.Generator | None]:

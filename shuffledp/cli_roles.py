@@ -401,6 +401,10 @@ def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypte
     p = _load_params(params_path, allow_large)
     if expected_users is not None:
         _check_int("--expected-users", expected_users, 1)
+    if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
+            Path(in_dir).resolve():
+        raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
+                                 "read the mixed batch as a user batch", param_hint="--out")
     files = sorted(Path(in_dir).glob("*.bin"))
     if not files:
         raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files)")
@@ -517,8 +521,7 @@ def analyze(params_path, in_path, out_dir, key_path, report_path, plaintext_simu
     """Sum the mixed batch mod q (streaming), decode, Reconstruct; write estimate and report."""
     from shuffledp.analyzers.modular import ReleaseRefused
     from shuffledp.analyzers.modular import analyze as run_analysis
-    from shuffledp.shuffler import encrypted_record_bytes
-    from shuffledp.wire import HEADER_SIZE, KIND_MIXED, KIND_MIXED_ENC, WireError, read_header
+    from shuffledp.wire import WireError, read_header
 
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
@@ -531,32 +534,9 @@ def analyze(params_path, in_path, out_dir, key_path, report_path, plaintext_simu
     try:
         with fh:
             h = read_header(fh)
-            _check_mixed_header(p, h, in_path, os.fstat(fh.fileno()).st_size, HEADER_SIZE)
-            if h.kind == KIND_MIXED_ENC:
-                if plaintext_simulation:
-                    raise click.BadParameter(
-                        f"the mixed batch {in_path} is encrypted: pass --key, not "
-                        "--plaintext-simulation", param_hint="--plaintext-simulation")
-                if key_path is None:
-                    raise click.UsageError(
-                        f"--key is required: the mixed batch {in_path} is encrypted")
-                if h.record_bytes != encrypted_record_bytes(p):
-                    raise WireError(f"records of {h.record_bytes} bytes, expected "
-                                    f"{encrypted_record_bytes(p)}")
-                acc = _accumulate(p, fh, h, _load_private_key(key_path), in_path)
-            elif h.kind == KIND_MIXED:
-                if not plaintext_simulation:
-                    raise click.UsageError(
-                        f"the mixed batch {in_path} is plaintext (simulation path: the shuffler "
-                        "saw every share); pass --plaintext-simulation to analyze it"
-                        + (", not --key" if key_path else ""))
-                warn(PLAINTEXT_WARNING)
-                if h.record_bytes != p.record_bytes:
-                    raise WireError(f"records of {h.record_bytes} bytes, expected "
-                                    f"{p.record_bytes}")
-                acc = _accumulate(p, fh, h, None, in_path)
-            else:
-                raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
+            _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
+            acc = _accumulate(p, fh, h, key, in_path)
         shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
                                          report_path is not None)
         release = run_analysis(p, acc, h.n_users, h.n_dropped)
@@ -565,18 +545,44 @@ def analyze(params_path, in_path, out_dir, key_path, report_path, plaintext_simu
     _write_release(Path(out_dir), p, release, h, shuffler)
 
 
-def _check_mixed_header(p: Any, h: Any, in_path: str, size: int, header_size: int) -> None:
+def _check_mixed_header(p: Any, h: Any, size: int) -> None:
     """The header matches the parameters, the file length and the largest possible batch."""
-    from shuffledp.wire import WireError
+    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.wire import HEADER_SIZE, KIND_MIXED, KIND_MIXED_ENC, WireError
 
     if h.digest != p.digest:
         raise WireError("mixed batch was produced under other protocol parameters")
-    if size != header_size + h.body_bytes:
-        raise WireError(f"{size} bytes, the header promises {header_size} + {h.n_records} x "
-                        f"{h.record_bytes} = {header_size + h.body_bytes}")
+    if size != HEADER_SIZE + h.body_bytes:
+        raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
+                        f"{h.record_bytes} = {HEADER_SIZE + h.body_bytes}")
     most = p.n * p.messages_per_user
     if h.n_records > most:
         raise WireError(f"{h.n_records} records, more than n r m = {most} possible")
+    if h.kind not in (KIND_MIXED, KIND_MIXED_ENC):
+        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
+    rb = encrypted_record_bytes(p) if h.kind == KIND_MIXED_ENC else p.record_bytes
+    if h.record_bytes != rb:
+        raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
+
+
+def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
+                     plaintext_simulation: bool) -> Any:
+    """Match the batch's kind with the flags: the analyzer key for an encrypted batch, None
+    for a plaintext one (after the loud warning)."""
+    if h.encrypted:
+        if plaintext_simulation:
+            raise click.BadParameter(f"the mixed batch {in_path} is encrypted: pass --key, not "
+                                     "--plaintext-simulation", param_hint="--plaintext-simulation")
+        if key_path is None:
+            raise click.UsageError(f"--key is required: the mixed batch {in_path} is encrypted")
+        return _load_private_key(key_path)
+    if not plaintext_simulation:
+        raise click.UsageError(
+            f"the mixed batch {in_path} is plaintext (simulation path: the shuffler saw every "
+            "share); pass --plaintext-simulation to analyze it"
+            + (", not --key" if key_path else ""))
+    warn(PLAINTEXT_WARNING)
+    return None
 
 
 def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:

@@ -154,3 +154,29 @@ def test_csv_field_over_the_csv_module_limit(tmp_path):
     res = run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "o")])
     assert res.exit_code == 1 and f"--input {csv}" in res.output
     assert "field larger than field limit" in res.output
+
+
+def test_outputs_replace_a_fifo_instead_of_blocking(tmp_path):
+    """Regression: np.save(out/estimate.npy) blocked forever on a FIFO planted there."""
+    import os
+    import signal
+
+    out = tmp_path / "o"
+    out.mkdir()
+    os.mkfifo(out / "estimate.npy")
+
+    def boom(signum, frame):
+        raise TimeoutError("heatmap blocked on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        res = run(["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--quiet",
+                   "--out", str(out)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert res.exit_code == 0, res.output
+    assert np.load(out / "estimate.npy").shape == (8, 8)
+    assert sorted(p.name for p in out.iterdir()) == ["estimate.npy", "heatmap.png",
+                                                     "report.json"]

@@ -284,6 +284,8 @@ CASES = [
       "--expected-users", "2"),
     C("shuf-expected-users-above-n", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain",
       SIM, "--expected-users", "4"),
+    C("shuf-out-in-in-dir", 2, "--out", "shuffle", "--params", "{d}/params.json", "--in-dir",
+      "{d}/plain", SIM, "--out", "{d}/plain/mixed.bin"),
     C("shuf-in-dir-missing", 2, "--in-dir", *SHUF, "--in-dir", "{d}/nope"),
     C("shuf-params-json-list", 1, "list.json", "shuffle", "--params", "{d}/list.json",
       "--in-dir", "{d}/plain", "--out", "{d}/t/m.bin"),
