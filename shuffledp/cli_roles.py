@@ -3,40 +3,223 @@
 ::
 
     shuffledp setup   --grid 320x240 --n 50 --epsilon 5 --delta 1e-5 --B 256 --out run/
-    shuffledp encode  --params run/params.json --points user7.csv --out run/batches/u7.bin
+    shuffledp encode  --params run/params.json --analyzer-pub run/analyzer.pub \\
+                      --points user7.csv --out run/batches/u7.bin
     shuffledp shuffle --params run/params.json --in-dir run/batches --out run/mixed.bin
-    shuffledp analyze --params run/params.json --in run/mixed.bin --out-dir run/result
+    shuffledp analyze --params run/params.json --key run/analyzer.key \\
+                      --in run/mixed.bin --out-dir run/result
 
-``setup`` writes ``params.json`` (the validated :class:`~shuffledp.protocol_params.ProtocolParams`)
-and, with ``--keys``, the analyzer's X25519 key pair (``analyzer.key`` private, ``analyzer.pub``
-public); ``encode --analyzer-pub`` then encrypts every message (deployment path) and
-``analyze --key`` decrypts. ``analyze`` writes ``estimate.npy`` (normalised), ``raw.npy``
-(s_hat) and ``report.json`` (guarantee, protocol figures, shuffler report).
+The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
+:class:`~shuffledp.protocol_params.ProtocolParams`) and the analyzer's X25519 key pair
+(``analyzer.key``, created with mode 0600 from the start and never overwritten without
+``--force``; ``analyzer.pub``). ``encode --analyzer-pub`` encrypts every message to the
+analyzer; ``shuffle`` expects encrypted batches and writes the mixed batch with its report
+(``<out>.report.json``); ``analyze --key`` decrypts and writes ``estimate.npy`` (normalised),
+``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol figures, the shuffler's report).
 
-The commands are ``click.Command`` objects (``setup``, ``encode``, ``shuffle``, ``analyze``) that
-:mod:`shuffledp.cli` registers; :data:`ROLE_COMMANDS` lists them.
+``--plaintext-simulation`` (on every role) selects the plaintext wire path instead: the
+shuffler then sees every user's shares, so it is a simulation aid only and each role says so
+on stderr. The device encoder draws every random value from the cryptographically secure
+generator and refuses a seed.
+
+Robustness: every input file is read through :mod:`shuffledp.safe_io` (regular files only,
+size limits from the parameters or the batch header, no hang on a FIFO); parameter sets whose
+per-user message count or memory is absurd are refused unless ``--allow-large``
+(:mod:`shuffledp.cli_common`, which also fixes the exit codes).
+
+The commands are ``click.Command`` objects (``setup``, ``encode``, ``shuffle``, ``analyze``)
+that :mod:`shuffledp.cli` registers; :data:`ROLE_COMMANDS` lists them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
 
+from shuffledp.cli_common import (
+    KEY_BYTES,
+    PARAMS_FILE_LIMIT,
+    POINTS_FILE_LIMIT,
+    REPORT_FILE_LIMIT,
+    allow_large_option,
+    friendly,
+    protocol_memory,
+    refuse_if_large,
+    warn,
+)
+from shuffledp.safe_io import (
+    NotRegularFileError,
+    UnsafeFileError,
+    atomic_output,
+    create_private,
+    open_regular,
+    read_regular,
+    read_regular_text,
+    read_up_to,
+    write_atomic,
+)
 
-def _load_params(path: str):
+PLAINTEXT_WARNING = (
+    "plaintext simulation path: messages are NOT encrypted, the shuffler sees every user's "
+    "shares; never use this for real users' data"
+)
+_SIM_HELP = (
+    "Plaintext wire path (simulation aid only: the shuffler sees every user's shares)."
+)
+
+
+# --------------------------------------------------------------------------- file helpers
+def _read_file(path: str, limit: int, option: str, *, text: bool = False) -> Any:
+    """Read an input file named by ``option``: exit 2 if not a regular file, 1 if invalid."""
+    try:
+        if text:
+            return read_regular_text(path, limit)
+        return read_regular(path, limit)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
+    except UnsafeFileError as e:
+        raise click.ClickException(f"{option} {e}") from None
+
+
+def _load_params(path: str, allow_large: bool = False):
+    """Read, validate and size-check ``--params``."""
     from shuffledp.protocol_params import ProtocolParams
 
+    text = _read_file(path, PARAMS_FILE_LIMIT, "--params", text=True)
     try:
-        return ProtocolParams.from_json(Path(path).read_text())
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise click.UsageError(f"cannot read protocol parameters from {path}: {e}") from None
+        record = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise click.ClickException(f"--params {path}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise click.ClickException(
+            f"--params {path}: expected a JSON object, got a JSON {type(record).__name__}"
+        )
+    try:
+        p = ProtocolParams.from_json(text)
+    except KeyError as e:
+        raise click.ClickException(f"--params {path}: missing field {e}") from None
+    except (ValueError, TypeError, IndexError, AttributeError, OverflowError,
+            RecursionError) as e:
+        raise click.ClickException(f"--params {path}: invalid parameter record: {e}") from None
+    refuse_if_large(f"--params {path} (grid {p.grid}, n={p.n}, B={p.B})",
+                    memory_bytes=protocol_memory(p), messages_per_user=p.messages_per_user,
+                    allow_large=allow_large)
+    return p
 
 
+def _load_public_key(path: str) -> bytes:
+    """``--analyzer-pub``: exactly 32 bytes, a point usable for X25519."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+
+    raw = _read_file(path, KEY_BYTES, "--analyzer-pub")
+    if len(raw) != KEY_BYTES:
+        raise click.ClickException(
+            f"--analyzer-pub {path}: {len(raw)} bytes, an X25519 public key has {KEY_BYTES}"
+        )
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError:
+        raise click.ClickException(
+            f"--analyzer-pub {path}: not a usable X25519 public key (a low-order point)"
+        ) from None
+    return raw
+
+
+def _load_private_key(path: str):
+    """``--key``: exactly 32 bytes; warns if others may read it."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    raw = _read_file(path, KEY_BYTES, "--key")
+    if len(raw) != KEY_BYTES:
+        raise click.ClickException(
+            f"--key {path}: {len(raw)} bytes, an X25519 private key has {KEY_BYTES}"
+        )
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+        warn(f"--key {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    return X25519PrivateKey.from_private_bytes(raw)
+
+
+def _show(text: str, width: int = 40) -> str:
+    """repr of a user-supplied value, shortened for an error message."""
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
+def _parse_points(text: str, label: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``x,y[,weight]`` (an optional non-numeric header first) -> x, y, weight arrays.
+
+    Raises ValueError naming ``label``, the line and the value for anything malformed.
+    """
+    values: list[float] = []
+    ncol = 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split(",")
+        try:
+            row = [float(f) for f in fields]
+        except ValueError:
+            if ncol == 0 and not values and len(fields) in (2, 3):
+                ncol = -len(fields)  # a header; the data must have as many columns
+                continue
+            bad = next(f for f in fields if not _is_float(f))
+            raise ValueError(f"{label}, line {line_no}: not a number: {_show(bad.strip())}") \
+                from None
+        if len(row) not in (2, 3) or (ncol and abs(ncol) != len(row)):
+            want = "2 or 3" if not ncol else str(abs(ncol))
+            raise ValueError(
+                f"{label}, line {line_no}: expected {want} fields (x,y[,weight]), "
+                f"got {len(row)}: {_show(line.strip())}"
+            )
+        ncol = len(row)
+        for name, v in zip(("x", "y"), row[:2]):
+            if not (0.0 <= v < 1.0):
+                raise ValueError(f"{label}, line {line_no}: {name} must be in [0, 1), "
+                                 f"got {name}={v!r}")
+        if len(row) == 3 and not (math.isfinite(row[2]) and row[2] >= 0):
+            raise ValueError(f"{label}, line {line_no}: weight must be finite and >= 0, "
+                             f"got weight={row[2]!r}")
+        values.extend(row if len(row) == 3 else (*row, 1.0))
+    if not values:
+        raise ValueError(f"{label}: no points (expected rows x,y[,weight] with x, y in [0, 1))")
+    arr = np.asarray(values, dtype=np.float64).reshape(-1, 3)
+    if not arr[:, 2].sum() > 0:
+        raise ValueError(f"{label}: the weights sum to zero; at least one must be positive")
+    return arr[:, 0], arr[:, 1], arr[:, 2]
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_real(option: str, value: float, low: float, high: float, *,
+                low_open: bool = True) -> None:
+    ok = (value > low if low_open else value >= low) and value < high
+    if not ok or math.isnan(value):
+        lo = "(" if low_open else "["
+        raise click.BadParameter(f"must be in {lo}{low:g}, {high:g}), got {value!r}",
+                                 param_hint=option)
+
+
+def _check_int(option: str, value: int, low: int) -> None:
+    if value < low:
+        raise click.BadParameter(f"must be an integer >= {low}, got {value}", param_hint=option)
+
+
+# --------------------------------------------------------------------------- setup
 @click.command("setup")
 @click.option("--grid", "grid_spec", default="320x240", show_default=True,
               help="N or WIDTHxHEIGHT.")
@@ -49,32 +232,68 @@ def _load_params(path: str):
               default="largest_remainder", show_default=True)
 @click.option("--dropout", type=float, default=0.0, show_default=True,
               help="Declared dropout fraction.")
-@click.option("--keys/--no-keys", default=False, help="Also write an analyzer X25519 key pair.")
+@click.option("--keys/--no-keys", default=True, show_default=True,
+              help="Write the analyzer's X25519 key pair (analyzer.key mode 0600, "
+                   "analyzer.pub); --no-keys only with --plaintext-simulation.")
+@click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
+@click.option("--force", is_flag=True, help="Replace an existing analyzer key pair.")
+@allow_large_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
-def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, out_dir):
-    """Derive and write the protocol parameters (and optionally the analyzer's keys)."""
+@friendly
+def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simulation,
+          force, allow_large, out_dir):
+    """Derive and write the protocol parameters and the analyzer's key pair."""
     from shuffledp.grid import Grid
     from shuffledp.protocol_params import derive_params
 
+    if not keys and not plaintext_simulation:
+        raise click.BadParameter(
+            "the deployment path encrypts every message to the analyzer's key; --no-keys is "
+            "only allowed with --plaintext-simulation", param_hint="--no-keys")
     try:
-        p = derive_params(Grid.parse(grid_spec), n, epsilon=epsilon, delta=delta, B=B, w=w,
-                          rounding=rounding, dropout=dropout)
+        grid = Grid.parse(grid_spec)
     except (ValueError, TypeError) as e:
-        raise click.UsageError(str(e)) from None
+        raise click.BadParameter(str(e), param_hint="--grid") from None
+    _check_int("--n", n, 2)
+    _check_real("--epsilon", epsilon, 0.0, math.inf)
+    _check_real("--delta", delta, 0.0, 1.0)
+    _check_int("--B", B, 1)
+    _check_int("--w", w, 1)
+    _check_real("--dropout", dropout, 0.0, 1.0, low_open=False)
+    try:
+        p = derive_params(grid, n, epsilon=epsilon, delta=delta, B=B, w=w, rounding=rounding,
+                          dropout=dropout)
+    except (ValueError, TypeError, ArithmeticError) as e:
+        raise click.UsageError(
+            f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
+            f"--B {B} --dropout {dropout}: {e}") from None
+    refuse_if_large(f"--grid {grid} with --n {n} --B {B}", memory_bytes=protocol_memory(p),
+                    messages_per_user=p.messages_per_user, allow_large=allow_large)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "params.json").write_text(p.to_json())
     if keys:
-        from shuffledp.shuffler import generate_analyzer_key, private_bytes, public_bytes
-
-        k = generate_analyzer_key()
-        kp = out / "analyzer.key"
-        kp.write_bytes(private_bytes(k))
-        os.chmod(kp, 0o600)
-        (out / "analyzer.pub").write_bytes(public_bytes(k))
+        _write_keys(out, force)
+    write_atomic(out / "params.json", p.to_json().encode())
+    if plaintext_simulation:
+        warn(PLAINTEXT_WARNING)
     click.echo(json.dumps(p.figures(), indent=1))
 
 
+def _write_keys(out: Path, force: bool) -> None:
+    from shuffledp.shuffler import generate_analyzer_key, private_bytes, public_bytes
+
+    k = generate_analyzer_key()
+    kp = out / "analyzer.key"
+    try:
+        create_private(kp, private_bytes(k), force=force)
+    except FileExistsError:
+        raise click.ClickException(
+            f"{kp} exists; refusing to overwrite the analyzer's private key (batches "
+            "encrypted to it could no longer be read); pass --force to replace it") from None
+    write_atomic(out / "analyzer.pub", public_bytes(k))
+
+
+# --------------------------------------------------------------------------- encode
 @click.command("encode")
 @click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
               required=True)
@@ -82,68 +301,205 @@ def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, out_dir):
               help="CSV of this user's points: x,y[,weight] in [0,1) (header optional).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
 @click.option("--analyzer-pub", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Encrypt every message to this X25519 public key (deployment path).")
-@click.option("--seed", type=int, default=None,
-              help="Seed of the Polya noise (research runs); shares always use the CSPRNG.")
-def encode(params_path, points, out_path, analyzer_pub, seed):
-    """Encode one user's points into a batch of messages (user side)."""
+              help="Encrypt every message to this X25519 public key (required unless "
+                   "--plaintext-simulation).")
+@click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
+@click.option("--seed", type=str, default=None, hidden=True,
+              help="Refused: the device encoder takes no seed.")
+@allow_large_option
+@friendly
+def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, seed,
+           allow_large):
+    """Encode one user's points into a batch of messages (user side).
+
+    Every random value (the Polya noise and the shares) comes from the cryptographically
+    secure generator; there is no seed.
+    """
     from shuffledp.encoders.encoder import encode_user
     from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
 
-    p = _load_params(params_path)
-    try:
-        data = np.genfromtxt(points, delimiter=",", dtype=float, ndmin=2)
-        if np.isnan(data[0]).all():
-            data = data[1:]
-        if data.shape[1] not in (2, 3) or data.shape[0] == 0:
-            raise ValueError("expected columns x,y or x,y,weight and at least one point")
-        pix = p.grid.points_to_pixels(data[:, 0], data[:, 1])
-        wts = data[:, 2] if data.shape[1] == 3 else np.ones(pix.size)
-        rec = encode_user(p, pix, wts)
-    except ValueError as e:
-        raise click.UsageError(f"{points}: {e}") from None
-    if analyzer_pub:
+    if seed is not None:
+        raise click.BadParameter(
+            f"refused (got {seed!r}): the device encoder draws every random value, the noise "
+            "included, from the cryptographically secure generator; seeds are for research "
+            "runs (shuffledp heatmap --seed)", param_hint="--seed")
+    if analyzer_pub is not None and plaintext_simulation:
+        raise click.BadParameter("cannot be combined with --plaintext-simulation",
+                                 param_hint="--analyzer-pub")
+    if analyzer_pub is None and not plaintext_simulation:
+        raise click.UsageError(
+            "--analyzer-pub is required: every message is encrypted to the analyzer "
+            "(--plaintext-simulation sends shares in the clear, for simulations only)")
+    p = _load_params(params_path, allow_large)
+    pub = _load_public_key(analyzer_pub) if analyzer_pub is not None else None
+    limit = POINTS_FILE_LIMIT if not allow_large else 1 << 62
+    x, y, wts = _parse_points(_read_file(points, limit, "--points", text=True),
+                              f"--points {points}")
+    rec = encode_user(p, p.grid.points_to_pixels(x, y), wts)
+    if pub is not None:
         from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
 
-        body = encrypt_records(p, rec, Path(analyzer_pub).read_bytes())
-        blob = encode_batch(
-            Header(KIND_USER_ENC, encrypted_record_bytes(p), p.digest, rec.size), body
-        )
+        body = encrypt_records(p, rec, pub)
+        header = Header(KIND_USER_ENC, encrypted_record_bytes(p), p.digest, rec.size)
+        blob = encode_batch(header, body)
     else:
+        warn(PLAINTEXT_WARNING)
         blob = encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), rec)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_bytes(blob)
+    write_atomic(out_path, blob)
+
+
+# --------------------------------------------------------------------------- shuffle
+def _batch_kind(data: bytes) -> int | None:
+    """The kind byte of a batch whose header parses, else None."""
+    from shuffledp.wire import Header, WireError
+
+    try:
+        return Header.unpack(data).kind
+    except WireError:
+        return None
+
+
+def _read_batch(path: Path, limit: int) -> bytes:
+    """A user batch: regular file only, at most ``limit + 1`` bytes read."""
+    try:
+        with open_regular(path, what="--in-dir entry") as f:
+            return read_up_to(f, limit + 1)
+    except UnsafeFileError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _kind_name(encrypted: bool) -> str:
+    return "encrypted" if encrypted else "plaintext (simulation path)"
+
+
+def _flag(encrypted: bool) -> str:
+    return "--encrypted" if encrypted else "--plaintext-simulation"
 
 
 @click.command("shuffle")
 @click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
               required=True)
 @click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
-              help="Directory of user batches (*.bin).")
+              help="Directory of user batches (*.bin, regular files only).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the shuffler's report [default: OUT.report.json].")
 @click.option("--expected-users", type=int, default=None,
               help="Users admitted; absent ones count as dropped.")
-@click.option("--encrypted/--plaintext", default=False,
-              help="Expect encrypted batches (deployment path).")
-def shuffle(params_path, in_dir, out_path, expected_users, encrypted):
+@click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
+              help="Expect encrypted batches (deployment path), or plaintext ones "
+                   "(simulation aid only: the shuffler sees every user's shares).")
+@allow_large_option
+@friendly
+def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypted,
+            allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch."""
-    from shuffledp.shuffler import Shuffler
-    from shuffledp.wire import BatchWriter
+    from shuffledp.shuffler import Shuffler, encrypted_record_bytes
+    from shuffledp.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC, BatchWriter
 
-    p = _load_params(params_path)
-    s = Shuffler(p, encrypted=encrypted)
-    files = sorted(Path(in_dir).glob("*.bin"))
-    for k, f in enumerate(files):
-        s.submit(f.read_bytes(), sender=k)
+    p = _load_params(params_path, allow_large)
     if expected_users is not None:
-        s.missing(max(0, expected_users - len(files)))
+        _check_int("--expected-users", expected_users, 1)
+    if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
+            Path(in_dir).resolve():
+        raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
+                                 "read the mixed batch as a user batch", param_hint="--out")
+    files = sorted(Path(in_dir).glob("*.bin"))
+    if not files:
+        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files)")
+    if expected_users is not None and not len(files) <= expected_users <= p.n:
+        raise click.BadParameter(
+            f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
+            f"the n = {p.n} users the parameters are provisioned for",
+            param_hint="--expected-users")
+    if not encrypted:
+        warn(PLAINTEXT_WARNING)
+    s = Shuffler(p, encrypted=encrypted)
+    limit = HEADER_SIZE + p.messages_per_user * (
+        encrypted_record_bytes(p) if encrypted else p.record_bytes)
+    other = KIND_USER if encrypted else KIND_USER_ENC
+    n_other = 0
+    for k, f in enumerate(files):
+        data = _read_batch(f, limit)
+        n_other += _batch_kind(data) == other
+        s.submit(data, sender=k)
+    if expected_users is not None:
+        s.missing(expected_users - len(files))
+    report = s.report.to_dict()
+    if s.report.n_forwarded == 0:
+        raise click.ClickException(_no_batch_cause(in_dir, len(files), n_other, encrypted,
+                                                   report))
+    if n_other:
+        warn(f"{n_other} of {len(files)} batches in {in_dir} are {_kind_name(not encrypted)} "
+             f"and were rejected (running with {_flag(encrypted)})")
     h, rec = s.mix()
-    with open(out_path, "wb") as fh:
+    with atomic_output(out_path) as fh:
         with BatchWriter(fh, h) as w:
             step = 1 << 22
             for i in range(0, rec.size, step):
                 w.write(rec[i : i + step])
-    click.echo(json.dumps(s.report.to_dict()), err=True)
+    report.update(path=_kind_name(encrypted), n_batch_files=len(files),
+                  mixed_batch=os.fspath(out_path), digest=p.digest.hex())
+    text = json.dumps(report)
+    write_atomic(report_path or f"{out_path}.report.json", (text + "\n").encode())
+    click.echo(text, err=True)
+
+
+def _no_batch_cause(in_dir: str, n_files: int, n_other: int, encrypted: bool,
+                    report: dict) -> str:
+    if n_other == n_files:
+        return (f"no batch accepted: the {n_files} batches in {in_dir} are "
+                f"{_kind_name(not encrypted)}; pass {_flag(not encrypted)}")
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report["rejected"].items()))
+    hint = (f" ({n_other} are {_kind_name(not encrypted)}: pass {_flag(not encrypted)}?)"
+            if n_other else "")
+    return (f"no batch accepted from {in_dir}: {n_files} batches, rejected {{{reasons}}}, "
+            f"incomplete {report['n_incomplete']}{hint}")
+
+
+# --------------------------------------------------------------------------- analyze
+def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None:
+    """The shuffler's report next to the mixed batch (or ``--shuffler-report``), checked
+    against the mixed batch's header counts."""
+    if not explicit and not os.path.lexists(path):
+        return None
+    text = _read_file(path, REPORT_FILE_LIMIT, "--shuffler-report", text=True)
+    try:
+        rep = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise click.ClickException(f"shuffler report {path}: not JSON ({e})") from None
+    if not isinstance(rep, dict):
+        raise click.ClickException(f"shuffler report {path}: expected a JSON object")
+    for key, value in (("n_forwarded", header.n_users), ("n_dropped", header.n_dropped)):
+        if rep.get(key) != value:
+            raise click.ClickException(
+                f"shuffler report {path} says {key}={rep.get(key)!r}, but the mixed batch's "
+                f"header says {value}; refusing to release")
+    return rep
+
+
+def _accumulate(p: Any, fh: Any, h: Any, key: Any, in_path: str) -> Any:
+    """Stream the mixed batch's records into a ModularAccumulator."""
+    from shuffledp.analyzers.modular import ModularAccumulator
+    from shuffledp.wire import iter_records, unpack_records
+
+    acc = ModularAccumulator(p)
+    if key is None:
+        for chunk in iter_records(fh, h):
+            acc.add_records(unpack_records(chunk, h.record_bytes))
+        return acc
+    from shuffledp.shuffler import decrypt_records
+
+    for i, chunk in enumerate(iter_records(fh, h, 1 << 16)):
+        c, s, failed = decrypt_records(p, chunk.tobytes(), key)
+        if i == 0 and failed == chunk.size:
+            raise click.ClickException(
+                f"--key: none of the first {failed} messages of {in_path} decrypts; is it the "
+                "analyzer key of this run?")
+        acc.add_pairs(c, s)
+        acc.rejected += failed
+    return acc
 
 
 @click.command("analyze")
@@ -153,62 +509,102 @@ def shuffle(params_path, in_dir, out_path, expected_users, encrypted):
               help="Mixed batch written by `shuffledp shuffle`.")
 @click.option("--out-dir", type=click.Path(file_okay=False), required=True)
 @click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Analyzer private key (encrypted batches).")
-def analyze(params_path, in_path, out_dir, key_path):
+              help="Analyzer private key (required for encrypted batches).")
+@click.option("--shuffler-report", "report_path", type=click.Path(dir_okay=False),
+              default=None, help="The shuffler's report [default: IN.report.json if present].")
+@click.option("--plaintext-simulation", is_flag=True,
+              help="Accept a plaintext mixed batch (simulation aid only).")
+@allow_large_option
+@friendly
+def analyze(params_path, in_path, out_dir, key_path, report_path, plaintext_simulation,
+            allow_large):
     """Sum the mixed batch mod q (streaming), decode, Reconstruct; write estimate and report."""
-    from shuffledp.analyzers.modular import ModularAccumulator, ReleaseRefused
+    from shuffledp.analyzers.modular import ReleaseRefused
     from shuffledp.analyzers.modular import analyze as run_analysis
-    from shuffledp.wire import (
-        KIND_MIXED,
-        KIND_MIXED_ENC,
-        WireError,
-        iter_records,
-        read_header,
-        unpack_records,
-    )
+    from shuffledp.wire import WireError, read_header
 
-    p = _load_params(params_path)
-    acc = ModularAccumulator(p)
+    if key_path is not None and plaintext_simulation:
+        raise click.BadParameter("cannot be combined with --plaintext-simulation",
+                                 param_hint="--key")
+    p = _load_params(params_path, allow_large)
     try:
-        with open(in_path, "rb") as fh:
+        fh = open_regular(in_path)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--in") from None
+    try:
+        with fh:
             h = read_header(fh)
-            if h.digest != p.digest:
-                raise WireError("mixed batch was produced under other protocol parameters")
-            if h.kind == KIND_MIXED_ENC:
-                if key_path is None:
-                    raise click.UsageError("the mixed batch is encrypted: pass --key")
-                from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-                from shuffledp.shuffler import decrypt_records
-
-                key = X25519PrivateKey.from_private_bytes(Path(key_path).read_bytes())
-                for chunk in iter_records(fh, h, 1 << 16):
-                    c, s, failed = decrypt_records(p, chunk.tobytes(), key)
-                    acc.add_pairs(c, s)
-                    acc.rejected += failed
-            elif h.kind == KIND_MIXED:
-                if h.record_bytes != p.record_bytes:
-                    raise WireError(f"records of {h.record_bytes} bytes, expected {p.record_bytes}")
-                for chunk in iter_records(fh, h):
-                    acc.add_records(unpack_records(chunk, h.record_bytes))
-            else:
-                raise WireError(f"not a mixed batch (kind {h.kind})")
+            _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
+            acc = _accumulate(p, fh, h, key, in_path)
+        shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
+                                         report_path is not None)
         release = run_analysis(p, acc, h.n_users, h.n_dropped)
     except (WireError, ReleaseRefused) as e:
-        click.echo(f"refusing to release: {e}", err=True)
-        sys.exit(2)
-    out = Path(out_dir)
+        raise click.ClickException(f"refusing to release {in_path}: {e}") from None
+    _write_release(Path(out_dir), p, release, h, shuffler)
+
+
+def _check_mixed_header(p: Any, h: Any, size: int) -> None:
+    """The header matches the parameters, the file length and the largest possible batch."""
+    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.wire import HEADER_SIZE, KIND_MIXED, KIND_MIXED_ENC, WireError
+
+    if h.digest != p.digest:
+        raise WireError("mixed batch was produced under other protocol parameters")
+    if size != HEADER_SIZE + h.body_bytes:
+        raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
+                        f"{h.record_bytes} = {HEADER_SIZE + h.body_bytes}")
+    most = p.n * p.messages_per_user
+    if h.n_records > most:
+        raise WireError(f"{h.n_records} records, more than n r m = {most} possible")
+    if h.kind not in (KIND_MIXED, KIND_MIXED_ENC):
+        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
+    rb = encrypted_record_bytes(p) if h.kind == KIND_MIXED_ENC else p.record_bytes
+    if h.record_bytes != rb:
+        raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
+
+
+def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
+                     plaintext_simulation: bool) -> Any:
+    """Match the batch's kind with the flags: the analyzer key for an encrypted batch, None
+    for a plaintext one (after the loud warning)."""
+    if h.encrypted:
+        if plaintext_simulation:
+            raise click.BadParameter(f"the mixed batch {in_path} is encrypted: pass --key, not "
+                                     "--plaintext-simulation", param_hint="--plaintext-simulation")
+        if key_path is None:
+            raise click.UsageError(f"--key is required: the mixed batch {in_path} is encrypted")
+        return _load_private_key(key_path)
+    if not plaintext_simulation:
+        raise click.UsageError(
+            f"the mixed batch {in_path} is plaintext (simulation path: the shuffler saw every "
+            "share); pass --plaintext-simulation to analyze it"
+            + (", not --key" if key_path else ""))
+    warn(PLAINTEXT_WARNING)
+    return None
+
+
+def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:
+    import io
+
+    from shuffledp.wire import KIND_MIXED_ENC
+
     out.mkdir(parents=True, exist_ok=True)
-    np.save(out / "estimate.npy", release.estimate)
-    np.save(out / "raw.npy", release.raw)
+    for name, arr in (("estimate.npy", release.estimate), ("raw.npy", release.raw)):
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        write_atomic(out / name, buf.getvalue())
     report = {
         "model": "shuffle",
+        "path": "encrypted" if h.kind == KIND_MIXED_ENC else "plaintext simulation",
         "grid": str(p.grid),
         "guarantee": release.guarantee.to_dict(),
         "parameters": dict(release.parameters),
         "protocol": dict(release.protocol),
+        "shuffler": shuffler,
     }
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    write_atomic(out / "report.json", json.dumps(report, indent=1, default=str).encode())
 
 
 ROLE_COMMANDS = (setup, encode, shuffle, analyze)

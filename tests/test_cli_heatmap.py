@@ -90,3 +90,93 @@ def test_bad_arguments_name_the_option(tmp_path, args, msg):
     assert res.exit_code != 0
     assert msg in res.output
     assert "Traceback" not in res.output
+
+
+def _ok(res):
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_default_noise_is_fresh_and_the_report_says_private(tmp_path):
+    """Regression: --seed defaulted to 0, so two default runs were bit-identical."""
+    base = ["heatmap", "--grid", "12x9", "--users", "60", "--no-metrics"]
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for o in outs:
+        res = _ok(run([*base, "--out", str(o)]))
+        assert "fresh OS entropy (private release)" in res.output
+    a, b = (np.load(o / "estimate.npy") for o in outs)
+    # Equal only if the Laplace noise of every measured cell repeated: probability ~0.
+    assert not np.array_equal(a, b)
+    rep = json.loads((outs[0] / "report.json").read_text())
+    assert rep["release"] == "private" and rep["seed"] is None
+    # the data set stays the built-in one
+    assert rep["input"] == "synthetic_mixture(n_users=60, rng=0)"
+
+
+def test_seeded_runs_are_marked_as_evaluation(tmp_path):
+    res = _ok(run(["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--seed", "5",
+                   "--out", str(tmp_path)]))
+    assert "reproducible evaluation, not a private release" in res.output
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["release"] == "reproducible evaluation, not a private release"
+    assert rep["seed"] == 5
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--grid", "65536"], "--grid 65536x65536"),
+    (["--grid", "100000x100000"], "--grid 100000x100000"),
+    (["--users", "1000000000"], "--users 1000000000"),
+    (["--model", "shuffle", "--grid", "4096", "--users", "20"], "messages per user"),
+], ids=["grid-65536", "grid-1e5-squared", "users-1e9", "shuffle-messages"])
+def test_absurd_sizes_are_refused_before_allocating(tmp_path, args, msg):
+    """Regression: these died with numpy MemoryError (or ran for hours)."""
+    res = run(["heatmap", "--out", str(tmp_path / "o"), "--no-metrics", *args])
+    assert res.exit_code == 1, res.output
+    assert msg in res.output and "--allow-large" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+
+
+def test_allow_large_overrides_the_refusal(tmp_path, monkeypatch):
+    from shuffledp import cli_common
+
+    monkeypatch.setattr(cli_common, "MAX_MEMORY_BYTES", 1)
+    args = ["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--quiet",
+            "--out", str(tmp_path)]
+    res = run(args)
+    assert res.exit_code == 1 and "refusing" in res.output
+    _ok(run([*args, "--allow-large"]))
+
+
+def test_csv_field_over_the_csv_module_limit(tmp_path):
+    """Regression: a field over 131,072 characters raised _csv.Error with a traceback."""
+    csv = tmp_path / "long.csv"
+    csv.write_text("user_id,x,y\n" + "a" * 200_000 + ",0.1,0.2\n")
+    res = run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and f"--input {csv}" in res.output
+    assert "field larger than field limit" in res.output
+
+
+def test_outputs_replace_a_fifo_instead_of_blocking(tmp_path):
+    """Regression: np.save(out/estimate.npy) blocked forever on a FIFO planted there."""
+    import os
+    import signal
+
+    out = tmp_path / "o"
+    out.mkdir()
+    os.mkfifo(out / "estimate.npy")
+
+    def boom(signum, frame):
+        raise TimeoutError("heatmap blocked on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        res = run(["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--quiet",
+                   "--out", str(out)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert res.exit_code == 0, res.output
+    assert np.load(out / "estimate.npy").shape == (8, 8)
+    assert sorted(p.name for p in out.iterdir()) == ["estimate.npy", "heatmap.png",
+                                                     "report.json"]

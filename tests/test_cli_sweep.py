@@ -1,0 +1,353 @@
+"""A sweep of bad command-line inputs: each one exits 1 or 2 with a one-line error naming the
+option or the file, and never a traceback, a hang or a numpy MemoryError.
+
+Exit 2 = usage error (a bad option value, a missing or contradictory option, a path that is
+not a regular file); exit 1 = refusal (invalid file content, absurd sizes, refused release).
+Everything runs in-process with click's CliRunner, against one small run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from click.testing import CliRunner
+
+from shuffledp.cli import main
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs and /dev/zero are POSIX")
+
+
+def _ok(*args) -> None:
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+
+
+def _write(path, data: bytes | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    path.write_bytes(data)
+
+
+def _sparse(path, size: int, head: bytes = b"") -> None:
+    with open(path, "wb") as fh:
+        fh.write(head)
+        fh.truncate(size)
+
+
+@pytest.fixture(scope="module")
+def d(tmp_path_factory):
+    """A run directory with valid and broken inputs for every role."""
+    d = tmp_path_factory.mktemp("sweep")
+    common = ["--grid", "4x4", "--n", "3", "--epsilon", "2", "--delta", "1e-3", "--B", "4"]
+    _ok("setup", *common, "--out", d)
+    _ok("setup", *common[:5], "3", "--delta", "1e-3", "--B", "4", "--out", d / "other",
+        "--no-keys", "--plaintext-simulation")
+    params = d / "params.json"
+    _write(d / "u.csv", "x,y\n0.1,0.2\n0.7,0.9\n")
+    for j in range(3):
+        _ok("encode", "--params", params, "--points", d / "u.csv", "--out", d / "enc" / f"{j}.bin",
+            "--analyzer-pub", d / "analyzer.pub")
+        _ok("encode", "--params", params, "--points", d / "u.csv",
+            "--out", d / "plain" / f"{j}.bin", "--plaintext-simulation")
+    _ok("encode", "--params", d / "other" / "params.json", "--points", d / "u.csv",
+        "--out", d / "otherb" / "0.bin", "--plaintext-simulation")
+    _ok("shuffle", "--params", params, "--in-dir", d / "enc", "--out", d / "m_enc.bin")
+    _ok("shuffle", "--params", params, "--in-dir", d / "plain", "--out", d / "m_plain.bin",
+        "--plaintext-simulation")
+    for j in range(2):
+        _write(d / "plain2" / f"{j}.bin", (d / "plain" / f"{j}.bin").read_bytes())
+    _ok("shuffle", "--params", params, "--in-dir", d / "plain2", "--out", d / "m_drop.bin",
+        "--plaintext-simulation", "--expected-users", "3")
+    # special files
+    os.mkfifo(d / "fifo")
+    (d / "zero").symlink_to("/dev/zero")
+    (d / "adir").mkdir()
+    _write(d / "empty", b"")
+    # parameter files
+    _write(d / "list.json", "[]")
+    _write(d / "obj.json", "{}")
+    _write(d / "notjson.json", "{not json")
+    _write(d / "latin1.json", b"{\xff}")
+    _write(d / "deep.json", "[" * 100_000 + "]" * 100_000)
+    p = json.loads(params.read_text())
+    _write(d / "badr.json", json.dumps({**p, "r": 1}))
+    _write(d / "badgrid.json", json.dumps({**p, "grid": "abc"}))
+    _sparse(d / "big.json", 2 << 20)
+    # keys
+    _write(d / "short.key", b"k" * 10)
+    _write(d / "long.key", b"k" * 33)
+    _write(d / "zero.pub", bytes(32))
+    _write(d / "wrong.key", b"\x07" * 32)
+    # points files
+    points = {
+        "header_only.csv": "x,y\n",
+        "one_col.csv": "0.1\n0.2\n",
+        "four_col.csv": "0.1,0.2,1,3\n",
+        "x_range.csv": "1.2,0.5\n",
+        "x_nan.csv": "nan,0.5\n",
+        "neg_weight.csv": "0.1,0.5,-1\n",
+        "zero_weight.csv": "0.1,0.5,0\n",
+        "inf_weight.csv": "0.1,0.5,inf\n",
+        "mixed_cols.csv": "0.1,0.5\n0.2,0.3,1\n",
+        "word.csv": "0.1,0.5\n0.2,abc\n",
+        "long_field.csv": "0.1,0.2\n0.1," + "a" * 200_000 + "\n",
+        "latin1.csv": b"0.1,0.5\xff\n",
+    }
+    for name, content in points.items():
+        _write(d / "pts" / name, content)
+    _sparse(d / "pts" / "huge.csv", 100 << 20)
+    # batch directories
+    (d / "emptydir").mkdir()
+    for name, make in (("withdir", lambda p: p.mkdir()), ("withfifo", os.mkfifo),
+                       ("withzero", lambda p: p.symlink_to("/dev/zero"))):
+        _write(d / name / "0.bin", (d / "plain" / "0.bin").read_bytes())
+        make(d / name / "x.bin")
+    _write(d / "garbage" / "0.bin", b"not a batch")
+    # mixed batches
+    mixed = (d / "m_plain.bin").read_bytes()
+    _write(d / "m_trunc.bin", mixed[:-3])
+    _write(d / "m_trail.bin", mixed + b"\0")
+    _write(d / "m_badrep.bin", mixed)
+    rep = json.loads((d / "m_plain.bin.report.json").read_text())
+    _write(d / "m_badrep.bin.report.json", json.dumps({**rep, "n_forwarded": 99}))
+    _write(d / "m_notjsonrep.bin", mixed)
+    _write(d / "m_notjsonrep.bin.report.json", "nope")
+    # heatmap inputs
+    csvs = {
+        "empty.csv": "",
+        "colour.csv": "user_id,x,y,colour\na,0.1,0.5,red\n",
+        "missing_col.csv": "user_id,x\na,0.1\n",
+        "range.csv": "user_id,x,y\na,1.5,0.5\n",
+        "long.csv": "user_id,x,y\n" + "a" * 200_000 + ",0.1,0.2\n",
+        "latin1.csv": b"user_id,x,y\n\xe9,0.1,0.2\n",
+        "one_user.csv": "user_id,x,y\na,0.1,0.2\n",
+        "snap.txt": "1\t2010-01-01T00:00:00Z\t30.1\t-97.7\t11\n2\tnot enough fields\n",
+    }
+    for name, content in csvs.items():
+        _write(d / "in" / name, content)
+    return d
+
+
+def C(case_id: str, code: int, msg: str, *argv: str):
+    return pytest.param(argv, code, msg, id=case_id)
+
+
+SETUP = ("setup", "--grid", "4", "--n", "3", "--epsilon", "1")
+ENC = ("encode", "--params", "{d}/params.json", "--points", "{d}/u.csv", "--out", "{d}/t/o.bin")
+PUB = ("--analyzer-pub", "{d}/analyzer.pub")
+SIM = "--plaintext-simulation"
+SHUF = ("shuffle", "--params", "{d}/params.json", "--out", "{d}/t/m.bin")
+AN = ("analyze", "--params", "{d}/params.json", "--out-dir", "{d}/t/out")
+KEY = ("--key", "{d}/analyzer.key")
+HM = ("heatmap", "--out", "{d}/t/hm", "--no-metrics", "--grid", "8")
+
+CASES = [
+    # ------------------------------------------------------------------ heatmap: options
+    C("hm-eps-zero", 2, "--eps", *HM, "--eps", "0"),
+    C("hm-eps-negative", 2, "--eps", *HM, "--eps", "-1"),
+    C("hm-eps-nan", 2, "--eps", *HM, "--eps", "nan"),
+    C("hm-eps-inf", 2, "--eps", *HM, "--eps", "inf"),
+    C("hm-eps-text", 2, "--eps", *HM, "--eps", "one"),
+    C("hm-w-zero", 2, "--w", *HM, "--w", "0"),
+    C("hm-grid-zero", 2, "--grid", *HM, "--grid", "0x3"),
+    C("hm-grid-text", 2, "--grid", *HM, "--grid", "banana"),
+    C("hm-grid-65536", 1, "--grid 65536x65536", *HM, "--grid", "65536"),
+    C("hm-grid-1e5-squared", 1, "--grid 100000x100000", *HM, "--grid", "100000x100000"),
+    C("hm-grid-1e20", 1, "--allow-large", *HM, "--grid", "100000000000000000000"),
+    C("hm-users-1e9", 1, "--users 1000000000", *HM, "--users", "1000000000"),
+    C("hm-users-zero", 2, "--users", *HM, "--users", "0"),
+    C("hm-sigma-negative", 2, "--sigma", *HM, "--sigma", "-1"),
+    C("hm-sigma-nan", 2, "--sigma", *HM, "--sigma", "nan"),
+    C("hm-top-percent-zero", 2, "--top-percent", *HM, "--top-percent", "0"),
+    C("hm-top-percent-101", 2, "--top-percent", *HM, "--top-percent", "101"),
+    C("hm-seed-negative", 2, "--seed", *HM, "--seed", "-1"),
+    C("hm-data-seed-negative", 2, "--data-seed", *HM, "--data-seed", "-1"),
+    C("hm-delta-above-one", 2, "--delta", *HM, "--model", "shuffle", "--delta", "1.5"),
+    C("hm-delta-zero", 2, "--delta", *HM, "--model", "shuffle", "--delta", "0"),
+    C("hm-B-zero", 2, "--B", *HM, "--model", "shuffle", "--B", "0"),
+    C("hm-B-huge", 1, "--B 1000000000", *HM, "--model", "shuffle", "--B", "1000000000"),
+    C("hm-shuffle-messages", 1, "messages per user", *HM, "--model", "shuffle", "--grid",
+      "4096", "--users", "20"),
+    C("hm-model-unknown", 2, "--model", *HM, "--model", "local"),
+    C("hm-bbox-without-snap", 2, "--bbox", *HM, "--bbox", "0,1,0,1"),
+    C("hm-snap-without-bbox", 2, "--bbox", *HM, "--input", "{d}/in/snap.txt", "--format",
+      "snap"),
+    C("hm-bbox-malformed", 2, "--bbox", *HM, "--input", "{d}/in/snap.txt", "--format", "snap",
+      "--bbox", "1,2,3"),
+    # ------------------------------------------------------------------ heatmap: --input
+    C("hm-input-missing", 2, "--input", *HM, "--input", "{d}/nope.csv"),
+    C("hm-input-directory", 2, "--input", *HM, "--input", "{d}/adir"),
+    C("hm-input-fifo", 2, "--input", *HM, "--input", "{d}/fifo"),
+    C("hm-input-dev-zero", 2, "--input", *HM, "--input", "{d}/zero"),
+    C("hm-input-empty", 1, "empty.csv", *HM, "--input", "{d}/in/empty.csv"),
+    C("hm-input-unknown-column", 1, "colour", *HM, "--input", "{d}/in/colour.csv"),
+    C("hm-input-missing-column", 1, "missing_col.csv", *HM, "--input",
+      "{d}/in/missing_col.csv"),
+    C("hm-input-x-range", 1, "range.csv", *HM, "--input", "{d}/in/range.csv"),
+    C("hm-input-long-field", 1, "long.csv", *HM, "--input", "{d}/in/long.csv"),
+    C("hm-input-not-utf8", 1, "latin1.csv", *HM, "--input", "{d}/in/latin1.csv"),
+    C("hm-input-one-user-shuffle", 1, "one_user.csv", *HM, "--model", "shuffle", "--input",
+      "{d}/in/one_user.csv"),
+    C("hm-snap-malformed-line", 1, "line 2", *HM, "--input", "{d}/in/snap.txt", "--format",
+      "snap", "--bbox", "30,31,-98,-97"),
+    C("hm-out-is-a-file", 2, "--out", "heatmap", "--out", "{d}/u.csv", "--grid", "8"),
+    # ------------------------------------------------------------------ setup
+    C("setup-n-one", 2, "--n", *SETUP[:4], "1", "--epsilon", "1", "--out", "{d}/t/s"),
+    C("setup-n-text", 2, "--n", *SETUP[:4], "many", "--epsilon", "1", "--out", "{d}/t/s"),
+    C("setup-n-huge", 2, "--n 1000000000000", *SETUP[:4], "1000000000000", "--epsilon", "1",
+      "--out", "{d}/t/s"),
+    C("setup-epsilon-zero", 2, "--epsilon", *SETUP[:6], "0", "--out", "{d}/t/s"),
+    C("setup-epsilon-nan", 2, "--epsilon", *SETUP[:6], "nan", "--out", "{d}/t/s"),
+    C("setup-epsilon-tiny", 2, "--epsilon 1e-300", *SETUP[:6], "1e-300", "--out", "{d}/t/s"),
+    C("setup-delta-zero", 2, "--delta", *SETUP, "--delta", "0", "--out", "{d}/t/s"),
+    C("setup-delta-one", 2, "--delta", *SETUP, "--delta", "1", "--out", "{d}/t/s"),
+    C("setup-B-zero", 2, "--B", *SETUP, "--B", "0", "--out", "{d}/t/s"),
+    C("setup-w-zero", 2, "--w", *SETUP, "--w", "0", "--out", "{d}/t/s"),
+    C("setup-dropout-one", 2, "--dropout", *SETUP, "--dropout", "1", "--out", "{d}/t/s"),
+    C("setup-dropout-negative", 2, "--dropout", *SETUP, "--dropout", "-0.1", "--out",
+      "{d}/t/s"),
+    C("setup-grid-zero", 2, "--grid", "setup", "--grid", "0", "--n", "3", "--epsilon", "1",
+      "--out", "{d}/t/s"),
+    C("setup-grid-1e5-squared", 1, "--grid 100000x100000", "setup", "--grid", "100000x100000",
+      "--n", "50", "--epsilon", "1", "--out", "{d}/t/s"),
+    C("setup-no-keys-deployment", 2, "--no-keys", *SETUP, "--no-keys", "--out", "{d}/t/s"),
+    C("setup-existing-key", 1, "--force", *SETUP, "--out", "{d}"),
+    C("setup-out-is-a-file", 2, "--out", *SETUP, "--out", "{d}/u.csv"),
+    # ------------------------------------------------------------------ encode: options
+    C("enc-no-analyzer-pub", 2, "--analyzer-pub", *ENC),
+    C("enc-seed-refused", 2, "--seed", *ENC, *PUB, "--seed", "3"),
+    C("enc-pub-and-simulation", 2, "--analyzer-pub", *ENC, *PUB, SIM),
+    # ------------------------------------------------------------------ encode: --params
+    C("enc-params-missing", 2, "--params", "encode", "--params", "{d}/nope.json", "--points",
+      "{d}/u.csv", "--out", "{d}/t/o.bin", SIM),
+    C("enc-params-directory", 2, "--params", "encode", "--params", "{d}/adir", "--points",
+      "{d}/u.csv", "--out", "{d}/t/o.bin", SIM),
+    *[C(f"enc-params-{name}", code, msg, "encode", "--params", f"{{d}}/{file}", "--points",
+        "{d}/u.csv", "--out", "{d}/t/o.bin", SIM)
+      for name, file, code, msg in [
+          ("fifo", "fifo", 2, "--params"),
+          ("dev-zero", "zero", 2, "--params"),
+          ("empty", "empty", 1, "--params"),
+          ("json-list", "list.json", 1, "list.json"),
+          ("json-object-empty", "obj.json", 1, "obj.json"),
+          ("not-json", "notjson.json", 1, "notjson.json"),
+          ("not-utf8", "latin1.json", 1, "latin1.json"),
+          ("deeply-nested", "deep.json", 1, "deep.json"),
+          ("r-one", "badr.json", 1, "badr.json"),
+          ("grid-text", "badgrid.json", 1, "badgrid.json"),
+          ("too-large", "big.json", 1, "big.json"),
+      ]],
+    # ------------------------------------------------------------------ encode: --points
+    *[C(f"enc-points-{name}", code, msg, "encode", "--params", "{d}/params.json", "--points",
+        f"{{d}}/{file}", "--out", "{d}/t/o.bin", SIM)
+      for name, file, code, msg in [
+          ("fifo", "fifo", 2, "--points"),
+          ("dev-zero", "zero", 2, "--points"),
+          ("empty", "empty", 1, "--points"),
+          ("header-only", "pts/header_only.csv", 1, "header_only.csv"),
+          ("one-column", "pts/one_col.csv", 1, "one_col.csv, line 1"),
+          ("four-columns", "pts/four_col.csv", 1, "four_col.csv, line 1"),
+          ("x-out-of-range", "pts/x_range.csv", 1, "x_range.csv, line 1"),
+          ("x-nan", "pts/x_nan.csv", 1, "x_nan.csv, line 1"),
+          ("negative-weight", "pts/neg_weight.csv", 1, "neg_weight.csv, line 1"),
+          ("zero-weight", "pts/zero_weight.csv", 1, "zero_weight.csv"),
+          ("infinite-weight", "pts/inf_weight.csv", 1, "inf_weight.csv, line 1"),
+          ("mixed-columns", "pts/mixed_cols.csv", 1, "mixed_cols.csv, line 2"),
+          ("word", "pts/word.csv", 1, "word.csv, line 2"),
+          ("long-field", "pts/long_field.csv", 1, "long_field.csv, line 2"),
+          ("not-utf8", "pts/latin1.csv", 1, "latin1.csv"),
+          ("too-large", "pts/huge.csv", 1, "huge.csv"),
+      ]],
+    # ------------------------------------------------------------------ encode: --analyzer-pub
+    *[C(f"enc-pub-{name}", code, "--analyzer-pub", *ENC, "--analyzer-pub", f"{{d}}/{file}")
+      for name, file, code in [("fifo", "fifo", 2), ("dev-zero", "zero", 2),
+                               ("short", "short.key", 1), ("long", "long.key", 1),
+                               ("empty", "empty", 1), ("low-order-point", "zero.pub", 1)]],
+    # ------------------------------------------------------------------ shuffle
+    C("shuf-empty-dir", 1, "no user batches", *SHUF, "--in-dir", "{d}/emptydir"),
+    C("shuf-dir-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withdir", SIM),
+    C("shuf-fifo-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withfifo", SIM),
+    C("shuf-dev-zero-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withzero", SIM),
+    C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, "--in-dir",
+      "{d}/plain"),
+    C("shuf-encrypted-batches-simulation", 1, "are encrypted; pass --encrypted", *SHUF,
+      "--in-dir", "{d}/enc", SIM),
+    C("shuf-all-garbage", 1, "malformed", *SHUF, "--in-dir", "{d}/garbage", SIM),
+    C("shuf-other-params", 1, "wrong_digest", *SHUF, "--in-dir", "{d}/otherb", SIM),
+    C("shuf-expected-users-zero", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
+      "--expected-users", "0"),
+    C("shuf-expected-users-fewer", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
+      "--expected-users", "2"),
+    C("shuf-expected-users-above-n", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain",
+      SIM, "--expected-users", "4"),
+    C("shuf-out-in-in-dir", 2, "--out", "shuffle", "--params", "{d}/params.json", "--in-dir",
+      "{d}/plain", SIM, "--out", "{d}/plain/mixed.bin"),
+    C("shuf-in-dir-missing", 2, "--in-dir", *SHUF, "--in-dir", "{d}/nope"),
+    C("shuf-params-json-list", 1, "list.json", "shuffle", "--params", "{d}/list.json",
+      "--in-dir", "{d}/plain", "--out", "{d}/t/m.bin"),
+    # ------------------------------------------------------------------ analyze
+    C("an-in-fifo", 2, "--in", *AN, *KEY, "--in", "{d}/fifo"),
+    C("an-in-dev-zero", 2, "--in", *AN, *KEY, "--in", "{d}/zero"),
+    C("an-in-empty", 1, "empty", *AN, *KEY, "--in", "{d}/empty"),
+    C("an-in-garbage", 1, "garbage/0.bin", *AN, *KEY, "--in", "{d}/garbage/0.bin"),
+    C("an-in-user-batch", 1, "not a mixed batch", *AN, *KEY, "--in", "{d}/enc/0.bin"),
+    C("an-in-truncated", 1, "m_trunc.bin", *AN, SIM, "--in", "{d}/m_trunc.bin"),
+    C("an-in-trailing-bytes", 1, "m_trail.bin", *AN, SIM, "--in", "{d}/m_trail.bin"),
+    C("an-in-other-params", 1, "other protocol parameters", "analyze", "--params",
+      "{d}/other/params.json", "--out-dir", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+    C("an-encrypted-without-key", 2, "--key", *AN, "--in", "{d}/m_enc.bin"),
+    C("an-encrypted-with-simulation", 2, "--plaintext-simulation", *AN, SIM, "--in",
+      "{d}/m_enc.bin"),
+    C("an-plaintext-without-flag", 2, "--plaintext-simulation", *AN, "--in", "{d}/m_plain.bin"),
+    C("an-key-and-simulation", 2, "--key", *AN, *KEY, SIM, "--in", "{d}/m_enc.bin"),
+    C("an-key-short", 1, "--key", *AN, "--key", "{d}/short.key", "--in", "{d}/m_enc.bin"),
+    C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", "--in", "{d}/m_enc.bin"),
+    C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", "--in", "{d}/m_enc.bin"),
+    C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", "--in", "{d}/m_enc.bin"),
+    C("an-key-wrong", 1, "--key", *AN, "--key", "{d}/wrong.key", "--in", "{d}/m_enc.bin"),
+    C("an-report-inconsistent", 1, "m_badrep.bin.report.json", *AN, SIM, "--in",
+      "{d}/m_badrep.bin"),
+    C("an-report-not-json", 1, "m_notjsonrep.bin.report.json", *AN, SIM, "--in",
+      "{d}/m_notjsonrep.bin"),
+    C("an-report-fifo", 2, "--shuffler-report", *AN, SIM, "--in", "{d}/m_plain.bin",
+      "--shuffler-report", "{d}/fifo"),
+    C("an-report-missing", 2, "--shuffler-report", *AN, SIM, "--in", "{d}/m_plain.bin",
+      "--shuffler-report", "{d}/nope.json"),
+    C("an-too-many-dropouts", 1, "refusing to release", *AN, SIM, "--in", "{d}/m_drop.bin"),
+    C("an-out-dir-is-a-file", 2, "--out-dir", "analyze", "--params", "{d}/params.json",
+      "--out-dir", "{d}/u.csv", SIM, "--in", "{d}/m_plain.bin"),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    def boom(signum, frame):
+        raise TimeoutError("command blocked for 20 s")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("argv,code,msg", CASES)
+def test_bad_input_is_a_one_line_error(d, argv, code, msg):
+    args = [a.format(d=d) for a in argv]
+    res = CliRunner().invoke(main, args)
+    # an unexpected exception inside the command would show up here, not as SystemExit
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    assert msg.format(d=d) in errors[0], res.output
+
+
+def test_the_sweep_is_large():
+    assert len(CASES) >= 100
+    assert len({c.id for c in CASES}) == len(CASES)
