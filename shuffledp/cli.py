@@ -108,6 +108,10 @@ RELEASE_PRIVATE = "private"
               help="Gaussian filter sigma in pixels for the heatmaps and metrics (Sec. 2.3).")
 @click.option("--top-percent", "top_percent", type=float, multiple=True, default=(1.0, 0.1),
               show_default=True, help="Thresholding baselines to run (repeatable).")
+@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
+              default=None,
+              help="Neighbour relation of the guarantee: central add_remove (default), zero_out "
+                   "or replace; shuffle replace (default) or zero_out (n public).")
 @click.option("--seed", type=int, default=None,
               help="Seed all noise (research: the report then says 'reproducible evaluation, "
                    "not a private release'); default: fresh OS entropy.")
@@ -118,7 +122,7 @@ RELEASE_PRIVATE = "private"
 @allow_large_option
 @_friendly
 def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, delta, sigma,
-            top_percent, seed, out_dir, no_metrics, quiet, allow_large) -> None:
+            top_percent, neighbour, seed, out_dir, no_metrics, quiet, allow_large) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
     Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
@@ -131,7 +135,8 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
     t_start = time.perf_counter()
     progress = _Progress(quiet)
     grid_obj: Grid = _grid_type(grid)
-    _check_heatmap_options(eps, w, sigma, seed, data_seed, top_percent, model, B, delta, n_users)
+    _check_heatmap_options(eps, w, sigma, seed, data_seed, top_percent, model, B, delta, n_users,
+                           neighbour)
     box = _parse_bbox(bbox)
     if box is not None and fmt != "snap":
         raise click.BadParameter("only valid with --format snap", param_hint="--bbox")
@@ -159,7 +164,8 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
     if model == "central":
         from shuffledp.analyzers.central import central_heatmap
 
-        ours = central_heatmap(users, eps, w=w, rng=rngs[0])
+        ours = central_heatmap(users, eps, w=w, neighbour=neighbour or "add_remove",
+                               rng=rngs[0])
     else:
         from shuffledp.protocol import shuffle_heatmap
         from shuffledp.protocol_params import derive_params
@@ -168,7 +174,8 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
             raise click.ClickException(
                 f"--model shuffle needs at least 2 users, {source} has {users.n_users}")
         try:
-            params = derive_params(grid_obj, users.n_users, epsilon=eps, delta=delta, B=B, w=w)
+            params = derive_params(grid_obj, users.n_users, epsilon=eps, delta=delta, B=B, w=w,
+                                   neighbour=neighbour or "replace")
         except (ValueError, TypeError, ArithmeticError) as e:
             raise click.ClickException(
                 f"no shuffle protocol for --eps {eps} --delta {delta} --B {B} with "
@@ -246,9 +253,13 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
 
 def _check_heatmap_options(eps: float, w: int, sigma: float, seed: int | None, data_seed: int,
                            top_percent: tuple[float, ...], model: str, B: int, delta: float,
-                           n_users: int) -> None:
+                           n_users: int, neighbour: str | None = None) -> None:
     """Option values that are wrong whatever the data (usage errors, exit status 2)."""
     _positive("--eps", eps)
+    if model == "shuffle" and neighbour == "add_remove":
+        raise click.BadParameter(
+            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
+            param_hint="--neighbour")
     if w < 1:
         raise click.BadParameter(f"must be an integer >= 1, got {w}", param_hint="--w")
     if sigma < 0 or not math.isfinite(sigma):

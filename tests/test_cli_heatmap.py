@@ -180,3 +180,28 @@ def test_outputs_replace_a_fifo_instead_of_blocking(tmp_path):
     assert np.load(out / "estimate.npy").shape == (8, 8)
     assert sorted(p.name for p in out.iterdir()) == ["estimate.npy", "heatmap.png",
                                                      "report.json"]
+
+
+def test_heatmap_report_states_the_neighbour_relation(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from shuffledp.cli import main
+
+    runner = CliRunner()
+    for model, nb, text in [("central", None, "add/remove one user"),
+                            ("central", "replace", "replace one user (n public)"),
+                            ("shuffle", "zero_out", "zero out one user's contribution (n public)")]:
+        out = tmp_path / f"{model}-{nb}"
+        args = ["heatmap", "--grid", "16", "--users", "20", "--model", model, "--B", "16",
+                "--no-metrics", "--quiet", "--seed", "1", "--out", str(out)]
+        if nb:
+            args += ["--neighbour", nb]
+        res = runner.invoke(main, args)
+        assert res.exit_code == 0, res.output
+        report = json.loads((out / "report.json").read_text())
+        assert report["guarantee"]["neighbour"] == text
+    res = runner.invoke(main, ["heatmap", "--model", "shuffle", "--neighbour", "add_remove",
+                               "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--neighbour" in res.output
