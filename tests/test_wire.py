@@ -26,16 +26,19 @@ DIGEST = bytes(range(16))
 
 
 def test_header_layout_is_64_bytes_little_endian():
-    h = Header(KIND_MIXED, 4, DIGEST, 7, 3, 1)
+    h = Header(KIND_MIXED, 4, DIGEST, 7, 3, 1, flags=1)
     b = h.pack()
     assert len(b) == HEADER_SIZE == 64
-    assert b[:4] == b"SDPW" and b[4:6] == (1).to_bytes(2, "little")
+    assert b[:4] == b"SDPW" and b[4:6] == (2).to_bytes(2, "little")
     assert b[6] == KIND_MIXED and b[7] == 4 and b[8:24] == DIGEST
     assert int.from_bytes(b[24:32], "little") == 7
     assert int.from_bytes(b[32:40], "little") == 3
     assert int.from_bytes(b[40:48], "little") == 1
-    assert b[48:] == bytes(16)
+    assert b[48] == 1 and b[49:] == bytes(15)
     assert Header.unpack(b) == h
+    # reserved bytes must stay zero (a flipped reserved bit is not silently ignored)
+    with pytest.raises(WireError, match="reserved"):
+        Header.unpack(b[:60] + b"\x01" + b[61:])
 
 
 @given(
