@@ -11,8 +11,9 @@ permute and to forget who sent what. :class:`Shuffler`:
 2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
    partial batch would leave a share-sum that is not the user's noisy value;
 3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
-   bucket at a time, removes every batch that shares an encrypted record with an earlier
-   batch, permutes the bucket uniformly and appends it to the output (pass 2): a uniformly
+   bucket at a time, removes every batch that shares an encrypted record with another
+   batch (copier and original alike: the shuffler cannot tell which is which), permutes
+   the bucket uniformly and appends it to the output (pass 2): a uniformly
    random permutation of all accepted records in memory bounded by ``memory_limit``;
 4. writes one mixed batch whose header (counts) and records are covered by a tag, an
    HMAC-SHA256 under a key it shares with the analyzer.
@@ -117,7 +118,7 @@ REJECT_REASONS = (
     "share_out_of_range",
     "duplicate_sender",  # a sender whose batch was already accepted submitted again
     "replayed_batch",  # byte-identical to an accepted batch (whatever the sender id)
-    "duplicate_record",  # an ephemeral key twice in one batch, or shared with an earlier batch
+    "duplicate_record",  # an ephemeral key twice in one batch, or shared with another batch
     "over_capacity",  # more users than the n the parameters provision for
 )
 DEFAULT_MEMORY_LIMIT = 256 << 20
@@ -426,7 +427,7 @@ class ShuffleReport:
     ``rejected`` and ``n_incomplete`` count submissions (a user who resubmits after a bad
     upload is counted once per bad upload); ``n_dropped`` counts users: senders none of
     whose submissions was forwarded (anonymous submissions count one each), accepted batches
-    removed for sharing a record with an earlier batch (``n_removed``), and users admitted
+    removed for sharing a record with another batch (``n_removed``), and users admitted
     but absent (``n_missing``).
     """
 
@@ -700,7 +701,12 @@ class Shuffler:
         return np.ascontiguousarray(rows[:, self._rb :]).view("<u4").ravel()
 
     def _copied_batches(self) -> set[int]:
-        """Batches sharing an ephemeral key with an earlier batch (all but the first kept)."""
+        """Batches sharing an ephemeral key with another batch: all of them are removed.
+
+        The shuffler cannot tell the copy from the original (keeping the first one would
+        keep a copier's batch, whose share-sum is corrupt, if it came first), so every
+        batch involved goes; an honest user whose record was copied is dropped with it.
+        """
         bad: set[int] = set()
         if not self.encrypted:
             return bad
@@ -708,8 +714,7 @@ class Shuffler:
             rows = self._rows(self._buckets.load(i))
             idx = self._batch_index(rows)
             for g in duplicate_groups(rows[:, 4:36]):
-                ids = idx[g]
-                bad.update(int(j) for j in ids if j != ids.min())
+                bad.update(int(j) for j in idx[g])
         return bad
 
     def mix_to(self, f: BinaryIO) -> Header:
