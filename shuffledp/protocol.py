@@ -8,9 +8,11 @@
   changes nothing in the sums (they do not depend on order);
 - ``wire=True``: users' batches go through the binary wire format and the
   :class:`~shuffledp.shuffler.Shuffler` (validation and secure permutation), the analyzer
-  streams the mixed batch;
+  streams the mixed batch (:func:`shuffledp.analyzer_io.accumulate_mixed`). Plaintext: a
+  simulation aid only -- the shuffler sees every share and user batches carry no integrity;
 - ``encrypt=True`` (deployment path): as ``wire=True`` with every message encrypted to a fresh
-  analyzer X25519 key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+  analyzer X25519 key and the mixed batch authenticated with a fresh shuffler-analyzer MAC
+  key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,11 @@ def user_batches(
     source: SecureRandom | None = None,
     analyzer_public: bytes | None = None,
 ):
-    """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given)."""
+    """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given).
+
+    Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
+    relays them reads every share, and a flipped bit is an undetectable valid share).
+    """
     from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
 
     g = as_generator(rng)
@@ -76,6 +82,36 @@ def user_batches(
             body = encrypt_records(params, rec, analyzer_public)
             h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, rec.size)
             yield encode_batch(h, body)
+
+
+def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dict):
+    """Users -> shuffler (streaming, to a spooled file) -> analyzer; (MixedBatchResult, report)."""
+    import tempfile
+
+    from shuffledp.analyzer_io import accumulate_mixed
+    from shuffledp.shuffler import (
+        Shuffler,
+        generate_analyzer_key,
+        generate_mac_key,
+        public_bytes,
+    )
+
+    t0 = time.perf_counter()
+    key = generate_analyzer_key() if encrypt else None
+    mac_key = generate_mac_key()
+    batches = user_batches(params, users, participants, g, src, public_bytes(key) if key else None)
+    with Shuffler(params, encrypted=encrypt, source=src, mac_key=mac_key) as s, \
+            tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
+        for k, data in enumerate(batches):
+            s.submit(data, sender=k)
+        s.missing(users.n_users - s.n_users_seen)
+        s.mix_to(f)
+        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        f.seek(0)
+        res = accumulate_mixed(params, f, key=key, mac_key=mac_key)
+        timings["analyzer_seconds"] = time.perf_counter() - t1
+    return res, s.report
 
 
 def shuffle_heatmap(
@@ -159,32 +195,10 @@ def shuffle_heatmap(
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation"
     else:
-        from shuffledp.shuffler import (
-            decrypt_records,
-            generate_analyzer_key,
-            public_bytes,
-            shuffle_batches,
-        )
-
-        key = generate_analyzer_key() if encrypt else None
-        batches = user_batches(
-            params, users, participants, g, src, public_bytes(key) if key else None
-        )
-        h, rec, report = shuffle_batches(
-            params, batches, encrypted=encrypt, expected_users=users.n_users, source=src
-        )
-        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        acc = ModularAccumulator(params)
-        if encrypt:
-            c, s, failed = decrypt_records(params, rec, key)
-            acc.add_pairs(c, s)
-            acc.rejected += failed
-        else:
-            acc.add_records(rec)
-        timings["analyzer_seconds"] = time.perf_counter() - t1
+        res, report = _wire_round(params, users, participants, g, src, encrypt, timings)
+        acc, n_fwd, n_dropped = res.accumulator, res.header.n_users, res.header.n_dropped
+        timings.update(res.figures())
         timings["shuffler"] = report.to_dict()
-        n_fwd, n_dropped = h.n_users, h.n_dropped
         path = "deployment" if encrypt else "wire"
     t2 = time.perf_counter()
     extra = {"path": path, **timings}

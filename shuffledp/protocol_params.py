@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,6 +37,7 @@ from shuffledp.grid import Grid
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
+ROUND_ID_BYTES = 16
 
 
 def _int(name: str, value: Any, low: int) -> int:
@@ -101,6 +103,10 @@ class ProtocolParams:
         Probability that the noise pushes at least one coordinate out of the decoding window.
     guarantee_delta_parts : Mapping
         How delta is spent (e.g. split-and-mix hiding), for the report.
+    round_id : bytes
+        16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
+        given). Part of :attr:`digest`, hence of every wire header and of the associated data
+        of every encrypted message: batches and messages of another run are rejected.
     summation : Any
         The accounting record this was built from (``None`` when given explicitly).
     """
@@ -124,6 +130,7 @@ class ProtocolParams:
     decode_low: int
     wrap_probability: float = 0.0
     guarantee_delta_parts: Mapping[str, Any] = field(default_factory=dict)
+    round_id: bytes = field(default_factory=lambda: os.urandom(ROUND_ID_BYTES))
     summation: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +204,10 @@ class ProtocolParams:
         object.__setattr__(
             self, "guarantee_delta_parts", MappingProxyType(dict(self.guarantee_delta_parts))
         )
+        rid = self.round_id
+        if not isinstance(rid, (bytes, bytearray)) or len(rid) != ROUND_ID_BYTES:
+            raise ValueError(f"round_id must be {ROUND_ID_BYTES} bytes, got round_id={rid!r}")
+        object.__setattr__(self, "round_id", bytes(rid))
         if self.record_bits > 64:
             raise ValueError(f"messages need {self.record_bits} bits > 64; lower q or the grid")
         self.check_supported()
@@ -323,6 +334,7 @@ class ProtocolParams:
             "q": self.q,
             "r": self.r,
             "decode_low": self.decode_low,
+            "round_id": self.round_id.hex(),
         }
 
     @property
@@ -374,7 +386,7 @@ class ProtocolParams:
         try:
             again = derive_params(p.grid, p.n, epsilon=p.epsilon, delta=p.delta, B=p.B, w=p.w,
                                   rounding=p.rounding, dropout=p.dropout,
-                                  neighbour=p.neighbour)
+                                  neighbour=p.neighbour, round_id=p.round_id)
         except (ValueError, TypeError):
             return p
         if again == p:
@@ -383,6 +395,14 @@ class ProtocolParams:
 
     @classmethod
     def _from_dict(cls, d: dict) -> ProtocolParams:
+        if "round_id" not in d:
+            raise ValueError("parameter file has no round_id (written by an older version); "
+                             "re-run setup")
+        try:
+            rid = bytes.fromhex(d["round_id"])
+        except (TypeError, ValueError):
+            raise ValueError(f"round_id must be {2 * ROUND_ID_BYTES} hex digits, got "
+                             f"round_id={d['round_id']!r}") from None
         return cls(
             grid=Grid(*d["grid"]),
             w=d["w"],
@@ -403,6 +423,7 @@ class ProtocolParams:
             decode_low=d["decode_low"],
             wrap_probability=float(d.get("wrap_probability", 0.0)),
             guarantee_delta_parts=d.get("guarantee_delta_parts", {}),
+            round_id=rid,
         )
 
 
@@ -419,6 +440,7 @@ def derive_params(
     dropout: float = 0.0,
     wrap_target: float = 1e-12,
     neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    round_id: bytes | None = None,
 ) -> ProtocolParams:
     """Derive the protocol record for n users from the summation accounting.
 
@@ -427,7 +449,9 @@ def derive_params(
     and n_min users, per-level eps_i and Delta_i = 2B, Polya shape 1/n_min for the declared
     dropout fraction, wrap-around probability, the guarantee) and wraps it in a validated
     :class:`ProtocolParams`, checking that the measured levels and budgets are those of the
-    central mechanism (:func:`shuffledp.analyzers.central.measured_levels`).
+    central mechanism (:func:`shuffledp.analyzers.central.measured_levels`). ``round_id``
+    (16 bytes) names the run; by default a fresh one from ``os.urandom``, so two setups with
+    the same numbers have different digests and cannot mix their batches.
     """
     from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
     from shuffledp.accounting.summation import summation_parameters
@@ -458,5 +482,6 @@ def derive_params(
         neighbour=summ.neighbour, dropout=summ.dropout, n_min=summ.n_min, q=summ.q, r=summ.r,
         level_sensitivities=summ.level_sensitivities, decode_low=summ.decode_low,
         wrap_probability=summ.wrap_probability, guarantee_delta_parts=summ.delta_parts,
+        round_id=os.urandom(ROUND_ID_BYTES) if round_id is None else round_id,
         summation=summ,
     )

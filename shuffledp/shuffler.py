@@ -1,40 +1,97 @@
 """The shuffler of the shuffle-model heatmap protocol, and message encryption to the analyzer.
 
-The shuffler (seed 000, App. F; DESIGN.md "Roles and trust") is trusted only to permute and
-to forget who sent what. :class:`Shuffler`:
+The shuffler (Ghazi et al. 2023, App. F; DESIGN.md "Roles and trust") is trusted only to
+permute and to forget who sent what. :class:`Shuffler`:
 
-1. validates each user's batch (:mod:`shuffledp.wire` header, parameter digest, exact length,
-   coordinate < m, and on plaintext batches share < q); a malformed batch is rejected and
-   counted by reason, never forwarded;
-2. drops a user whose batch is incomplete (not exactly r messages for every coordinate) as a
-   whole: a partial batch would leave a share-sum that is not the user's noisy value;
-3. strips sender identity (only the records are kept, in one pool);
-4. applies a uniformly random permutation drawn from the cryptographically secure
-   :class:`~shuffledp.encoders.sharing.SecureRandom` (Fisher-Yates with Lemire's unbiased
-   bounded integers; never numpy's generator) and emits one mixed batch.
+1. validates each user's batch as it arrives (:mod:`shuffledp.wire` header, parameter
+   digest -- which covers the round id --, exact length, coordinate < m, on plaintext
+   batches share < q, no ephemeral key twice in an encrypted batch, not a replay of an
+   accepted batch); a bad batch is rejected and counted by reason, never forwarded, and does
+   not burn its sender id, so the user can resubmit;
+2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
+   partial batch would leave a share-sum that is not the user's noisy value;
+3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
+   bucket at a time, removes every batch that shares an encrypted record with another
+   batch (copier and original alike: the shuffler cannot tell which is which), permutes
+   the bucket uniformly and appends it to the output (pass 2): a uniformly
+   random permutation of all accepted records in memory bounded by ``memory_limit``;
+4. writes one mixed batch whose header (counts) and records are covered by a tag, an
+   HMAC-SHA256 under a key it shares with the analyzer.
+
+Streaming bucket shuffle and why it is uniform
+----------------------------------------------
+Pass 1 gives each record a bucket label L in {0..k-1}; pass 2 permutes each bucket by an
+independent uniform permutation (Fisher-Yates from :class:`SecureRandom`) and concatenates
+buckets 0, 1, ..., k-1. If the labels of the N records are i.i.d. uniform, the output is a
+uniformly random ordering: relabelling the input records by any fixed permutation sigma
+leaves the joint law of (labels, in-bucket permutations) unchanged, so P(output = pi) =
+P(output = pi o sigma) for every arrangement pi and every sigma, hence P(output = pi) = 1/N!.
+Plaintext records get their labels from :class:`SecureRandom` (k is a power of two, so the
+low bits of a uniform word are exactly uniform). Encrypted records get L = SipHash-2-4 of
+their ephemeral public key under a fresh secret 128-bit key, masked to k bits: distinct keys
+then get labels indistinguishable from i.i.d. uniform (SipHash is a PRF; the same
+computational assumption as the ChaCha20 generator behind every other draw), and *equal*
+keys -- a duplicated or replayed record -- land in the same bucket, where pass 2 finds them
+exactly. Removing duplicates depends only on record contents, not on labels, so the
+surviving records keep i.i.d. labels. k is the least power of two with n r m (record + 4)
+bytes / k <= memory_limit / 8 (n the provisioned users), so the expected bucket fits with
+room for the copies pass 2 makes; bucket sizes are binomial, within a few per cent of the
+mean at the sizes where buckets matter.
+
+Trust model and what the checks buy
+-----------------------------------
+- A network attacker or any party without keys can replay, truncate, splice, duplicate or
+  edit users' batches and the mixed batch. Replays and copied encrypted records are
+  rejected by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
+  copy); records of another run or another coordinate fail the analyzer's AEAD check
+  (associated data = parameter digest || round id || coordinate); any change to the mixed
+  batch after the shuffler fails its keyed tag. Nothing corrupt is released: the analyzer
+  refuses when any message fails or any coordinate misses r * n_users messages.
+- A malicious user can always make the release fail (a ciphertext that does not open
+  cannot be traced back to its sender: unlinkability) and can shift its own contribution
+  arbitrarily within Z_q (there is no range proof): denial of service and input poisoning
+  are outside what this protocol prevents.
+- The shuffler is trusted for integrity: it holds the tag key, so a malicious shuffler can
+  drop users, forward partial batches or misstate n_dropped. The analyzer still checks that
+  every coordinate holds exactly r * n_users authentic messages of this run, so a shuffler
+  cannot inflate n_users or forge shares, but verifying the shuffler itself would need a
+  verifiable shuffle, which this code does not implement.
+- The plaintext path (``encrypted=False``) is a simulation aid: the shuffler reads every
+  share, and a user batch has no integrity protection (a flipped share bit is a valid
+  share; a checksum would not stop anyone who can edit the batch). Do not deploy it.
 
 Deployment path: every message is encrypted to the analyzer's X25519 public key
 (:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message, HKDF-SHA256,
-ChaCha20-Poly1305 with the parameter digest and the coordinate as associated data). Two
-ciphertexts of one user share nothing but the coordinate field (which every user fills the
-same way), so the shuffler and the analyzer cannot link them; the shuffler checks only the
-envelope. Simulation path (:func:`simulate_sums` in :mod:`shuffledp.protocol`) skips
-encryption and the physical permutation; modular sums do not depend on order, so the sums
-are exactly those of the deployment path for the same shares.
+ChaCha20-Poly1305). Two ciphertexts of one user share nothing but the coordinate field (which
+every user fills the same way), so the shuffler and the analyzer cannot link them. The
+analyzer side is :mod:`shuffledp.analyzer_io`.
+
+References
+----------
+Ghazi, Kamath, Kumar, Leeman, Manurangsi, Varadarajan, Zhang. Differentially Private
+Heatmaps. AAAI 2023, App. F.
+Aumasson, Bernstein. SipHash: a fast short-input PRF. INDOCRYPT 2012.
+Krawczyk, Eronen. HMAC-based Extract-and-Expand Key Derivation Function (HKDF). RFC 5869.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
+import shutil
+import tempfile
+import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numba
 import numpy as np
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from shuffledp.encoders.sharing import SecureRandom
 from shuffledp.protocol_params import ProtocolParams
@@ -45,22 +102,34 @@ from shuffledp.wire import (
     KIND_MIXED_ENC,
     KIND_USER,
     KIND_USER_ENC,
+    BatchWriter,
     Header,
     WireError,
     decode_batch,
-    record_dtype,
     unpack_records,
 )
 
 REJECT_REASONS = (
     "malformed",  # header or length does not follow the wire format
-    "wrong_digest",  # produced under other protocol parameters
+    "wrong_digest",  # produced under other protocol parameters or in another run
     "wrong_kind",  # not a user batch, or encrypted when plaintext expected (or vice versa)
     "wrong_record_size",
     "coordinate_out_of_range",
     "share_out_of_range",
-    "duplicate",  # the same user submitted twice
+    "duplicate_sender",  # a sender whose batch was already accepted submitted again
+    "replayed_batch",  # byte-identical to an accepted batch (whatever the sender id)
+    "duplicate_record",  # an ephemeral key twice in one batch, or shared with another batch
+    "over_capacity",  # more users than the n the parameters provision for
 )
+DEFAULT_MEMORY_LIMIT = 256 << 20
+_MIN_MEMORY_LIMIT = 1 << 20
+_MAX_BUCKETS = 1 << 16
+_IDX_BYTES = 4  # batch index stored next to each record in the bucket files
+
+
+def generate_mac_key() -> bytes:
+    """A fresh 32-byte key for the mixed batch's tag (shared by shuffler and analyzer only)."""
+    return os.urandom(32)
 
 
 # --------------------------------------------------------------------------------------
@@ -121,11 +190,106 @@ def secure_permutation(n: int, source: SecureRandom | None = None) -> np.ndarray
     return p
 
 
+
+
+# --------------------------------------------------------------------------------------
+# SipHash-2-4 (bucket labels of encrypted records)
+# --------------------------------------------------------------------------------------
+@numba.njit(inline="always")
+def _rotl(x, b):  # pragma: no cover - compiled
+    return (x << np.uint64(b)) | (x >> np.uint64(64 - b))
+
+
+@numba.njit(inline="always")
+def _sipround(v0, v1, v2, v3):  # pragma: no cover - compiled
+    v0 += v1
+    v1 = _rotl(v1, 13)
+    v1 ^= v0
+    v0 = _rotl(v0, 32)
+    v2 += v3
+    v3 = _rotl(v3, 16)
+    v3 ^= v2
+    v0 += v3
+    v3 = _rotl(v3, 21)
+    v3 ^= v0
+    v2 += v1
+    v1 = _rotl(v1, 17)
+    v1 ^= v2
+    v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+@numba.njit(cache=True, nogil=True)
+def _siphash_rows(rows, k0, k1):  # pragma: no cover - compiled
+    """SipHash-2-4 of every row of a 2D uint8 array (Aumasson-Bernstein 2012)."""
+    n, length = rows.shape
+    out = np.empty(n, dtype=np.uint64)
+    eight = np.uint64(8)
+    for i in range(n):
+        v0 = k0 ^ np.uint64(0x736F6D6570736575)
+        v1 = k1 ^ np.uint64(0x646F72616E646F6D)
+        v2 = k0 ^ np.uint64(0x6C7967656E657261)
+        v3 = k1 ^ np.uint64(0x7465646279746573)
+        full = length - length % 8
+        for off in range(0, full, 8):
+            m = np.uint64(0)
+            for b in range(8):
+                m |= np.uint64(rows[i, off + b]) << (eight * np.uint64(b))
+            v3 ^= m
+            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+            v0 ^= m
+        last = np.uint64(length & 0xFF) << np.uint64(56)
+        for b in range(length - full):
+            last |= np.uint64(rows[i, full + b]) << (eight * np.uint64(b))
+        v3 ^= last
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+        v0 ^= last
+        v2 ^= np.uint64(0xFF)
+        for _ in range(4):
+            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+        out[i] = v0 ^ v1 ^ v2 ^ v3
+    return out
+
+
+def siphash24(key: bytes, rows: np.ndarray) -> np.ndarray:
+    """SipHash-2-4 under a 16-byte ``key`` of each row of a 2D uint8 array (uint64 per row)."""
+    if not isinstance(key, bytes) or len(key) != 16:
+        raise ValueError(f"key must be 16 bytes, got {key!r}")
+    r = np.ascontiguousarray(rows, dtype=np.uint8)
+    if r.ndim != 2:
+        raise ValueError(f"rows must be 2D, got shape {r.shape}")
+    k0, k1 = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
+    return _siphash_rows(r, k0, k1)
+
+
+def duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each group of identical rows (size >= 2) of a 2D uint8 array.
+
+    Sorts by the first 8 bytes (honest ephemeral keys never tie there) and compares the
+    full rows of tied candidates exactly, so the answer is exact.
+    """
+    k = np.ascontiguousarray(keys, dtype=np.uint8)
+    if k.shape[0] < 2:
+        return []
+    first = np.ascontiguousarray(k[:, :8]).view("<u8").ravel()
+    order = np.argsort(first, kind="stable")
+    tie = first[order][1:] == first[order][:-1]
+    if not tie.any():
+        return []
+    cand = order[np.r_[tie, False] | np.r_[False, tie]]
+    full = np.ascontiguousarray(k[cand]).view(np.dtype((np.void, k.shape[1]))).ravel()
+    _, inv, cnt = np.unique(full, return_inverse=True, return_counts=True)
+    return [cand[inv.ravel() == g] for g in np.flatnonzero(cnt > 1)]
+
+
 # --------------------------------------------------------------------------------------
 # encryption to the analyzer (deployment path)
 # --------------------------------------------------------------------------------------
 _NONCE = bytes(12)
-_INFO = b"shuffledp/1 message key"
+_INFO = b"shuffledp/2 message key"
+_ZERO_SALT = bytes(32)
 
 
 def generate_analyzer_key() -> X25519PrivateKey:
@@ -146,10 +310,27 @@ def private_bytes(key: X25519PrivateKey) -> bytes:
     )
 
 
-def _message_key(shared: bytes, eph_pub: bytes, recipient_pub: bytes) -> bytes:
-    return HKDF(hashes.SHA256(), 32, salt=None, info=_INFO + eph_pub + recipient_pub).derive(
-        shared
+def as_private_key(key: X25519PrivateKey | bytes) -> X25519PrivateKey:
+    """An X25519 private key from a key object or its 32 raw bytes."""
+    if isinstance(key, X25519PrivateKey):
+        return key
+    if isinstance(key, (bytes, bytearray)) and len(key) == 32:
+        return X25519PrivateKey.from_private_bytes(bytes(key))
+    raise ValueError(
+        f"key must be an X25519 private key or its 32 raw bytes, got "
+        f"{f'{len(key)} bytes' if isinstance(key, (bytes, bytearray)) else type(key).__name__}"
     )
+
+
+def _message_key(shared: bytes, eph_pub: bytes, recipient_pub: bytes) -> bytes:
+    """HKDF-SHA256 (RFC 5869, zero salt, 32-byte output) of the X25519 shared secret."""
+    prk = hmac.digest(_ZERO_SALT, shared, "sha256")
+    return hmac.digest(prk, _INFO + eph_pub + recipient_pub + b"\x01", "sha256")
+
+
+def associated_data_prefix(params: ProtocolParams) -> bytes:
+    """AEAD associated data before the coordinate: parameter digest || round id."""
+    return params.digest + params.round_id
 
 
 def encrypted_record_bytes(params: ProtocolParams) -> int:
@@ -162,7 +343,8 @@ def encrypt_records(
 ) -> bytes:
     """Encrypt packed plaintext messages one by one (fresh ephemeral X25519 key per message).
 
-    Returns the concatenated encrypted records (layout in :mod:`shuffledp.wire`).
+    Returns the concatenated encrypted records (layout in :mod:`shuffledp.wire`); the
+    associated data binds each message to the parameters, the round and its coordinate.
     """
     pub = (
         X25519PublicKey.from_public_bytes(analyzer_public)
@@ -170,21 +352,19 @@ def encrypt_records(
         else analyzer_public
     )
     pub_raw = public_bytes(pub)
-    rec = np.asarray(records)
+    r64 = np.asarray(records).astype(np.uint64)
     sb = np.uint64(params.share_bits)
-    mask = (np.uint64(1) << sb) - np.uint64(1)
-    r64 = rec.astype(np.uint64)
     coords = (r64 >> sb).astype("<u4")
     sbytes = params.share_bytes
+    mask = (np.uint64(1) << sb) - np.uint64(1)
     shares = (r64 & mask).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :sbytes].tobytes()
-    digest = params.digest
+    ad = associated_data_prefix(params)
     out = bytearray()
     for a, w in zip(_chunks(coords.tobytes(), 4), _chunks(shares, sbytes), strict=True):
         eph = X25519PrivateKey.generate()
         eph_pub = public_bytes(eph)
         key = _message_key(eph.exchange(pub), eph_pub, pub_raw)
-        ct = ChaCha20Poly1305(key).encrypt(_NONCE, w, digest + a)
-        out += a + eph_pub + ct
+        out += a + eph_pub + ChaCha20Poly1305(key).encrypt(_NONCE, w, ad + a)
     return bytes(out)
 
 
@@ -192,40 +372,49 @@ def _chunks(b: bytes, k: int):
     return (b[i : i + k] for i in range(0, len(b), k))
 
 
+def open_records(
+    raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key: X25519PrivateKey
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Decrypt whole encrypted records: (coordinates, shares, n_failed), the core loop.
+
+    Picklable arguments only, so process pools can run it on chunks
+    (:func:`shuffledp.analyzer_io.accumulate_mixed`).
+    """
+    pub_raw = public_bytes(key)
+    k = len(raw) // record_bytes
+    coords = np.empty(k, dtype=np.int64)
+    shares = np.empty(k, dtype=np.int64)
+    failed = good = 0
+    for i in range(k):
+        rec = raw[i * record_bytes : (i + 1) * record_bytes]
+        a, eph_pub, ct = rec[:4], rec[4:36], rec[36:]
+        try:
+            shared = key.exchange(X25519PublicKey.from_public_bytes(eph_pub))
+            w = ChaCha20Poly1305(_message_key(shared, eph_pub, pub_raw)).decrypt(
+                _NONCE, ct, ad_prefix + a)
+        except Exception:  # InvalidTag, or an invalid point: a tampered message
+            failed += 1
+            continue
+        coords[good] = int.from_bytes(a, "little")
+        shares[good] = int.from_bytes(w[:share_bytes], "little")
+        good += 1
+    return coords[:good], shares[:good], failed
+
+
 def decrypt_records(
-    params: ProtocolParams, data: bytes | np.ndarray, analyzer_private: X25519PrivateKey
+    params: ProtocolParams, data: bytes | np.ndarray, analyzer_private: X25519PrivateKey | bytes
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Decrypt encrypted messages; returns (coordinates, shares, n_failed).
 
-    A message whose tag does not verify (tampered, wrong key or moved to another coordinate)
-    is counted in ``n_failed`` and dropped, never summed.
+    A message whose tag does not verify (tampered, wrong key, another run, or moved to
+    another coordinate) is counted in ``n_failed`` and dropped, never summed.
     """
     rb = encrypted_record_bytes(params)
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
     if len(raw) % rb:
         raise WireError(f"encrypted data is not a whole number of {rb}-byte records")
-    pub_raw = public_bytes(analyzer_private)
-    digest = params.digest
-    k = len(raw) // rb
-    coords = np.empty(k, dtype=np.int64)
-    shares = np.empty(k, dtype=np.int64)
-    failed = 0
-    good = 0
-    pb = params.share_bytes
-    for i in range(k):
-        rec = raw[i * rb : (i + 1) * rb]
-        a, eph_pub, ct = rec[:4], rec[4:36], rec[36:]
-        try:
-            eph = X25519PublicKey.from_public_bytes(eph_pub)
-            key = _message_key(analyzer_private.exchange(eph), eph_pub, pub_raw)
-            w = ChaCha20Poly1305(key).decrypt(_NONCE, ct, digest + a)
-        except Exception:  # InvalidTag, or an invalid point: a tampered message
-            failed += 1
-            continue
-        coords[good] = int.from_bytes(a, "little")
-        shares[good] = int.from_bytes(w[:pb], "little")
-        good += 1
-    return coords[:good], shares[:good], failed
+    return open_records(raw, rb, params.share_bytes, associated_data_prefix(params),
+                        as_private_key(analyzer_private))
 
 
 # --------------------------------------------------------------------------------------
@@ -233,11 +422,20 @@ def decrypt_records(
 # --------------------------------------------------------------------------------------
 @dataclass
 class ShuffleReport:
-    """What the shuffler did: forwarded and dropped users, rejections by reason."""
+    """What the shuffler did.
+
+    ``rejected`` and ``n_incomplete`` count submissions (a user who resubmits after a bad
+    upload is counted once per bad upload); ``n_dropped`` counts users: senders none of
+    whose submissions was forwarded (anonymous submissions count one each), accepted batches
+    removed for sharing a record with another batch (``n_removed``), and users admitted
+    but absent (``n_missing``).
+    """
 
     n_forwarded: int = 0
     n_incomplete: int = 0
     n_missing: int = 0
+    n_failed_users: int = 0
+    n_removed: int = 0
     rejected: Counter = field(default_factory=Counter)
 
     @property
@@ -246,8 +444,8 @@ class ShuffleReport:
 
     @property
     def n_dropped(self) -> int:
-        """Users not forwarded: incomplete, rejected, or never submitted."""
-        return self.n_incomplete + self.n_rejected + self.n_missing
+        """Users not forwarded: failed, removed as copies, or never submitted."""
+        return self.n_failed_users + self.n_removed + self.n_missing
 
     def to_dict(self) -> dict:
         return {
@@ -255,8 +453,64 @@ class ShuffleReport:
             "n_dropped": self.n_dropped,
             "n_incomplete": self.n_incomplete,
             "n_missing": self.n_missing,
+            "n_removed": self.n_removed,
             "rejected": dict(self.rejected),
         }
+
+
+class _Buckets:
+    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files."""
+
+    def __init__(self, k: int, flush_bytes: int, workdir: str | None) -> None:
+        self.k = k
+        self.flush_bytes = flush_bytes
+        self.workdir = workdir
+        self.buffers = [bytearray() for _ in range(k)]
+        self.buffered = 0
+        self.dir: str | None = None
+        self._cleanup = None
+
+    def _path(self, i: int) -> str:
+        return os.path.join(self.dir, f"bucket{i:05d}")
+
+    def append(self, i: int, data: bytes | memoryview) -> None:
+        self.buffers[i] += data
+        self.buffered += len(data)
+
+    def maybe_flush(self) -> None:
+        if self.buffered < self.flush_bytes:
+            return
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="shuffledp-", dir=self.workdir)
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        for i, buf in enumerate(self.buffers):
+            if buf:
+                with open(self._path(i), "ab") as fh:
+                    fh.write(buf)
+                self.buffers[i] = bytearray()
+        self.buffered = 0
+
+    def load(self, i: int, release: bool = False) -> bytearray:
+        """Whole content of bucket i (file part then buffer); ``release`` frees it."""
+        path = self._path(i) if self.dir is not None else None
+        size = os.path.getsize(path) if path and os.path.exists(path) else 0
+        out = bytearray(size + len(self.buffers[i]))
+        if size:
+            with open(path, "rb") as fh:
+                if fh.readinto(memoryview(out)[:size]) != size:
+                    raise OSError(f"short read of shuffler bucket file {path}")
+        out[size:] = self.buffers[i]
+        if release:
+            self.buffered -= len(self.buffers[i])
+            self.buffers[i] = bytearray()
+            if size:
+                os.remove(path)
+        return out
+
+    def close(self) -> None:
+        self.buffers = [bytearray() for _ in range(self.k)]
+        if self._cleanup is not None:
+            self._cleanup()
 
 
 class Shuffler:
@@ -266,108 +520,264 @@ class Shuffler:
     ----------
     params : ProtocolParams
     encrypted : bool
-        Expect encrypted user batches (deployment path) instead of plaintext ones.
+        Expect encrypted user batches (deployment path). ``False`` is the plaintext
+        simulation aid: the shuffler then sees every share (see the module docstring).
     source : SecureRandom, optional
-        Cryptographically secure source for the permutation.
+        Cryptographically secure source for bucket labels, permutations and the SipHash key.
+    mac_key : bytes, optional
+        Key (>= 16 bytes, :func:`generate_mac_key`) shared with the analyzer only; the mixed
+        batch's tag is then an HMAC the analyzer verifies. Without it the tag is a plain
+        SHA-256 (accidental corruption only).
+    workdir : str, optional
+        Directory for the temporary bucket files (default: the system temporary directory).
+        Files are created only once more than ``memory_limit / 4`` bytes are buffered, and
+        removed by :meth:`mix_to` / :meth:`close`.
+    memory_limit : int
+        Approximate bound, in bytes, on the memory the shuffler's data takes (default
+        256 MiB; the interpreter and libraries come on top).
     """
 
     def __init__(
-        self, params: ProtocolParams, *, encrypted: bool = False, source: SecureRandom | None = None
+        self,
+        params: ProtocolParams,
+        *,
+        encrypted: bool = False,
+        source: SecureRandom | None = None,
+        mac_key: bytes | None = None,
+        workdir: str | None = None,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
         if not isinstance(params, ProtocolParams):
             raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, np.integer)):
+            raise TypeError(f"memory_limit must be an integer, got memory_limit={memory_limit!r}")
+        if memory_limit < _MIN_MEMORY_LIMIT:
+            raise ValueError(f"memory_limit must be >= {_MIN_MEMORY_LIMIT} bytes, got "
+                             f"memory_limit={memory_limit!r}")
+        if workdir is not None and not os.path.isdir(workdir):
+            raise ValueError(f"workdir must be an existing directory, got workdir={workdir!r}")
+        if mac_key is not None and (not isinstance(mac_key, bytes) or len(mac_key) < 16):
+            raise ValueError(f"mac_key must be bytes of length >= 16, got {type(mac_key).__name__}"
+                             f" of length {len(mac_key) if isinstance(mac_key, bytes) else '-'}")
         self.params = params
         self.encrypted = bool(encrypted)
         self.source = source if source is not None else SecureRandom()
+        self.mac_key = mac_key
         self.report = ShuffleReport()
-        self._pool: list[np.ndarray] = []
-        self._seen: set = set()
         self._rb = encrypted_record_bytes(params) if encrypted else params.record_bytes
+        self._slot = self._rb + _IDX_BYTES
+        expected = params.n * params.messages_per_user * self._slot
+        k = 1
+        while k * (int(memory_limit) // 8) < expected and k < _MAX_BUCKETS:
+            k *= 2
+        self._buckets = _Buckets(k, int(memory_limit) // 4, workdir)
+        self._sip_key = self.source.bytes(16)
+        self._batch_hashes: set[bytes] = set()
+        self._accepted: set = set()
+        self._failed: set = set()
+        self._n_accepted = 0
+        self._mixed = False
 
-    def _reject(self, reason: str) -> bool:
-        self.report.rejected[reason] += 1
+    @property
+    def n_buckets(self) -> int:
+        return self._buckets.k
+
+    # ----- pass 1: validation and bucketing -----
+    def _fail(self, sender: Hashable | None, reason: str) -> bool:
+        if reason == "incomplete":
+            self.report.n_incomplete += 1
+        else:
+            self.report.rejected[reason] += 1
+        if sender is None:
+            self.report.n_failed_users += 1
+        elif sender not in self._failed and sender not in self._accepted:
+            self._failed.add(sender)
+            self.report.n_failed_users += 1
         return False
 
-    def submit(self, data: bytes, sender: object = None) -> bool:
-        """Validate one user's batch; keep its records if complete. Returns True if accepted.
-
-        ``sender`` (any hashable, e.g. a connection id) only detects duplicate submissions; it
-        is forgotten once the batch is pooled.
-        """
+    def _validate(self, data: bytes) -> tuple[str | None, np.ndarray | None]:
+        """(reason, records as 2D uint8 rows); reason None when the batch is acceptable."""
         p = self.params
-        if sender is not None:
-            if sender in self._seen:
-                return self._reject("duplicate")
-            self._seen.add(sender)
         try:
             h = Header.unpack(bytes(data[:HEADER_SIZE]))
         except WireError:
-            return self._reject("malformed")
+            return "malformed", None
         if h.digest != p.digest:
-            return self._reject("wrong_digest")
-        if h.kind != (KIND_USER_ENC if self.encrypted else KIND_USER) or h.n_users != 1:
-            return self._reject("wrong_kind")
+            return "wrong_digest", None
+        if h.kind != (KIND_USER_ENC if self.encrypted else KIND_USER) or h.n_users != 1 \
+                or h.n_dropped != 0:
+            return "wrong_kind", None
         if h.record_bytes != self._rb:
-            return self._reject("wrong_record_size")
-        try:
-            _, rec = decode_batch(data)
-        except WireError:
-            return self._reject("malformed")
+            return "wrong_record_size", None
+        if len(data) != h.total_bytes:
+            return "malformed", None
+        rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
         if self.encrypted:
-            coords = np.frombuffer(rec.tobytes(), dtype="<u4").reshape(-1, self._rb // 4)[:, 0] \
-                if self._rb % 4 == 0 else \
-                np.frombuffer(rec.tobytes(), dtype=np.uint8).reshape(-1, self._rb)[:, :4] \
-                .copy().view("<u4").ravel()
-            coords = coords.astype(np.int64)
-            keep = np.array(rec, copy=True)
+            coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         else:
+            _, rec = decode_batch(data)
             v = unpack_records(rec, self._rb).astype(np.uint64)
             coords = (v >> np.uint64(p.share_bits)).astype(np.int64)
-            shares = v & ((np.uint64(1) << np.uint64(p.share_bits)) - np.uint64(1))
-            if shares.size and shares.max() >= p.q:
-                return self._reject("share_out_of_range")
-            keep = v
+            if v.size and (v & np.uint64((1 << p.share_bits) - 1)).max() >= p.q:
+                return "share_out_of_range", None
         if coords.size and coords.max() >= p.m:
-            return self._reject("coordinate_out_of_range")
+            return "coordinate_out_of_range", None
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
-            self.report.n_incomplete += 1
-            return False
-        self._pool.append(keep)
+            return "incomplete", None
+        if self.encrypted and duplicate_groups(rows[:, 4:36]):
+            return "duplicate_record", None
+        return None, rows
+
+    def submit(self, data: bytes, sender: Hashable | None = None) -> bool:
+        """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
+
+        ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
+        batch from a sender already accepted; a sender whose batch was rejected may submit
+        again. It is forgotten once the batch is mixed.
+        """
+        if self._mixed:
+            raise RuntimeError("this Shuffler has already mixed; make a new one per round")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, got {type(data).__name__}")
+        if sender is not None and sender in self._accepted:
+            return self._fail(sender, "duplicate_sender")
+        reason, rows = self._validate(data)
+        if reason is not None:
+            return self._fail(sender, reason)
+        fingerprint = hashlib.sha256(rows).digest()
+        if fingerprint in self._batch_hashes:
+            return self._fail(sender, "replayed_batch")
+        if self._n_accepted >= self.params.n:
+            return self._fail(sender, "over_capacity")
+        self._batch_hashes.add(fingerprint)
+        self._bucket(rows, self._n_accepted)
+        self._n_accepted += 1
         self.report.n_forwarded += 1
+        if sender is not None:
+            self._accepted.add(sender)
+            if sender in self._failed:
+                self._failed.discard(sender)
+                self.report.n_failed_users -= 1
         return True
+
+    def _labels(self, rows: np.ndarray) -> np.ndarray:
+        mask = np.uint64(self.n_buckets - 1)
+        if self.encrypted:
+            return (siphash24(self._sip_key, rows[:, 4:36]) & mask).astype(np.int64)
+        return (self.source.uint32(rows.shape[0]).astype(np.uint64) & mask).astype(np.int64)
+
+    def _bucket(self, rows: np.ndarray, index: int) -> None:
+        slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
+        slots[:, : self._rb] = rows
+        slots[:, self._rb :] = np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
+        b = self._buckets
+        if b.k == 1:
+            b.append(0, slots.tobytes())
+        else:
+            labels = self._labels(rows)
+            order = np.argsort(labels, kind="stable")
+            bounds = np.searchsorted(labels[order], np.arange(b.k + 1))
+            sorted_slots = slots[order]
+            for i in np.flatnonzero(np.diff(bounds)):
+                b.append(int(i), sorted_slots[bounds[i] : bounds[i + 1]].tobytes())
+        b.maybe_flush()
 
     def missing(self, k: int) -> None:
         """Record k users who were admitted but never sent a batch (dropouts)."""
-        if int(k) < 0:
-            raise ValueError(f"k must be >= 0, got k={k!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k must be an integer >= 0, got k={k!r}")
         self.report.n_missing += int(k)
 
-    def mix(self) -> tuple[Header, np.ndarray]:
-        """Pool every accepted record, permute uniformly (secure source), return the mixed batch.
+    @property
+    def n_users_seen(self) -> int:
+        """Distinct users who submitted something (accepted or not)."""
+        return self.report.n_forwarded + self.report.n_failed_users
 
-        The output carries no sender identity: only the records, the number of users forwarded
-        and the number dropped. Plaintext records are returned as uint64 message integers
+    # ----- pass 2: remove copies, permute each bucket, write -----
+    def _rows(self, buf: bytearray) -> np.ndarray:
+        return np.frombuffer(buf, dtype=np.uint8).reshape(-1, self._slot)
+
+    def _batch_index(self, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(rows[:, self._rb :]).view("<u4").ravel()
+
+    def _copied_batches(self) -> set[int]:
+        """Batches sharing an ephemeral key with another batch: all of them are removed.
+
+        The shuffler cannot tell the copy from the original (keeping the first one would
+        keep a copier's batch, whose share-sum is corrupt, if it came first), so every
+        batch involved goes; an honest user whose record was copied is dropped with it.
+        """
+        bad: set[int] = set()
+        if not self.encrypted:
+            return bad
+        for i in range(self.n_buckets):
+            rows = self._rows(self._buckets.load(i))
+            idx = self._batch_index(rows)
+            for g in duplicate_groups(rows[:, 4:36]):
+                bad.update(int(j) for j in idx[g])
+        return bad
+
+    def mix_to(self, f: BinaryIO) -> Header:
+        """Write the mixed batch (header, uniformly permuted records, tag) to a binary file.
+
+        Memory stays near ``memory_limit`` whatever the number of users: buckets are loaded
+        one at a time. Returns the header written. The output carries no sender identity:
+        only the records, the number of users forwarded and the number dropped.
+        """
+        if self._mixed:
+            raise RuntimeError("this Shuffler has already mixed; make a new one per round")
+        self._mixed = True
+        try:
+            bad = self._copied_batches()
+            rep = self.report
+            if bad:
+                rep.rejected["duplicate_record"] += len(bad)
+                rep.n_removed += len(bad)
+                rep.n_forwarded -= len(bad)
+            p = self.params
+            h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
+                       rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
+            bad_arr = np.fromiter(bad, dtype=np.uint32, count=len(bad))
+            with BatchWriter(f, h, self.mac_key) as w:
+                for i in range(self.n_buckets):
+                    rows = self._rows(self._buckets.load(i, release=True))
+                    if bad_arr.size:
+                        rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
+                    perm = secure_permutation(rows.shape[0], self.source)
+                    w.write(np.ascontiguousarray(rows[perm, : self._rb]).tobytes())
+                    del rows, perm
+            return w.header
+        finally:
+            self.close()
+
+    def mix(self) -> tuple[Header, np.ndarray]:
+        """In-memory :meth:`mix_to` for small runs: returns (header, records).
+
+        Plaintext records come back as uint64 message integers
         (:func:`shuffledp.wire.encode_batch` packs them), encrypted ones as raw records.
         """
-        if self._pool:
-            pool = np.concatenate(self._pool)
-        else:
-            pool = np.empty(0, dtype=record_dtype(self._rb) if self.encrypted else np.uint64)
-        self._pool = []
-        self._seen = set()
-        if self.encrypted:
-            pool = pool[secure_permutation(pool.size, self.source)]
-        else:
-            secure_shuffle(pool, self.source)
-        h = Header(
-            KIND_MIXED_ENC if self.encrypted else KIND_MIXED,
-            self._rb,
-            self.params.digest,
-            pool.size,
-            self.report.n_forwarded,
-            self.report.n_dropped,
-        )
-        return h, pool
+        import io
+
+        buf = io.BytesIO()
+        self.mix_to(buf)
+        h, rec = decode_batch(buf.getvalue(), self.mac_key)
+        if not self.encrypted:
+            rec = unpack_records(rec, self._rb).astype(np.uint64)
+        return h, rec
+
+    def close(self) -> None:
+        """Forget everything (temporary files, sender ids, fingerprints)."""
+        self._mixed = True
+        self._buckets.close()
+        self._accepted = set()
+        self._failed = set()
+        self._batch_hashes = set()
+
+    def __enter__(self) -> Shuffler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def shuffle_batches(
@@ -377,16 +787,16 @@ def shuffle_batches(
     encrypted: bool = False,
     expected_users: int | None = None,
     source: SecureRandom | None = None,
+    mac_key: bytes | None = None,
 ) -> tuple[Header, np.ndarray, ShuffleReport]:
-    """Run the shuffler over an iterable of user batches (bytes); returns (header, records, report).
+    """Run the shuffler over user batches (bytes, one user each); returns (header, records, report).
 
     With ``expected_users``, users admitted but absent from ``batches`` count as dropped.
     """
-    s = Shuffler(params, encrypted=encrypted, source=source)
-    k = 0
+    s = Shuffler(params, encrypted=encrypted, source=source, mac_key=mac_key)
     for k, data in enumerate(batches, start=1):
         s.submit(data, sender=k)
     if expected_users is not None:
-        s.missing(max(0, int(expected_users) - k))
+        s.missing(max(0, int(expected_users) - s.n_users_seen))
     h, rec = s.mix()
     return h, rec, s.report

@@ -1,21 +1,24 @@
 """Binary wire format of the shuffle-model heatmap protocol.
 
 Every batch (one user's messages, or the shuffler's mixed output) is a 64-byte header
-followed by packed fixed-size records. All integers are little-endian.
+followed by packed fixed-size records; a mixed batch ends with a 32-byte tag. All integers
+are little-endian.
 
 Header (64 bytes)::
 
     offset size field
     0      4    magic            b"SDPW"
-    4      2    version          uint16, currently 1
+    4      2    version          uint16, currently 2
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
                                         3 encrypted user batch, 4 encrypted mixed batch
     7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..56 encrypted)
-    8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256)
+    8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256; it covers
+                                 the round id, so batches of another run are rejected)
     24     8    n_records        uint64
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
-    48     16   reserved         zero
+    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed
+    49     15   reserved         zero (a non-zero byte is malformed)
 
 Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
 low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
@@ -28,32 +31,49 @@ Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8)):
     0   4   coordinate a (uint32, in the clear: every user sends exactly r per coordinate)
     4   32  ephemeral X25519 public key (fresh per message)
     36  s+16  ChaCha20-Poly1305 ciphertext + tag of the share (s bytes LE), associated
-              data = digest || a, nonce = 12 zero bytes (the key is used once)
+              data = digest || round id || a, nonce = 12 zero bytes (the key is used once)
 
-A batch whose length is not exactly 64 + n_records * record_bytes is malformed.
-Reading and writing work in chunks (:func:`iter_records`, :class:`BatchWriter`).
+Mixed-batch tag (32 bytes after the records, kinds 2 and 4 only): HMAC-SHA256 of the
+header and the records under a key the shuffler shares with the analyzer (flags bit 0 set),
+or, without such a key, plain SHA-256 of the same bytes (flags bit 0 clear). The keyed tag
+authenticates the header counts and every record against anyone but the shuffler and the
+analyzer; the unkeyed one only detects accidental corruption (anyone can recompute it).
+
+Integrity, per path. Encrypted messages are authenticated one by one (AEAD), bound to the
+run and the coordinate; the shuffler cannot check them (it has no key), the analyzer does.
+Plaintext user batches carry NO integrity protection: a flipped share bit is a valid share.
+The plaintext path is a simulation aid (the shuffler sees every share) and must not be
+deployed.
+
+A batch whose length is not exactly 64 + n_records * record_bytes (+ 32 for a mixed batch)
+is malformed. Reading and writing work in chunks (:func:`iter_records`, :class:`BatchWriter`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 import numpy as np
 
 MAGIC = b"SDPW"
-VERSION = 1
+VERSION = 2
 HEADER_SIZE = 64
+TAG_SIZE = 32
+FLAG_KEYED = 1
 KIND_USER = 1
 KIND_MIXED = 2
 KIND_USER_ENC = 3
 KIND_MIXED_ENC = 4
 KINDS = (KIND_USER, KIND_MIXED, KIND_USER_ENC, KIND_MIXED_ENC)
+MIXED_KINDS = (KIND_MIXED, KIND_MIXED_ENC)
 ENC_OVERHEAD = 4 + 32 + 16
-_HEADER = struct.Struct("<4sHBB16sQQQ16s")
+_HEADER = struct.Struct("<4sHBB16sQQQB15s")
 assert _HEADER.size == HEADER_SIZE
 
 
@@ -72,6 +92,7 @@ class Header:
     n_users: int = 1
     n_dropped: int = 0
     version: int = VERSION
+    flags: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -85,6 +106,28 @@ class Header:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
             object.__setattr__(self, name, int(v))
+        if self.flags not in (0, FLAG_KEYED) or (self.flags and self.kind not in MIXED_KINDS):
+            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, got "
+                             f"flags={self.flags!r} on kind {self.kind}")
+
+    @property
+    def mixed(self) -> bool:
+        return self.kind in MIXED_KINDS
+
+    @property
+    def keyed(self) -> bool:
+        """True when the mixed batch's tag is an HMAC (see module docstring)."""
+        return bool(self.flags & FLAG_KEYED)
+
+    @property
+    def trailer_bytes(self) -> int:
+        """Bytes after the records: the 32-byte tag of a mixed batch, else 0."""
+        return TAG_SIZE if self.mixed else 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Exact length of the whole batch."""
+        return HEADER_SIZE + self.body_bytes + self.trailer_bytes
 
     @property
     def encrypted(self) -> bool:
@@ -97,7 +140,7 @@ class Header:
     def pack(self) -> bytes:
         return _HEADER.pack(
             MAGIC, self.version, self.kind, self.record_bytes, self.digest,
-            self.n_records, self.n_users, self.n_dropped, bytes(16),
+            self.n_records, self.n_users, self.n_dropped, self.flags, bytes(15),
         )
 
     @classmethod
@@ -105,15 +148,17 @@ class Header:
         """Parse and validate a header; raises :class:`WireError`."""
         if len(data) < HEADER_SIZE:
             raise WireError(f"batch shorter than the {HEADER_SIZE}-byte header ({len(data)} bytes)")
-        magic, version, kind, rb, digest, nrec, nusers, ndrop, _ = _HEADER.unpack(
+        magic, version, kind, rb, digest, nrec, nusers, ndrop, flags, reserved = _HEADER.unpack(
             data[:HEADER_SIZE]
         )
         if magic != MAGIC:
             raise WireError(f"bad magic {magic!r} (expected {MAGIC!r})")
         if version != VERSION:
             raise WireError(f"unsupported format version {version} (this reader: {VERSION})")
+        if any(reserved):
+            raise WireError("reserved header bytes 49..63 must be zero")
         try:
-            return cls(kind, rb, digest, nrec, nusers, ndrop, version)
+            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags)
         except ValueError as e:
             raise WireError(str(e)) from None
 
@@ -169,26 +214,87 @@ def _body(records: np.ndarray | bytes, record_bytes: int) -> bytes:
     return bytes(records)
 
 
-def encode_batch(header: Header, records: np.ndarray | bytes) -> bytes:
-    """A whole batch as bytes (header + records); integer arrays are packed, checks the count."""
+def _check_mac_key(mac_key: bytes | None) -> bytes | None:
+    if mac_key is None:
+        return None
+    if not isinstance(mac_key, (bytes, bytearray)):
+        raise TypeError(f"mac_key must be bytes, got {type(mac_key).__name__}")
+    if len(mac_key) < 16:
+        raise ValueError(f"mac_key must hold at least 16 bytes, got {len(mac_key)}")
+    return bytes(mac_key)
+
+
+def tagger(mac_key: bytes | None):
+    """Running tag of a mixed batch: HMAC-SHA256 under ``mac_key``, or SHA-256 without one."""
+    key = _check_mac_key(mac_key)
+    return hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+
+
+def with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
+    """The header a writer emits: flags bit 0 set on a mixed batch iff a MAC key is used."""
+    if not header.mixed:
+        if mac_key is not None:
+            raise ValueError("only mixed batches carry a tag; got a mac_key for a user batch")
+        return header
+    return replace(header, flags=FLAG_KEYED if mac_key is not None else 0)
+
+
+def _check_tag_mode(header: Header, mac_key: bytes | None) -> None:
+    if header.keyed and mac_key is None:
+        raise WireError("the mixed batch is authenticated with a shuffler-analyzer MAC key; "
+                        "pass mac_key to verify it")
+    if header.mixed and not header.keyed and mac_key is not None:
+        raise WireError("the mixed batch carries no keyed tag but a mac_key was given: "
+                        "refusing an unauthenticated batch")
+
+
+def encode_batch(
+    header: Header, records: np.ndarray | bytes, mac_key: bytes | None = None
+) -> bytes:
+    """A whole batch as bytes (header + records [+ tag]); integer arrays are packed.
+
+    A mixed batch gets its 32-byte tag (keyed with ``mac_key`` when given, which also sets
+    flags bit 0 of the header). Raises ValueError if the records do not match the count.
+    """
+    header = with_tag_flag(header, mac_key)
     body = _body(records, header.record_bytes)
     if len(body) != header.body_bytes:
         raise ValueError(
             f"records hold {len(body)} bytes, header promises {header.n_records} x "
             f"{header.record_bytes} = {header.body_bytes}"
         )
-    return header.pack() + body
+    head = header.pack()
+    if not header.mixed:
+        return head + body
+    t = tagger(mac_key)
+    t.update(head)
+    t.update(body)
+    return head + body + t.digest()
 
 
-def decode_batch(data: bytes | memoryview) -> tuple[Header, np.ndarray]:
-    """Parse a whole batch from bytes; raises :class:`WireError` on a wrong length."""
+def decode_batch(
+    data: bytes | memoryview, mac_key: bytes | None = None
+) -> tuple[Header, np.ndarray]:
+    """Parse a whole batch from bytes; raises :class:`WireError` on a wrong length or tag.
+
+    The tag of a mixed batch is verified (HMAC under ``mac_key`` if the header says keyed;
+    a keyed batch without ``mac_key``, or an unkeyed one with it, is refused).
+    """
     h = Header.unpack(bytes(data[:HEADER_SIZE]))
-    if len(data) != HEADER_SIZE + h.body_bytes:
+    if len(data) != h.total_bytes:
         raise WireError(
             f"batch has {len(data)} bytes, header promises {HEADER_SIZE} + {h.n_records} x "
-            f"{h.record_bytes} = {HEADER_SIZE + h.body_bytes}"
+            f"{h.record_bytes}{' + 32 (tag)' if h.mixed else ''} = {h.total_bytes}"
         )
-    rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE)
+    end = HEADER_SIZE + h.body_bytes
+    if h.mixed:
+        _check_tag_mode(h, mac_key)
+        t = tagger(mac_key)
+        t.update(bytes(data[:end]))
+        if not hmac.compare_digest(t.digest(), bytes(data[end:])):
+            raise WireError("mixed batch tag does not verify (altered after the shuffler)")
+    rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE,
+                        count=h.n_records)
     return h, rec
 
 
@@ -198,14 +304,22 @@ def read_header(f: BinaryIO) -> Header:
 
 
 def iter_records(
-    f: BinaryIO, header: Header, chunk_records: int = 1 << 22
+    f: BinaryIO, header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
 ) -> Iterator[np.ndarray]:
     """Yield the records after ``header`` in chunks of at most ``chunk_records``.
 
-    Raises :class:`WireError` if the file ends early or holds trailing bytes.
+    On a mixed batch the tag is verified after the last record (with ``mac_key`` if the
+    header says keyed): a consumer must not act on the records before the iterator is
+    exhausted. Raises :class:`WireError` if the file ends early, holds trailing bytes or the
+    tag does not verify.
     """
-    if chunk_records < 1:
-        raise ValueError(f"chunk_records must be >= 1, got {chunk_records!r}")
+    if isinstance(chunk_records, bool) or not isinstance(chunk_records, int) or chunk_records < 1:
+        raise ValueError(f"chunk_records must be an integer >= 1, got {chunk_records!r}")
+    t = None
+    if header.mixed:
+        _check_tag_mode(header, mac_key)
+        t = tagger(mac_key)
+        t.update(header.pack())
     dt = record_dtype(header.record_bytes)
     left = header.n_records
     while left:
@@ -216,8 +330,16 @@ def iter_records(
                 f"batch truncated: expected {header.n_records} records, "
                 f"{header.n_records - left + len(buf) // header.record_bytes} present"
             )
+        if t is not None:
+            t.update(buf)
         yield np.frombuffer(buf, dtype=dt)
         left -= k
+    if t is not None:
+        tag = f.read(TAG_SIZE)
+        if len(tag) != TAG_SIZE:
+            raise WireError("mixed batch truncated: the 32-byte tag is missing")
+        if not hmac.compare_digest(t.digest(), tag):
+            raise WireError("mixed batch tag does not verify (altered after the shuffler)")
     if f.read(1):
         raise WireError("trailing bytes after the last record")
 
@@ -225,14 +347,20 @@ def iter_records(
 class BatchWriter:
     """Write a batch in chunks: header first, then :meth:`write` calls; checks the count on close.
 
-    Usable as a context manager over an open binary file.
+    A mixed batch gets its tag on :meth:`close` (HMAC under ``mac_key`` when given). Usable
+    as a context manager over an open binary file.
     """
 
-    def __init__(self, f: BinaryIO, header: Header) -> None:
+    def __init__(self, f: BinaryIO, header: Header, mac_key: bytes | None = None) -> None:
         self._f = f
-        self.header = header
+        self.header = with_tag_flag(header, mac_key)
         self._written = 0
-        f.write(header.pack())
+        head = self.header.pack()
+        self._tag = None
+        if self.header.mixed:
+            self._tag = tagger(mac_key)
+            self._tag.update(head)
+        f.write(head)
 
     def write(self, records: np.ndarray | bytes) -> None:
         """Append records: integers (packed here), raw records, or raw bytes."""
@@ -242,13 +370,19 @@ class BatchWriter:
         self._written += len(body) // self.header.record_bytes
         if self._written > self.header.n_records:
             raise ValueError(f"more than the {self.header.n_records} records the header promises")
+        if self._tag is not None:
+            self._tag.update(body)
         self._f.write(body)
 
     def close(self) -> None:
+        """Check the count and write the tag of a mixed batch."""
         if self._written != self.header.n_records:
             raise ValueError(
                 f"wrote {self._written} records, header promises {self.header.n_records}"
             )
+        if self._tag is not None:
+            self._f.write(self._tag.digest())
+            self._tag = None
 
     def __enter__(self) -> BatchWriter:
         return self
@@ -258,10 +392,10 @@ class BatchWriter:
             self.close()
 
 
-def read_batch_file(path: str) -> tuple[Header, np.ndarray]:
-    """Read a whole batch file (header + all records)."""
+def read_batch_file(path: str, mac_key: bytes | None = None) -> tuple[Header, np.ndarray]:
+    """Read a whole batch file (header + all records; the tag of a mixed batch verified)."""
     with open(path, "rb") as f:
-        return decode_batch(f.read())
+        return decode_batch(f.read(), mac_key)
 
 
 def batch_bytes_io(data: bytes) -> io.BytesIO:

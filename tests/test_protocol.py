@@ -188,3 +188,32 @@ def test_params_come_from_the_accounting_record():
     # App. F count at the Fig. 12 setting: r m ceil(log2(m q)) bits
     assert p.bits_per_user == p.r * p.m * math.ceil(math.log2(p.m * p.q))
     assert p.summation.guarantee.model == "shuffle"
+
+
+def test_round_id_is_fresh_bound_into_the_digest_and_kept_by_json():
+    import json
+
+    a = params_for(Grid(6, 5), n=4, B=8)
+    b = params_for(Grid(6, 5), n=4, B=8)
+    assert len(a.round_id) == 16 and a.round_id != b.round_id
+    assert a.digest != b.digest  # same numbers, another run: batches cannot be mixed
+    again = ProtocolParams.from_json(a.to_json())
+    assert again.round_id == a.round_id and again.digest == a.digest
+    assert again.summation is not None  # re-derivation with the same round id matches
+    d = json.loads(a.to_json())
+    del d["round_id"]
+    with pytest.raises(ValueError, match="no round_id"):
+        ProtocolParams.from_json(json.dumps(d))
+    d["round_id"] = "zz"
+    with pytest.raises(ValueError, match="round_id"):
+        ProtocolParams.from_json(json.dumps(d))
+    fields = {f: getattr(a, f) for f in a.__dataclass_fields__ if f != "summation"}
+    with pytest.raises(ValueError, match="round_id must be 16 bytes"):
+        ProtocolParams(**{**fields, "round_id": b"short"})
+
+
+def test_wire_paths_report_authentication_figures():
+    users = random_users(Grid(4, 4), 3, seed=4)
+    rel = shuffle_heatmap(users, epsilon=3.0, delta=1e-3, B=4, rng=9, encrypt=True)
+    assert rel.protocol["mixed_batch_authenticated"] is True
+    assert rel.protocol["messages_failed_authentication"] == 0

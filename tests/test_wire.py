@@ -26,16 +26,19 @@ DIGEST = bytes(range(16))
 
 
 def test_header_layout_is_64_bytes_little_endian():
-    h = Header(KIND_MIXED, 4, DIGEST, 7, 3, 1)
+    h = Header(KIND_MIXED, 4, DIGEST, 7, 3, 1, flags=1)
     b = h.pack()
     assert len(b) == HEADER_SIZE == 64
-    assert b[:4] == b"SDPW" and b[4:6] == (1).to_bytes(2, "little")
+    assert b[:4] == b"SDPW" and b[4:6] == (2).to_bytes(2, "little")
     assert b[6] == KIND_MIXED and b[7] == 4 and b[8:24] == DIGEST
     assert int.from_bytes(b[24:32], "little") == 7
     assert int.from_bytes(b[32:40], "little") == 3
     assert int.from_bytes(b[40:48], "little") == 1
-    assert b[48:] == bytes(16)
+    assert b[48] == 1 and b[49:] == bytes(15)
     assert Header.unpack(b) == h
+    # reserved bytes must stay zero (a flipped reserved bit is not silently ignored)
+    with pytest.raises(WireError, match="reserved"):
+        Header.unpack(b[:60] + b"\x01" + b[61:])
 
 
 @given(
@@ -125,3 +128,49 @@ def test_pack_unpack_any_record_width(rb, data):
     if rb < 8:
         with pytest.raises(ValueError, match="fit"):
             pack_records(np.array([2 ** (8 * rb)], dtype=np.uint64), rb)
+
+
+def test_mixed_batch_tag_keyed_and_unkeyed():
+    from shuffledp.wire import KIND_MIXED_ENC
+
+    key = bytes(range(32))
+    rec = np.arange(6, dtype=np.uint32)
+    h = Header(KIND_MIXED, 4, DIGEST, 6, 2, 0)
+    keyed = encode_batch(h, rec, key)
+    assert len(keyed) == HEADER_SIZE + 24 + 32 and keyed[48] == 1
+    h2, r2 = decode_batch(keyed, key)
+    assert h2.keyed and h2.n_users == 2
+    np.testing.assert_array_equal(r2, rec)
+    with pytest.raises(WireError, match="pass mac_key"):
+        decode_batch(keyed)
+    with pytest.raises(WireError, match="does not verify"):
+        decode_batch(keyed, bytes(32))
+    # an edited count (n_dropped) fails the tag, so does a swapped pair of records
+    edited = keyed[:40] + (1).to_bytes(8, "little") + keyed[48:]
+    with pytest.raises(WireError, match="does not verify"):
+        decode_batch(edited, key)
+    swapped = keyed[:64] + keyed[68:72] + keyed[64:68] + keyed[72:]
+    with pytest.raises(WireError, match="does not verify"):
+        decode_batch(swapped, key)
+    # unkeyed tag: verifies without a key, refused when a key is expected
+    plain = encode_batch(h, rec)
+    assert plain[48] == 0 and decode_batch(plain)[0].n_records == 6
+    with pytest.raises(WireError, match="unauthenticated"):
+        decode_batch(plain, key)
+    # streaming reader verifies the tag after the last record
+    f = io.BytesIO(edited)
+    with pytest.raises(WireError, match="does not verify"):
+        list(iter_records(f, read_header(f), 2, key))
+    f = io.BytesIO(keyed[:-1])
+    with pytest.raises(WireError, match="tag is missing"):
+        list(iter_records(f, read_header(f), 2, key))
+    # the writer produces the same bytes
+    out = io.BytesIO()
+    with BatchWriter(out, h, key) as w:
+        w.write(rec[:4])
+        w.write(rec[4:])
+    assert out.getvalue() == keyed
+    with pytest.raises(ValueError, match="flags"):
+        Header(KIND_USER, 4, DIGEST, 1, flags=1)
+    with pytest.raises(ValueError, match="at least 16"):
+        encode_batch(Header(KIND_MIXED_ENC, 4, DIGEST, 0, 0), b"", b"short")
