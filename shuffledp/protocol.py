@@ -17,12 +17,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
 from shuffledp._rng import RngLike, as_generator
 from shuffledp.accounting.budget import DEFAULT_GAMMA
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
 from shuffledp.encoders.encoder import encode_shares, messages
 from shuffledp.encoders.sharing import SecureRandom
@@ -37,6 +40,13 @@ def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
     return max(1, budget_bytes // per_user)
 
 
+def _noise_source(rng: RngLike | SecureRandom, src: SecureRandom):
+    """The noise source: the secure generator unless a research seed/Generator is given."""
+    if rng is None or isinstance(rng, SecureRandom):
+        return src if rng is None else rng
+    return as_generator(rng)
+
+
 def simulate_sums(
     params: ProtocolParams,
     users: UserDistributions,
@@ -44,9 +54,13 @@ def simulate_sums(
     rng: RngLike = None,
     source: SecureRandom | None = None,
 ) -> ModularAccumulator:
-    """Simulation path: encode the participants' shares in chunks and sum them mod q."""
-    g = as_generator(rng)
+    """Simulation path: encode the participants' shares in chunks and sum them mod q.
+
+    The noise comes from ``rng`` when it is a seed or Generator (research), else from the
+    secure generator; shares always from the secure generator.
+    """
     src = source if source is not None else SecureRandom()
+    g = _noise_source(rng, src)
     acc = ModularAccumulator(params)
     step = _chunk_users(params)
     for lo in range(0, participants.size, step):
@@ -70,8 +84,8 @@ def user_batches(
     """
     from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
 
-    g = as_generator(rng)
     src = source if source is not None else SecureRandom()
+    g = _noise_source(rng, src)
     for j in participants:
         sh = encode_shares(params, users, np.array([j]), g, src)[0]
         rec = messages(params, sh)
@@ -129,6 +143,7 @@ def shuffle_heatmap(
     wire: bool = False,
     simulate_dropouts: int = 0,
     params: ProtocolParams | None = None,
+    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap (seed 000, App. F; Alg. 1-2 after the aggregation).
 
@@ -137,7 +152,7 @@ def shuffle_heatmap(
     users : UserDistributions
         n = users.n_users users (n >= 2), each a distribution over the grid's pixels.
     epsilon, delta : float
-        Target guarantee, delta in (0, 1); neighbour notion: replace one user (n public).
+        Target guarantee, delta in (0, 1).
     B : int
         Scaling factor (App. F); larger B is closer to the central mechanism, costs more bits.
     w, gamma : int, float
@@ -146,8 +161,10 @@ def shuffle_heatmap(
     dropout : float
         Declared dropout fraction; the Polya noise is over-provisioned for it (seed 001).
     rng : int, Generator or None
-        Research randomness (Polya noise, simulated dropouts). Shares and permutations always
-        come from the cryptographically secure generator.
+        ``None`` (default): the Polya noise, shares and permutations all come from the
+        cryptographically secure generator (a private release). A seed or Generator drives the
+        noise and the simulated dropouts reproducibly; the release's guarantee then notes
+        "reproducible evaluation, not a private release".
     encrypt : bool
         Deployment path: per-message X25519 + ChaCha20-Poly1305, wire format, shuffler.
     wire : bool
@@ -156,6 +173,9 @@ def shuffle_heatmap(
         Number of users (chosen by ``rng``) who never send their batch.
     params : ProtocolParams, optional
         Use this record instead of deriving one (must match users' grid and count).
+    neighbour : Neighbour or {"replace", "zero_out"}
+        Neighbour relation (n public in both): replace-one (Delta_i = 2B) or zero-out
+        (Delta_i = B, the like-for-like counterpart of the central add/remove mechanism).
 
     Returns
     -------
@@ -173,15 +193,16 @@ def shuffle_heatmap(
     if params is None:
         params = derive_params(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
-            rounding=rounding, dropout=dropout,
+            rounding=rounding, dropout=dropout, neighbour=neighbour,
         )
     elif params.n != users.n_users or params.grid != users.grid:
         raise ValueError(
             f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
             f"{users.grid}"
         )
-    g = as_generator(rng)
+    g = as_generator(rng)  # dropout simulation only
     src = SecureRandom()
+    noise = _noise_source(rng, src)
     k = int(simulate_dropouts)
     if not (0 <= k <= users.n_users):
         raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
@@ -190,12 +211,12 @@ def shuffle_heatmap(
     t0 = time.perf_counter()
     timings: dict[str, object] = {}
     if not (encrypt or wire):
-        acc = simulate_sums(params, users, participants, g, src)
+        acc = simulate_sums(params, users, participants, noise, src)
         n_fwd, n_dropped = participants.size, k
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation"
     else:
-        res, report = _wire_round(params, users, participants, g, src, encrypt, timings)
+        res, report = _wire_round(params, users, participants, noise, src, encrypt, timings)
         acc, n_fwd, n_dropped = res.accumulator, res.header.n_users, res.header.n_dropped
         timings.update(res.figures())
         timings["shuffler"] = report.to_dict()
@@ -205,6 +226,8 @@ def shuffle_heatmap(
     release = analyze(params, acc, n_fwd, n_dropped, extra)
     out = dict(release.protocol)
     out["reconstruct_seconds"] = time.perf_counter() - t2
-    return HeatmapRelease(
-        release.grid, release.estimate, release.raw, release.guarantee, release.parameters, out
-    )
+    parameters = {**release.parameters, "randomness": "secure" if rng is None else "seeded"}
+    guarantee = release.guarantee
+    if rng is not None:
+        guarantee = dataclasses.replace(guarantee, notes=(*guarantee.notes, SEEDED_NOTE))
+    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out)

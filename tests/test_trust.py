@@ -184,3 +184,19 @@ def test_shares_split_the_noisy_vector_not_the_rounded_one():
     for j in range(3):
         np.testing.assert_array_equal(reconstruct_shares(sh[j], p.q), np.mod(z_noisy[j], p.q))
     assert np.any(np.mod(z_noisy, p.q) != np.mod(z, p.q))
+
+
+def test_shuffle_release_without_seed_is_private_and_with_seed_is_marked():
+    from shuffledp.protocol import shuffle_heatmap
+
+    grid = Grid(8, 8)
+    users = random_users(grid, 6)
+    a = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8)
+    b = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8)
+    assert a.parameters["randomness"] == "secure" and not a.guarantee.notes[-1].startswith(
+        "reproducible")
+    assert not np.array_equal(a.raw, b.raw)  # fresh secure noise, no default seed
+    c = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, rng=3)
+    d = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, rng=3)
+    assert np.array_equal(c.raw, d.raw)
+    assert c.guarantee.notes[-1].startswith("reproducible evaluation, not a private release")
