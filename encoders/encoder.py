@@ -148,3 +148,40 @@ def encode_user(
     src = source if source is not None else SecureRandom()
     sh = encode_shares(params, users, None, src, src)[0]
     return messages(params, sh)
+
+
+def frame_messages(
+    params: ProtocolParams, records: np.ndarray, analyzer_public: bytes | None = None
+) -> bytes:
+    """One user's packed messages as a wire batch (header + records).
+
+    With ``analyzer_public`` (the analyzer's raw 32-byte X25519 key) every message is
+    encrypted to the analyzer (deployment path); without it the batch is plaintext, a
+    simulation aid only (whoever relays it reads every share).
+    """
+    from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
+    from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
+
+    if analyzer_public is None:
+        h = Header(KIND_USER, params.record_bytes, params.digest, records.size)
+        return encode_batch(h, records)
+    body = encrypt_records(params, records, analyzer_public)
+    h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, records.size)
+    return encode_batch(h, body)
+
+
+def user_batch(
+    params: ProtocolParams,
+    pixels: np.ndarray,
+    weights: np.ndarray,
+    *,
+    analyzer_public: bytes | None = None,
+    source: SecureRandom | None = None,
+) -> bytes:
+    """The device's whole job: (pixels, weights) -> wire-ready bytes for the shuffler.
+
+    :func:`encode_user` (secure randomness only, no seed) then :func:`frame_messages`;
+    pass the analyzer's public key to encrypt every message (the deployment path).
+    """
+    return frame_messages(params, encode_user(params, pixels, weights, source=source),
+                          analyzer_public)

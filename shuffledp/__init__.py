@@ -1,12 +1,72 @@
 """shuffledp: differential privacy in the shuffle model.
 
-The flagship is the private heatmap of Ghazi et al. (AAAI 2023), run in the central model or
-as a multi-message shuffle protocol. Subpackages: :mod:`shuffledp.encoders` (user side),
-:mod:`shuffledp.analyzers` (server side), :mod:`shuffledp.accounting` (privacy accounting).
+The flagship is the private heatmap of Ghazi et al. (AAAI 2023), run in the central model or as
+a multi-message shuffle protocol. The names below are the public API, grouped by role; the
+subpackages hold the rest: :mod:`shuffledp.encoders` (user side), :mod:`shuffledp.analyzers`
+(server side), :mod:`shuffledp.accounting` (privacy accounting).
+
+Roles
+-----
+data            :class:`Grid`, :class:`UserDistributions`
+central model   :func:`central_heatmap`
+protocol setup  :func:`derive_params` -> :class:`ProtocolParams`, :func:`generate_analyzer_key`,
+                :func:`generate_mac_key`, :func:`public_bytes`
+user device     :func:`user_batch` (points -> wire-ready, encrypted bytes)
+shuffler        :class:`Shuffler` (``submit`` batches, ``mix_to`` a file)
+analyzer        :func:`release_mixed` (verify, decrypt, sum mod q, Reconstruct, release)
+research        :func:`shuffle_heatmap` (all three roles in one process)
+accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_itemwise`,
+                :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
+records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
+                :class:`ReleaseRefused`, :class:`WireError`
 """
 
+from shuffledp.accounting import (
+    Guarantee,
+    emd_itemwise,
+    emd_itemwise_alpha0,
+    level_budgets,
+    reduction_alpha,
+    shuffle_ldp,
+    summation_parameters,
+)
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.analyzer_io import release_mixed
+from shuffledp.analyzers.central import central_heatmap
+from shuffledp.analyzers.modular import ReleaseRefused
+from shuffledp.encoders.encoder import user_batch
 from shuffledp.grid import Grid
+from shuffledp.protocol import shuffle_heatmap
+from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.release import HeatmapRelease
+from shuffledp.shuffler import Shuffler, generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.users import UserDistributions
+from shuffledp.wire import WireError
 
 __version__ = "0.1.0"
-__all__ = ["Grid", "UserDistributions", "__version__"]
+__all__ = [
+    "Grid",
+    "Guarantee",
+    "HeatmapRelease",
+    "Neighbour",
+    "ProtocolParams",
+    "ReleaseRefused",
+    "Shuffler",
+    "UserDistributions",
+    "WireError",
+    "__version__",
+    "central_heatmap",
+    "derive_params",
+    "emd_itemwise",
+    "emd_itemwise_alpha0",
+    "generate_analyzer_key",
+    "generate_mac_key",
+    "level_budgets",
+    "public_bytes",
+    "reduction_alpha",
+    "release_mixed",
+    "shuffle_heatmap",
+    "shuffle_ldp",
+    "summation_parameters",
+    "user_batch",
+]

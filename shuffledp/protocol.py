@@ -27,12 +27,11 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
-from shuffledp.encoders.encoder import encode_shares, messages
+from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
 from shuffledp.encoders.sharing import SecureRandom
 from shuffledp.protocol_params import ProtocolParams, derive_params
 from shuffledp.release import HeatmapRelease
 from shuffledp.users import UserDistributions
-from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
 
 
 def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
@@ -82,20 +81,11 @@ def user_batches(
     Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
     relays them reads every share, and a flipped bit is an undetectable valid share).
     """
-    from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
-
     src = source if source is not None else SecureRandom()
     g = _noise_source(rng, src)
     for j in participants:
         sh = encode_shares(params, users, np.array([j]), g, src)[0]
-        rec = messages(params, sh)
-        if analyzer_public is None:
-            h = Header(KIND_USER, params.record_bytes, params.digest, rec.size)
-            yield encode_batch(h, rec)
-        else:
-            body = encrypt_records(params, rec, analyzer_public)
-            h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, rec.size)
-            yield encode_batch(h, body)
+        yield frame_messages(params, messages(params, sh), analyzer_public)
 
 
 def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dict):
