@@ -11,22 +11,12 @@ import math
 
 import numpy as np
 
+from shuffledp.grid import start_level  # noqa: F401  (re-exported: one computation, on the grid)
+
 DEFAULT_GAMMA = 1.0 / math.sqrt(2.0)
 
 
-def start_level(w: int) -> int:
-    """First measured level q = floor(log2 sqrt(w)) (seed 000, Sec. 4).
-
-    Computed in exact integer arithmetic: the largest q with 4^q <= w.
-    """
-    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
-        raise ValueError(f"w must be an integer >= 1, got w={w!r}")
-    q = 0
-    while 4 ** (q + 1) <= int(w):
-        q += 1
-    return q
-
-
+# start_level lives with the grid (one computation of the measured levels)
 def level_budgets(
     epsilon: float, start: int, top: int, gamma: float = DEFAULT_GAMMA
 ) -> np.ndarray:

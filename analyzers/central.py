@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.reconstruct import effective_start, reconstruct
+from shuffledp.analyzers.reconstruct import reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.rounding import level_entries
 
@@ -81,8 +81,8 @@ def _iv(users: Any, epsilon: float, w: int, gamma: float, neighbour: Any,
 
 
 def measured_levels(grid: Grid, w: int) -> tuple[int, int]:
-    """(start, top) of the measured levels for ``grid`` and ``w``."""
-    return effective_start(grid, w), grid.depth
+    """(start, top) of the measured levels for ``grid`` and ``w`` (:meth:`Grid.measured_levels`)."""
+    return grid.measured_levels(w)
 
 
 def is_seeded(rng: Any) -> bool:

@@ -231,9 +231,7 @@ def reconstruct(
 
 
 def effective_start(grid: Grid, w: int) -> int:
-    """floor(log2 sqrt(w)) capped at the grid's leaf level (tiny grids measure only leaves)."""
-    from shuffledp.accounting.budget import start_level
-
-    return min(start_level(w), grid.depth)
+    """floor(log2 sqrt(w)) capped at the grid's leaf level (:meth:`Grid.measured_levels`)."""
+    return grid.measured_levels(w)[0]
 
 

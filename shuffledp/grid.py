@@ -21,6 +21,23 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def start_level(w: int) -> int:
+    """First measured level q = floor(log2 sqrt(w)) ([Ghazi23]_ Sec. 4, "Implementation
+    details"), in exact integer arithmetic: the largest q with 4^q <= w.
+
+    References
+    ----------
+    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+    """
+    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+        raise ValueError(f"w must be an integer >= 1, got w={w!r}")
+    q = 0
+    while 4 ** (q + 1) <= int(w):
+        q += 1
+    return q
+
+
 def _check_dim(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {name}={value!r}")
@@ -76,6 +93,14 @@ class Grid:
     @property
     def n_levels(self) -> int:
         return self.depth + 1
+
+    def measured_levels(self, w: int) -> tuple[int, int]:
+        """(start, top) of the levels a mechanism with top-w measures: start =
+        min(floor(log2 sqrt(w)), L) (tiny grids measure only their leaves), top = L.
+
+        The one place the toolkit computes them (central, shuffle, accounting, Reconstruct).
+        """
+        return min(start_level(w), self.depth), self.depth
 
     def level_shape(self, level: int) -> tuple[int, int]:
         """(rows, columns) of level ``level``: ceil(height / 2^(L-i)), ceil(width / 2^(L-i))."""
