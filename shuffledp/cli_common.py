@@ -144,8 +144,9 @@ def protocol_memory(params: Any) -> int:
 
     Encoder: shares (4 bytes), packed messages (8), encrypted records built and joined
     (2 x record size) per message; analyzer: a few int64 arrays per coordinate and the
-    Reconstruct arrays per pixel. The shuffler's own memory (today the whole mixed batch) is
-    not part of this per-user estimate.
+    Reconstruct arrays per pixel. The shuffler is not part of this per-user estimate: it
+    streams the mixed batch through bucket files, its data bounded by ``shuffle
+    --memory-limit`` (:class:`shuffledp.shuffler.Shuffler`).
     """
     from shuffledp.shuffler import encrypted_record_bytes
 

@@ -5,22 +5,29 @@
     shuffledp setup   --grid 320x240 --n 50 --epsilon 5 --delta 1e-5 --B 256 --out run/
     shuffledp encode  --params run/params.json --analyzer-pub run/analyzer.pub \\
                       --points user7.csv --out run/batches/u7.bin
-    shuffledp shuffle --params run/params.json --in-dir run/batches --out run/mixed.bin
-    shuffledp analyze --params run/params.json --key run/analyzer.key \\
+    shuffledp shuffle --params run/params.json --mac-key run/mac.key \\
+                      --in-dir run/batches --out run/mixed.bin
+    shuffledp analyze --params run/params.json --key run/analyzer.key --mac-key run/mac.key \\
                       --in run/mixed.bin --out-dir run/result
 
 The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
-:class:`~shuffledp.protocol_params.ProtocolParams`) and the analyzer's X25519 key pair
-(``analyzer.key``, created with mode 0600 from the start and never overwritten without
-``--force``; ``analyzer.pub``). ``encode --analyzer-pub`` encrypts every message to the
-analyzer; ``shuffle`` expects encrypted batches and writes the mixed batch with its report
-(``<out>.report.json``); ``analyze --key`` decrypts and writes ``estimate.npy`` (normalised),
-``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol figures, the shuffler's report).
+:class:`~shuffledp.protocol_params.ProtocolParams`, with a fresh round id: batches of another
+setup are rejected), the analyzer's X25519 key pair (``analyzer.key``; ``analyzer.pub`` for the
+users) and the MAC key ``mac.key`` shared by the shuffler and the analyzer only (32 random
+bytes). Both secret files are created with mode 0600 from the start and never overwritten
+without ``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
+``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
+:mod:`shuffledp.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
+(``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
+counts (:mod:`shuffledp.analyzer_io`, the toolkit's one decrypt-then-count loop) and writes
+``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
+figures, the shuffler's report, whether the mixed batch was authenticated).
 
 ``--plaintext-simulation`` (on every role) selects the plaintext wire path instead: the
 shuffler then sees every user's shares, so it is a simulation aid only and each role says so
-on stderr. The device encoder draws every random value from the cryptographically secure
-generator and refuses a seed.
+on stderr; ``--mac-key`` is optional there (without it the mixed batch's tag is a plain
+SHA-256, which detects accidents only). The device encoder draws every random value from
+the cryptographically secure generator and refuses a seed.
 
 Robustness: every input file is read through :mod:`shuffledp.safe_io` (regular files only,
 size limits from the parameters or the batch header, no hang on a FIFO); parameter sets whose
@@ -69,6 +76,9 @@ PLAINTEXT_WARNING = (
     "plaintext simulation path: messages are NOT encrypted, the shuffler sees every user's "
     "shares; never use this for real users' data"
 )
+KEY_FILE = "analyzer.key"
+PUB_FILE = "analyzer.pub"
+MAC_FILE = "mac.key"
 _SIM_HELP = (
     "Plaintext wire path (simulation aid only: the shuffler sees every user's shares)."
 )
@@ -134,19 +144,30 @@ def _load_public_key(path: str) -> bytes:
     return raw
 
 
-def _load_private_key(path: str):
-    """``--key``: exactly 32 bytes; warns if others may read it."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-    raw = _read_file(path, KEY_BYTES, "--key")
+def _read_secret(path: str, option: str, what: str) -> bytes:
+    """A secret key file named by ``option``: exactly 32 bytes; warns if others may read it."""
+    raw = _read_file(path, KEY_BYTES, option)
     if len(raw) != KEY_BYTES:
-        raise click.ClickException(
-            f"--key {path}: {len(raw)} bytes, an X25519 private key has {KEY_BYTES}"
-        )
+        raise click.ClickException(f"{option} {path}: {len(raw)} bytes, {what} has {KEY_BYTES}")
     mode = os.stat(path).st_mode
     if mode & 0o077:
-        warn(f"--key {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
-    return X25519PrivateKey.from_private_bytes(raw)
+        warn(f"{option} {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    return raw
+
+
+def _load_private_key(path: str):
+    """``--key``: the analyzer's X25519 private key (32 raw bytes)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    return X25519PrivateKey.from_private_bytes(
+        _read_secret(path, "--key", "an X25519 private key"))
+
+
+def _load_mac_key(path: str | None) -> bytes | None:
+    """``--mac-key``: the key shuffler and analyzer share for the mixed batch's tag."""
+    if path is None:
+        return None
+    return _read_secret(path, "--mac-key", f"a MAC key written by `shuffledp setup` ({MAC_FILE})")
 
 
 def _show(text: str, width: int = 40) -> str:
@@ -233,16 +254,27 @@ def _check_int(option: str, value: int, low: int) -> None:
 @click.option("--dropout", type=float, default=0.0, show_default=True,
               help="Declared dropout fraction.")
 @click.option("--keys/--no-keys", default=True, show_default=True,
-              help="Write the analyzer's X25519 key pair (analyzer.key mode 0600, "
-                   "analyzer.pub); --no-keys only with --plaintext-simulation.")
+              help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
+                   f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "
+                   "only with --plaintext-simulation.")
 @click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
-@click.option("--force", is_flag=True, help="Replace an existing analyzer key pair.")
+@click.option("--force", is_flag=True,
+              help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @friendly
 def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simulation,
           force, allow_large, out_dir):
-    """Derive and write the protocol parameters and the analyzer's key pair."""
+    """Derive and write the protocol parameters and the keys of one protocol run.
+
+    Writes to OUT: params.json (the parameters and a fresh random round id: batches
+    encoded under another setup are rejected), analyzer.key (the analyzer's X25519 private
+    key; keep it on the analyzer), analyzer.pub (give it to the users), and mac.key (32
+    random bytes shared by the shuffler and the analyzer only: the shuffler authenticates
+    the mixed batch's header and records with it, HMAC-SHA256, and the analyzer refuses a
+    batch whose tag does not verify). The two secret files are created with mode 0600 and
+    never overwritten without --force.
+    """
     from shuffledp.grid import Grid
     from shuffledp.protocol_params import derive_params
 
@@ -280,17 +312,31 @@ def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext
 
 
 def _write_keys(out: Path, force: bool) -> None:
-    from shuffledp.shuffler import generate_analyzer_key, private_bytes, public_bytes
+    """The analyzer's key pair and the MAC key; refuses (before writing any) to overwrite."""
+    from shuffledp.shuffler import (
+        generate_analyzer_key,
+        generate_mac_key,
+        private_bytes,
+        public_bytes,
+    )
 
+    secrets = {KEY_FILE: "the analyzer's private key (batches encrypted to it could no "
+                         "longer be read)",
+               MAC_FILE: "the shuffler-analyzer MAC key (mixed batches tagged with it could "
+                         "no longer be verified)"}
+    for name, what in secrets.items():
+        if not force and os.path.lexists(out / name):
+            raise click.ClickException(
+                f"{out / name} exists; refusing to overwrite {what}; pass --force to replace "
+                "the keys")
     k = generate_analyzer_key()
-    kp = out / "analyzer.key"
     try:
-        create_private(kp, private_bytes(k), force=force)
-    except FileExistsError:
-        raise click.ClickException(
-            f"{kp} exists; refusing to overwrite the analyzer's private key (batches "
-            "encrypted to it could no longer be read); pass --force to replace it") from None
-    write_atomic(out / "analyzer.pub", public_bytes(k))
+        create_private(out / KEY_FILE, private_bytes(k), force=force)
+        create_private(out / MAC_FILE, generate_mac_key(), force=force)
+    except FileExistsError as e:  # created by someone else since the check above
+        raise click.ClickException(f"{e.filename} appeared while setup was writing it; "
+                                   "refusing to overwrite it") from None
+    write_atomic(out / PUB_FILE, public_bytes(k))
 
 
 # --------------------------------------------------------------------------- encode
@@ -377,30 +423,12 @@ def _flag(encrypted: bool) -> str:
     return "--encrypted" if encrypted else "--plaintext-simulation"
 
 
-@click.command("shuffle")
-@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
-              required=True)
-@click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
-              help="Directory of user batches (*.bin, regular files only).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the shuffler's report [default: OUT.report.json].")
-@click.option("--expected-users", type=int, default=None,
-              help="Users admitted; absent ones count as dropped.")
-@click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
-              help="Expect encrypted batches (deployment path), or plaintext ones "
-                   "(simulation aid only: the shuffler sees every user's shares).")
-@allow_large_option
-@friendly
-def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypted,
-            allow_large):
-    """Validate users' batches, drop incomplete ones, permute, write the mixed batch."""
-    from shuffledp.shuffler import Shuffler, encrypted_record_bytes
-    from shuffledp.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC, BatchWriter
+_WRONG_DIGEST_HINT = ("encoded under another params.json: other parameters, or another "
+                      "setup (each setup draws a fresh round id)")
 
-    p = _load_params(params_path, allow_large)
-    if expected_users is not None:
-        _check_int("--expected-users", expected_users, 1)
+
+def _batch_files(p: Any, in_dir: str, out_path: str, expected_users: int | None) -> list[Path]:
+    """The ``*.bin`` user batches of ``--in-dir``, after checking ``--out`` and the count."""
     if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
             Path(in_dir).resolve():
         raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
@@ -413,9 +441,24 @@ def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypte
             f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
             f"the n = {p.n} users the parameters are provisioned for",
             param_hint="--expected-users")
-    if not encrypted:
-        warn(PLAINTEXT_WARNING)
-    s = Shuffler(p, encrypted=encrypted)
+    return files
+
+
+def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
+    """``--mac-key``: required on the encrypted path, optional in plaintext simulation."""
+    if path is None and encrypted:
+        raise click.UsageError(
+            f"--mac-key is required: the analyzer authenticates the mixed batch's counts and "
+            f"records with the key it shares with the shuffler (setup writes OUT/{MAC_FILE}); "
+            "only --plaintext-simulation may omit it")
+    return _load_mac_key(path)
+
+
+def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool) -> int:
+    """Read every batch (bounded) and submit it; returns how many are of the other kind."""
+    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC
+
     limit = HEADER_SIZE + p.messages_per_user * (
         encrypted_record_bytes(p) if encrypted else p.record_bytes)
     other = KIND_USER if encrypted else KIND_USER_ENC
@@ -424,26 +467,80 @@ def shuffle(params_path, in_dir, out_path, report_path, expected_users, encrypte
         data = _read_batch(f, limit)
         n_other += _batch_kind(data) == other
         s.submit(data, sender=k)
+    return n_other
+
+
+@click.command("shuffle")
+@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
+              required=True)
+@click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
+              help="Directory of user batches (*.bin, regular files only).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
+@click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
+                   "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
+                   "unless --plaintext-simulation (then the tag is a plain SHA-256).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the shuffler's report [default: OUT.report.json].")
+@click.option("--expected-users", type=int, default=None,
+              help="Users admitted; absent ones count as dropped.")
+@click.option("--memory-limit", type=int, default=256, show_default=True,
+              help="Approximate memory for the shuffler's data, in MiB; beyond a quarter of "
+                   "it the records spill to a temporary directory next to OUT.")
+@click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
+              help="Expect encrypted batches (deployment path), or plaintext ones "
+                   "(simulation aid only: the shuffler sees every user's shares).")
+@allow_large_option
+@friendly
+def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_users,
+            memory_limit, encrypted, allow_large):
+    """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
+
+    Batches of other parameters or of another setup (round id), replays, copies and
+    incomplete batches are rejected and counted in the report. The mixed batch streams
+    through bucket files (memory bounded by --memory-limit) and is written atomically.
+    """
+    from shuffledp.shuffler import Shuffler
+
+    p = _load_params(params_path, allow_large)
     if expected_users is not None:
-        s.missing(expected_users - len(files))
+        _check_int("--expected-users", expected_users, 1)
+    _check_int("--memory-limit", memory_limit, 1)
+    files = _batch_files(p, in_dir, out_path, expected_users)
+    mac_key = _shuffler_mac_key(mac_key_path, encrypted)
+    if not encrypted:
+        warn(PLAINTEXT_WARNING)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Shuffler(p, encrypted=encrypted, mac_key=mac_key, workdir=os.fspath(out.parent),
+                  memory_limit=memory_limit << 20) as s:
+        n_other = _submit_all(s, p, files, encrypted)
+        if expected_users is not None:
+            s.missing(max(0, expected_users - s.n_users_seen))
+        if s.report.n_forwarded == 0:
+            raise click.ClickException(_no_batch_cause(in_dir, len(files), n_other, encrypted,
+                                                       s.report.to_dict()))
+        _warn_rejected(in_dir, len(files), n_other, encrypted, s.report.rejected)
+        with atomic_output(out) as fh:
+            header = s.mix_to(fh)
     report = s.report.to_dict()
-    if s.report.n_forwarded == 0:
-        raise click.ClickException(_no_batch_cause(in_dir, len(files), n_other, encrypted,
-                                                   report))
-    if n_other:
-        warn(f"{n_other} of {len(files)} batches in {in_dir} are {_kind_name(not encrypted)} "
-             f"and were rejected (running with {_flag(encrypted)})")
-    h, rec = s.mix()
-    with atomic_output(out_path) as fh:
-        with BatchWriter(fh, h) as w:
-            step = 1 << 22
-            for i in range(0, rec.size, step):
-                w.write(rec[i : i + step])
     report.update(path=_kind_name(encrypted), n_batch_files=len(files),
-                  mixed_batch=os.fspath(out_path), digest=p.digest.hex())
+                  mixed_batch=os.fspath(out_path), digest=p.digest.hex(),
+                  round_id=p.round_id.hex(), authenticated=header.keyed)
     text = json.dumps(report)
     write_atomic(report_path or f"{out_path}.report.json", (text + "\n").encode())
     click.echo(text, err=True)
+
+
+def _warn_rejected(in_dir: str, n_files: int, n_other: int, encrypted: bool,
+                   rejected: dict) -> None:
+    if n_other:
+        warn(f"{n_other} of {n_files} batches in {in_dir} are {_kind_name(not encrypted)} "
+             f"and were rejected (running with {_flag(encrypted)})")
+    if rejected.get("wrong_digest"):
+        warn(f"{rejected['wrong_digest']} of {n_files} batches in {in_dir} were "
+             f"{_WRONG_DIGEST_HINT}, and were rejected")
 
 
 def _no_batch_cause(in_dir: str, n_files: int, n_other: int, encrypted: bool,
@@ -454,6 +551,8 @@ def _no_batch_cause(in_dir: str, n_files: int, n_other: int, encrypted: bool,
     reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report["rejected"].items()))
     hint = (f" ({n_other} are {_kind_name(not encrypted)}: pass {_flag(not encrypted)}?)"
             if n_other else "")
+    if report["rejected"].get("wrong_digest"):
+        hint += f" (wrong_digest: {_WRONG_DIGEST_HINT})"
     return (f"no batch accepted from {in_dir}: {n_files} batches, rejected {{{reasons}}}, "
             f"incomplete {report['n_incomplete']}{hint}")
 
@@ -479,90 +578,26 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
     return rep
 
 
-def _accumulate(p: Any, fh: Any, h: Any, key: Any, in_path: str) -> Any:
-    """Stream the mixed batch's records into a ModularAccumulator."""
-    from shuffledp.analyzers.modular import ModularAccumulator
-    from shuffledp.wire import iter_records, unpack_records
-
-    acc = ModularAccumulator(p)
-    if key is None:
-        for chunk in iter_records(fh, h):
-            acc.add_records(unpack_records(chunk, h.record_bytes))
-        return acc
-    from shuffledp.shuffler import decrypt_records
-
-    for i, chunk in enumerate(iter_records(fh, h, 1 << 16)):
-        c, s, failed = decrypt_records(p, chunk.tobytes(), key)
-        if i == 0 and failed == chunk.size:
-            raise click.ClickException(
-                f"--key: none of the first {failed} messages of {in_path} decrypts; is it the "
-                "analyzer key of this run?")
-        acc.add_pairs(c, s)
-        acc.rejected += failed
-    return acc
-
-
-@click.command("analyze")
-@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
-              required=True)
-@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
-              help="Mixed batch written by `shuffledp shuffle`.")
-@click.option("--out-dir", type=click.Path(file_okay=False), required=True)
-@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Analyzer private key (required for encrypted batches).")
-@click.option("--shuffler-report", "report_path", type=click.Path(dir_okay=False),
-              default=None, help="The shuffler's report [default: IN.report.json if present].")
-@click.option("--plaintext-simulation", is_flag=True,
-              help="Accept a plaintext mixed batch (simulation aid only).")
-@allow_large_option
-@friendly
-def analyze(params_path, in_path, out_dir, key_path, report_path, plaintext_simulation,
-            allow_large):
-    """Sum the mixed batch mod q (streaming), decode, Reconstruct; write estimate and report."""
-    from shuffledp.analyzers.modular import ReleaseRefused
-    from shuffledp.analyzers.modular import analyze as run_analysis
-    from shuffledp.wire import WireError, read_header
-
-    if key_path is not None and plaintext_simulation:
-        raise click.BadParameter("cannot be combined with --plaintext-simulation",
-                                 param_hint="--key")
-    p = _load_params(params_path, allow_large)
-    try:
-        fh = open_regular(in_path)
-    except NotRegularFileError as e:
-        raise click.BadParameter(str(e), param_hint="--in") from None
-    try:
-        with fh:
-            h = read_header(fh)
-            _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
-            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
-            acc = _accumulate(p, fh, h, key, in_path)
-        shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
-                                         report_path is not None)
-        release = run_analysis(p, acc, h.n_users, h.n_dropped)
-    except (WireError, ReleaseRefused) as e:
-        raise click.ClickException(f"refusing to release {in_path}: {e}") from None
-    _write_release(Path(out_dir), p, release, h, shuffler)
-
-
 def _check_mixed_header(p: Any, h: Any, size: int) -> None:
-    """The header matches the parameters, the file length and the largest possible batch."""
+    """The header is a mixed batch of these parameters and this run, no larger than n users
+    can send, whose file length is exactly header + records + 32-byte tag (wire format v2)."""
     from shuffledp.shuffler import encrypted_record_bytes
-    from shuffledp.wire import HEADER_SIZE, KIND_MIXED, KIND_MIXED_ENC, WireError
+    from shuffledp.wire import HEADER_SIZE, KIND_MIXED_ENC, TAG_SIZE, WireError
 
+    if not h.mixed:
+        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
     if h.digest != p.digest:
-        raise WireError("mixed batch was produced under other protocol parameters")
-    if size != HEADER_SIZE + h.body_bytes:
-        raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
-                        f"{h.record_bytes} = {HEADER_SIZE + h.body_bytes}")
+        raise WireError("mixed batch was produced under other protocol parameters or in another "
+                        "run (another setup's round id)")
     most = p.n * p.messages_per_user
     if h.n_records > most:
         raise WireError(f"{h.n_records} records, more than n r m = {most} possible")
-    if h.kind not in (KIND_MIXED, KIND_MIXED_ENC):
-        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
     rb = encrypted_record_bytes(p) if h.kind == KIND_MIXED_ENC else p.record_bytes
     if h.record_bytes != rb:
         raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
+    if size != h.total_bytes:
+        raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
+                        f"{h.record_bytes} + {TAG_SIZE} (tag) = {h.total_bytes}")
 
 
 def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
@@ -585,10 +620,113 @@ def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
     return None
 
 
+def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> bytes | None:
+    """``--mac-key``: required for an encrypted or keyed batch; a batch without a keyed tag
+    is refused when one is given (anyone who edits a batch can recompute a plain SHA-256)."""
+    if mac_key_path is None:
+        if h.encrypted or h.keyed:
+            why = ("is encrypted (deployment path): its counts and records are authenticated"
+                   if h.encrypted else "is tagged")
+            raise click.UsageError(
+                f"--mac-key is required: the mixed batch {in_path} {why} with the key the "
+                f"shuffler shares with the analyzer (setup writes OUT/{MAC_FILE})")
+        return None
+    mac_key = _load_mac_key(mac_key_path)
+    if not h.keyed:
+        raise click.ClickException(
+            f"refusing to release {in_path}: --mac-key {mac_key_path} was given but the mixed "
+            "batch carries no keyed tag (its plain SHA-256 can be recomputed by anyone who "
+            "edits it)")
+    return mac_key
+
+
+def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
+    """Decrypt the first message only, to refuse a wrong ``--key`` before the whole batch.
+
+    Any message that does not open makes the release refused anyway (the count check).
+    """
+    from shuffledp.shuffler import decrypt_records
+    from shuffledp.wire import HEADER_SIZE
+
+    if h.n_records == 0:
+        return
+    fh.seek(HEADER_SIZE)
+    if decrypt_records(p, read_up_to(fh, h.record_bytes), key)[2]:
+        raise click.ClickException(
+            f"--key {key_path}: the first message of {in_path} does not decrypt: not the "
+            "analyzer key of this run (or a corrupt message); refusing to release")
+
+
+def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.ClickException:
+    """A one-line refusal for a WireError or ReleaseRefused."""
+    hint = ""
+    if mac_key_path is not None and "tag does not verify" in str(error):
+        hint = f" (or --mac-key {mac_key_path} is not this run's MAC key)"
+    return click.ClickException(f"refusing to release {in_path}: {error}{hint}")
+
+
+@click.command("analyze")
+@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
+              required=True)
+@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="Mixed batch written by `shuffledp shuffle`.")
+@click.option("--out-dir", type=click.Path(file_okay=False), required=True)
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Analyzer private key (required for encrypted batches).")
+@click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help=f"Key shared with the shuffler ({MAC_FILE} from `shuffledp setup`): the mixed "
+                   "batch's tag must verify under it. Required for encrypted batches; a batch "
+                   "without a keyed tag is refused when it is given.")
+@click.option("--shuffler-report", "report_path", type=click.Path(dir_okay=False),
+              default=None, help="The shuffler's report [default: IN.report.json if present].")
+@click.option("--workers", type=int, default=None,
+              help="Processes decrypting a large batch [default: one per CPU].")
+@click.option("--plaintext-simulation", is_flag=True,
+              help="Accept a plaintext mixed batch (simulation aid only).")
+@allow_large_option
+@friendly
+def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
+            plaintext_simulation, allow_large):
+    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
+    estimate and report.json.
+
+    Refuses to release (exit 1) a batch that is malformed, of another run, altered after
+    the shuffler (tag), holds a message that does not decrypt, or misses messages.
+    """
+    from shuffledp.analyzer_io import release_mixed
+    from shuffledp.analyzers.modular import ReleaseRefused
+    from shuffledp.wire import WireError, read_header
+
+    if key_path is not None and plaintext_simulation:
+        raise click.BadParameter("cannot be combined with --plaintext-simulation",
+                                 param_hint="--key")
+    if workers is not None:
+        _check_int("--workers", workers, 1)
+    p = _load_params(params_path, allow_large)
+    try:
+        fh = open_regular(in_path)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--in") from None
+    try:
+        with fh:
+            h = read_header(fh)
+            _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
+            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path)
+            shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
+                                             report_path is not None)
+            if key is not None:
+                _check_key_opens(p, fh, h, key, key_path, in_path)
+            fh.seek(0)
+            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers)
+    except (WireError, ReleaseRefused) as e:
+        raise _refusal(in_path, e, mac_key_path) from None
+    _write_release(Path(out_dir), p, release, h, shuffler)
+
+
 def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:
     import io
-
-    from shuffledp.wire import KIND_MIXED_ENC
 
     out.mkdir(parents=True, exist_ok=True)
     for name, arr in (("estimate.npy", release.estimate), ("raw.npy", release.raw)):
@@ -597,8 +735,11 @@ def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | Non
         write_atomic(out / name, buf.getvalue())
     report = {
         "model": "shuffle",
-        "path": "encrypted" if h.kind == KIND_MIXED_ENC else "plaintext simulation",
+        "release": "private",
+        "path": "encrypted" if h.encrypted else "plaintext simulation",
+        "authenticated": bool(release.protocol["mixed_batch_authenticated"]),
         "grid": str(p.grid),
+        "round_id": p.round_id.hex(),
         "guarantee": release.guarantee.to_dict(),
         "parameters": dict(release.parameters),
         "protocol": dict(release.protocol),

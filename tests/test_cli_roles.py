@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
+import struct
 
 import numpy as np
 import pytest
@@ -41,6 +43,7 @@ def test_three_parties_over_files(tmp_path, encrypted):
     params = _setup(tmp_path, "--dropout", 0.25, *sim, *([] if encrypted else ["--no-keys"]),
                     n=n + 1)
     assert (tmp_path / "analyzer.key").exists() == encrypted
+    assert (tmp_path / "mac.key").exists() == encrypted
     rng = np.random.default_rng(0)
     for j in range(n):
         pub = ["--analyzer-pub", tmp_path / "analyzer.pub"] if encrypted else sim
@@ -50,12 +53,17 @@ def test_three_parties_over_files(tmp_path, encrypted):
     # a corrupted extra batch is rejected by the shuffler
     (tmp_path / "batches" / "zz.bin").write_bytes(b"not a batch")
     mixed = tmp_path / "mixed.bin"
+    mac = ["--mac-key", tmp_path / "mac.key"] if encrypted else []
+    before = set(os.listdir(tmp_path))
     res = run("shuffle", "--params", params, "--in-dir", tmp_path / "batches", "--out", mixed,
-              "--expected-users", n + 1, *sim)
+              "--expected-users", n + 1, *sim, *mac)
+    # the mixed batch and its report, no temporary file or bucket directory left behind
+    assert set(os.listdir(tmp_path)) - before == {"mixed.bin", "mixed.bin.report.json"}
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["n_forwarded"] == n and rep["rejected"] == {"malformed": 1}
+    assert rep["authenticated"] == encrypted
     assert json.loads((tmp_path / "mixed.bin.report.json").read_text()) == rep
-    key = ["--key", tmp_path / "analyzer.key"] if encrypted else sim
+    key = ["--key", tmp_path / "analyzer.key", *mac] if encrypted else sim
     run("analyze", "--params", params, "--in", mixed, "--out-dir", tmp_path / "out", *key)
     est = np.load(tmp_path / "out" / "estimate.npy")
     assert est.shape == (4, 4) and abs(est.sum() - 1) < 1e-9
@@ -66,6 +74,8 @@ def test_three_parties_over_files(tmp_path, encrypted):
     assert report["protocol"]["n_users"] == n and report["protocol"]["n_dropped"] == 1
     assert report["guarantee"]["model"] == "shuffle"
     assert report["path"] == ("encrypted" if encrypted else "plaintext simulation")
+    assert report["authenticated"] == encrypted and report["release"] == "private"
+    assert report["protocol"]["mixed_batch_authenticated"] == encrypted
     # analyze carries the shuffler's report
     assert report["shuffler"] == rep
 
@@ -124,18 +134,31 @@ def test_shuffle_report_path_option_and_consistency_check(plain_run, tmp_path):
     assert not (tmp_path / "o2" / "estimate.npy").exists()
 
 
-def test_setup_writes_keys_by_default_with_mode_0600_and_never_overwrites(tmp_path):
+@pytest.mark.parametrize("existing", ["analyzer.key", "mac.key"])
+def test_setup_writes_keys_by_default_with_mode_0600_and_never_overwrites(tmp_path, existing):
     _setup(tmp_path)
-    key = tmp_path / "analyzer.key"
-    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
-    assert len(key.read_bytes()) == 32 and len((tmp_path / "analyzer.pub").read_bytes()) == 32
-    old = key.read_bytes()
+    key, mac = tmp_path / "analyzer.key", tmp_path / "mac.key"
+    for f in (key, mac):
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600 and len(f.read_bytes()) == 32
+    assert len((tmp_path / "analyzer.pub").read_bytes()) == 32
+    assert key.read_bytes() != mac.read_bytes()
+    old = {f: f.read_bytes() for f in (key, mac, tmp_path / "analyzer.pub")}
+    (tmp_path / ({"analyzer.key", "mac.key"} - {existing}).pop()).unlink()
     res = CliRunner().invoke(main, ["setup", "--grid", "4", "--n", "3", "--epsilon", "1",
                                     "--out", str(tmp_path)])
-    assert res.exit_code == 1 and "--force" in res.output and str(key) in res.output
-    assert key.read_bytes() == old
+    assert res.exit_code == 1 and "--force" in res.output
+    assert str(tmp_path / existing) in res.output
+    # refused before anything was written: the other secret file was not recreated
+    assert sorted(p.name for p in tmp_path.glob("*.key")) == [existing]
+    assert (tmp_path / existing).read_bytes() == old[tmp_path / existing]
     _setup(tmp_path, "--force")
-    assert key.read_bytes() != old and stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    for f in (key, mac):
+        assert f.read_bytes() != old[f] and stat.S_IMODE(os.stat(f).st_mode) == 0o600
+
+
+def test_setup_help_documents_the_mac_key():
+    text = " ".join(run("setup", "--help").output.split())
+    assert "mac.key (32 random bytes shared by the shuffler and the analyzer only" in text
 
 
 def test_plaintext_paths_warn_loudly(plain_run, tmp_path):
@@ -150,8 +173,10 @@ def test_plaintext_paths_warn_loudly(plain_run, tmp_path):
 
 def test_shuffle_kind_mismatch_names_the_real_cause(plain_run, tmp_path):
     d = plain_run
+    mac = tmp_path / "mac.key"
+    mac.write_bytes(bytes(range(32)))
     res = run("shuffle", "--params", d / "params.json", "--in-dir", d / "b", "--out",
-              tmp_path / "m.bin", code=1)  # default: encrypted
+              tmp_path / "m.bin", "--mac-key", mac, code=1)  # default: encrypted
     assert "are plaintext (simulation path); pass --plaintext-simulation" in res.output
     assert not (tmp_path / "m.bin").exists()
 
@@ -167,3 +192,167 @@ def test_user_batch_file_is_read_only_up_to_its_expected_size(plain_run, tmp_pat
               tmp_path / "m.bin", "--plaintext-simulation")
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["n_forwarded"] == 3 and rep["rejected"] == {"malformed": 1}
+
+
+# --------------------------------------------------------------------------- wire v2: MAC key,
+# round id
+@pytest.fixture(scope="module")
+def enc_run(tmp_path_factory):
+    """An encrypted run of 3 users (setup, encode, shuffle with the MAC key)."""
+    d = tmp_path_factory.mktemp("enc")
+    params = _setup(d)
+    rng = np.random.default_rng(1)
+    for j in range(3):
+        run("encode", "--params", params, "--points", _points(d, j, rng), "--out",
+            d / "b" / f"{j}.bin", "--analyzer-pub", d / "analyzer.pub")
+    run("shuffle", "--params", params, "--in-dir", d / "b", "--out", d / "mixed.bin",
+        "--mac-key", d / "mac.key")
+    return d
+
+
+def _analyze_enc(d, mixed, out, *extra, code=0):
+    return run("analyze", "--params", d / "params.json", "--in", mixed, "--out-dir", out,
+               "--key", d / "analyzer.key", *extra, code=code)
+
+
+def _flip_record_byte(data: bytearray) -> None:
+    data[64 + 54 * 5 + 40] ^= 1  # inside the ciphertext of the sixth record
+
+
+def _add_one_dropped_user(data: bytearray) -> None:
+    (n_dropped,) = struct.unpack_from("<Q", data, 40)
+    struct.pack_into("<Q", data, 40, n_dropped + 1)
+
+
+@pytest.mark.parametrize("tamper", [_flip_record_byte, _add_one_dropped_user],
+                         ids=["record-byte", "n_dropped"])
+def test_analyze_refuses_a_mixed_batch_altered_after_shuffling(enc_run, tmp_path, tamper):
+    """Regression: the analyzer verifies the mixed batch's HMAC under --mac-key.
+
+    The shuffler's report is edited consistently (an attacker who changes n_dropped changes
+    both), so only the tag can catch the change.
+    """
+    d = enc_run
+    mac = ("--mac-key", d / "mac.key")
+    data = bytearray((d / "mixed.bin").read_bytes())
+    rep = json.loads((d / "mixed.bin.report.json").read_text())
+    tamper(data)
+    (n_dropped,) = struct.unpack_from("<Q", data, 40)
+    (tmp_path / "m.bin").write_bytes(bytes(data))
+    (tmp_path / "m.bin.report.json").write_text(json.dumps({**rep, "n_dropped": n_dropped}))
+    res = _analyze_enc(d, tmp_path / "m.bin", tmp_path / "o", *mac, code=1)
+    assert "refusing to release" in res.output and "tag does not verify" in res.output
+    assert not (tmp_path / "o").exists()
+    # control: the untouched batch is released, authenticated
+    _analyze_enc(d, d / "mixed.bin", tmp_path / "ok", *mac)
+    assert json.loads((tmp_path / "ok" / "report.json").read_text())["authenticated"] is True
+
+
+def test_analyze_refuses_a_batch_whose_keyed_tag_was_replaced_by_a_plain_hash(enc_run, tmp_path):
+    """Clearing the keyed flag and recomputing SHA-256 (anyone can) does not get through."""
+    d = enc_run
+    data = bytearray((d / "mixed.bin").read_bytes())
+    assert data[48] == 1  # keyed
+    data[48] = 0
+    _add_one_dropped_user(data)
+    data[-32:] = hashlib.sha256(bytes(data[:-32])).digest()
+    (tmp_path / "m.bin").write_bytes(bytes(data))
+    res = _analyze_enc(d, tmp_path / "m.bin", tmp_path / "o", "--mac-key", d / "mac.key",
+                       code=1)
+    assert "no keyed tag" in res.output
+    res = _analyze_enc(d, tmp_path / "m.bin", tmp_path / "o", code=2)
+    assert "--mac-key is required" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_analyze_refuses_another_runs_mac_key(enc_run, tmp_path):
+    other = tmp_path / "other"
+    _setup(other)
+    res = _analyze_enc(enc_run, enc_run / "mixed.bin", tmp_path / "o", "--mac-key",
+                       other / "mac.key", code=1)
+    assert "tag does not verify" in res.output and "--mac-key" in res.output
+
+
+def test_shuffle_rejects_batches_of_another_setup(enc_run, tmp_path):
+    """Same parameters, another setup: only the round id differs, and the batch is rejected."""
+    d = enc_run
+    other = tmp_path / "other"
+    _setup(other)
+    a, b = (json.loads((x / "params.json").read_text()) for x in (d, other))
+    assert a["round_id"] != b["round_id"]
+    assert {k: v for k, v in a.items() if k != "round_id"} == \
+        {k: v for k, v in b.items() if k != "round_id"}
+    bdir = tmp_path / "b"
+    bdir.mkdir()
+    for j in range(2):
+        (bdir / f"{j}.bin").write_bytes((d / "b" / f"{j}.bin").read_bytes())
+    run("encode", "--params", other / "params.json", "--points", d / "u0.csv", "--out",
+        bdir / "z.bin", "--analyzer-pub", other / "analyzer.pub")
+    shuf = ("shuffle", "--params", d / "params.json", "--mac-key", d / "mac.key", "--in-dir",
+            bdir, "--expected-users", 3)
+    res = run(*shuf, "--out", tmp_path / "m.bin")
+    rep = json.loads(res.stderr.strip().splitlines()[-1])
+    assert rep["n_forwarded"] == 2 and rep["rejected"] == {"wrong_digest": 1}
+    assert rep["n_dropped"] == 1 and "another setup" in res.stderr
+    # only batches of the other setup: nothing accepted, the cause is named
+    for j in range(2):
+        (bdir / f"{j}.bin").unlink()
+    res = run(*shuf, "--out", tmp_path / "m2.bin", code=1)
+    assert "wrong_digest: 1" in res.output and "another setup" in res.output
+    assert not (tmp_path / "m2.bin").exists()
+
+
+def test_shuffle_spills_to_a_temporary_directory_next_to_out(tmp_path, monkeypatch):
+    """With a small --memory-limit the records go through bucket files in a temporary
+    directory next to --out, removed afterwards; the release still counts every message."""
+    import tempfile
+
+    made = []
+    real = tempfile.mkdtemp
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    n = 20
+    run("setup", "--grid", "16x16", "--n", n, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
+        "--out", tmp_path, "--plaintext-simulation")
+    params = tmp_path / "params.json"
+    pts = tmp_path / "u.csv"
+    pts.write_text("0.1,0.2\n0.8,0.5\n")
+    for j in range(n):
+        run("encode", "--params", params, "--points", pts, "--out", tmp_path / "b" / f"{j}.bin",
+            "--plaintext-simulation")
+    out = tmp_path / "run" / "mixed.bin"
+    run("shuffle", "--params", params, "--in-dir", tmp_path / "b", "--out", out,
+        "--plaintext-simulation", "--mac-key", tmp_path / "mac.key", "--memory-limit", 1)
+    assert len(made) == 1 and os.path.dirname(made[0]) == str(out.parent)
+    assert not os.path.exists(made[0])
+    assert sorted(os.listdir(out.parent)) == ["mixed.bin", "mixed.bin.report.json"]
+    run("analyze", "--params", params, "--in", out, "--out-dir", tmp_path / "o",
+        "--plaintext-simulation", "--mac-key", tmp_path / "mac.key")
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["protocol"]["n_users"] == n and report["authenticated"] is True
+    assert report["protocol"]["messages_received"] == n * report["protocol"]["messages_per_user"]
+
+
+def test_readme_role_commands_run_as_written(tmp_path, monkeypatch):
+    """The README's three-party example, with its sizes shrunk (grid, n, B), runs end to end."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```\n(shuffledp setup .*?)```", readme, flags=re.S).group(1)
+    commands = [line.split()[1:] for line in block.strip().splitlines()]
+    assert [c[0] for c in commands] == ["setup", "encode", "shuffle", "analyze"]
+    small = {"--grid": "4x4", "--n": "2", "--delta": "1e-3", "--B": "4", "--expected-users": "2"}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "me.csv").write_text("0.1,0.2\n")
+    for args in commands:
+        args = [small.get(args[i - 1], a) if i else a for i, a in enumerate(args)]
+        run(*args)
+        if args[0] == "encode":  # a second user
+            run(*[a.replace("u7", "u8") for a in args])
+    report = json.loads((tmp_path / "run" / "result" / "report.json").read_text())
+    assert report["authenticated"] is True and report["protocol"]["n_users"] == 2

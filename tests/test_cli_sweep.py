@@ -8,9 +8,11 @@ Everything runs in-process with click's CliRunner, against one small run directo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
+import struct
 
 import pytest
 from click.testing import CliRunner
@@ -46,6 +48,7 @@ def d(tmp_path_factory):
     _ok("setup", *common, "--out", d)
     _ok("setup", *common[:5], "3", "--delta", "1e-3", "--B", "4", "--out", d / "other",
         "--no-keys", "--plaintext-simulation")
+    _ok("setup", *common, "--out", d / "round2")  # same parameters, another round id
     params = d / "params.json"
     _write(d / "u.csv", "x,y\n0.1,0.2\n0.7,0.9\n")
     for j in range(3):
@@ -55,9 +58,14 @@ def d(tmp_path_factory):
             "--out", d / "plain" / f"{j}.bin", "--plaintext-simulation")
     _ok("encode", "--params", d / "other" / "params.json", "--points", d / "u.csv",
         "--out", d / "otherb" / "0.bin", "--plaintext-simulation")
-    _ok("shuffle", "--params", params, "--in-dir", d / "enc", "--out", d / "m_enc.bin")
+    _ok("encode", "--params", d / "round2" / "params.json", "--points", d / "u.csv",
+        "--out", d / "round2b" / "0.bin", "--plaintext-simulation")
+    _ok("shuffle", "--params", params, "--in-dir", d / "enc", "--out", d / "m_enc.bin",
+        "--mac-key", d / "mac.key")
     _ok("shuffle", "--params", params, "--in-dir", d / "plain", "--out", d / "m_plain.bin",
         "--plaintext-simulation")
+    _ok("shuffle", "--params", params, "--in-dir", d / "plain", "--out", d / "m_keyed.bin",
+        "--plaintext-simulation", "--mac-key", d / "mac.key")
     for j in range(2):
         _write(d / "plain2" / f"{j}.bin", (d / "plain" / f"{j}.bin").read_bytes())
     _ok("shuffle", "--params", params, "--in-dir", d / "plain2", "--out", d / "m_drop.bin",
@@ -116,6 +124,19 @@ def d(tmp_path_factory):
     _write(d / "m_badrep.bin.report.json", json.dumps({**rep, "n_forwarded": 99}))
     _write(d / "m_notjsonrep.bin", mixed)
     _write(d / "m_notjsonrep.bin.report.json", "nope")
+    _write(d / "m_notag.bin", mixed[:-32])
+    # the encrypted mixed batch altered after the shuffler (no report next to these)
+    enc = (d / "m_enc.bin").read_bytes()
+    flipped = bytearray(enc)
+    flipped[64 + 54 * 3 + 40] ^= 0x80
+    _write(d / "m_flip.bin", bytes(flipped))
+    dropped = bytearray(enc)
+    struct.pack_into("<Q", dropped, 40, struct.unpack_from("<Q", dropped, 40)[0] + 1)
+    _write(d / "m_ndrop.bin", bytes(dropped))
+    stripped = bytearray(enc)
+    stripped[48] = 0  # keyed flag cleared, tag replaced by the plain SHA-256 anyone can compute
+    stripped[-32:] = hashlib.sha256(bytes(stripped[:-32])).digest()
+    _write(d / "m_stripped.bin", bytes(stripped))
     # heatmap inputs
     csvs = {
         "empty.csv": "",
@@ -143,6 +164,7 @@ SIM = "--plaintext-simulation"
 SHUF = ("shuffle", "--params", "{d}/params.json", "--out", "{d}/t/m.bin")
 AN = ("analyze", "--params", "{d}/params.json", "--out-dir", "{d}/t/out")
 KEY = ("--key", "{d}/analyzer.key")
+MAC = ("--mac-key", "{d}/mac.key")
 HM = ("heatmap", "--out", "{d}/t/hm", "--no-metrics", "--grid", "8")
 
 CASES = [
@@ -268,16 +290,26 @@ CASES = [
                                ("short", "short.key", 1), ("long", "long.key", 1),
                                ("empty", "empty", 1), ("low-order-point", "zero.pub", 1)]],
     # ------------------------------------------------------------------ shuffle
-    C("shuf-empty-dir", 1, "no user batches", *SHUF, "--in-dir", "{d}/emptydir"),
+    C("shuf-empty-dir", 1, "no user batches", *SHUF, *MAC, "--in-dir", "{d}/emptydir"),
     C("shuf-dir-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withdir", SIM),
     C("shuf-fifo-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withfifo", SIM),
     C("shuf-dev-zero-entry", 1, "x.bin", *SHUF, "--in-dir", "{d}/withzero", SIM),
-    C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, "--in-dir",
-      "{d}/plain"),
+    C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, *MAC,
+      "--in-dir", "{d}/plain"),
     C("shuf-encrypted-batches-simulation", 1, "are encrypted; pass --encrypted", *SHUF,
       "--in-dir", "{d}/enc", SIM),
     C("shuf-all-garbage", 1, "malformed", *SHUF, "--in-dir", "{d}/garbage", SIM),
     C("shuf-other-params", 1, "wrong_digest", *SHUF, "--in-dir", "{d}/otherb", SIM),
+    C("shuf-other-round", 1, "another setup", *SHUF, "--in-dir", "{d}/round2b", SIM),
+    C("shuf-encrypted-without-mac-key", 2, "--mac-key", *SHUF, "--in-dir", "{d}/enc"),
+    *[C(f"shuf-mac-key-{name}", code, "--mac-key", *SHUF, "--in-dir", "{d}/enc", "--mac-key",
+        f"{{d}}/{file}")
+      for name, file, code in [("fifo", "fifo", 2), ("dev-zero", "zero", 2),
+                               ("directory", "adir", 2), ("missing", "nope.key", 2),
+                               ("short", "short.key", 1), ("long", "long.key", 1),
+                               ("empty", "empty", 1)]],
+    C("shuf-memory-limit-zero", 2, "--memory-limit", *SHUF, *MAC, "--in-dir", "{d}/enc",
+      "--memory-limit", "0"),
     C("shuf-expected-users-zero", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
       "--expected-users", "0"),
     C("shuf-expected-users-fewer", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
@@ -297,18 +329,41 @@ CASES = [
     C("an-in-user-batch", 1, "not a mixed batch", *AN, *KEY, "--in", "{d}/enc/0.bin"),
     C("an-in-truncated", 1, "m_trunc.bin", *AN, SIM, "--in", "{d}/m_trunc.bin"),
     C("an-in-trailing-bytes", 1, "m_trail.bin", *AN, SIM, "--in", "{d}/m_trail.bin"),
+    C("an-in-tag-missing", 1, "32 (tag)", *AN, SIM, "--in", "{d}/m_notag.bin"),
     C("an-in-other-params", 1, "other protocol parameters", "analyze", "--params",
       "{d}/other/params.json", "--out-dir", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+    C("an-in-other-round", 1, "another setup's round id", "analyze", "--params",
+      "{d}/round2/params.json", "--out-dir", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+    C("an-in-record-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
+      "{d}/m_flip.bin"),
+    C("an-in-n-dropped-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
+      "{d}/m_ndrop.bin"),
+    C("an-in-keyed-tag-stripped", 1, "no keyed tag", *AN, *KEY, *MAC, "--in",
+      "{d}/m_stripped.bin"),
+    C("an-encrypted-without-mac-key", 2, "--mac-key", *AN, *KEY, "--in", "{d}/m_enc.bin"),
+    C("an-keyed-plaintext-without-mac-key", 2, "--mac-key", *AN, SIM, "--in",
+      "{d}/m_keyed.bin"),
+    C("an-mac-key-with-unkeyed-batch", 1, "--mac-key", *AN, SIM, *MAC, "--in",
+      "{d}/m_plain.bin"),
+    C("an-mac-key-of-another-run", 1, "--mac-key", *AN, *KEY, "--mac-key",
+      "{d}/round2/mac.key", "--in", "{d}/m_enc.bin"),
+    *[C(f"an-mac-key-{name}", code, "--mac-key", *AN, *KEY, "--mac-key", f"{{d}}/{file}",
+        "--in", "{d}/m_enc.bin")
+      for name, file, code in [("fifo", "fifo", 2), ("dev-zero", "zero", 2),
+                               ("short", "short.key", 1), ("long", "long.key", 1)]],
+    C("an-workers-zero", 2, "--workers", *AN, *KEY, *MAC, "--in", "{d}/m_enc.bin",
+      "--workers", "0"),
     C("an-encrypted-without-key", 2, "--key", *AN, "--in", "{d}/m_enc.bin"),
     C("an-encrypted-with-simulation", 2, "--plaintext-simulation", *AN, SIM, "--in",
       "{d}/m_enc.bin"),
     C("an-plaintext-without-flag", 2, "--plaintext-simulation", *AN, "--in", "{d}/m_plain.bin"),
     C("an-key-and-simulation", 2, "--key", *AN, *KEY, SIM, "--in", "{d}/m_enc.bin"),
-    C("an-key-short", 1, "--key", *AN, "--key", "{d}/short.key", "--in", "{d}/m_enc.bin"),
-    C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", "--in", "{d}/m_enc.bin"),
-    C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", "--in", "{d}/m_enc.bin"),
-    C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", "--in", "{d}/m_enc.bin"),
-    C("an-key-wrong", 1, "--key", *AN, "--key", "{d}/wrong.key", "--in", "{d}/m_enc.bin"),
+    C("an-key-short", 1, "--key", *AN, "--key", "{d}/short.key", *MAC, "--in", "{d}/m_enc.bin"),
+    C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", *MAC, "--in", "{d}/m_enc.bin"),
+    C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", *MAC, "--in", "{d}/m_enc.bin"),
+    C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", *MAC, "--in", "{d}/m_enc.bin"),
+    C("an-key-wrong", 1, "does not decrypt", *AN, "--key", "{d}/wrong.key", *MAC, "--in",
+      "{d}/m_enc.bin"),
     C("an-report-inconsistent", 1, "m_badrep.bin.report.json", *AN, SIM, "--in",
       "{d}/m_badrep.bin"),
     C("an-report-not-json", 1, "m_notjsonrep.bin.report.json", *AN, SIM, "--in",
