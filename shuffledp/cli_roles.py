@@ -361,8 +361,7 @@ def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, se
     Every random value (the Polya noise and the shares) comes from the cryptographically
     secure generator; there is no seed.
     """
-    from shuffledp.encoders.encoder import encode_user
-    from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
+    from shuffledp.encoders.encoder import user_batch
 
     if seed is not None:
         raise click.BadParameter(
@@ -381,16 +380,9 @@ def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, se
     limit = POINTS_FILE_LIMIT if not allow_large else 1 << 62
     x, y, wts = _parse_points(_read_file(points, limit, "--points", text=True),
                               f"--points {points}")
-    rec = encode_user(p, p.grid.points_to_pixels(x, y), wts)
-    if pub is not None:
-        from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
-
-        body = encrypt_records(p, rec, pub)
-        header = Header(KIND_USER_ENC, encrypted_record_bytes(p), p.digest, rec.size)
-        blob = encode_batch(header, body)
-    else:
+    if pub is None:
         warn(PLAINTEXT_WARNING)
-        blob = encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), rec)
+    blob = user_batch(p, p.grid.points_to_pixels(x, y), wts, analyzer_public=pub)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out_path, blob)
 
