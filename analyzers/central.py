@@ -91,7 +91,7 @@ def is_seeded(rng: Any) -> bool:
 
 
 def _is_secure(rng: Any) -> bool:
-    from shuffledp.encoders.sharing import SecureRandom
+    from shuffledp.crypto import SecureRandom
 
     return isinstance(rng, SecureRandom)
 

@@ -38,15 +38,15 @@ from shuffledp.analyzers.modular import ReleaseRefused, check_participation
 
 from shuffledp import Grid
 from shuffledp.analyzer_io import accumulate_mixed
-from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import (
-    Shuffler,
+from shuffledp.crypto import (
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     generate_mac_key,
     public_bytes,
 )
+from shuffledp.protocol_params import derive_params
+from shuffledp.shuffler import Shuffler
 from shuffledp.wire import (
     HEADER_SIZE,
     KIND_USER,

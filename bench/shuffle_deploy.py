@@ -17,15 +17,15 @@ import time
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import (
-    Shuffler,
+from shuffledp.crypto import (
     decrypt_records,
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     public_bytes,
 )
+from shuffledp.protocol_params import derive_params
+from shuffledp.shuffler import Shuffler
 from shuffledp.wire import KIND_USER_ENC, Header, encode_batch
 
 

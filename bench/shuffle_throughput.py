@@ -64,9 +64,9 @@ def main() -> None:
 
     from shuffledp.analyzers.modular import ModularAccumulator
     from shuffledp.encoders.encoder import encode_shares, messages
-    from shuffledp.encoders.sharing import SecureRandom
 
     from shuffledp import Grid
+    from shuffledp.crypto import SecureRandom
     from shuffledp.datasets import synthetic_mixture
     from shuffledp.protocol_params import derive_params
     from shuffledp.shuffler import secure_shuffle

@@ -35,7 +35,8 @@ import json, os, resource, sys, time
 import numpy as np
 from shuffledp import Grid
 from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import Shuffler, encrypted_record_bytes, generate_mac_key
+from shuffledp.crypto import encrypted_record_bytes, generate_mac_key
+from shuffledp.shuffler import Shuffler
 from shuffledp.wire import KIND_USER_ENC, Header
 users, workdir, limit = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 p = derive_params(Grid(64, 64), 2000, epsilon=5.0, delta=1e-5, B=256)
@@ -84,13 +85,13 @@ def _old_module():
 def analyzer(messages: int) -> None:
     from shuffledp import Grid
     from shuffledp.analyzer_io import accumulate_mixed
-    from shuffledp.protocol_params import derive_params
-    from shuffledp.shuffler import (
+    from shuffledp.crypto import (
         encrypt_records,
         encrypted_record_bytes,
         generate_analyzer_key,
         public_bytes,
     )
+    from shuffledp.protocol_params import derive_params
     from shuffledp.wire import KIND_MIXED_ENC, Header, encode_batch
 
     p = derive_params(Grid(4, 4), 1000, epsilon=5.0, delta=1e-5, B=256)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 from shuffledp.encoders.polya import polya_difference
 from shuffledp.encoders.rounding import level_entries
-from shuffledp.encoders.sharing import SecureRandom, share
+from shuffledp.encoders.sharing import share
 
 from shuffledp._rng import RngLike, as_generator
+from shuffledp.crypto import SecureRandom
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.users import UserDistributions
 
@@ -159,7 +160,7 @@ def frame_messages(
     encrypted to the analyzer (deployment path); without it the batch is plaintext, a
     simulation aid only (whoever relays it reads every share).
     """
-    from shuffledp.shuffler import encrypt_records, encrypted_record_bytes
+    from shuffledp.crypto import encrypt_records, encrypted_record_bytes
     from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
 
     if analyzer_public is None:

@@ -28,10 +28,10 @@ from fractions import Fraction
 
 import numba
 import numpy as np
-from shuffledp.encoders.sharing import SecureRandom
 from shuffledp.encoders.words import run_stream_kernel, word_source
 
 from shuffledp._rng import RngLike
+from shuffledp.crypto import SecureRandom
 
 DL_DENOMINATOR_BITS = 40
 

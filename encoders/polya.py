@@ -58,10 +58,10 @@ import mpmath
 import numba
 import numpy as np
 from scipy.special import gammaln
-from shuffledp.encoders.sharing import SecureRandom
 from shuffledp.encoders.words import run_stream_kernel, word_source
 
 from shuffledp._rng import RngLike
+from shuffledp.crypto import SecureRandom
 
 _PREC = 192  # fractional bits of the exact pmf
 _TAIL_BITS = 80  # the table stops once the remaining tail is provably <= 2^-80

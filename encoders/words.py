@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from shuffledp.encoders.sharing import SecureRandom
 
 from shuffledp._rng import RngLike, as_generator
+from shuffledp.crypto import SecureRandom
 
 WordSource = Callable[[int], np.ndarray]
 

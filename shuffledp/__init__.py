@@ -34,12 +34,13 @@ from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzer_io import release_mixed
 from shuffledp.analyzers.central import central_heatmap
 from shuffledp.analyzers.modular import ReleaseRefused
+from shuffledp.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.encoders.encoder import user_batch
 from shuffledp.grid import Grid
 from shuffledp.protocol import shuffle_heatmap
 from shuffledp.protocol_params import ProtocolParams, derive_params
 from shuffledp.release import HeatmapRelease
-from shuffledp.shuffler import Shuffler, generate_analyzer_key, generate_mac_key, public_bytes
+from shuffledp.shuffler import Shuffler
 from shuffledp.users import UserDistributions
 from shuffledp.wire import WireError
 

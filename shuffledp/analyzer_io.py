@@ -36,15 +36,15 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
-from shuffledp.protocol_params import ProtocolParams
-from shuffledp.release import HeatmapRelease
-from shuffledp.shuffler import (
+from shuffledp.crypto import (
     as_private_key,
     associated_data_prefix,
     encrypted_record_bytes,
     open_records,
     private_bytes,
 )
+from shuffledp.protocol_params import ProtocolParams
+from shuffledp.release import HeatmapRelease
 from shuffledp.wire import (
     KIND_MIXED,
     KIND_MIXED_ENC,

@@ -148,7 +148,7 @@ def protocol_memory(params: Any) -> int:
     streams the mixed batch through bucket files, its data bounded by ``shuffle
     --memory-limit`` (:class:`shuffledp.shuffler.Shuffler`).
     """
-    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.crypto import encrypted_record_bytes
 
     per_message = 4 + 8 + 2 * encrypted_record_bytes(params)
     encoder = params.messages_per_user * per_message + 32 * params.m

@@ -313,7 +313,7 @@ def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext
 
 def _write_keys(out: Path, force: bool) -> None:
     """The analyzer's key pair and the MAC key; refuses (before writing any) to overwrite."""
-    from shuffledp.shuffler import (
+    from shuffledp.crypto import (
         generate_analyzer_key,
         generate_mac_key,
         private_bytes,
@@ -448,7 +448,7 @@ def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
 
 def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool) -> int:
     """Read every batch (bounded) and submit it; returns how many are of the other kind."""
-    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.crypto import encrypted_record_bytes
     from shuffledp.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC
 
     limit = HEADER_SIZE + p.messages_per_user * (
@@ -573,7 +573,7 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
 def _check_mixed_header(p: Any, h: Any, size: int) -> None:
     """The header is a mixed batch of these parameters and this run, no larger than n users
     can send, whose file length is exactly header + records + 32-byte tag (wire format v2)."""
-    from shuffledp.shuffler import encrypted_record_bytes
+    from shuffledp.crypto import encrypted_record_bytes
     from shuffledp.wire import HEADER_SIZE, KIND_MIXED_ENC, TAG_SIZE, WireError
 
     if not h.mixed:
@@ -637,7 +637,7 @@ def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: 
 
     Any message that does not open makes the release refused anyway (the count check).
     """
-    from shuffledp.shuffler import decrypt_records
+    from shuffledp.crypto import decrypt_records
     from shuffledp.wire import HEADER_SIZE
 
     if h.n_records == 0:

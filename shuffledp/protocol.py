@@ -27,8 +27,8 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
+from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
-from shuffledp.encoders.sharing import SecureRandom
 from shuffledp.protocol_params import ProtocolParams, derive_params
 from shuffledp.release import HeatmapRelease
 from shuffledp.users import UserDistributions
@@ -93,12 +93,8 @@ def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dic
     import tempfile
 
     from shuffledp.analyzer_io import accumulate_mixed
-    from shuffledp.shuffler import (
-        Shuffler,
-        generate_analyzer_key,
-        generate_mac_key,
-        public_bytes,
-    )
+    from shuffledp.crypto import generate_analyzer_key, generate_mac_key, public_bytes
+    from shuffledp.shuffler import Shuffler
 
     t0 = time.perf_counter()
     key = generate_analyzer_key() if encrypt else None

@@ -11,21 +11,18 @@ from scipy import stats
 from shuffle_helpers import params_for, random_users
 from shuffledp.analyzers.modular import ModularAccumulator
 from shuffledp.encoders.encoder import encode_shares, messages
-from shuffledp.encoders.sharing import SecureRandom
 
 from shuffledp import Grid
-from shuffledp.protocol import user_batches
-from shuffledp.shuffler import (
-    Shuffler,
+from shuffledp.crypto import (
+    SecureRandom,
     decrypt_records,
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     public_bytes,
-    secure_permutation,
-    secure_shuffle,
-    shuffle_batches,
 )
+from shuffledp.protocol import user_batches
+from shuffledp.shuffler import Shuffler, secure_permutation, secure_shuffle, shuffle_batches
 from shuffledp.wire import (
     KIND_USER,
     KIND_USER_ENC,
@@ -322,7 +319,7 @@ def test_record_from_another_run_fails_authentication(enc_setup):
 
 def test_mixed_batch_counts_are_authenticated(enc_setup):
     from shuffledp.analyzer_io import accumulate_mixed
-    from shuffledp.shuffler import generate_mac_key
+    from shuffledp.crypto import generate_mac_key
     from shuffledp.wire import WireError
 
     p, key, batches = enc_setup
@@ -409,7 +406,7 @@ def test_bucket_shuffle_is_uniform(setup, monkeypatch):
 
 
 def test_siphash_matches_published_vectors():
-    from shuffledp.shuffler import siphash24
+    from shuffledp.crypto import siphash24
 
     key = bytes(range(16))
     msg = np.frombuffer(bytes(range(15)), np.uint8).reshape(1, -1)
@@ -421,7 +418,7 @@ def test_message_key_is_rfc5869_hkdf():
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    from shuffledp.shuffler import _INFO, _message_key
+    from shuffledp.crypto import _INFO, _message_key
 
     shared, eph, rec = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 96))
     ref = HKDF(hashes.SHA256(), 32, salt=None, info=_INFO + eph + rec).derive(shared)

@@ -27,9 +27,9 @@ from shuffledp.encoders.noise import (
     dl_rational,
 )
 from shuffledp.encoders.polya import SAMPLER_TV_MAX, polya_difference, polya_table
-from shuffledp.encoders.sharing import SecureRandom
 
 from shuffledp import Grid
+from shuffledp.crypto import SecureRandom
 from shuffledp.protocol_params import ProtocolParams, derive_params
 
 
