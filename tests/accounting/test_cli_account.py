@@ -110,3 +110,22 @@ def test_bad_input_names_argument_and_value(args, needle):
     assert "Traceback" not in r.output
     for s in needle:
         assert s in r.output, (s, r.output)
+
+
+@pytest.mark.parametrize("eps0", ["33", "36", "37", "100", "700"])
+def test_shuffle_ldp_large_eps0_reports_no_amplification(eps0):
+    # issue 7 item 1: eps0 >= 37 printed epsilon ~ 1e-12 with valid=true
+    r = run("shuffle-ldp", "--n", "1000", "--eps0", eps0, "--delta", "1e-6", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["epsilon"] == float(eps0) and d["valid"] is False and d["delta"] == 0.0
+    assert d["guarantee"]["epsilon"] == float(eps0)
+    assert "warning: no amplification" in r.stderr and "vacuous" in r.stderr
+
+
+def test_shuffle_ldp_refuses_cleanly():
+    r = run("shuffle-ldp", "--n", "1e15", "--eps0", "1", "--delta", "1e-6")
+    assert r.exit_code == 2 and "too large for the numerical method" in r.output
+    assert "Traceback" not in r.output
+    r = run("shuffle-ldp", "--n", "1000", "--eps0", "701", "--delta", "1e-6")
+    assert r.exit_code == 2 and "eps0 must be <= 700 (e^eps0 overflows), got eps0=701" in r.output
