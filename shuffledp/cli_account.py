@@ -128,6 +128,14 @@ def _run(fn, *args, **kwargs):
         raise click.UsageError(str(exc)) from None
 
 
+def _run_or_refuse(fn, *args, **kwargs):
+    """Like :func:`_run`, but a refusal is a plain error: exit 1 with the reason."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 # --------------------------------------------------------------------------- commands
 @click.group("account")
 def account() -> None:
@@ -229,7 +237,12 @@ def shuffle_ldp_cmd(n, eps0, delta, method, rtol, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def summation_cmd(n, eps, delta, B, grid, w, gamma, rounding, neighbour, dropout, wrap_target,
                   decoding, as_json):
-    """Parameters of the seed-000 App. F shuffle summation protocol."""
+    """Parameters of the App. F shuffle summation protocol (Ghazi et al. 2023).
+
+    Refuses (exit 1, the reason on one line) every configuration the protocol record
+    (``shuffledp.protocol_params.ProtocolParams``) would refuse: q <= 2^32, messages of at
+    most 64 bits, n_min >= 2, a headroom of at least 1.
+    """
     from shuffledp.grid import Grid
 
     try:
@@ -237,9 +250,9 @@ def summation_cmd(n, eps, delta, B, grid, w, gamma, rounding, neighbour, dropout
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(f"{exc}", param_hint="--grid") from None
     kw = {} if gamma is None else {"gamma": gamma}
-    p = _run(summation_parameters, n=n, epsilon=eps, delta=delta, B=B, grid=g, w=w,
-             rounding=rounding, neighbour=neighbour, dropout=dropout, wrap_target=wrap_target,
-             decoding=decoding, **kw)
+    p = _run_or_refuse(summation_parameters, n=n, epsilon=eps, delta=delta, B=B, grid=g,
+                       w=w, rounding=rounding, neighbour=neighbour, dropout=dropout,
+                       wrap_target=wrap_target, decoding=decoding, **kw)
     rec = p.to_dict()
     rec["grid"] = str(g)
     _emit(rec, as_json,

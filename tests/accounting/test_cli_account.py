@@ -173,3 +173,24 @@ def test_emd_itemwise_delta_out_cap():
     r = run("emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6",
             "--alpha0", "0.1", "--max-delta-out", "1.5")
     assert r.exit_code == 2 and "must be in (0, 1], got '1.5'" in r.output
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--n", "100000", "--B", "100000", "--grid", "64x64"], "q must be <= 2^32"),
+    (["--n", "2", "--B", "1", "--grid", "8x8", "--eps", "1e-9"], "needs headroom"),
+    (["--n", "10000000", "--B", "255", "--grid", "65536x65536", "--eps", "0.1"],
+     "messages need 65 bits > 64"),
+])
+def test_summation_refuses_what_protocol_params_refuses(args, reason):
+    # issue 7 item 4: these printed parameter sets that ProtocolParams rejects (or crashed)
+    from shuffledp.grid import Grid
+    from shuffledp.protocol_params import derive_params
+
+    kw = {"--eps": "1", "--delta": "1e-12"}
+    kw.update(dict(zip(args[::2], args[1::2])))
+    r = run("summation", *[x for kv in kw.items() for x in kv])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+    assert reason in r.output and "Traceback" not in r.output
+    with pytest.raises(ValueError, match=reason.replace("^", r"\^")):
+        derive_params(Grid.parse(kw["--grid"]), int(kw["--n"]), epsilon=float(kw["--eps"]),
+                      delta=float(kw["--delta"]), B=int(kw["--B"]))
