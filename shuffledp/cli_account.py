@@ -2,10 +2,10 @@
 
 Subcommands
 -----------
-emd-itemwise   PrivEMDItemWise, seed 004 Thm 4.4 (forward with --alpha0, inverse with
+emd-itemwise   PrivEMDItemWise, Imola et al. Thm 4.4 (forward with --alpha0, inverse with
                --target-alpha)
 shuffle-ldp    amplification by shuffling of n eps0-LDP reports (clones bound)
-summation      parameters of the App. F shuffle summation protocol (seed 000)
+summation      parameters of the App. F shuffle summation protocol (Ghazi et al. 2023)
 
 Every subcommand prints a short table, or one JSON object with ``--json``. Bad input exits
 with a usage error naming the option and the value (never a traceback).
@@ -156,7 +156,7 @@ def account() -> None:
               help="Largest delta' accepted; above it the bound is vacuous (not valid).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as_json):
-    """PrivEMDItemWise (seed 004 Thm 4.4): alpha and delta' from alpha0, or the inverse."""
+    """PrivEMDItemWise (Imola et al., Thm 4.4): alpha and delta' from alpha0, or the inverse."""
     if (alpha0 is None) == (target_alpha is None):
         raise click.UsageError(
             f"give exactly one of --alpha0 and --target-alpha, got --alpha0={alpha0} "
