@@ -25,17 +25,20 @@ from shuffledp.accounting.clones import (
     clones_closed_form,
     clones_eps0_for_target,
     clones_numerical,
+    clones_validity_limit,
     reduction_divergence,
     shuffle_ldp,
 )
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.accounting.metric_shuffle import (
+    DEFAULT_MAX_DELTA_OUT,
     ItemwiseBound,
     ItemwiseInverse,
     asymptotic_alpha0,
     composition_alpha,
     emd_itemwise,
     emd_itemwise_alpha0,
+    thm43_validity_limit,
 )
 from shuffledp.accounting.reductions import (
     ReductionBound,
@@ -43,9 +46,17 @@ from shuffledp.accounting.reductions import (
     reduction_epsilon,
     reduction_samples,
 )
-from shuffledp.accounting.summation import SummationParameters, summation_parameters
+from shuffledp.accounting.summation import (
+    MAX_Q,
+    MAX_RECORD_BITS,
+    SummationParameters,
+    summation_parameters,
+)
 
 __all__ = [
+    "DEFAULT_MAX_DELTA_OUT",
+    "MAX_Q",
+    "MAX_RECORD_BITS",
     "Guarantee",
     "ItemwiseBound",
     "ItemwiseInverse",
@@ -57,6 +68,7 @@ __all__ = [
     "clones_closed_form",
     "clones_eps0_for_target",
     "clones_numerical",
+    "clones_validity_limit",
     "composition_alpha",
     "dl_epsilon_for_std",
     "dl_std",
@@ -73,4 +85,5 @@ __all__ = [
     "start_level",
     "summation_parameters",
     "target_std",
+    "thm43_validity_limit",
 ]

@@ -6,7 +6,8 @@ randomizer is eps0-LDP -- or, for the metric version, alpha0 d_X-DP with
 d_X(x_1^0, x_1^1) <= d <= 1.
 
 Reduction (Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021, Lemma 3.3;
-generalised to metric DP in seed 004, App. B.4.2, eqs. 13-22 and Lemma B.2): the shuffled
+generalised to metric DP by Imola, Roy Chowdhury, Chaudhuri,
+"Metric Differential Privacy at the User-Level", App. B.4.2, eqs. 13-22 and Lemma B.2): the shuffled
 output is a post-processing of the pair of counts
 
     P = (A + 1 - D, C - A + D)      versus      Q = (A + D, C - A + 1 - D),
@@ -17,7 +18,8 @@ output is a post-processing of the pair of counts
 so any bound on the hockey-stick divergence D_{e^eps}(P || Q) is a shuffle-DP bound
 (P and Q are mirror images, so D(P||Q) = D(Q||P)). For eps0-LDP take d = 1.
 
-Closed form (seed 004, Lemma B.1 with d = 1, which is FMT21 Thm 3.1):
+Closed form (Imola, Roy Chowdhury, Chaudhuri, Lemma B.1 with d = 1, which is Feldman,
+McMillan, Talwar 2021, Thm 3.1):
 
     eps = ln(1 + (e^{eps0} - 1)/(e^{eps0} + 1) * (8 sqrt(e^{eps0} ln(4/delta)) / sqrt(n)
                                                   + 8 e^{eps0} / n)),
@@ -26,28 +28,37 @@ Closed form (seed 004, Lemma B.1 with d = 1, which is FMT21 Thm 3.1):
 Numerical bound (:func:`clones_numerical`): the exact divergence of (P, Q). Conditioned on
 C = c, writing rho = 1 - beta and b_c(a) = Binom(c, a) 2^{-c},
 
-    P(a | c) = rho b_c(a - 1) + (1 - rho) b_c(a),    Q(a | c) = (1 - rho) b_c(a - 1) + rho b_c(a),
+    P(a | c) = rho b_c(a - 1) + beta b_c(a),    Q(a | c) = beta b_c(a - 1) + rho b_c(a),
 
-and P/Q is increasing in a (rho > 1/2), so the optimal event is {a >= k*} with
-k* = floor(x* (c + 1) / (1 + x*)) + 1, x* = (E rho - (1 - rho)) / (rho - E (1 - rho)),
-E = e^eps, and
+and P/Q is increasing in a (rho > 1/2), so with E = e^eps the optimal event is {a >= k*}:
 
-    D_c = (rho - E (1 - rho)) S_c(k* - 1) + ((1 - rho) - E rho) S_c(k*),
+    D_c = max_k f_c(k),   f_c(k) = A S_c(k - 1) - negB S_c(k),
+    A = rho - E beta = beta E (e^{alpha0 d - eps} - 1),   negB = E rho - beta,
     S_c(j) = P[Bin(c, 1/2) >= j] = I_{1/2}(j, c - j + 1)   (regularised incomplete beta),
 
-D = sum_c P[C = c] D_c. Everything is vectorised over c. The support of C is truncated to
-its central part; the dropped mass times the largest possible D_c (that of user 1's bit
-alone, max(0, rho - E(1 - rho))) is added to the upper estimate, and a relative
-floating-point allowance is added (upper) or subtracted (lower).
+k* = c + 2 - ceil((c + 1) A / (A + negB)), and D = sum_c P[C = c] D_c, vectorised over c.
+
+Floating point. beta is computed as e^{-ad} / (1 + e^{-ad}), never as 1 - rho (which is
+exactly 0 once alpha0 d > 37 and loses all digits from about 30 on), A and negB as products
+and sums of positive terms, and k* is located by taking the maximum of f_c over five cut
+points around its estimate (exact whenever the estimate is within 2, which holds for
+c < 2^50; a maximum on the window's edge makes the evaluation refuse to certify). The
+support of C is truncated to its central part; the dropped mass times the largest possible
+D_c (that of user 1's bit alone, A) is added to the upper estimate, and a relative
+floating-point allowance is added (upper) or subtracted (lower). An evaluation whose
+self-checks fail (non-finite values, weights not summing to 1, argmax on the window's edge)
+returns an infinite upper estimate, so it never certifies an epsilon; if nothing below
+alpha0 d is certified, the bound falls back to (alpha0 d, 0), the local guarantee.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
-from scipy.special import betainc, gammaln
+from scipy.special import betainc
 from scipy.stats import binom
 from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
@@ -57,6 +68,8 @@ METHODS = ("closed-form", "numerical")
 #: relative floating-point allowance on every term of the numerical divergence (betainc and
 #: log-pmf are accurate to ~1e-12 relative; this is 100x that).
 _FP_REL = 1e-10
+#: absolute allowance for values that underflow to 0 (added to every upper estimate)
+_FP_ABS = 1e-290
 
 
 @dataclass(frozen=True)
@@ -82,8 +95,10 @@ class ShuffleBound:
     tolerance : float or None
         ``epsilon - epsilon_lower`` (numerical method).
     valid : bool
-        Closed form: whether its condition eps0 <= ln(n / (16 ln(2/delta))) holds (when it
-        fails, ``epsilon`` falls back to eps0). Numerical: always True.
+        Whether the shuffle amplification applies. Closed form: its condition
+        eps0 <= ln(n / (16 ln(2/delta))). Numerical: some epsilon below eps0 d is certified.
+        When False, ``epsilon`` falls back to eps0 d and ``delta`` to 0 (the local
+        guarantee, kept by shuffling), and ``notes`` say why.
     epsilon_formula : float
         The raw closed-form value (nan if not computed), reported even when not valid.
     guarantee : Guarantee
@@ -127,15 +142,18 @@ class ShuffleBound:
 def clones_validity_limit(n: int, delta: float) -> float:
     """ln(n / (16 ln(2/delta))): the largest eps0 for which the closed form holds.
 
-    Seed 004, Lemma B.1 (assumption alpha0 <= ln(m / (16 ln(2/delta)))); FMT21 Thm 3.1.
+    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
+    Lemma B.1 (assumption alpha0 <= ln(m / (16 ln(2/delta)))); Feldman, McMillan, Talwar,
+    "Hiding among the clones" (FOCS 2021), Thm 3.1.
     The value is negative (no eps0 > 0 qualifies) when n < 16 ln(2/delta).
     """
     n, delta = _iv_n_delta(n, delta)
-    return math.log(n / (16.0 * math.log(2.0 / delta)))
+    # log space: 2 / delta overflows for delta below ~1e-308
+    return math.log(n) - math.log(16.0 * (math.log(2.0) - math.log(delta)))
 
 
 def clones_formula(n: int, eps0: float, delta: float, d: float = 1.0) -> float:
-    """The raw closed form (seed 004, Lemma B.1; FMT21 Thm 3.1 for d = 1).
+    """The raw closed form (Imola et al., Lemma B.1; Feldman et al. 2021, Thm 3.1 for d = 1).
 
     ln(1 + (e^{eps0 d} - 1)/(e^{eps0 d} + 1) (8 sqrt(e^{eps0} ln(4/delta)) / sqrt(n)
     + 8 e^{eps0} / n)). (e^y - 1)/(e^y + 1) is evaluated as tanh(y/2).
@@ -143,12 +161,13 @@ def clones_formula(n: int, eps0: float, delta: float, d: float = 1.0) -> float:
     n, delta = _iv_n_delta(n, delta)
     eps0 = v.positive("eps0", eps0)
     d = _iv_d(d)
-    k = 8.0 * math.sqrt(math.exp(eps0) * math.log(4.0 / delta) / n) + 8.0 * math.exp(eps0) / n
+    log4d = math.log(4.0) - math.log(delta)  # ln(4/delta) without overflowing 4/delta
+    k = 8.0 * math.sqrt(math.exp(eps0) * log4d / n) + 8.0 * math.exp(eps0) / n
     return math.log1p(math.tanh(eps0 * d / 2.0) * k)
 
 
 def clones_closed_form(n: int, eps0: float, delta: float) -> ShuffleBound:
-    """Closed-form shuffle bound for n eps0-LDP reports (seed 004 Lemma B.1, d = 1).
+    """Closed-form shuffle bound for n eps0-LDP reports (Imola et al., Lemma B.1, d = 1).
 
     Parameters
     ----------
@@ -188,35 +207,81 @@ def clones_closed_form(n: int, eps0: float, delta: float) -> ShuffleBound:
 
 
 # --------------------------------------------------------------------------- numerical
+#: largest number of support points of C kept in the exact sum (memory and time guard)
+_MAX_SUPPORT = 5_000_000
+#: offsets of the candidate cut points around the floating-point estimate of k*
+_WINDOW = np.arange(-2, 3, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class _Mixture:
-    """Truncated support of C ~ Bin(N - 1, p) with its weights and the dropped mass."""
+    """Truncated law of C ~ Bin(N - 1, e^{-alpha0}) and the pair's constants.
+
+    ``beta = 1 / (1 + e^{ad})`` is computed directly, never as ``1 - rho``: for
+    ``ad > 37`` the subtraction gives exactly 0 in double precision.
+    """
 
     c: np.ndarray
     w: np.ndarray
     dropped: float
-    rho: float
-    ad: float  # alpha0 * d
+    ad: float  # alpha0 * d, rounded up when the product is inexact
+    beta: float  # 1 / (1 + e^{ad})
+    rho: float  # 1 / (1 + e^{-ad}) = 1 - beta
+    mass_ok: bool  # the kept weights and the dropped mass add up to 1
+
+
+def _product_up(x: float, y: float) -> float:
+    """x * y rounded towards +inf (x, y > 0): a larger alpha0 d is the conservative side."""
+    z = x * y
+    return z if Fraction(z) >= Fraction(x) * Fraction(y) else math.nextafter(z, math.inf)
+
+
+def _support(trials: int, p: float, tail: float) -> tuple[int, int]:
+    """Central part lo..hi of Bin(trials, p) leaving out at most ``tail`` of its mass.
+
+    Integer bisection on the (Boost) cdf and survival function: scipy's ppf/isf fail to
+    bracket for tiny p or tails and then return the whole support.
+    """
+    half = tail / 2.0
+    mid = min(trials, math.floor(trials * p))
+
+    def first(pred, a: int, b: int) -> int:  # smallest k in [a, b] with pred(k); pred(b)
+        while a < b:
+            m = (a + b) // 2
+            if pred(m):
+                b = m
+            else:
+                a = m + 1
+        return a
+
+    hi = first(lambda k: binom.sf(k, trials, p) <= half, mid, trials)
+    lo = first(lambda k: binom.cdf(k, trials, p) > half, 0, mid)
+    return lo, hi
 
 
 def _mixture(N: int, alpha0: float, d: float, tail: float) -> _Mixture:
-    p = math.exp(-alpha0)
+    ad = _product_up(alpha0, d)
+    e = math.exp(-ad)
+    beta, rho = e / (1.0 + e), 1.0 / (1.0 + e)
     trials = N - 1
-    rho = 1.0 / (1.0 + math.exp(-alpha0 * d))  # = e^{a d} / (1 + e^{a d})
     if trials == 0:
-        return _Mixture(np.zeros(1, dtype=np.int64), np.ones(1), 0.0, rho, alpha0 * d)
-    lo = int(binom.ppf(tail / 2.0, trials, p))
-    hi = int(binom.isf(tail / 2.0, trials, p))
-    lo = max(0, lo - 1)
-    hi = min(trials, hi + 1)
+        return _Mixture(np.zeros(1, dtype=np.int64), np.ones(1), 0.0, ad, beta, rho, True)
+    p = math.exp(-alpha0)
+    lo, hi = _support(trials, p, tail)
+    if hi - lo + 1 > _MAX_SUPPORT:
+        raise ValueError(
+            f"n={N} is too large for the numerical method (the exact sum would need "
+            f"{hi - lo + 1} terms > {_MAX_SUPPORT}); use method='closed-form'"
+        )
     c = np.arange(lo, hi + 1, dtype=np.int64)
-    w = np.exp(binom.logpmf(c, trials, p))
+    w = binom.pmf(c, trials, p)
     dropped = 0.0
     if lo > 0:
         dropped += float(binom.cdf(lo - 1, trials, p))
     if hi < trials:
         dropped += float(binom.sf(hi, trials, p))
-    return _Mixture(c, w, dropped, rho, alpha0 * d)
+    mass_ok = bool(np.all(np.isfinite(w))) and abs(float(w.sum()) + dropped - 1.0) <= 1e-9
+    return _Mixture(c, w, dropped, ad, beta, rho, mass_ok)
 
 
 def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -227,37 +292,71 @@ def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(j > c, 0.0, out)
 
 
-def _pmf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Binom(c, j) 2^{-c} elementwise (0 outside 0..c)."""
-    ok = (j >= 0) & (j <= c)
-    jj = np.where(ok, j, 0)
-    lp = gammaln(c + 1.0) - gammaln(jj + 1.0) - gammaln(c - jj + 1.0) - c * math.log(2.0)
-    return np.where(ok, np.exp(lp), 0.0)
+def _cut_estimate(c: np.ndarray, A: float, negB: float) -> np.ndarray:
+    """Floating-point estimate of k*(c), the first a with P(a | c) > e^eps Q(a | c).
+
+    P(a|c) - E Q(a|c) = b_c(a) (A a - negB (c + 1 - a)) / (c + 1 - a) is positive iff
+    a > (c + 1) - y with y = (c + 1) A / (A + negB), so k* = c + 2 - ceil(y). This form has
+    no 1 + x* that rounds to x* (which put k* at c + 2 once x* (c + 1) exceeded 2^53); y is
+    computed with a relative error of a few ulps, so the estimate is within 1 of k* for
+    c < 2^50.
+    """
+    y = (c + 1).astype(float) * (A / (A + negB))
+    return c + 2 - np.ceil(y).astype(np.int64)
+
+
+def _tail_table(k0: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """S_c(j) = P[Bin(c, 1/2) >= j] for j = k0 - 3 .. k0 + 2 (rows), every c (columns).
+
+    One regularised incomplete beta at the top row; the rows below add the binomial pmf
+    (a sum of non-negative terms, no cancellation), which comes from the accurate pmf of
+    scipy (Boost) rather than from differences of log-gamma values.
+    """
+    js = k0[None, :] + np.arange(-3, 3, dtype=np.int64)[:, None]
+    S = np.empty(js.shape)
+    S[-1] = _sf_half(js[-1], c)
+    for row in range(js.shape[0] - 2, -1, -1):
+        S[row] = S[row + 1] + binom.pmf(js[row], c, 0.5)
+    return np.minimum(S, 1.0)
 
 
 def _divergence(mix: _Mixture, eps: float) -> tuple[float, float]:
-    """(lower, upper) estimates of D_{e^eps}(P || Q) for the truncated mixture."""
-    rho = mix.rho
-    E = math.exp(eps)
-    # coefficient of S(k - 1): rho - E (1 - rho) = (1 - rho) E (e^{alpha0 d - eps} - 1),
-    # written with expm1 so that it is exactly 0 at eps = alpha0 d
-    A = (1.0 - rho) * E * math.expm1(mix.ad - eps)
-    if A <= 0.0:  # e^eps >= rho / (1 - rho) = e^{alpha0 d}: the pair is eps-indistinguishable
+    """(lower, upper) estimates of D_{e^eps}(P || Q); upper is ``inf`` if not trustworthy.
+
+    With A = rho - E beta > 0 and negB = E rho - beta > 0, D_c = max_k f_c(k),
+    f_c(k) = A S_c(k - 1) - negB S_c(k) = sum_{a >= k} (P(a|c) - E Q(a|c)). f_c is unimodal
+    (its increments are the terms, negative below k* and positive from k* on), every f_c(k)
+    is <= D_c, and the maximum is at k*. The maximum is taken over five cut points centred
+    on the estimate of k* (within 1 of it), so it is exactly D_c; if the largest value sits
+    on the edge of the window the estimate is not trusted and ``inf`` is returned.
+    """
+    if not mix.mass_ok:
+        return 0.0, math.inf
+    if eps >= mix.ad:  # e^eps >= e^{ad} = rho / beta: the pair is eps-indistinguishable
         return 0.0, 0.0
-    Bc = (1.0 - rho) - E * rho  # coefficient of S(k) (negative)
-    x_star = (E * rho - (1.0 - rho)) / A
+    E = math.exp(eps)
+    # both written as products/sums of positive terms: no cancellation for any ad <= 700
+    A = mix.beta * E * math.expm1(mix.ad - eps)
+    negB = mix.rho * (math.expm1(eps) - math.expm1(-mix.ad))
     c = mix.c
-    k = np.floor(x_star * (c + 1) / (1.0 + x_star)).astype(np.int64) + 1
-    s_k = _sf_half(k, c)
-    s_km1 = s_k + _pmf_half(k - 1, c)
-    s_km1 = np.minimum(s_km1, 1.0)
-    per_c = A * s_km1 + Bc * s_k
-    per_c = np.maximum(per_c, 0.0)
-    core = float(np.dot(mix.w, per_c))
-    scale = float(np.dot(mix.w, A * s_km1 + abs(Bc) * s_k))
-    err = _FP_REL * scale
-    upper = core + err + mix.dropped * A
-    lower = max(0.0, core - err)
+    k0 = _cut_estimate(c, A, negB)
+    S = _tail_table(k0, c)
+    f = A * S[:-1] - negB * S[1:]  # rows: k = k0 - 2 .. k0 + 2
+    err = _FP_REL * (A * S[:-1] + negB * S[1:])
+    if not (np.all(np.isfinite(f)) and np.all(np.isfinite(err))):
+        return 0.0, math.inf
+    best = np.argmax(f, axis=0)
+    cols = np.arange(c.size)
+    on_edge = ((best == 0) & (f[0] > f[1] + err[0] + err[1])) | (
+        (best == f.shape[0] - 1) & (f[-1] > f[-2] + err[-1] + err[-2]))
+    if np.any(on_edge & (mix.w > 0)):
+        return 0.0, math.inf
+    per_c_up = np.maximum(np.max(f + err, axis=0), 0.0)
+    per_c_lo = np.maximum(f[best, cols] - err[best, cols], 0.0)
+    upper = (float(np.dot(mix.w, per_c_up)) + mix.dropped * A) * (1.0 + _FP_REL) + _FP_ABS
+    lower = max(0.0, float(np.dot(mix.w, per_c_lo)) * (1.0 - _FP_REL) - _FP_ABS)
+    if not math.isfinite(upper):
+        return 0.0, math.inf
     return lower, upper
 
 
@@ -271,7 +370,7 @@ def reduction_divergence(
     n : int
         Number of shuffled reports N (C ~ Bin(N - 1, e^{-eps0})).
     eps0 : float
-        Local parameter (alpha0).
+        Local parameter (alpha0), in (0, 700].
     eps : float
         Target epsilon, >= 0.
     d : float
@@ -282,16 +381,66 @@ def reduction_divergence(
     Returns
     -------
     (lower, upper) : tuple of float
-        lower <= D_{e^eps}(P || Q) <= upper (up to the stated floating-point allowance).
+        lower <= D_{e^eps}(P || Q) <= upper (up to the stated floating-point allowance);
+        ``upper`` is ``inf`` when a self-check of the numerics fails.
     """
-    n = v.count("n", n, 1)
-    eps0 = v.positive("eps0", eps0)
+    n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
     eps = v.real("eps", eps)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got eps={eps!r}")
     d = _iv_d(d)
     tail = v.probability("tail", tail)
     return _divergence(_mixture(n, eps0, d, tail), eps)
+
+
+def _grid_search(div, top: float, guess: float, h: float, delta: float):
+    """Smallest grid epsilon exp(k h) < top whose upper divergence is <= delta.
+
+    Returns ``(k_certified or None, evaluated)`` where ``evaluated`` maps every grid index
+    looked at to its (lower, upper) divergence. None means no grid point below ``top`` was
+    certified (top itself always is: the divergence is exactly 0 there).
+    """
+    cache: dict[int, tuple[float, float]] = {}
+
+    def at(k: int) -> tuple[float, float]:
+        if k not in cache:
+            cache[k] = div(math.exp(k * h))
+        return cache[k]
+
+    def good(k: int) -> bool:
+        return at(k)[1] <= delta
+
+    k_top = math.ceil(math.log(top) / h)  # first grid index with exp(k h) >= top
+    while math.exp(k_top * h) < top:
+        k_top += 1
+    while math.exp((k_top - 1) * h) >= top:
+        k_top -= 1
+    k_min = math.floor(math.log(1e-12) / h)
+    k_hi = None  # smallest index known to be good
+    k_lo = min(k_top - 1, math.floor(math.log(max(guess, 1e-300)) / h))
+    step = max(1, round(math.log(2.0) / h))
+    while good(k_lo):  # bracket downwards
+        k_hi = k_lo
+        if k_lo <= k_min:
+            return k_hi, cache
+        k_lo = max(k_min, k_lo - step)
+    if k_hi is None:  # bracket upwards from a failing k_lo towards top
+        k = k_lo
+        while k < k_top - 1:
+            k = min(k_top - 1, k + step)
+            if good(k):
+                k_hi = k
+                break
+            k_lo = k
+        if k_hi is None:
+            return None, cache
+    while k_hi - k_lo > 1:
+        mid = (k_lo + k_hi) // 2
+        if good(mid):
+            k_hi = mid
+        else:
+            k_lo = mid
+    return k_hi, cache
 
 
 def clones_numerical(
@@ -306,87 +455,81 @@ def clones_numerical(
     """Numerical shuffle bound from the exact divergence of the clones reduction.
 
     Searches the smallest epsilon on the fixed geometric grid eps_k = (1 + rtol)^k with
-    upper-estimate D_{e^eps_k}(P || Q) <= delta (bisection over k; D is non-increasing in
-    eps). Because the grid is fixed, the result is monotone in n and eps0 whenever the
-    divergence is.
+    upper-estimate D_{e^eps_k}(P || Q) <= delta (bracketing and bisection over k; D is
+    non-increasing in eps). Whatever the search does, the epsilon returned is one whose own
+    upper estimate was checked, so it is certified even if the estimates are not monotone.
+    Because the grid is fixed, the result is monotone in n and eps0 whenever the divergence
+    is.
 
     Parameters
     ----------
     n : int
         Number of shuffled reports (>= 1).
     eps0 : float
-        Local parameter (> 0).
+        Local parameter, in (0, 700].
     delta : float
         In (0, 1).
     d : float, default 1
-        Distance bound of the changed item for a metric randomizer (seed 004 Lemma B.1);
-        1 for eps0-LDP.
+        Distance bound of the changed item for a metric randomizer (1 for eps0-LDP).
     rtol : float, default 1e-3
         Relative resolution of the epsilon grid.
     tail : float, optional
         Mass of C ~ Bin(n - 1, e^{-eps0}) left out of the exact sum; default
-        ``min(1e-4 * delta, 1e-10)``. It is charged to the upper bound.
+        ``min(1e-4 * delta, 1e-10)`` (at least 1e-300). It is charged to the upper bound; with
+        the absolute floating-point allowance of 1e-290 no delta below that is certified.
 
     Returns
     -------
     ShuffleBound
         ``epsilon`` is certified (upper); ``epsilon_lower`` is where the divergence of the
         reduction pair provably exceeds delta; ``tolerance = epsilon - epsilon_lower``.
+        When no grid point below eps0 d is certified (no amplification at this resolution,
+        e.g. eps0 d beyond about 10 for n = 1000), ``valid=False``, ``epsilon = eps0 d`` and
+        ``delta = 0``: the local guarantee itself, which shuffling (post-processing) keeps.
+
+    References
+    ----------
+    Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021, Lemma 3.3.
+    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
+    App. B.4.2, Lemma B.2 (metric version).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     d = _iv_d(d)
     rtol = v.positive("rtol", rtol)
     if rtol > 0.5:
         raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
-    tail = min(1e-4 * delta, 1e-10) if tail is None else v.probability("tail", tail)
+    tail = max(min(1e-4 * delta, 1e-10), 1e-300) if tail is None else v.probability("tail", tail)
     mix = _mixture(n, eps0, d, tail)
     h = math.log1p(rtol)
-    top = eps0 * d
-    cache: dict[int, tuple[float, float]] = {}
-
-    def at(k: int) -> tuple[float, float]:
-        if k not in cache:
-            cache[k] = _divergence(mix, math.exp(k * h))
-        return cache[k]
-
-    # grid index whose epsilon is >= eps0 d: there the divergence is exactly 0
-    k_hi = math.ceil(math.log(top) / h)
-    while math.exp(k_hi * h) < top:
-        k_hi += 1
-    # first guess from the closed-form scaling, then bracket downwards
+    top = mix.ad
     guess = min(top, clones_formula(n, eps0, delta, d) / 4.0) if n > 1 else top
-    k_lo = min(k_hi - 1, math.floor(math.log(max(guess, 1e-300)) / h))
-    k_min = math.floor(math.log(1e-12) / h)
-    step = max(1, round(math.log(2.0) / h))
-    while at(k_lo)[1] <= delta and k_lo > k_min:
-        k_hi = k_lo
-        k_lo = max(k_min, k_lo - step)
-    if at(k_lo)[1] <= delta:  # even 1e-12 is certified
-        k_hi = k_lo
-    else:
-        # tighten the upper bracket quickly
-        while k_hi - k_lo > 1:
-            mid = (k_lo + k_hi) // 2
-            if at(mid)[1] <= delta:
-                k_hi = mid
-            else:
-                k_lo = mid
-    eps_up = math.exp(k_hi * h) if k_hi * h < math.log(top) else top
-    eps_up = min(eps_up, top)
-    lows = [k for k, (lo_, _) in cache.items() if lo_ > delta]
-    eps_low = math.exp(max(lows) * h) if lows else 0.0
-    eps_low = min(eps_low, eps_up)
-    notes = (
+    k_ok, seen = _grid_search(lambda e: _divergence(mix, e), top, guess, h, delta)
+    notes = [
         f"binomial tail mass {tail:.3g} of C charged to the upper bound; "
         f"grid resolution rtol={rtol:g}",
-    )
+    ]
+    if any(math.isinf(up) for _, up in seen.values()):
+        notes.append("the floating-point self-check failed at some epsilon; those points "
+                     "were treated as not certified")
+    lows = [k for k, (lo_, _) in seen.items() if lo_ > delta]
+    eps_low = math.exp(max(lows) * h) if lows else 0.0
+    valid = k_ok is not None
+    if valid:
+        eps_up, delta_out = math.exp(k_ok * h), delta
+    else:
+        eps_up, delta_out = top, 0.0
+        notes.append(
+            f"no amplification: no epsilon below eps0 d = {top:.6g} is certified at "
+            f"delta={delta:g} for n={n} (the bound is vacuous); falling back to the local "
+            f"guarantee ({top:.6g}, 0), which shuffling (post-processing) preserves"
+        )
+    eps_low = min(eps_low, eps_up)
     return ShuffleBound(
-        epsilon=eps_up, delta=delta, method="numerical", n=n, eps0=eps0, d=d,
-        epsilon_lower=eps_low, tolerance=eps_up - eps_low, valid=True,
-        guarantee=_guarantee(eps_up, delta, n, eps0, "numerical", d=d),
-        notes=notes,
+        epsilon=eps_up, delta=delta_out, method="numerical", n=n, eps0=eps0, d=d,
+        epsilon_lower=eps_low, tolerance=eps_up - eps_low, valid=valid,
+        guarantee=_guarantee(eps_up, delta_out, n, eps0, "numerical", d=d),
+        notes=tuple(notes),
     )
-
 
 def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "numerical",
                 **kwargs) -> ShuffleBound:
@@ -478,10 +621,12 @@ def clones_eps0_for_target(
 def _guarantee(eps: float, delta: float, n: int, eps0: float, method: str,
                d: float = 1.0) -> Guarantee:
     theorem = (
-        "Feldman-McMillan-Talwar 2021 (clones) Thm 3.1 = seed 004 Lemma B.1 (d=1)"
+        "Feldman-McMillan-Talwar 2021 (clones) Thm 3.1 = Imola-Roy Chowdhury-Chaudhuri, "
+        "Metric DP at the user level, Lemma B.1 (d=1)"
         if method == "closed-form"
         else "exact hockey-stick divergence of the clones reduction "
-        "(FMT21 Lemma 3.3; seed 004 App. B.4.2, Lemma B.2)"
+        "(Feldman-McMillan-Talwar 2021 Lemma 3.3; Imola-Roy Chowdhury-Chaudhuri, Metric DP "
+        "at the user level, App. B.4.2, Lemma B.2)"
     )
     return Guarantee(
         notion="approximate", model="shuffle", epsilon=eps, delta=delta,

@@ -1,6 +1,7 @@
-"""Amplification by shuffling for metric DP: PrivEMDItemWise (seed 004, Sec. 4.2).
+"""Amplification by shuffling for metric DP: PrivEMDItemWise (Imola, Roy Chowdhury,
+Chaudhuri, "Metric Differential Privacy at the User-Level", Sec. 4.2).
 
-PrivEMDItemWise (seed 004, Alg. 2) applies an (alpha0, 0) d_X-DP randomizer to every item and
+PrivEMDItemWise (Imola et al., Alg. 2) applies an (alpha0, 0) d_X-DP randomizer to every item and
 releases the shuffled multiset. With N the number of shuffled items, Thm 4.3 bounds the
 privacy loss between two item vectors whose distance vector v = (d_X(x_i, x_i'))_i has
 ||v||_0 = x0 and ||v||_1 = x1 by
@@ -10,7 +11,13 @@ privacy loss between two item vectors whose distance vector v = (d_X(x_i, x_i'))
 
 with delta-part delta e^{h}; it holds only while alpha0 < ln(N / (16 ln(4N/delta)))
 (Thm 4.3, stated with the number of shuffled items N inside the logarithm; this is the more
-conservative reading of the condition, see INDEX.md).
+conservative reading of the condition).
+
+delta' can be far larger than delta, up to and beyond 1. A bound is issued as valid only
+when delta' <= ``max_delta_out`` (default :data:`DEFAULT_MAX_DELTA_OUT` = 1e-3); above the
+cap it is reported as vacuous and carries no :class:`Guarantee`. Every logarithm of a ratio
+with delta is taken in log space (ln(4N/delta) = ln(4N) - ln(delta)), so any delta in (0, 1)
+down to the smallest subnormal is handled.
 
 Thm 4.4: PrivEMDItemWise is (alpha, delta')-bounded d_EM-DP with
 
@@ -24,8 +31,13 @@ f(y)/y is non-increasing and the supremum is the limit w -> 0:
 
     alpha = m alpha0 K / 2.
 
-The slip in App. B.4.2 (exp(-eps0) inside the final alpha) is not reproduced: we follow the
-theorem statement (exp(+alpha0)).
+App. B.4.2 of the paper writes exp(-eps0) inside the final alpha; the theorem statement
+(and the clones analysis it generalises) has exp(+alpha0), which is what is used here.
+
+References
+----------
+Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
+Alg. 2, Thm 4.3, Thm 4.4, eqs. (6)-(7).
 """
 
 from __future__ import annotations
@@ -37,17 +49,23 @@ from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import BOUNDED_EMD, Guarantee
 
 MODELS = ("local", "central")
+#: default cap on delta' = delta e^{h}: above it the bound is vacuous (not valid)
+DEFAULT_MAX_DELTA_OUT = 1e-3
+
+
+def _log_over_delta(x: float, delta: float) -> float:
+    """ln(x / delta) without forming x / delta (which overflows for tiny delta)."""
+    return math.log(x) - math.log(delta)
 
 
 def _K(alpha0: float, N: float, x0: float, delta: float) -> float:
-    """8 sqrt(e^{alpha0} ln(4 x0/delta)) / sqrt(N) + 8 e^{alpha0} / N (seed 004 Thm 4.3)."""
-    return 8.0 * math.sqrt(math.exp(alpha0) * math.log(4.0 * x0 / delta) / N) + 8.0 * math.exp(
-        alpha0
-    ) / N
+    """8 sqrt(e^{alpha0} ln(4 x0/delta)) / sqrt(N) + 8 e^{alpha0} / N (Thm 4.3)."""
+    root = math.sqrt(math.exp(alpha0) * _log_over_delta(4.0 * x0, delta) / N)
+    return 8.0 * root + 8.0 * math.exp(alpha0) / N
 
 
 def h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
-    """h(N; x0, x1) of seed 004 Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
+    """h(N; x0, x1) of Imola et al. Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
 
     Parameters
     ----------
@@ -75,15 +93,25 @@ def h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
 
 
 def thm43_validity_limit(N: int, delta: float) -> float:
-    """ln(N / (16 ln(4N/delta))): Thm 4.3 needs alpha0 strictly below this (seed 004)."""
+    """ln(N / (16 ln(4N/delta))): Thm 4.3 needs alpha0 strictly below this.
+
+    Computed as ln N - ln 16 - ln(ln(4N) - ln delta), finite for every delta in (0, 1)
+    (the direct form overflows 4N/delta and fails for delta below ~1e-308). A value <= 0
+    means that no alpha0 > 0 qualifies (N <= 16 ln(4N/delta)); callers then refuse.
+
+    References
+    ----------
+    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
+    Thm 4.3.
+    """
     N = v.count("N", N, 1)
     delta = v.probability("delta", delta)
-    return math.log(N / (16.0 * math.log(4.0 * N / delta)))
+    return math.log(N) - math.log(16.0) - math.log(_log_over_delta(4.0 * N, delta))
 
 
 @dataclass(frozen=True)
 class ItemwiseBound:
-    """(alpha, delta') bounded d_EM-DP of PrivEMDItemWise (seed 004 Thm 4.4).
+    """(alpha, delta') bounded d_EM-DP of PrivEMDItemWise (Imola et al. Thm 4.4).
 
     Attributes
     ----------
@@ -94,7 +122,7 @@ class ItemwiseBound:
     delta : float
         The delta fed into Thm 4.3.
     delta_out : float
-        delta' = delta e^{h(N; m, m)} (may be >= 1: vacuous).
+        delta' = delta e^{h(N; m, m)} (may be >= 1).
     model : {"local", "central"}
     m : int
         Items per user.
@@ -105,17 +133,19 @@ class ItemwiseBound:
     condition_ok : bool
         alpha0 < ln(N / (16 ln(4N/delta))) (Thm 4.3).
     vacuous : bool
-        delta_out >= 1.
+        delta_out >= 1 or delta_out > max_delta_out: the delta part says nothing useful.
     valid : bool
         condition_ok and not vacuous.
     validity_limit : float
         ln(N / (16 ln(4N/delta))).
     composition_alpha : float
-        m alpha0: basic composition over the m items (Fernandes et al. 2019, quoted in seed
-        004 Sec. 1.1.1); advanced composition does not improve it in the worst case
+        m alpha0: basic composition over the m items (Fernandes et al. 2019, quoted in
+        Imola et al. Sec. 1.1.1); advanced composition does not improve it in the worst case
         (see :func:`composition_alpha`).
+    max_delta_out : float
+        The cap on delta_out that was applied.
     guarantee : Guarantee or None
-        None when not valid.
+        None when not valid: a guarantee is never issued with a vacuous delta'.
     notes : tuple of str
     """
 
@@ -132,13 +162,14 @@ class ItemwiseBound:
     valid: bool
     validity_limit: float
     composition_alpha: float
+    max_delta_out: float = DEFAULT_MAX_DELTA_OUT
     guarantee: Guarantee | None = field(default=None, compare=False)
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in (
             "alpha", "alpha0", "delta", "delta_out", "model", "m", "n", "N", "condition_ok",
-            "vacuous", "valid", "validity_limit", "composition_alpha")}
+            "vacuous", "valid", "validity_limit", "composition_alpha", "max_delta_out")}
         out["delta_out"] = _finite_or_none(self.delta_out)
         out["notes"] = list(self.notes)
         out["guarantee"] = None if self.guarantee is None else self.guarantee.to_dict()
@@ -153,8 +184,22 @@ def _alpha_delta(alpha0: float, m: int, N: int, delta: float) -> tuple[float, fl
     K = _K(alpha0, N, m, delta)
     alpha = m * alpha0 * K / 2.0
     log_dout = math.log(delta) + m * math.log1p(math.tanh(alpha0 / 2.0) * K)
-    dout = math.exp(log_dout) if log_dout < 700 else math.inf
+    # rounded up by one ulp: exp is within an ulp, and delta' must not be understated
+    dout = math.nextafter(math.exp(log_dout), math.inf) if log_dout < 700 else math.inf
     return alpha, dout
+
+
+def _delta_out_check(dout: float, delta: float, cap: float) -> tuple[bool, str | None]:
+    """(vacuous, note) for delta' = ``dout`` against the cap ``cap``."""
+    if not dout < 1.0:
+        return True, f"delta' = delta e^h = {dout:.3g} >= 1: the guarantee is vacuous"
+    if dout > cap:
+        return True, (f"delta' = delta e^h = {dout:.3g} exceeds max_delta_out={cap:g}: "
+                      "the guarantee is vacuous (lower alpha0 or delta, or raise "
+                      "max_delta_out)")
+    if dout > 1e3 * delta:
+        return False, f"delta' = {dout:.3g} is {dout / delta:.3g} times the input delta"
+    return False, None
 
 
 def emd_itemwise(
@@ -164,9 +209,10 @@ def emd_itemwise(
     model: str = "local",
     n: int | None = None,
     *,
+    max_delta_out: float = DEFAULT_MAX_DELTA_OUT,
     strict: bool = False,
 ) -> ItemwiseBound:
-    """Privacy of PrivEMDItemWise for a given item parameter alpha0 (seed 004 Thm 4.4).
+    """Privacy of PrivEMDItemWise for a given item parameter alpha0 (Imola et al. Thm 4.4).
 
     Parameters
     ----------
@@ -182,29 +228,31 @@ def emd_itemwise(
     n : int, optional
         Number of users; required for the central model, ignored (must be None or 1...) for
         the local model.
+    max_delta_out : float, default 1e-3
+        Largest delta' accepted, in (0, 1]; above it the bound is vacuous (``valid=False``,
+        no guarantee).
     strict : bool, default False
         Raise ValueError instead of returning ``valid=False`` when the Thm 4.3 condition
-        fails or delta' >= 1.
+        fails or delta' is vacuous.
 
     Returns
     -------
     ItemwiseBound
     """
     alpha0, m, delta, model, n, N = _iv_itemwise(alpha0, m, delta, model, n)
+    cap = v.probability("max_delta_out", max_delta_out, closed_high=True)
     alpha, dout = _alpha_delta(alpha0, m, N, delta)
     limit = thm43_validity_limit(N, delta)
     cond = alpha0 < limit
-    vacuous = not dout < 1.0
+    vacuous, dnote = _delta_out_check(dout, delta, cap)
     notes: list[str] = []
     if not cond:
         notes.append(
             f"Thm 4.3 condition fails: needs alpha0 < ln(N/(16 ln(4N/delta))) = {limit:.6g} "
             f"with N={N}, got alpha0={alpha0}"
         )
-    if vacuous:
-        notes.append(f"delta' = delta e^h = {dout:.3g} >= 1: the guarantee is vacuous")
-    elif dout > 1e3 * delta:
-        notes.append(f"delta' = {dout:.3g} is {dout / delta:.3g} times the input delta")
+    if dnote is not None:
+        notes.append(dnote)
     valid = cond and not vacuous
     if strict and not valid:
         raise ValueError("; ".join(notes))
@@ -213,13 +261,15 @@ def emd_itemwise(
         g = Guarantee(
             notion="metric_emd", model=model, epsilon=alpha, delta=dout,
             neighbour=BOUNDED_EMD,
-            theorem="seed 004 Thm 4.4 (via Thm 4.3), alpha = sup_w h/w = m alpha0 K/2",
-            parameters={"alpha0": alpha0, "m": m, "n": n, "N": N, "delta": delta},
+            theorem="Imola-Roy Chowdhury-Chaudhuri, Metric DP at the user level, Thm 4.4 "
+                    "(via Thm 4.3), alpha = sup_w h/w = m alpha0 K/2",
+            parameters={"alpha0": alpha0, "m": m, "n": n, "N": N, "delta": delta,
+                        "max_delta_out": cap},
         )
     return ItemwiseBound(
         alpha=alpha, alpha0=alpha0, delta=delta, delta_out=dout, model=model, m=m, n=n, N=N,
         condition_ok=cond, vacuous=vacuous, valid=valid, validity_limit=limit,
-        composition_alpha=m * alpha0, guarantee=g, notes=tuple(notes),
+        composition_alpha=m * alpha0, max_delta_out=cap, guarantee=g, notes=tuple(notes),
     )
 
 
@@ -251,7 +301,7 @@ class ItemwiseInverse:
     composition_alpha0 : float
         target / m (basic composition).
     asymptotic_alpha0 : float
-        Eq. (6) (local) or (7) (central) of seed 004; nan outside their ranges.
+        Eq. (6) (local) or (7) (central) of Imola et al.; nan outside their ranges.
     asymptotic_alpha : float
         Thm 4.4 alpha actually obtained at ``asymptotic_alpha0`` (nan if not computable).
     """
@@ -286,16 +336,17 @@ def emd_itemwise_alpha0(
     model: str = "local",
     n: int | None = None,
     *,
-    max_delta_out: float = 1.0,
+    max_delta_out: float = DEFAULT_MAX_DELTA_OUT,
     rtol: float = 1e-10,
 ) -> ItemwiseInverse:
     """Largest alpha0 with Thm 4.4 alpha <= target_alpha (errs on the safe side).
 
     alpha(alpha0) = m alpha0 K(alpha0)/2 and delta'(alpha0) are increasing in alpha0, so
     bisection on alpha0 in (0, hi) keeps a lower end that is verified to satisfy
-    alpha <= target, the Thm 4.3 condition and delta' < max_delta_out; the lower end is
-    returned. ``hi`` starts at the validity limit (the condition is strict) and the bracket
-    is checked before bisecting.
+    alpha <= target, the Thm 4.3 condition and delta' <= max_delta_out (default 1e-3;
+    delta' < 1 always); the lower end is returned. ``hi`` starts at the validity limit (the
+    condition is strict) and the bracket is checked before bisecting. The returned bound is
+    valid (never vacuous).
 
     Raises
     ------
@@ -322,7 +373,7 @@ def emd_itemwise_alpha0(
 
     def ok(a0: float) -> bool:
         al, dout = _alpha_delta(a0, m, N, delta)
-        return al <= target and dout < max_dout and a0 < limit
+        return al <= target and not _delta_out_check(dout, delta, max_dout)[0] and a0 < limit
 
     lo, hi = 0.0, limit
     # bracket check: alpha -> 0 and delta' -> delta as alpha0 -> 0
@@ -341,11 +392,13 @@ def emd_itemwise_alpha0(
                 lo = mid
             else:
                 hi = mid
-    bound = emd_itemwise(lo, m, delta, model, n)
+    bound = emd_itemwise(lo, m, delta, model, n, max_delta_out=max_dout)
+    if not bound.valid:  # pragma: no cover - ok(lo) holds
+        raise ValueError(f"no valid alpha0 found for target_alpha={target}: {bound.notes}")
     al_hi, dout_hi = _alpha_delta(hi, m, N, delta)
     if al_hi > target:
         limited = "target"
-    elif not dout_hi < max_dout:
+    elif _delta_out_check(dout_hi, delta, max_dout)[0]:
         limited = "delta_out"
     else:
         limited = "validity"
@@ -362,7 +415,7 @@ def emd_itemwise_alpha0(
 
 def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
                       n: int | None = None) -> float:
-    """Eq. (6) (local) / eq. (7) (central) of seed 004: the suggested alpha0 for a target.
+    """Eq. (6) (local) / eq. (7) (central) of Imola et al.: the suggested alpha0 for a target.
 
     With L = sqrt(m ln(4 m e^alpha / delta)) and s = alpha (local) or alpha sqrt(n) (central):
     alpha0 = s / (32 L) if s <= 32 L; 2 ln(s / (16 L)) if 32 L < s < m (local) or m sqrt(n)
@@ -371,7 +424,7 @@ def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
     """
     alpha = v.positive("alpha", alpha)
     _, m, delta, model, n, _N = _iv_itemwise(1.0, m, delta, model, n)
-    L = math.sqrt(m * (math.log(4.0 * m / delta) + alpha))
+    L = math.sqrt(m * (_log_over_delta(4.0 * m, delta) + alpha))
     s = alpha if model == "local" else alpha * math.sqrt(n)
     cap = m if model == "local" else m * math.sqrt(n)
     if s <= 32.0 * L:
@@ -384,7 +437,7 @@ def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
 # --------------------------------------------------------------------------- composition
 @dataclass(frozen=True)
 class CompositionBound:
-    """Composition baselines for releasing m alpha0 d_X-DP items (seed 004 Sec. 4.2).
+    """Composition baselines for releasing m alpha0 d_X-DP items (Imola et al. Sec. 4.2).
 
     Attributes
     ----------
@@ -398,7 +451,7 @@ class CompositionBound:
         sup over w of the better of the two bounds divided by w; attained at a single moved
         item (||v||_1 = 1), where advanced composition is no better than basic, so it equals
         m alpha0: composition cannot give the 1/sqrt(m) factor ("Comparison with
-        Composition", seed 004 Sec. 4.2).
+        Composition", Imola et al. Sec. 4.2).
     """
 
     alpha: float

@@ -51,6 +51,10 @@ from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.encoders.polya import SAMPLER_TV_MAX
 
 ROUNDING_RULES = ("floor", "largest_remainder")
+#: largest modulus the protocol record and wire format accept (ProtocolParams: q <= 2^32)
+MAX_Q = 1 << 32
+#: largest message, ceil(log2 m) + ceil(log2 q) bits (one unsigned 64-bit word on the wire)
+MAX_RECORD_BITS = 64
 NEIGHBOURS = ("replace", "zero_out", "add_remove")  # tokens of Neighbour
 DECODINGS = ("shifted", "centred")
 
@@ -161,7 +165,9 @@ class SummationParameters:
 
 # --------------------------------------------------------------------------- tails
 def dl_tail(a: float, t: int) -> float:
-    """P(|Z| > t) for Z ~ DL(a): 2 a^{t+1} / (1 + a) (exact)."""
+    """P(|Z| > t) for Z ~ DL(a): 2 a^{t+1} / (1 + a) (exact; 0 when a underflowed to 0)."""
+    if a == 0.0:
+        return 0.0
     return math.exp(math.log(2.0) + (t + 1) * math.log(a) - math.log1p(a))
 
 
@@ -175,18 +181,59 @@ def noise_tail(a: float, t: int, shape: float = 1.0) -> float:
     return min(1.0, 2.0 * float(nbinom.sf(t, shape, 1.0 - a)))
 
 
-def _headroom(a: float, shape: float, target: float) -> int:
-    """Smallest integer t >= 0 with noise_tail(a, t, shape) <= target."""
-    if shape == 1.0:
-        # 2 a^{t+1}/(1+a) <= target  <=>  (t+1) ln a <= ln(target (1+a)/2)
-        t = max(0, math.ceil(math.log(target * (1.0 + a) / 2.0) / math.log(a)) - 1)
-    else:
-        t = max(0, int(nbinom.isf(target / 2.0, shape, 1.0 - a)))
-    while noise_tail(a, t, shape) > target:
-        t += 1
+def _headroom(a: float, log_a: float, shape: float, target: float, t_max: int) -> int:
+    """Smallest integer t >= 0 with noise_tail(a, t, shape) <= target; ValueError if > t_max.
+
+    ``log_a`` = ln a = -eps_i / Delta_i is passed exactly (ln of a rounded a is 0 once
+    eps_i / Delta_i < 1e-16). The DL(a) tail 2 a^{t+1}/(1+a) is a lower bound of the tail
+    for every shape >= 1 (NegBin(shape) dominates the geometric), so its t starts the search
+    and decides the refusal without evaluating any tail when even it exceeds ``t_max``.
+    """
+    # 2 a^{t+1}/(1+a) <= target  <=>  (t+1) ln a <= ln(target (1+a)/2)
+    t_dl = math.log(target * (1.0 + a) / 2.0) / log_a - 1.0
+    if not t_dl <= t_max:
+        raise _HeadroomError(t_dl)
+    t = max(0, math.ceil(t_dl))
+    if noise_tail(a, t, shape) > target:  # shape > 1: gallop, then bisect, up to t_max
+        lo, step = t, 1
+        while noise_tail(a, t, shape) > target:
+            if t >= t_max:
+                raise _HeadroomError(t_max + 1)
+            lo, t = t, min(t_max, t + step)
+            step *= 2
+        while t - lo > 1:
+            mid = (lo + t) // 2
+            lo, t = (lo, mid) if noise_tail(a, mid, shape) <= target else (mid, t)
     while t > 0 and noise_tail(a, t - 1, shape) <= target:
         t -= 1
     return t
+
+
+class _HeadroomError(ValueError):
+    """The noise needs more headroom than a modulus <= MAX_Q leaves."""
+
+    def __init__(self, t: float) -> None:
+        super().__init__(t)
+        self.t = t
+
+
+def _headroom_limit(nB: int, decoding: str) -> int:
+    """Largest headroom t whose modulus stays <= MAX_Q (shifted or centred layout)."""
+    if decoding == "shifted":  # q = n B + 2 t + 1
+        return (MAX_Q - 1 - nB) // 2
+    return (MAX_Q - 1) // 2 - nB  # q = 2 (n B + t) + 1
+
+
+def _check_wire_limits(m: int, q: int) -> None:
+    """ProtocolParams' limits on the modulus and the message size, as one-line errors."""
+    if q > MAX_Q:
+        raise ValueError(f"q must be <= 2^32, got q={q}; lower B or n")
+    bits = max(1, (m - 1).bit_length()) + (q - 1).bit_length()
+    if bits > MAX_RECORD_BITS:
+        raise ValueError(
+            f"messages need {bits} bits > {MAX_RECORD_BITS} (ceil(log2 m) + ceil(log2 q) with "
+            f"m={m}, q={q}); lower q or the grid"
+        )
 
 
 def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
@@ -200,7 +247,8 @@ def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
     m = v.count("m", m, 1)
     q = v.count("q", q, 2)
     n = v.count("n", n, 2)
-    num = 2.0 * (epsilon + math.log1p(math.exp(-epsilon))) + 2.0 * math.log(m / delta)
+    # ln(m/delta) = ln m - ln delta: m/delta overflows for tiny delta
+    num = 2.0 * (epsilon + math.log1p(math.exp(-epsilon))) + 2.0 * (math.log(m) - math.log(delta))
     num += math.log(q)
     return math.ceil(num / math.log(n) + 1.0)
 
@@ -220,8 +268,9 @@ def delta_split(epsilon: float, delta: float, n: int, m: int) -> tuple[float, fl
     delta_sampler = (1.0 + math.exp(min(float(epsilon), 700.0))) * tau
     if not delta_sampler < delta / 2:
         raise ValueError(
-            f"delta={delta!r} is too small for the noise sampler's total variation budget "
-            f"{delta_sampler:.3g} (n={n}, m={m}); increase delta"
+            f"the noise sampler's total variation, (1 + e^epsilon) * {tau:.3g} = "
+            f"{delta_sampler:.3g} (n={n}, m={m}), is not below delta / 2 for "
+            f"epsilon={epsilon!r}, delta={delta!r}: increase delta or lower epsilon"
         )
     return delta - delta_sampler, delta_sampler
 
@@ -296,6 +345,9 @@ def summation_parameters(
             f"for n={n}"
         )
     budgets = tuple(float(e) for e in level_budgets(eps, 0, len(sizes) - 1, gamma))
+    if not min(budgets) > 0:
+        raise ValueError(f"a level budget underflows to 0 (or is not a number) with "
+                         f"epsilon={eps!r}, gamma={gamma!r} over {len(sizes)} levels")
     # scaled rounded level vectors: entries in [0, B], level sum <= B (both rules)
     sens_one = neighbour.level_sensitivity(B)
     sens = tuple(sens_one for _ in sizes)
@@ -305,13 +357,27 @@ def summation_parameters(
                 for ai, e, s in zip(a, budgets, sens, strict=True))
     shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
     per_coord = wrap_target / m
-    t = max(_headroom(ai, shape, per_coord) for ai in a)
+    # ProtocolParams' limits: q <= 2^32 and a headroom t >= 1 (decode_low >= 1)
+    t_max = _headroom_limit(n * B, decoding)
+    if t_max < 1:
+        _check_wire_limits(m, n * B + 3 if decoding == "shifted" else 2 * (n * B + 1) + 1)
+    try:
+        t = max(_headroom(ai, -e / s, shape, per_coord, t_max)
+                for ai, e, s in zip(a, budgets, sens, strict=True))
+    except _HeadroomError as exc:
+        raise ValueError(
+            f"the noise needs headroom t >= {exc.t:.4g} > {t_max}, so q would exceed 2^32 "
+            f"(epsilon={eps!r} is too small for B={B}, n={n}, wrap_target={wrap_target!r}); "
+            f"raise epsilon or wrap_target, or lower B or n"
+        ) from None
+    t = max(t, 1)
     if decoding == "shifted":
         q = n * B + 2 * t + 1
         low = t
     else:
         q = 2 * (n * B + t) + 1
         low = n * B + t
+    _check_wire_limits(m, q)
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
     wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
                                                                                strict=True)))

@@ -1,17 +1,53 @@
 """Clones bound: numerical (exact divergence of the reduction) vs closed form, with timings.
 
-Run: python bench/accounting_numerical.py [--quick]
+Two tables:
+
+1. Certification across eps0 (issue 7, item 1): n = 1000, delta = 1e-6, eps0 in
+   {1, 10, 30, 33, 36, 37, 100, 700}. For each released (epsilon, delta) the divergence of
+   the reduction pair at epsilon is recomputed independently, term by term in mpmath at 50
+   digits (``tests/accounting/mp_clones.py``), and printed next to it with the divergence
+   one grid step below (``epsilon_lower``), which must exceed the requested delta.
+2. Numerical vs closed form and time per call over n, eps0, delta (``--quick``: fewer n).
+
+Run: python bench/accounting_numerical.py [--quick] [--no-timing]
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from shuffledp.accounting.clones import clones_closed_form, clones_numerical
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "accounting"))
+from mp_clones import mp_divergence  # noqa: E402
 
-def main(quick: bool = False) -> None:
+CERT_EPS0 = (1.0, 10.0, 30.0, 33.0, 36.0, 37.0, 100.0, 700.0)
+
+
+def certification_table(n: int = 1000, delta: float = 1e-6) -> None:
+    print(f"numerical bound, n={n}, delta={delta:g}: released (epsilon, delta) and the "
+          "mpmath divergence of the reduction pair")
+    print(f"{'eps0':>6} {'epsilon':>12} {'delta_rel':>9} {'valid':>6} {'D_mp(eps)':>11} "
+          f"{'ok':>3} {'eps_lower':>12} {'D_mp(lower)':>11} {'tight':>5} {'seconds':>8}")
+    for eps0 in CERT_EPS0:
+        t = time.perf_counter()
+        b = clones_numerical(n, eps0, delta)
+        dt = time.perf_counter() - t
+        _, hi = mp_divergence(n, eps0, b.epsilon)
+        ok = hi <= b.delta + 1e-40
+        lo_below, _ = mp_divergence(n, eps0, b.epsilon_lower)
+        tight = lo_below > delta
+        print(f"{eps0:>6g} {b.epsilon:>12.6g} {b.delta:>9.0e} {b.valid!s:>6} "
+              f"{float(hi):>11.3e} {'yes' if ok else 'NO':>3} {b.epsilon_lower:>12.6g} "
+              f"{float(lo_below):>11.3e} {'yes' if tight else 'no':>5} {dt:>8.4f}")
+    print("D_mp(eps) = 1e-42 is the reference's rounding slack: at epsilon = eps0 d the "
+          "divergence is exactly 0 (valid=False: no amplification, the local (eps0, 0)).")
+    print()
+
+
+def timing_table(quick: bool) -> None:
     ns = [10**4, 10**5, 10**6] if quick else [10**4, 10**5, 10**6, 10**7, 10**8]
     print(f"{'n':>10} {'eps0':>5} {'delta':>7} {'eps_upper':>11} {'eps_lower':>11} "
           f"{'closed_form':>11} {'cf_valid':>8} {'seconds':>8}")
@@ -27,5 +63,11 @@ def main(quick: bool = False) -> None:
                       f"{dt:>8.3f}")
 
 
+def main(quick: bool = False, timing: bool = True) -> None:
+    certification_table()
+    if timing:
+        timing_table(quick)
+
+
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    main(quick="--quick" in sys.argv, timing="--no-timing" not in sys.argv)

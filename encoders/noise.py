@@ -205,7 +205,7 @@ def discrete_laplace_for(
 def discrete_laplace(a: float, size: int, rng: RngLike | SecureRandom = None) -> np.ndarray:
     """i.i.d. DL(a) noise (int64) for a float a in (0, 1), as the difference of two
     Polya(1, a) = geometric variables from the exact table sampler (total variation to DL(a)
-    below 1e-23; :func:`shuffledp.encoders.polya.polya_difference`)."""
+    below 1e-30; :func:`shuffledp.encoders.polya.polya_difference`)."""
     from shuffledp.encoders.polya import polya_difference
 
     a = float(a)

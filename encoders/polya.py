@@ -24,9 +24,10 @@ recursion p_{k+1} = p_k a (s + k) / (k + 1) with s and a taken as the exact rati
 floats represent, each step rounded down). A sample is ``X = #{k : T_k <= U}`` for U uniform
 on [0, 2^128) built from two words (the second is read only when the first does not already
 decide X = 0, which is the common case for the small shapes of the protocol). The table stops
-at the first K with a provable tail sum_{j > K} p_j <= 2^-80; that mass is moved to X = 0.
+at the first K with a provable tail sum_{j > K} p_j <= 2^-120; that mass is moved to X = 0.
 The total variation between the sampled law and Polya(s, a) is then at most
-:attr:`PolyaTable.tv_bound` = 2 (2^-80 + (K + 2) 2^-127 + (K + 2)^2 2^-190), about 1.7e-24;
+:attr:`PolyaTable.tv_bound` = 2 (2^-120 + (K + 2) 2^-127 + (K + 2)^2 2^-190), at most
+:data:`SAMPLER_TV_MAX` ~ 2.5e-31 for any table built (K <= 2^24);
 (times 1/p_0 in the last term when s > 1);
 ``tests/test_polya.py`` checks the implied pmf against an independent mpmath evaluation.
 No floating-point Gamma/Poisson draw is involved, so the same words give the same integers on
@@ -64,10 +65,10 @@ from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
 
 _PREC = 192  # fractional bits of the exact pmf
-_TAIL_BITS = 80  # the table stops once the remaining tail is provably <= 2^-80
+_TAIL_BITS = 120  # the table stops once the remaining tail is provably <= 2^-120
 _MAX_TABLE = 1 << 24
 #: Bound on the total variation of one table draw for any shape <= 1 (tables are capped at
-#: _MAX_TABLE entries): 2 (2^-80 + (K + 2) 2^-127 + (K + 2)^2 2^-190) at K = 2^24.
+#: _MAX_TABLE entries): 2 (2^-120 + (K + 2) 2^-127 + (K + 2)^2 2^-190) at K = 2^24.
 SAMPLER_TV_MAX = 2.0 * (2.0**-_TAIL_BITS + (_MAX_TABLE + 2) * 2.0**-127
                         + (_MAX_TABLE + 2) ** 2 * 2.0**-190)
 
@@ -171,7 +172,7 @@ def polya_table(shape: float, a: float) -> PolyaTable:
     lo = np.fromiter((t & mask for t in th), dtype=np.uint64, count=len(th))
     K = len(ps)
     # floors in the recursion: p_k is low by < (k + 1) 2^-192 when every ratio is <= 1;
-    # quantisation of each threshold: < 2^-128; tail: <= 2^-80.
+    # quantisation of each threshold: < 2^-128; tail: <= 2^-120.
     # (for s > 1 the floors can grow by at most 1 / p_0 before the mode, hence the factor)
     growth = 1.0 / min(1.0, ps[0] / one) if ps[0] else math.inf
     tv = 2.0 * (2.0**-_TAIL_BITS + (K + 2) * 2.0**-127 + (K + 2) ** 2 * 2.0**-190 * growth)

@@ -2,10 +2,10 @@
 
 Subcommands
 -----------
-emd-itemwise   PrivEMDItemWise, seed 004 Thm 4.4 (forward with --alpha0, inverse with
+emd-itemwise   PrivEMDItemWise, Imola et al. Thm 4.4 (forward with --alpha0, inverse with
                --target-alpha)
 shuffle-ldp    amplification by shuffling of n eps0-LDP reports (clones bound)
-summation      parameters of the App. F shuffle summation protocol (seed 000)
+summation      parameters of the App. F shuffle summation protocol (Ghazi et al. 2023)
 
 Every subcommand prints a short table, or one JSON object with ``--json``. Bad input exits
 with a usage error naming the option and the value (never a traceback).
@@ -22,6 +22,7 @@ import click
 from shuffledp.accounting import _validate as v
 from shuffledp.accounting.clones import shuffle_ldp as _shuffle_ldp
 from shuffledp.accounting.metric_shuffle import (
+    DEFAULT_MAX_DELTA_OUT,
     composition_alpha,
     emd_itemwise,
     emd_itemwise_alpha0,
@@ -75,6 +76,8 @@ class _Real(click.ParamType):
             self.fail(f"must be a finite number > 0, got {value!r}", param, ctx)
         if self.kind == "unit" and not (0 < x < 1):
             self.fail(f"must be in (0, 1), got {value!r}", param, ctx)
+        if self.kind == "unit1" and not (0 < x <= 1):
+            self.fail(f"must be in (0, 1], got {value!r}", param, ctx)
         if self.kind == "unit0" and not (0 <= x < 1):
             self.fail(f"must be in [0, 1), got {value!r}", param, ctx)
         return x
@@ -125,6 +128,14 @@ def _run(fn, *args, **kwargs):
         raise click.UsageError(str(exc)) from None
 
 
+def _run_or_refuse(fn, *args, **kwargs):
+    """Like :func:`_run`, but a refusal is a plain error: exit 1 with the reason."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 # --------------------------------------------------------------------------- commands
 @click.group("account")
 def account() -> None:
@@ -140,11 +151,12 @@ def account() -> None:
 @click.option("--alpha0", type=POS, default=None, help="Item-level d_X-DP parameter.")
 @click.option("--target-alpha", "target_alpha", type=POS, default=None,
               help="Find the largest alpha0 with alpha <= target.")
-@click.option("--max-delta-out", "max_delta_out", type=_Real("unit"), default=None,
-              help="Inverse only: also require delta' below this.")
+@click.option("--max-delta-out", "max_delta_out", type=_Real("unit1"),
+              default=DEFAULT_MAX_DELTA_OUT, show_default=True,
+              help="Largest delta' accepted; above it the bound is vacuous (not valid).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as_json):
-    """PrivEMDItemWise (seed 004 Thm 4.4): alpha and delta' from alpha0, or the inverse."""
+    """PrivEMDItemWise (Imola et al., Thm 4.4): alpha and delta' from alpha0, or the inverse."""
     if (alpha0 is None) == (target_alpha is None):
         raise click.UsageError(
             f"give exactly one of --alpha0 and --target-alpha, got --alpha0={alpha0} "
@@ -156,18 +168,18 @@ def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as
         click.echo(f"warning: --n={n} is ignored in the local model", err=True)
         n = None
     if alpha0 is not None:
-        b = _run(emd_itemwise, alpha0, m, delta, model, n)
+        b = _run(emd_itemwise, alpha0, m, delta, model, n, max_delta_out=max_delta_out)
         rec = b.to_dict()
         rec["composition_alpha"] = b.composition_alpha
         rec["composition_alpha0"] = b.alpha / m
         rec["advanced_composition_alpha"] = _run(composition_alpha, alpha0, m,
                                                  delta).advanced_alpha
         _warn(b.notes, b.valid)
-        keys = ["model", "m", "n", "alpha0", "alpha", "delta", "delta_out", "valid",
-                "validity_limit", "composition_alpha", "composition_alpha0"]
+        keys = ["model", "m", "n", "alpha0", "alpha", "delta", "delta_out", "max_delta_out",
+                "vacuous", "valid", "validity_limit", "composition_alpha", "composition_alpha0"]
     else:
-        kw = {} if max_delta_out is None else {"max_delta_out": max_delta_out}
-        inv = _run(emd_itemwise_alpha0, target_alpha, m, delta, model, n, **kw)
+        inv = _run(emd_itemwise_alpha0, target_alpha, m, delta, model, n,
+                   max_delta_out=max_delta_out)
         b = inv.bound
         rec = b.to_dict()
         rec.update(
@@ -177,7 +189,7 @@ def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as
         )
         _warn(b.notes, b.valid)
         keys = ["model", "m", "n", "target_alpha", "alpha0", "alpha", "delta", "delta_out",
-                "valid", "limited_by", "composition_alpha0", "asymptotic_alpha0",
+                "max_delta_out", "valid", "limited_by", "composition_alpha0", "asymptotic_alpha0",
                 "asymptotic_alpha"]
     _emit(rec, as_json, keys)
 
@@ -225,7 +237,12 @@ def shuffle_ldp_cmd(n, eps0, delta, method, rtol, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def summation_cmd(n, eps, delta, B, grid, w, gamma, rounding, neighbour, dropout, wrap_target,
                   decoding, as_json):
-    """Parameters of the seed-000 App. F shuffle summation protocol."""
+    """Parameters of the App. F shuffle summation protocol (Ghazi et al. 2023).
+
+    Refuses (exit 1, the reason on one line) every configuration the protocol record
+    (``shuffledp.protocol_params.ProtocolParams``) would refuse: q <= 2^32, messages of at
+    most 64 bits, n_min >= 2, a headroom of at least 1.
+    """
     from shuffledp.grid import Grid
 
     try:
@@ -233,9 +250,9 @@ def summation_cmd(n, eps, delta, B, grid, w, gamma, rounding, neighbour, dropout
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(f"{exc}", param_hint="--grid") from None
     kw = {} if gamma is None else {"gamma": gamma}
-    p = _run(summation_parameters, n=n, epsilon=eps, delta=delta, B=B, grid=g, w=w,
-             rounding=rounding, neighbour=neighbour, dropout=dropout, wrap_target=wrap_target,
-             decoding=decoding, **kw)
+    p = _run_or_refuse(summation_parameters, n=n, epsilon=eps, delta=delta, B=B, grid=g,
+                       w=w, rounding=rounding, neighbour=neighbour, dropout=dropout,
+                       wrap_target=wrap_target, decoding=decoding, **kw)
     rec = p.to_dict()
     rec["grid"] = str(g)
     _emit(rec, as_json,

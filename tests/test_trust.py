@@ -89,7 +89,7 @@ def _mp_polya_pmf(k: int, s: Fraction, a: Fraction) -> mpmath.mpf:
                          ids=["s1/3-a0.9", "s0.05-a0.99", "s1.5-a0.4", "s0.5-a0.2"])
 def test_polya_table_law_is_within_its_tv_bound_of_the_exact_pmf(s, a):
     """The sampler's exact law (thresholds / 2^128) against an independent mpmath pmf at 60
-    digits: total variation <= the table's bound (~1e-24), far below the required 1e-9."""
+    digits: total variation <= the table's bound (~1e-31), far below the required 1e-9."""
     table = polya_table(s, a)
     q = table.implied_pmf()
     with mpmath.workdps(60):

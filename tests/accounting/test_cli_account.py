@@ -110,3 +110,87 @@ def test_bad_input_names_argument_and_value(args, needle):
     assert "Traceback" not in r.output
     for s in needle:
         assert s in r.output, (s, r.output)
+
+
+@pytest.mark.parametrize("eps0", ["33", "36", "37", "100", "700"])
+def test_shuffle_ldp_large_eps0_reports_no_amplification(eps0):
+    # issue 7 item 1: eps0 >= 37 printed epsilon ~ 1e-12 with valid=true
+    r = run("shuffle-ldp", "--n", "1000", "--eps0", eps0, "--delta", "1e-6", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["epsilon"] == float(eps0) and d["valid"] is False and d["delta"] == 0.0
+    assert d["guarantee"]["epsilon"] == float(eps0)
+    assert "warning: no amplification" in r.stderr and "vacuous" in r.stderr
+
+
+def test_shuffle_ldp_refuses_cleanly():
+    r = run("shuffle-ldp", "--n", "1e15", "--eps0", "1", "--delta", "1e-6")
+    assert r.exit_code == 2 and "too large for the numerical method" in r.output
+    assert "Traceback" not in r.output
+    r = run("shuffle-ldp", "--n", "1000", "--eps0", "701", "--delta", "1e-6")
+    assert r.exit_code == 2 and "eps0 must be <= 700 (e^eps0 overflows), got eps0=701" in r.output
+
+
+@pytest.mark.parametrize("delta", ["1e-300", "5e-324"])
+@pytest.mark.parametrize("args", [
+    ("--model", "local", "--m", "1000", "--alpha0", "0.01"),
+    ("--model", "central", "--m", "100", "--n", "1000", "--target-alpha", "5"),
+    ("--model", "central", "--m", "100", "--n", "1000", "--alpha0", "0.1"),
+    ("--model", "local", "--m", "100", "--target-alpha", "5"),
+])
+def test_emd_itemwise_tiny_delta_no_traceback(delta, args):
+    # issue 7 item 4: thm43_validity_limit raised "math domain error" for tiny delta
+    r = run("emd-itemwise", *args, "--delta", delta, "--json")
+    assert "domain error" not in r.output and "Traceback" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    if r.exit_code == 0:
+        d = json.loads(r.stdout)
+        assert d["validity_limit"] is not None and d["delta"] == float(delta)
+        assert d["valid"] == (d["guarantee"] is not None)
+    else:  # the Thm 4.3 condition has no room: a one-line reason
+        assert r.exit_code == 2 and "cannot be reached: Thm 4.3 needs alpha0" in r.output
+    for method in ("closed-form", "numerical"):
+        r = run("shuffle-ldp", "--n", "1000", "--eps0", "1", "--delta", delta,
+                "--method", method, "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["epsilon"] == 1.0
+
+
+def test_emd_itemwise_delta_out_cap():
+    # issue 7 item 4: the inverse issued delta' = 0.99999999938 as valid by default
+    r = run("emd-itemwise", "--model", "local", "--m", "10000", "--delta", "1e-6",
+            "--target-alpha", "200", "--json")
+    d = json.loads(r.stdout)
+    assert r.exit_code == 0 and d["valid"] is True and d["delta_out"] <= 1e-3
+    assert d["max_delta_out"] == 1e-3 and d["limited_by"] == "delta_out"
+    r = run("emd-itemwise", "--model", "local", "--m", "10000", "--delta", "1e-6",
+            "--alpha0", "0.0069", "--json")
+    d = json.loads(r.stdout)
+    assert d["valid"] is False and d["vacuous"] is True and d["guarantee"] is None
+    assert "exceeds max_delta_out=0.001" in r.stderr
+    r = run("emd-itemwise", "--model", "local", "--m", "10000", "--delta", "1e-6",
+            "--alpha0", "0.0069", "--max-delta-out", "0.9", "--json")
+    assert json.loads(r.stdout)["valid"] is True
+    r = run("emd-itemwise", "--model", "local", "--m", "10", "--delta", "1e-6",
+            "--alpha0", "0.1", "--max-delta-out", "1.5")
+    assert r.exit_code == 2 and "must be in (0, 1], got '1.5'" in r.output
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--n", "100000", "--B", "100000", "--grid", "64x64"], "q must be <= 2^32"),
+    (["--n", "2", "--B", "1", "--grid", "8x8", "--eps", "1e-9"], "needs headroom"),
+    (["--n", "10000000", "--B", "255", "--grid", "65536x65536", "--eps", "0.1"],
+     "messages need 65 bits > 64"),
+])
+def test_summation_refuses_what_protocol_params_refuses(args, reason):
+    # issue 7 item 4: these printed parameter sets that ProtocolParams rejects (or crashed)
+    from shuffledp.grid import Grid
+    from shuffledp.protocol_params import derive_params
+
+    kw = {"--eps": "1", "--delta": "1e-12"}
+    kw.update(dict(zip(args[::2], args[1::2])))
+    r = run("summation", *[x for kv in kw.items() for x in kv])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+    assert reason in r.output and "Traceback" not in r.output
+    with pytest.raises(ValueError, match=reason.replace("^", r"\^")):
+        derive_params(Grid.parse(kw["--grid"]), int(kw["--n"]), epsilon=float(kw["--eps"]),
+                      delta=float(kw["--delta"]), B=int(kw["--B"]))

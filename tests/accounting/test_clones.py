@@ -6,11 +6,14 @@ import time
 import mpmath as mp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from mp_clones import mp_divergence
 from scipy.stats import binom
 from shuffledp.accounting.clones import (
+    _cut_estimate,
     clones_closed_form,
+    clones_eps0_for_target,
     clones_formula,
     clones_numerical,
     clones_validity_limit,
@@ -208,3 +211,111 @@ def test_eps0_for_target_round_trip():
         clones_eps0_for_target(100, 0.5, 1e-6, eps0_max=800)
     capped = clones_eps0_for_target(10**4, 0.9, 1e-6, eps0_max=1.0)
     assert capped.eps0_next == math.inf and capped.eps0 <= 1.0
+
+
+# --------------------------------------------------------------------------- issue 7, item 1
+# Every check below is against mp_clones.mp_divergence: the divergence of the reduction pair
+# summed outcome by outcome in mpmath at 50 digits (no closed form, no incomplete beta), with
+# the left-out mass of C charged to the upper end. "Certified" means: the released epsilon
+# has exact divergence <= the released delta; "tight" means: one grid step below it the
+# exact divergence exceeds the requested delta (OpenDP-style boundary check).
+MP_SLACK = mp.mpf(10) ** -40  # rounding of the 50-digit reference
+
+
+def assert_certified_and_tight(b, delta, rtol=1e-3):
+    lo, hi = mp_divergence(b.n, b.eps0, b.epsilon, b.d)
+    assert hi <= b.delta + MP_SLACK, (b, float(hi))
+    assert b.epsilon <= b.eps0 * b.d * (1 + 1e-15)
+    if b.epsilon_lower > 0:  # the search saw the boundary: it must be real
+        lo_below, _ = mp_divergence(b.n, b.eps0, b.epsilon_lower, b.d)
+        assert lo_below > delta, (b, float(lo_below))
+        assert b.epsilon <= b.epsilon_lower * (1 + rtol) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("eps0,d", [(30.0, 1.0), (33.0, 1.0), (34.0, 1.0), (36.0, 1.0),
+                                    (37.0, 1.0), (100.0, 1.0), (700.0, 1.0), (68.0, 0.5),
+                                    (700.0, 0.05)])
+def test_numerical_certified_for_large_alpha0_d(eps0, d):
+    # old code: eps0=33 left divergence 8e-3, 36 gave 0.33, >= 37 reported eps ~ 1e-12
+    delta = 1e-6
+    b = clones_numerical(1000, eps0, delta, d=d)
+    assert_certified_and_tight(b, delta)
+    # n = 1000 cannot amplify at these eps0 (C = 0 w.p. >= 1 - 1e-10): the local guarantee
+    assert not b.valid and b.delta == 0.0
+    assert b.epsilon == pytest.approx(eps0 * d, rel=1e-15) and b.epsilon >= eps0 * d
+    assert "no amplification" in b.notes[-1]
+
+
+@pytest.mark.parametrize("n,eps0,eps,d", [(1000, 34.0, 33.9, 1.0), (1000, 40.0, 39.0, 1.0),
+                                          (1000, 700.0, 699.0, 1.0), (1000, 700.0, 1.0, 1.0),
+                                          (1000, 68.0, 33.0, 0.5), (100, 1e-3, 1e-5, 1.0),
+                                          (3000, 9.0, 8.5, 1.0)])
+def test_divergence_brackets_mpmath_reference(n, eps0, eps, d):
+    # 1 - rho by subtraction was exactly 0 from alpha0 d ~ 37 on (divergence reported 0)
+    lo, hi = reduction_divergence(n, eps0, eps, d=d)
+    ref_lo, ref_hi = mp_divergence(n, eps0, eps, d)
+    assert lo <= ref_lo and ref_hi <= hi
+    assert hi - lo <= 1e-8 * float(ref_hi) + 1e-280
+
+
+def _exact_cut(c, ad, eps):
+    """Smallest a with P(a|c) > e^eps Q(a|c), by scanning in mpmath."""
+    with mp.workdps(80):
+        ad, E = mp.mpf(ad), mp.exp(mp.mpf(eps))
+        beta, rho = 1 / (1 + mp.exp(ad)), 1 / (1 + mp.exp(-ad))
+        A, negB = rho - E * beta, E * rho - beta
+        return next((a for a in range(c + 2) if A * a > negB * (c + 1 - a)), c + 2)
+
+
+@pytest.mark.parametrize("ad", [1e-6, 0.5, 5.0, 20.0, 37.0, 100.0, 700.0])
+def test_cut_estimate_within_one_of_exact(ad):
+    # the old floor(x* (c+1)/(1+x*)) + 1 was c + 2 once x* (c+1) > 2^53 (e.g. ad=40, eps=39)
+    for c in (0, 1, 2, 7, 150, 4000):
+        for frac in (0.0, 1e-12, 1e-6, 0.3, 0.9, 1 - 1e-6, 1 - 1e-12):
+            eps = ad * frac
+            E = math.exp(eps)
+            beta, rho = math.exp(-ad) / (1 + math.exp(-ad)), 1 / (1 + math.exp(-ad))
+            A = beta * E * math.expm1(ad - eps)
+            negB = rho * (math.expm1(eps) - math.expm1(-ad))
+            k0 = int(_cut_estimate(np.array([c]), A, negB)[0])
+            assert abs(k0 - _exact_cut(c, ad, eps)) <= 1, (c, ad, eps)
+
+
+# eps0 in (0, 50]: uniform, plus log-uniform on [e^-5, 50] so that the amplifying range
+# (eps0 of a few units and below) is drawn as often as the non-amplifying one
+EPS0 = st.one_of(st.floats(0.0, 50.0, exclude_min=True, allow_subnormal=False),
+                 st.floats(-5.0, math.log(50.0)).map(math.exp))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(n=st.integers(1, 300), eps0=EPS0, d=st.one_of(st.just(1.0), st.floats(0.05, 1.0)),
+       delta=st.sampled_from([1e-3, 1e-6, 1e-9]))
+@example(n=300, eps0=0.3, d=1.0, delta=1e-6).via("amplifying, small eps0")
+@example(n=300, eps0=1.0, d=1.0, delta=1e-9).via("amplifying")
+@example(n=50, eps0=4.0, d=0.5, delta=1e-3).via("metric, d < 1")
+def test_every_released_epsilon_is_certified(n, eps0, d, delta):
+    # property: exact divergence at the released epsilon <= released delta, boundary tight
+    assert_certified_and_tight(clones_numerical(n, eps0, delta, d=d), delta)
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(eps0=EPS0)
+@example(eps0=1.0).via("amplifying")
+@example(eps0=3.0).via("amplifying, close to the end of amplification")
+def test_every_released_epsilon_is_certified_n1000(eps0):
+    assert_certified_and_tight(clones_numerical(1000, eps0, 1e-6), 1e-6)
+
+
+def test_eps0_for_target_uses_a_correct_oracle():
+    # old code: 99.95 (the oracle certified ~1e-12 for every eps0 >= 37)
+    lp = clones_eps0_for_target(1000, 1.0, 1e-6, eps0_max=100)
+    assert 2.5 < lp.eps0 < 3.0 and lp.bound.epsilon <= 1.0
+    assert mp_divergence(1000, lp.eps0, 1.0)[1] <= 1e-6
+    assert clones_numerical(1000, lp.eps0_next, 1e-6).epsilon > 1.0
+    assert mp_divergence(1000, lp.eps0 * 1.01, 1.0)[0] > 1e-6  # within 1% of the truth
+
+
+def test_numerical_refuses_support_too_large():
+    with pytest.raises(ValueError, match=r"n=1000000000000000 is too large .*closed-form"):
+        clones_numerical(10**15, 1.0, 1e-6)

@@ -1,4 +1,5 @@
-"""PrivEMDItemWise (seed 004 Thm 4.3/4.4): paper example, sup closed form, inverse, eqs 6-7."""
+"""PrivEMDItemWise (Imola, Roy Chowdhury, Chaudhuri, Metric DP at the user level, Thm 4.3/4.4):
+paper example, sup closed form, inverse, eqs 6-7, delta' cap, tiny delta."""
 
 import math
 
@@ -72,7 +73,7 @@ def test_sup_is_the_w_to_zero_limit(model, n, a0):
 def test_validity_condition_boundary():
     N, delta = 10**6, 1e-9
     lim = thm43_validity_limit(N, delta)
-    assert lim == math.log(N / (16 * math.log(4 * N / delta)))
+    assert lim == pytest.approx(math.log(N / (16 * math.log(4 * N / delta))), rel=1e-14)
     assert not emd_itemwise(lim, 10, delta, "central", 10**5).condition_ok  # strict
     assert emd_itemwise(math.nextafter(lim, 0), 10, delta, "central", 10**5).condition_ok
     bad = emd_itemwise(lim, 10, delta, "central", 10**5)
@@ -101,13 +102,13 @@ def test_inverse_round_trip(target, m, n, model):
         return
     inv = emd_itemwise_alpha0(target, m, delta, model, n)
     fwd = emd_itemwise(inv.alpha0, m, delta, model, n)
-    assert fwd.alpha <= target and fwd.condition_ok and fwd.delta_out < 1
+    assert fwd.alpha <= target and fwd.condition_ok and fwd.delta_out <= 1e-3 and fwd.valid
     if inv.limited_by == "target":
         assert emd_itemwise(inv.alpha0 * (1 + 1e-8), m, delta, model, n).alpha > target
     elif inv.limited_by == "validity":
         assert inv.alpha0 == pytest.approx(thm43_validity_limit(N, delta), rel=1e-9)
     else:
-        assert emd_itemwise(inv.alpha0 * (1 + 1e-8), m, delta, model, n).delta_out >= 1
+        assert emd_itemwise(inv.alpha0 * (1 + 1e-8), m, delta, model, n).delta_out > 1e-3
     # monotone: alpha increases with alpha0
     assert emd_itemwise(inv.alpha0 / 2, m, delta, model, n).alpha < fwd.alpha
 
@@ -172,3 +173,60 @@ def test_validation_messages():
         h(100, 200, 3, 1.0, 1e-6)
     with pytest.raises(ValueError, match=r"alpha must be a finite number > 0, got alpha=0"):
         asymptotic_alpha0(0, 10, 1e-6)
+
+
+# --------------------------------------------------------------------------- issue 7, item 4
+def test_inverse_caps_delta_out_by_default():
+    # old code: alpha0 = 0.00696 with delta' = 0.99999999938 issued as valid
+    inv = emd_itemwise_alpha0(200, 10000, 1e-6, "local")
+    b = inv.bound
+    assert b.valid and b.delta_out <= 1e-3 and b.max_delta_out == 1e-3
+    assert inv.limited_by == "delta_out" and b.guarantee.delta == b.delta_out
+    # one step further would pass the cap: the cap is what binds
+    assert emd_itemwise(inv.alpha0 * (1 + 1e-8), 10000, 1e-6, "local").vacuous
+    # configurable: a looser cap gives a larger alpha0, still never delta' >= 1
+    loose = emd_itemwise_alpha0(200, 10000, 1e-6, "local", max_delta_out=1.0)
+    assert loose.alpha0 > inv.alpha0 and loose.bound.delta_out < 1 and loose.bound.valid
+
+
+def test_forward_refuses_delta_out_above_cap():
+    b = emd_itemwise(0.0069, 10000, 1e-6, "local")
+    assert 1e-3 < b.delta_out < 1
+    assert b.vacuous and not b.valid and b.guarantee is None
+    assert any("exceeds max_delta_out=0.001" in s and "vacuous" in s for s in b.notes)
+    with pytest.raises(ValueError, match="vacuous"):
+        emd_itemwise(0.0069, 10000, 1e-6, "local", strict=True)
+    ok = emd_itemwise(0.0069, 10000, 1e-6, "local", max_delta_out=0.9)
+    assert ok.valid and ok.guarantee.delta == ok.delta_out <= 0.9
+    with pytest.raises(ValueError, match=r"max_delta_out must be in \(0, 1\], got "
+                                         r"max_delta_out=0"):
+        emd_itemwise(0.0069, 10000, 1e-6, "local", max_delta_out=0)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(a0=st.floats(1e-4, 5.0), m=st.integers(1, 5000), n=st.integers(1, 10**6),
+       model=st.sampled_from(["local", "central"]),
+       delta=st.sampled_from([1e-3, 1e-6, 1e-12, 1e-300, 5e-324]),
+       cap=st.sampled_from([1e-6, 1e-3, 0.5, 1.0]))
+def test_no_guarantee_with_vacuous_delta(a0, m, n, model, delta, cap):
+    b = emd_itemwise(a0, m, delta, model, n, max_delta_out=cap)
+    assert b.valid == (b.condition_ok and b.delta_out <= cap and b.delta_out < 1)
+    assert (b.guarantee is not None) == b.valid
+    if b.valid:
+        assert b.guarantee.delta == b.delta_out and b.delta_out < 1
+        # delta' = delta e^{h(N; m, m)} never understated (mpmath, 50 digits)
+        ref = mp.mpf(delta) * mp.e ** mp_h(b.N, m, m, a0, mp.mpf(delta))
+        assert b.delta_out >= ref * (1 - mp.mpf(10) ** -15)
+
+
+@pytest.mark.parametrize("delta", [1e-300, 5e-324])
+@pytest.mark.parametrize("N", [1, 100, 10**4, 10**9])
+def test_validity_limit_tiny_delta(N, delta):
+    # old code: 4N/delta overflowed to inf and math.log(0) raised "math domain error"
+    ref = mp.log(N / (16 * mp.log(4 * N / mp.mpf(delta))))
+    lim = thm43_validity_limit(N, delta)
+    assert math.isfinite(lim) and lim == pytest.approx(float(ref), rel=1e-13)
+    if lim <= 0:
+        with pytest.raises(ValueError, match=r"cannot be reached: Thm 4.3 needs alpha0 <"):
+            emd_itemwise_alpha0(1.0, N, delta)
+    assert math.isfinite(asymptotic_alpha0(1.0, 10, delta))

@@ -143,3 +143,90 @@ def test_validation_messages():
         summation_parameters(n=100, epsilon=1, delta=1e-6, B=10, grid="a")
     with pytest.raises(ValueError, match=r"w must be an integer >= 1, got w=0"):
         summation_parameters(n=100, epsilon=1, delta=1e-6, B=10, grid="8x8", w=0)
+
+
+# --------------------------------------------------------------------------- issue 7, item 4
+# `account summation` printed parameter sets that ProtocolParams refuses (q > 2^32, messages
+# over 64 bits, no headroom) and crashed (ZeroDivisionError, OverflowError) on tiny epsilon
+# or delta. summation_parameters must accept exactly what derive_params accepts.
+def _accepts(fn, **kw) -> tuple[bool, str]:
+    try:
+        fn(**kw)
+    except (ValueError, TypeError) as exc:  # anything else (a crash) fails the test
+        return False, str(exc)
+    return True, ""
+
+
+SWEEP = [
+    dict(n=n, B=B, grid=g, epsilon=eps, delta=delta)
+    for n in (2, 50, 10**7, 10**9)
+    for B in (1, 255, 10**6, 2**31)
+    for g in ("1x1", "320x240", "65536x65536")
+    for eps in (1e-9, 0.1, 1000.0, 1e6)
+    for delta in (1e-300, 1e-12)
+]
+
+
+def test_summation_accepts_iff_protocol_params_accept():
+    from shuffledp.protocol_params import derive_params
+
+    reasons = []
+    for kw in SWEEP:
+        grid = Grid.parse(kw["grid"])
+        ok_s, why_s = _accepts(summation_parameters, **{**kw, "grid": grid})
+        ok_p, why_p = _accepts(derive_params, **{**kw, "grid": grid})
+        assert ok_s == ok_p, (kw, why_s, why_p)
+        reasons.append(why_s)
+    # the sweep reaches every limit (so that the test cannot pass vacuously)
+    for needle in ("q must be <= 2^32", "messages need 65 bits > 64",
+                   "the noise needs headroom t >=", ""):
+        assert any(needle in r if needle else r == "" for r in reasons), needle
+
+
+def test_headroom_at_least_one():
+    # t = 0 (ProtocolParams needs decode_low >= 1) became t = 1: accepted by both
+    from shuffledp.protocol_params import derive_params
+
+    p = summation_parameters(n=2, epsilon=60.0, delta=1e-3, B=1, grid="1x1")
+    assert p.headroom == 1 and p.decode_low == 1 and p.q == 2 * 1 + 2 * 1 + 1
+    assert derive_params(Grid(1, 1), 2, epsilon=60.0, delta=1e-3, B=1).q == p.q
+    # absurd epsilon (a_i underflows to 0; was "math domain error"): the noise sampler's
+    # total-variation term (1 + e^eps) tau cannot be proven below delta, so it is refused
+    for eps in (1000.0, 1e6):
+        with pytest.raises(ValueError, match="noise sampler's total variation"):
+            summation_parameters(n=10, epsilon=eps, delta=1e-6, B=1, grid="8x8")
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(n=10**5, B=10**5), r"q must be <= 2\^32, got q=10000000003; lower B or n"),
+    (dict(epsilon=1e-9), r"needs headroom t >= .* so q would exceed 2\^32 \(epsilon=1e-09"),
+    (dict(n=10**7, B=255, grid="65536x65536", epsilon=0.1, delta=1e-12),
+     r"messages need 65 bits > 64"),
+    (dict(epsilon=5e-324), r"level budget underflows to 0"),
+    # DL headroom fits (t ~ 1.9e9) but the NegBin(2) tail of dropout 0.5 needs t > 2^31
+    (dict(dropout=0.5, epsilon=8e-8), r"needs headroom t >= .* so q would exceed 2\^32"),
+])
+def test_refusal_reasons(kw, match):
+    base = dict(n=10, epsilon=1.0, delta=1e-6, B=1, grid="8x8")
+    with pytest.raises(ValueError, match=match):
+        summation_parameters(**{**base, **kw})
+    if "dropout" in kw:
+        assert summation_parameters(**{**base, **kw, "dropout": 0.0}).q <= 2**32
+
+
+@pytest.mark.parametrize("dropout", [0.1, 0.5, 0.8])
+def test_headroom_minimal_with_dropout(dropout):
+    p = summation_parameters(n=100, epsilon=1.0, delta=1e-6, B=10, level_sizes=[4, 16, 64],
+                             dropout=dropout)
+    shape, per = p.n / p.n_min, p.wrap_target / p.m
+    assert shape > 1
+    assert all(noise_tail(a, p.headroom, shape) <= per for a in p.dl_parameters)
+    assert any(noise_tail(a, p.headroom - 1, shape) > per for a in p.dl_parameters)
+
+
+def test_shares_needed_tiny_delta():
+    # m / delta overflowed to inf -> OverflowError in math.ceil
+    r = shares_needed(1.0, 5e-324, 5 * 10**9, 2**20, 10)
+    ref = mp.ceil((2 * mp.log(mp.e + 1) + 2 * mp.log(mp.mpf(5 * 10**9) / mp.mpf(5e-324))
+                   + mp.log(2**20)) / mp.log(10) + 1)
+    assert r == int(ref)
