@@ -60,8 +60,9 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import betainc
 from scipy.stats import binom
-from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
+
+from shuffledp import _validation as v
 
 METHODS = ("closed-form", "numerical")
 

@@ -45,8 +45,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import BOUNDED_EMD, Guarantee
+
+from shuffledp import _validation as v
 
 MODELS = ("local", "central")
 #: default cap on delta' = delta e^{h}: above it the bound is vacuous (not valid)

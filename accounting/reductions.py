@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from shuffledp.accounting import _validate as v
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
+
+from shuffledp import _validation as v
 
 _C = 1.0 + math.sqrt(2.0)
 MODELS = ("local", "central")

@@ -45,10 +45,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import nbinom
-from shuffledp.accounting import _validate as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.encoders.polya import SAMPLER_TV_MAX
+
+from shuffledp import _validation as v
 
 ROUNDING_RULES = ("floor", "largest_remainder")
 #: largest modulus the protocol record and wire format accept (ProtocolParams: q <= 2^32)

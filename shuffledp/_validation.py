@@ -1,6 +1,7 @@
-"""Argument checks shared by the accounting modules.
+"""Argument checks: the one validation vocabulary of the toolkit.
 
-Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (out of range) with a
+Every public function validates its arguments with these helpers (in the manner of SciPy's
+``_clean_inputs`` helpers) before doing any work. Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (out of range) with a
 message that names the argument and repeats the offending value, e.g.
 ``delta must be in (0, 1), got delta=1.5``.
 """
@@ -62,3 +63,23 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {options}, got {name}={value!r}")
     return str(value)
+
+
+def interval(name: str, value: Any, low: float, high: float, *, open_low: bool = True,
+             open_high: bool = True) -> float:
+    """A real number in the interval (low, high), ends closed on request; NaN is refused."""
+    v = real(name, value)
+    ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+    if not ok:
+        lo = "(" if open_low else "["
+        hi = ")" if open_high else "]"
+        raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {name}={value!r}")
+    return v
+
+
+def bounded_count(name: str, value: Any, low: int, high: int) -> int:
+    """An integer in [low, high] (see :func:`count`)."""
+    v = count(name, value, low)
+    if v > high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {name}={value!r}")
+    return v

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from shuffledp.accounting import _validate as v
+from shuffledp import _validation as v
 from shuffledp.accounting.clones import shuffle_ldp as _shuffle_ldp
 from shuffledp.accounting.metric_shuffle import (
     DEFAULT_MAX_DELTA_OUT,
