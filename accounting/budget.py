@@ -1,8 +1,17 @@
 """Budget splits.
 
-Per-level split of seed 000 (Ghazi et al., AAAI 2023): proof of Thm 3.1 sets
+Per-level split of [Ghazi23]_: the proof of Thm 3.1 sets
 eps_i = gamma^|i - q| * eps / Z with Z = sum_i gamma^|i - q|; Sec. 4 "Implementation details"
 uses gamma = 1/sqrt(2), w = 20, q = floor(log2 sqrt(w)) and does not measure levels i < q.
+Noise <-> budget conversions and dropout over-provisioning of [Bagdasaryan22]_.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import math
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp.grid import start_level  # noqa: F401  (re-exported: one computation, on the grid)
 
 DEFAULT_GAMMA = 1.0 / math.sqrt(2.0)
@@ -23,7 +33,7 @@ def level_budgets(
     """Per-level budgets eps_i for the measured levels ``start..top`` (inclusive).
 
     eps_i = eps * gamma^|i - start| / Z, Z = sum_{i=start}^{top} gamma^|i - start|, so the
-    budgets sum to eps (basic composition, seed 000 proof of Thm 3.1).
+    budgets sum to eps (basic composition, [Ghazi23]_ proof of Thm 3.1).
 
     Returns
     -------
@@ -48,47 +58,37 @@ def level_budgets(
 
 
 # ---------------------------------------------------------------------------------------
-# Seed 001 (Bagdasaryan et al., PoPETs 2022): noise <-> budget conversions of the adaptive
+# [Bagdasaryan22] (PoPETs 2022): noise <-> budget conversions of the adaptive
 # hierarchical histogram (Sec. 5.3-5.4, eqs. 5, 7, 8, 9) and dropout over-provisioning
 # (Sec. 4). Discrete Laplace DL(beta), beta = e^{-eps/Delta}, has variance 2 beta/(1-beta)^2.
 # ---------------------------------------------------------------------------------------
-def _pos(name: str, value) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {name}={value!r}") from None
-    if not (x > 0 and math.isfinite(x)):
-        raise ValueError(f"{name} must be a finite number > 0, got {name}={value!r}")
-    return x
-
-
 def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
-    """sigma = tau(eps, Delta) = sqrt(2 beta) / (1 - beta), beta = e^{-eps/Delta} (seed 001 eq. 5).
+    """sigma = tau(eps, Delta) = sqrt(2 beta) / (1 - beta), beta = e^{-eps/Delta} ([Bagdasaryan22]_ eq. 5).
 
     The standard deviation of discrete Laplace noise that is eps-DP for l1-sensitivity Delta.
     Evaluated with expm1 so that small eps/Delta keeps full precision.
     """
-    eps = _pos("epsilon", epsilon)
-    delta_s = _pos("sensitivity", sensitivity)
+    eps = v.positive("epsilon", epsilon)
+    delta_s = v.positive("sensitivity", sensitivity)
     x = eps / delta_s
     return math.sqrt(2.0 * math.exp(-x)) / (-math.expm1(-x))
 
 
 def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
-    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) (001 eq. 8).
+    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) ([Bagdasaryan22]_ eq. 8).
 
     Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
     eps = Delta log1p((1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number
     because (sigma^2 + 1)^2 - (2 sigma^2 + 1) = sigma^4.
     """
-    s = _pos("sigma", sigma)
-    delta_s = _pos("sensitivity", sensitivity)
+    s = v.positive("sigma", sigma)
+    delta_s = v.positive("sensitivity", sensitivity)
     s2 = s * s
     return delta_s * math.log1p((1.0 + math.sqrt(2.0 * s2 + 1.0)) / s2)
 
 
 def target_std(c: float, users: int, cells: int, s_max: int) -> float:
-    """sigma~ = tau_target(c, U, T, S_max) = c (U/T) sqrt(ceil(S_max / U)) (seed 001 eq. 7).
+    """sigma~ = tau_target(c, U, T, S_max) = c (U/T) sqrt(ceil(S_max / U)) ([Bagdasaryan22]_ eq. 7).
 
     Parameters
     ----------
@@ -107,7 +107,7 @@ def target_std(c: float, users: int, cells: int, s_max: int) -> float:
     the factor by "noise variance accumulation when the number of users exceeds the limit on
     one shard", which would suggest ceil(U / S_max); we implement the equation as printed.
     """
-    c = _pos("c", c)
+    c = v.positive("c", c)
     for name, val in (("users", users), ("cells", cells), ("s_max", s_max)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {name}={val!r}")
@@ -115,18 +115,20 @@ def target_std(c: float, users: int, cells: int, s_max: int) -> float:
 
 
 def next_query_epsilon(eps_remaining: float, eps_tilde: float, b: float) -> float:
-    """eps = gamma(eps_rem, eps~) of seed 001 eq. 9: eps~ if b eps~ <= eps_rem, else eps_rem."""
-    rem = _pos("eps_remaining", eps_remaining)
-    et = _pos("eps_tilde", eps_tilde)
-    bb = _pos("b", b)
+    """eps = gamma(eps_rem, eps~) of [Bagdasaryan22]_ eq. 9: eps~ if b eps~ <= eps_rem, else
+    eps_rem."""
+    rem = v.positive("eps_remaining", eps_remaining)
+    et = v.positive("eps_tilde", eps_tilde)
+    bb = v.positive("b", b)
     return et if bb * et <= rem else rem
 
 
 def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
-    """Polya shape 1 / n_min, n_min = ceil((1 - dropout) S) (seed 001 Sec. 4, "Handling dropouts").
+    """Polya shape 1 / n_min, n_min = ceil((1 - dropout) S) ([Bagdasaryan22]_ Sec. 4,
+    "Handling dropouts").
 
     ``dropout`` is the dropout *fraction* (the 0.95 in Alg. 1's constants is a slip for
-    0.05, see seeds/INDEX.md). Any n_min or more surviving users then sum to at least
+    0.05, see docs/errata.md). Any n_min or more surviving users then sum to at least
     discrete Laplace noise.
     """
     if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) \

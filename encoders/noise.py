@@ -30,26 +30,17 @@ import numba
 import numpy as np
 from shuffledp.encoders.words import run_stream_kernel, word_source
 
+from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
 
 DL_DENOMINATOR_BITS = 40
 
 
-def _positive(name: str, value: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {name}={value!r}") from None
-    if isinstance(value, bool) or not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a finite number > 0, got {name}={value!r}")
-    return v
-
-
 def discrete_laplace_parameter(epsilon: float, sensitivity: float) -> float:
     """a = exp(-epsilon / sensitivity): the DL parameter that makes an integer query with
     l1-sensitivity ``sensitivity`` epsilon-DP."""
-    return math.exp(-_positive("epsilon", epsilon) / _positive("sensitivity", sensitivity))
+    return math.exp(-v.positive("epsilon", epsilon) / v.positive("sensitivity", sensitivity))
 
 
 def dl_rational(epsilon: float, sensitivity: int) -> tuple[int, int]:
@@ -58,8 +49,8 @@ def dl_rational(epsilon: float, sensitivity: int) -> tuple[int, int]:
     DL(exp(-s/t)) on a query of l1-sensitivity Delta is (Delta s / t)-DP with
     Delta s / t <= eps. Raises ValueError if eps / Delta < 2^-40 (the noise would be huge).
     """
-    eps = Fraction(_positive("epsilon", epsilon))
-    sens = Fraction(_positive("sensitivity", sensitivity))
+    eps = Fraction(v.positive("epsilon", epsilon))
+    sens = Fraction(v.positive("sensitivity", sensitivity))
     t = 1 << DL_DENOMINATOR_BITS
     s = math.floor(eps / sens * t)
     if s < 1:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from shuffledp import _validation as v
+
 ROUNDING_RULES = ("floor", "largest_remainder")
 
 
@@ -39,11 +41,7 @@ def check_rounding(rounding: str) -> str:
 
 def check_scale(B: int) -> int:
     """Validate the integer scaling factor B >= 1."""
-    if isinstance(B, bool) or not isinstance(B, (int, np.integer)):
-        raise TypeError(f"B must be an integer, got B={B!r}")
-    if B < 1:
-        raise ValueError(f"B must be >= 1, got B={B!r}")
-    return int(B)
+    return v.count("B", B, 1)
 
 
 def sensitivity(B: int, neighbour: str = "replace") -> int:

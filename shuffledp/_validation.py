@@ -1,9 +1,9 @@
 """Argument checks: the one validation vocabulary of the toolkit.
 
 Every public function validates its arguments with these helpers (in the manner of SciPy's
-``_clean_inputs`` helpers) before doing any work. Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (out of range) with a
-message that names the argument and repeats the offending value, e.g.
-``delta must be in (0, 1), got delta=1.5``.
+``_clean_inputs`` helpers) before doing any work. Every check raises ``TypeError`` (wrong kind
+of value) or ``ValueError`` (out of range) with a message that names the argument and repeats
+the offending value, e.g. ``delta must be in (0, 1), got delta=1.5``.
 """
 
 from __future__ import annotations

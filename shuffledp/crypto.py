@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
+from shuffledp import _validation as v
 from shuffledp.wire import ENC_OVERHEAD, WireError
 
 if TYPE_CHECKING:  # annotations only: protocol_params imports the accounting, which imports us
@@ -45,11 +46,7 @@ _REKEY_BYTES = 1 << 30
 
 def check_modulus(q: int) -> int:
     """Validate the modulus 2 <= q <= 2^32 (shares are stored as uint32 or uint64)."""
-    if isinstance(q, bool) or not isinstance(q, (int, np.integer)):
-        raise TypeError(f"q must be an integer, got q={q!r}")
-    if not (2 <= q <= 1 << 32):
-        raise ValueError(f"q must be in [2, 2^32], got q={q!r}")
-    return int(q)
+    return v.bounded_count("q", q, 2, 1 << 32)
 
 
 class SecureRandom:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp.grid import Grid
 from shuffledp.users import UserDistributions
 
@@ -127,14 +128,6 @@ class PointTable:
 # --------------------------------------------------------------------------- synthetic data
 
 
-def _iv_int(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {name}={value!r}")
-    return int(value)
-
-
 def synthetic_mixture(
     n_users: int = 200,
     n_clusters: int = 20,
@@ -178,9 +171,9 @@ def synthetic_mixture(
         User labels ``0..n_users-1``; ``info`` records the generator, its parameters and the
         mixture (``means``, ``covariances`` as nested lists).
     """
-    n_users = _iv_int("n_users", n_users, 1)
-    n_clusters = _iv_int("n_clusters", n_clusters, 1)
-    points_per_user = _iv_int("points_per_user", points_per_user, 1)
+    n_users = v.count("n_users", n_users, 1)
+    n_clusters = v.count("n_clusters", n_clusters, 1)
+    points_per_user = v.count("points_per_user", points_per_user, 1)
     try:
         lo, hi = (float(v) for v in std_range)
     except (TypeError, ValueError) as exc:
@@ -408,9 +401,9 @@ def load_snap(
     """
     p = os.fspath(path)
     lat_min, lat_max, lon_min, lon_max = _iv_bbox(bbox)
-    for name, v in (("since", since), ("until", until)):
-        if v is not None and not isinstance(v, str):
-            raise TypeError(f"{name} must be an ISO-8601 string or None, got {name}={v!r}")
+    for name, val in (("since", since), ("until", until)):
+        if val is not None and not isinstance(val, str):
+            raise TypeError(f"{name} must be an ISO-8601 string or None, got {name}={val!r}")
     users: list[str] = []
     lats: list[float] = []
     lons: list[float] = []

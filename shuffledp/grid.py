@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shuffledp import _validation as v
+
 
 def start_level(w: int) -> int:
     """First measured level q = floor(log2 sqrt(w)) ([Ghazi23]_ Sec. 4, "Implementation
@@ -38,14 +40,6 @@ def start_level(w: int) -> int:
     return q
 
 
-def _check_dim(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class Grid:
     """A ``width`` x ``height`` pixel grid with its pyramid of levels ``0..depth``.
@@ -60,8 +54,8 @@ class Grid:
     height: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "width", _check_dim("width", self.width))
-        object.__setattr__(self, "height", _check_dim("height", self.height))
+        object.__setattr__(self, "width", v.count("width", self.width))
+        object.__setattr__(self, "height", v.count("height", self.height))
 
     @classmethod
     def parse(cls, spec: str | int) -> Grid:
@@ -152,11 +146,11 @@ class Grid:
         """
         x = np.asarray(x, dtype=float)
         y = np.asarray(y, dtype=float)
-        for name, v in (("x", x), ("y", y)):
-            bad = ~((v >= 0.0) & (v < 1.0))
+        for name, coord in (("x", x), ("y", y)):
+            bad = ~((coord >= 0.0) & (coord < 1.0))
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
-                value = float(v.flat[k])
+                value = float(coord.flat[k])
                 raise ValueError(
                     f"{name} must be in [0, 1) (and not NaN); point {k} has {name}={value!r}"
                 )

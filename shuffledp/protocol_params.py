@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.encoders.rounding import check_rounding, check_scale
 from shuffledp.grid import Grid
@@ -38,27 +39,6 @@ from shuffledp.grid import Grid
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 ROUND_ID_BYTES = 16
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}")
-    return int(value)
-
-
-def _real(name: str, value: Any, low: float, high: float, *, open_low=True, open_high=True):
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {name}={value!r}") from None
-    ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
-    if not ok or math.isnan(v):
-        lo = "(" if open_low else "["
-        hi = ")" if open_high else "]"
-        raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {name}={value!r}")
-    return v
 
 
 @dataclass(frozen=True)
@@ -136,14 +116,14 @@ class ProtocolParams:
     def __post_init__(self) -> None:
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a shuffledp.Grid, got grid={self.grid!r}")
-        _int("w", self.w, 1)
-        start = _int("start", self.start, 0)
-        top = _int("top", self.top, start)
+        v.count("w", self.w, 1)
+        start = v.count("start", self.start, 0)
+        top = v.count("top", self.top, start)
         if top != self.grid.depth:
             raise ValueError(f"top must be the leaf level {self.grid.depth}, got top={top}")
         n_lev = top - start + 1
-        eps = _real("epsilon", self.epsilon, 0.0, math.inf)
-        delta = _real("delta", self.delta, 0.0, 1.0)
+        eps = v.interval("epsilon", self.epsilon, 0.0, math.inf)
+        delta = v.interval("delta", self.delta, 0.0, 1.0)
         le = tuple(float(e) for e in self.level_epsilons)
         if len(le) != n_lev or not all(e > 0 and math.isfinite(e) for e in le):
             raise ValueError(
@@ -151,7 +131,7 @@ class ProtocolParams:
             )
         if sum(le) > eps * (1 + 1e-12):
             raise ValueError(f"level_epsilons sum to {sum(le)!r} > epsilon={eps!r}")
-        n = _int("n", self.n, 2)
+        n = v.count("n", self.n, 2)
         B = check_scale(self.B)
         check_rounding(self.rounding)
         nb = Neighbour.parse(self.neighbour)
@@ -161,8 +141,8 @@ class ProtocolParams:
                 f"neighbour={nb.token!r}"
             )
         object.__setattr__(self, "neighbour", nb)
-        d = _real("dropout", self.dropout, 0.0, 1.0, open_low=False)
-        n_min = _int("n_min", self.n_min, 1)
+        d = v.interval("dropout", self.dropout, 0.0, 1.0, open_low=False)
+        n_min = v.count("n_min", self.n_min, 1)
         if n_min > n:
             raise ValueError(f"n_min must be <= n={n}, got n_min={n_min}")
         if n_min < math.ceil((1.0 - d) * n - 1e-9):
@@ -170,10 +150,10 @@ class ProtocolParams:
                 f"n_min={n_min} is below the (1 - dropout) n = {(1 - d) * n:g} users the "
                 "declared dropout fraction promises"
             )
-        q = _int("q", self.q, 2)
+        q = v.count("q", self.q, 2)
         if q > 1 << 32:
             raise ValueError(f"q must be <= 2^32, got q={q}; lower B or n")
-        r = _int("r", self.r, 2)
+        r = v.count("r", self.r, 2)
         sens = tuple(int(s) for s in self.level_sensitivities)
         if len(sens) != n_lev or min(sens) < 1:
             raise ValueError(f"level_sensitivities must hold {n_lev} integers >= 1, got {sens!r}")
@@ -182,14 +162,14 @@ class ProtocolParams:
                 f"under {nb.token} the scaled level vector has sensitivity "
                 f"{nb.level_sensitivity(B)}, got level_sensitivities={sens!r}"
             )
-        low = _int("decode_low", self.decode_low, 0)
+        low = v.count("decode_low", self.decode_low, 0)
         # Headroom: every true sum in [0, B n] must lie inside the window with room to spare.
         if q - 1 - low < B * n or low < 1:
             raise ValueError(
                 f"q={q} with decode_low={low} has no headroom for sums in [0, B n = {B * n}]: "
                 f"need decode_low >= 1 and q - 1 - decode_low > B n; increase q"
             )
-        wp = _real("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
+        wp = v.interval("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
                    open_high=False)
         for name, value in (("start", start), ("top", top), ("n", n), ("B", B), ("q", q),
                             ("r", r), ("n_min", n_min), ("decode_low", low)):

@@ -47,7 +47,7 @@ def test_synthetic_resamples_points_outside_the_square():
 
 
 def test_synthetic_validation():
-    with pytest.raises(ValueError, match="n_users must be >= 1, got n_users=0"):
+    with pytest.raises(ValueError, match="n_users must be an integer >= 1, got n_users=0"):
         synthetic_mixture(n_users=0)
     with pytest.raises(TypeError, match="n_clusters must be an integer"):
         synthetic_mixture(n_clusters=2.5)

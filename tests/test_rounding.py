@@ -94,7 +94,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="rounding"):
         scale_round(np.ones(2) / 2, 4, "ceil")
     with pytest.raises(TypeError, match="B"):
-        scale_round(np.ones(2) / 2, 4.0, "floor")
+        scale_round(np.ones(2) / 2, 4.5, "floor")
     with pytest.raises(ValueError, match="B"):
         scale_round(np.ones(2) / 2, 0, "floor")
     with pytest.raises(ValueError):
