@@ -34,7 +34,6 @@ N. Valliappan,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +44,7 @@ from shuffledp.analyzers.reconstruct import reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.rounding import level_entries
 
+from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates, unflatten
@@ -64,16 +64,11 @@ def _iv(users: Any, epsilon: float, w: int, gamma: float, neighbour: Any,
         resolution: Any) -> Neighbour:
     if not isinstance(users, UserDistributions):
         raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
-    eps = float(epsilon) if isinstance(epsilon, (int, float, np.floating)) else math.nan
-    if isinstance(epsilon, bool) or not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"epsilon must be a finite number > 0, got epsilon={epsilon!r}")
-    if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
-        raise ValueError(f"w must be an integer >= 1, got w={w!r}")
-    g = float(gamma)
-    if not (g > 0 and math.isfinite(g)):
-        raise ValueError(f"gamma must be a finite number > 0, got gamma={gamma!r}")
-    if (isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer))
-            or resolution < 1 or resolution & (resolution - 1) or resolution > 1 << 40):
+    v.positive("epsilon", epsilon)
+    v.count("w", w, 1)
+    v.positive("gamma", gamma)
+    r = v.bounded_count("resolution", resolution, 1, 1 << 40)
+    if r & (r - 1):
         raise ValueError(
             f"resolution must be a power of two in [1, 2^40], got resolution={resolution!r}"
         )

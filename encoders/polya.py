@@ -61,6 +61,7 @@ import numpy as np
 from scipy.special import gammaln
 from shuffledp.encoders.words import run_stream_kernel, word_source
 
+from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
 
@@ -74,17 +75,8 @@ SAMPLER_TV_MAX = 2.0 * (2.0**-_TAIL_BITS + (_MAX_TABLE + 2) * 2.0**-127
 
 
 def _check_shape_a(shape: float, a: float) -> tuple[float, float]:
-    if isinstance(shape, bool):
-        raise TypeError(f"shape must be a real number, got shape={shape!r}")
-    try:
-        s = float(shape)
-        af = float(a)
-    except (TypeError, ValueError):
-        raise TypeError(f"shape and a must be real numbers, got shape={shape!r}, a={a!r}") from None
-    if not (s > 0 and math.isfinite(s)):
-        raise ValueError(f"shape must be a finite number > 0, got shape={shape!r}")
-    if not (0.0 < af < 1.0):
-        raise ValueError(f"a must be in (0, 1), got a={a!r}")
+    s = v.positive("shape", shape)
+    af = v.interval("a", float(a) if isinstance(a, np.floating) else a, 0.0, 1.0)
     return s, af
 
 
