@@ -3,11 +3,23 @@
 Modules
 -------
 guarantee       the :class:`Guarantee` record carried by every release
-budget          seed 000 per-level split; seed 001 noise <-> budget conversions (eqs. 5, 7-9)
+budget          per-level split of [Ghazi23]_; noise <-> budget conversions of
+                [Bagdasaryan22]_ (eqs. 5, 7-9)
 clones          amplification by shuffling of eps0-LDP reports: closed form and exact numerics
-metric_shuffle  PrivEMDItemWise (seed 004 Thm 4.3/4.4), its inverse and baselines
-summation       parameters of the App. F shuffle summation protocol (q, r, noise, bits)
-reductions      BoundedEMDReduction (seed 004 Thm 5.3)
+metric_shuffle  PrivEMDItemWise ([Imola]_ Thm 4.3/4.4), its inverse and baselines
+summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (q, r, noise,
+                bits)
+reductions      BoundedEMDReduction ([Imola]_ Thm 5.3)
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
 """
 
 from shuffledp.accounting.budget import (

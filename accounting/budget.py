@@ -63,7 +63,8 @@ def level_budgets(
 # (Sec. 4). Discrete Laplace DL(beta), beta = e^{-eps/Delta}, has variance 2 beta/(1-beta)^2.
 # ---------------------------------------------------------------------------------------
 def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
-    """sigma = tau(eps, Delta) = sqrt(2 beta) / (1 - beta), beta = e^{-eps/Delta} ([Bagdasaryan22]_ eq. 5).
+    """sigma = tau(eps, Delta) = sqrt(2 beta) / (1 - beta), beta = e^{-eps/Delta}
+    ([Bagdasaryan22]_ eq. 5).
 
     The standard deviation of discrete Laplace noise that is eps-DP for l1-sensitivity Delta.
     Evaluated with expm1 so that small eps/Delta keeps full precision.
@@ -75,7 +76,8 @@ def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
 
 
 def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
-    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2) ([Bagdasaryan22]_ eq. 8).
+    """eps~ = phi(sigma) = -Delta ln((sigma^2 + 1 - sqrt(2 sigma^2 + 1)) / sigma^2)
+    ([Bagdasaryan22]_ eq. 8).
 
     Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
     eps = Delta log1p((1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number

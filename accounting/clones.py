@@ -5,9 +5,8 @@ inputs differ in one item (x_1^0 -> x_1^1, the others fixed and public in number
 randomizer is eps0-LDP -- or, for the metric version, alpha0 d_X-DP with
 d_X(x_1^0, x_1^1) <= d <= 1.
 
-Reduction (Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021, Lemma 3.3;
-generalised to metric DP by Imola, Roy Chowdhury, Chaudhuri,
-"Metric Differential Privacy at the User-Level", App. B.4.2, eqs. 13-22 and Lemma B.2): the shuffled
+Reduction ([FMT21]_ Lemma 3.3; generalised to metric DP by [Imola]_ App. B.4.2, eqs. 13-22
+and Lemma B.2): the shuffled
 output is a post-processing of the pair of counts
 
     P = (A + 1 - D, C - A + D)      versus      Q = (A + D, C - A + 1 - D),
@@ -18,8 +17,7 @@ output is a post-processing of the pair of counts
 so any bound on the hockey-stick divergence D_{e^eps}(P || Q) is a shuffle-DP bound
 (P and Q are mirror images, so D(P||Q) = D(Q||P)). For eps0-LDP take d = 1.
 
-Closed form (Imola, Roy Chowdhury, Chaudhuri, Lemma B.1 with d = 1, which is Feldman,
-McMillan, Talwar 2021, Thm 3.1):
+Closed form ([Imola]_ Lemma B.1 with d = 1, which is [FMT21]_ Thm 3.1):
 
     eps = ln(1 + (e^{eps0} - 1)/(e^{eps0} + 1) * (8 sqrt(e^{eps0} ln(4/delta)) / sqrt(n)
                                                   + 8 e^{eps0} / n)),
@@ -49,6 +47,13 @@ floating-point allowance is added (upper) or subtracted (lower). An evaluation w
 self-checks fail (non-finite values, weights not summing to 1, argmax on the window's edge)
 returns an infinite upper estimate, so it never certifies an epsilon; if nothing below
 alpha0 d is certified, the bound falls back to (alpha0 d, 0), the local guarantee.
+
+References
+----------
+.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones: A Simple and
+   Nearly Optimal Analysis of Privacy Amplification by Shuffling", FOCS 2021.
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
 """
 
 from __future__ import annotations
@@ -60,9 +65,9 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import betainc
 from scipy.stats import binom
-from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
 from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
 METHODS = ("closed-form", "numerical")
 
@@ -143,9 +148,7 @@ class ShuffleBound:
 def clones_validity_limit(n: int, delta: float) -> float:
     """ln(n / (16 ln(2/delta))): the largest eps0 for which the closed form holds.
 
-    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
-    Lemma B.1 (assumption alpha0 <= ln(m / (16 ln(2/delta)))); Feldman, McMillan, Talwar,
-    "Hiding among the clones" (FOCS 2021), Thm 3.1.
+    [Imola]_ Lemma B.1 (assumption alpha0 <= ln(m / (16 ln(2/delta)))); [FMT21]_ Thm 3.1.
     The value is negative (no eps0 > 0 qualifies) when n < 16 ln(2/delta).
     """
     n, delta = _iv_n_delta(n, delta)
@@ -154,7 +157,7 @@ def clones_validity_limit(n: int, delta: float) -> float:
 
 
 def clones_formula(n: int, eps0: float, delta: float, d: float = 1.0) -> float:
-    """The raw closed form (Imola et al., Lemma B.1; Feldman et al. 2021, Thm 3.1 for d = 1).
+    """The raw closed form ([Imola]_ Lemma B.1; [FMT21]_ Thm 3.1 for d = 1).
 
     ln(1 + (e^{eps0 d} - 1)/(e^{eps0 d} + 1) (8 sqrt(e^{eps0} ln(4/delta)) / sqrt(n)
     + 8 e^{eps0} / n)). (e^y - 1)/(e^y + 1) is evaluated as tanh(y/2).
@@ -168,7 +171,7 @@ def clones_formula(n: int, eps0: float, delta: float, d: float = 1.0) -> float:
 
 
 def clones_closed_form(n: int, eps0: float, delta: float) -> ShuffleBound:
-    """Closed-form shuffle bound for n eps0-LDP reports (Imola et al., Lemma B.1, d = 1).
+    """Closed-form shuffle bound for n eps0-LDP reports ([Imola]_ Lemma B.1, d = 1).
 
     Parameters
     ----------
@@ -488,11 +491,10 @@ def clones_numerical(
         e.g. eps0 d beyond about 10 for n = 1000), ``valid=False``, ``epsilon = eps0 d`` and
         ``delta = 0``: the local guarantee itself, which shuffling (post-processing) keeps.
 
-    References
-    ----------
-    Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021, Lemma 3.3.
-    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
-    App. B.4.2, Lemma B.2 (metric version).
+    Notes
+    -----
+    The reduction is [FMT21]_ Lemma 3.3; its metric version is [Imola]_ App. B.4.2,
+    Lemma B.2.
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     d = _iv_d(d)

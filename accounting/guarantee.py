@@ -36,8 +36,8 @@ class Neighbour(StrEnum):
     ----------
     .. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the
        Multi-Message Shuffle Model", CCS 2020. arXiv:2002.00817.
-    .. [Ghazi23] B. Ghazi et al., "Differentially Private Heatmaps", AAAI 2023.
-       arXiv:2211.13454.
+    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
     .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
        User-Level" (preprint).
     """
@@ -111,9 +111,9 @@ class Guarantee:
     ----------
     notion : {"pure", "approximate", "metric_emd", "discrete_emd"}
         ``pure`` is eps-DP, ``approximate`` is (eps, delta)-DP, ``metric_emd`` is
-        (alpha, delta) d_EM-DP of seed 004 (Def. 3.1/3.2: the output distributions of two
+        (alpha, delta) d_EM-DP of [Imola]_ (Def. 3.1/3.2: the output distributions of two
         neighbours are within e^{alpha d_EM} and delta), ``discrete_emd`` is the
-        (eps, delta, r)-discrete d_EM-DP of seed 004 (Def. 5.1/5.2; ``r`` goes in
+        (eps, delta, r)-discrete d_EM-DP of [Imola]_ (Def. 5.1/5.2; ``r`` goes in
         ``parameters["r"]``).
     model : {"central", "local", "shuffle"}
         Trust model in which the guarantee holds.

@@ -1,7 +1,6 @@
-"""Amplification by shuffling for metric DP: PrivEMDItemWise (Imola, Roy Chowdhury,
-Chaudhuri, "Metric Differential Privacy at the User-Level", Sec. 4.2).
+"""Amplification by shuffling for metric DP: PrivEMDItemWise ([Imola]_ Sec. 4.2).
 
-PrivEMDItemWise (Imola et al., Alg. 2) applies an (alpha0, 0) d_X-DP randomizer to every item and
+PrivEMDItemWise ([Imola]_ Alg. 2) applies an (alpha0, 0) d_X-DP randomizer to every item and
 releases the shuffled multiset. With N the number of shuffled items, Thm 4.3 bounds the
 privacy loss between two item vectors whose distance vector v = (d_X(x_i, x_i'))_i has
 ||v||_0 = x0 and ||v||_1 = x1 by
@@ -34,10 +33,16 @@ f(y)/y is non-increasing and the supremum is the limit w -> 0:
 App. B.4.2 of the paper writes exp(-eps0) inside the final alpha; the theorem statement
 (and the clones analysis it generalises) has exp(+alpha0), which is what is used here.
 
+Used here from [Imola]_: Alg. 2, Thm 4.3, Thm 4.4, eqs. (6)-(7).
+
 References
 ----------
-Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
-Alg. 2, Thm 4.3, Thm 4.4, eqs. (6)-(7).
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
+.. [FDM19] N. Fernandes, M. Dras, A. McIver, "Generalised Differential Privacy for Text
+   Document Processing", POST 2019.
+.. [DRV10] C. Dwork, G. N. Rothblum, S. Vadhan, "Boosting and Differential Privacy",
+   FOCS 2010.
 """
 
 from __future__ import annotations
@@ -45,9 +50,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from shuffledp.accounting.guarantee import BOUNDED_EMD, Guarantee
-
 from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import BOUNDED_EMD, Guarantee
 
 MODELS = ("local", "central")
 #: default cap on delta' = delta e^{h}: above it the bound is vacuous (not valid)
@@ -66,7 +70,7 @@ def _K(alpha0: float, N: float, x0: float, delta: float) -> float:
 
 
 def h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
-    """h(N; x0, x1) of Imola et al. Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
+    """h(N; x0, x1) of [Imola]_ Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
 
     Parameters
     ----------
@@ -100,10 +104,9 @@ def thm43_validity_limit(N: int, delta: float) -> float:
     (the direct form overflows 4N/delta and fails for delta below ~1e-308). A value <= 0
     means that no alpha0 > 0 qualifies (N <= 16 ln(4N/delta)); callers then refuse.
 
-    References
-    ----------
-    Imola, Roy Chowdhury, Chaudhuri, "Metric Differential Privacy at the User-Level",
-    Thm 4.3.
+    Notes
+    -----
+    [Imola]_ Thm 4.3.
     """
     N = v.count("N", N, 1)
     delta = v.probability("delta", delta)
@@ -112,7 +115,7 @@ def thm43_validity_limit(N: int, delta: float) -> float:
 
 @dataclass(frozen=True)
 class ItemwiseBound:
-    """(alpha, delta') bounded d_EM-DP of PrivEMDItemWise (Imola et al. Thm 4.4).
+    """(alpha, delta') bounded d_EM-DP of PrivEMDItemWise ([Imola]_ Thm 4.4).
 
     Attributes
     ----------
@@ -140,8 +143,8 @@ class ItemwiseBound:
     validity_limit : float
         ln(N / (16 ln(4N/delta))).
     composition_alpha : float
-        m alpha0: basic composition over the m items (Fernandes et al. 2019, quoted in
-        Imola et al. Sec. 1.1.1); advanced composition does not improve it in the worst case
+        m alpha0: basic composition over the m items ([FDM19]_, quoted in
+        [Imola]_ Sec. 1.1.1); advanced composition does not improve it in the worst case
         (see :func:`composition_alpha`).
     max_delta_out : float
         The cap on delta_out that was applied.
@@ -213,7 +216,7 @@ def emd_itemwise(
     max_delta_out: float = DEFAULT_MAX_DELTA_OUT,
     strict: bool = False,
 ) -> ItemwiseBound:
-    """Privacy of PrivEMDItemWise for a given item parameter alpha0 (Imola et al. Thm 4.4).
+    """Privacy of PrivEMDItemWise for a given item parameter alpha0 ([Imola]_ Thm 4.4).
 
     Parameters
     ----------
@@ -302,7 +305,7 @@ class ItemwiseInverse:
     composition_alpha0 : float
         target / m (basic composition).
     asymptotic_alpha0 : float
-        Eq. (6) (local) or (7) (central) of Imola et al.; nan outside their ranges.
+        Eq. (6) (local) or (7) (central) of [Imola]_; nan outside their ranges.
     asymptotic_alpha : float
         Thm 4.4 alpha actually obtained at ``asymptotic_alpha0`` (nan if not computable).
     """
@@ -416,7 +419,7 @@ def emd_itemwise_alpha0(
 
 def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
                       n: int | None = None) -> float:
-    """Eq. (6) (local) / eq. (7) (central) of Imola et al.: the suggested alpha0 for a target.
+    """Eq. (6) (local) / eq. (7) (central) of [Imola]_: the suggested alpha0 for a target.
 
     With L = sqrt(m ln(4 m e^alpha / delta)) and s = alpha (local) or alpha sqrt(n) (central):
     alpha0 = s / (32 L) if s <= 32 L; 2 ln(s / (16 L)) if 32 L < s < m (local) or m sqrt(n)
@@ -438,21 +441,21 @@ def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
 # --------------------------------------------------------------------------- composition
 @dataclass(frozen=True)
 class CompositionBound:
-    """Composition baselines for releasing m alpha0 d_X-DP items (Imola et al. Sec. 4.2).
+    """Composition baselines for releasing m alpha0 d_X-DP items ([Imola]_ Sec. 4.2).
 
     Attributes
     ----------
     alpha : float
         m alpha0: the d_EM alpha from basic composition (sup over the moved fraction w).
     advanced_epsilon_full : float
-        Advanced composition (Dwork-Rothblum-Vadhan, heterogeneous form) for all m items
+        Advanced composition ([DRV10]_, heterogeneous form) for all m items
         moved by distance 1 (||v||_1 = m):
         min(m alpha0, alpha0 sqrt(2 m ln(1/delta)) + m alpha0 (e^{alpha0} - 1)).
     advanced_alpha : float
         sup over w of the better of the two bounds divided by w; attained at a single moved
         item (||v||_1 = 1), where advanced composition is no better than basic, so it equals
         m alpha0: composition cannot give the 1/sqrt(m) factor ("Comparison with
-        Composition", Imola et al. Sec. 4.2).
+        Composition", [Imola]_ Sec. 4.2).
     """
 
     alpha: float

@@ -1,4 +1,4 @@
-"""BoundedEMDReduction (seed 004, Sec. 5, Alg. 3, Thm 5.3) and discrete d_EM group privacy.
+"""BoundedEMDReduction ([Imola]_ Sec. 5, Alg. 3, Thm 5.3) and discrete d_EM group privacy.
 
 Thm 5.3: if the bounded mechanism is (alpha, delta)-bounded d_EM-DP (local or central) with
 
@@ -12,6 +12,11 @@ reaches a given (eps, alpha, r, delta) is s = 3 ln(1/delta) / (eps/alpha - (1 + 
 Fact 5.1 (group privacy, Lemma A.2): a pair at distance d is protected with eps ceil(d/r);
 the delta factor is printed differently in Fact 5.1 and Table 1, see
 :func:`discrete_group_privacy`.
+
+References
+----------
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
 """
 
 from __future__ import annotations
@@ -19,9 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
-
 from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 _C = 1.0 + math.sqrt(2.0)
 MODELS = ("local", "central")
@@ -29,7 +33,7 @@ MODELS = ("local", "central")
 
 @dataclass(frozen=True)
 class ReductionBound:
-    """Parameters of BoundedEMDReduction (seed 004 Thm 5.3).
+    """Parameters of BoundedEMDReduction ([Imola]_ Thm 5.3).
 
     Attributes
     ----------
@@ -119,7 +123,7 @@ def reduction_samples(epsilon: float, alpha: float, r: float, delta: float) -> i
 
 def discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> tuple[
         float, float]:
-    """(eps k, delta') for a pair at d_EM distance d, k = ceil(d/r) (seed 004 Fact 5.1).
+    """(eps k, delta') for a pair at d_EM distance d, k = ceil(d/r) ([Imola]_ Fact 5.1).
 
     Chaining Lemma A.2 k - 1 times gives delta' = delta sum_{j<k} e^{j eps}. Fact 5.1 prints
     delta exp(k) and Table 1 prints delta exp(eps k); the largest of the three (capped at 1)
@@ -141,7 +145,8 @@ def _result(eps, alpha, r, s, delta, model) -> ReductionBound:
     g = Guarantee(
         notion="discrete_emd", model=model, epsilon=eps, delta=min(1.0, 2.0 * delta),
         neighbour=Neighbour.DISCRETE_EMD,
-        theorem="seed 004 Thm 5.3 (BoundedEMDReduction, Alg. 3)",
+        theorem=("Imola et al., Metric Differential Privacy at the User-Level, Thm 5.3 "
+                 "(BoundedEMDReduction, Alg. 3)"),
         parameters={"r": r, "s": s, "alpha": alpha, "delta_bounded": delta},
     )
     return ReductionBound(epsilon=eps, alpha=alpha, r=r, s=s, delta=delta, model=model,

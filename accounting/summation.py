@@ -1,4 +1,4 @@
-"""Parameters of the shuffle-model summation protocol behind the heatmap (seed 000, App. F).
+"""Parameters of the shuffle-model summation protocol behind the heatmap ([Ghazi23]_ App. F).
 
 Each user j holds the level vectors of her pyramid measurement (levels start..L, unscaled
 counts P_i p_j, each summing to 1), scales them by B, rounds them to integers with a rule that
@@ -8,20 +8,21 @@ splits the noisy vector into r additive shares over Z_q and sends one message
 (coordinate, share) per share. The analyzer sums mod q per coordinate and decodes the
 representative in the window [-decode_low, q - 1 - decode_low].
 
-What is fixed here (with the slips of the App. F text corrected, see seeds/INDEX.md):
+What is fixed here (with the slips of the App. F text corrected, see docs/errata.md):
 
 * Sensitivity. The l1-sensitivity of the scaled, rounded level-i vector is
   Delta_i = B (add/remove one user) or Delta_i = 2B (replace one user, n public: the
-  neighbour notion of the summation protocol of [BBGN20] that App. F uses), for both rounding
+  neighbour notion of the summation protocol of [BBGN20]_ that App. F uses), for both rounding
   rules (entries >= 0 and level sum <= B).
 * Noise. a_i = exp(-eps_i / Delta_i) -- NOT e^{-eps_i} as printed in App. F. The sum over
-  n_min users of Polya(1/n_min, a) - Polya(1/n_min, a) is exactly DL(a) (seed 001, Thm 4.2
-  and eq. 4), P(Z = k) = (1 - a)/(1 + a) a^{|k|}, which is eps_i-DP for sensitivity Delta_i.
-  The per-level budgets eps_i follow seed 000's split (proof of Thm 3.1) and add up to eps by
-  basic composition.
-* Dropouts (seed 001, Sec. 4): the Polya shape is 1/n_min with n_min = ceil((1 - dropout) n),
-  so any >= n_min surviving users still contribute at least DL(a_i). If more users drop out
-  the guarantee is void (the protocol must then release nothing).
+  n_min users of Polya(1/n_min, a) - Polya(1/n_min, a) is exactly DL(a) ([Bagdasaryan22]_
+  Thm 4.2 and eq. 4), P(Z = k) = (1 - a)/(1 + a) a^{|k|}, which is eps_i-DP for
+  sensitivity Delta_i. The per-level budgets eps_i follow the split of [Ghazi23]_ (proof of
+  Thm 3.1) and add up to eps by basic composition.
+* Dropouts ([Bagdasaryan22]_ Sec. 4): the Polya shape is 1/n_min with
+  n_min = ceil((1 - dropout) n), so any >= n_min surviving users still contribute at least
+  DL(a_i). If more users drop out the guarantee is void (the protocol must then release
+  nothing).
 * Modulus with headroom. App. F sets q = B n, but a cell holding all the mass then sums to
   B n = 0 mod q and negative noise wraps. Here every true sum lies in [0, n B]; with t the
   smallest integer such that m P(|noise| > t) <= wrap_target (per coordinate tail, union over
@@ -30,11 +31,21 @@ What is fixed here (with the slips of the App. F text corrected, see seeds/INDEX
   exact: P(|Z| > t) = 2 a^{t+1} / (1 + a). With dropout > 0 and all n users present the noise
   is X - Y with X, Y ~ NegBin(n / n_min, a) and P(|X - Y| > t) <= 2 P(X > t) is used.
   Wrap-around costs accuracy, never privacy (reduction mod q is post-processing).
-* Number of shares (App. F, quoting [BBGN20] Cor. 6 and Lemma 5.2):
+* Number of shares (App. F, quoting [BBGN20]_ Cor. 6 and Lemma 5.2):
   r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), recomputed here with the q
   actually used (with headroom) and with n_min in place of n (fewest users whose messages
   are mixed; conservative).
 * Communication: r m messages of ceil(log2(m q)) bits (App. F, "Communication").
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
 """
 
 from __future__ import annotations
@@ -45,11 +56,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import nbinom
+
+from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.encoders.polya import SAMPLER_TV_MAX
-
-from shuffledp import _validation as v
 
 ROUNDING_RULES = ("floor", "largest_remainder")
 #: largest modulus the protocol record and wire format accept (ProtocolParams: q <= 2^32)
@@ -89,7 +100,7 @@ class SummationParameters:
     polya_shape : float
         1 / n_min: every user draws Polya(polya_shape, a_i) - Polya(polya_shape, a_i).
     level_noise_std : tuple of float
-        Standard deviation of DL(a_i), sqrt(2 a_i) / (1 - a_i) (seed 001 eq. 5).
+        Standard deviation of DL(a_i), sqrt(2 a_i) / (1 - a_i) ([Bagdasaryan22]_ eq. 5).
     headroom : int
         t: the noise stays in [-t, t] on every coordinate except with prob. wrap_probability.
     q : int
@@ -238,7 +249,7 @@ def _check_wire_limits(m: int, q: int) -> None:
 
 
 def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
-    """r of App. F (seed 000; [BBGN20] Cor. 6 / Lemma 5.2).
+    """r of [Ghazi23]_ App. F ([BBGN20]_ Cor. 6 / Lemma 5.2).
 
     r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), with ln(e^eps + 1)
     evaluated as eps + log1p(e^{-eps}).
@@ -300,14 +311,14 @@ def summation_parameters(
     n : int
         Users provisioned for (>= 2; public).
     epsilon : float
-        Total epsilon (> 0), split over the measured levels (seed 000, proof of Thm 3.1).
+        Total epsilon (> 0), split over the measured levels ([Ghazi23]_ proof of Thm 3.1).
     delta : float
-        In (0, 1): spent on the split-and-mix hiding of [BBGN20].
+        In (0, 1): spent on the split-and-mix hiding of [BBGN20]_.
     B : int
         Scaling factor (>= 1).
     grid : Grid or str, optional
         The heatmap grid (``Grid`` or ``"WIDTHxHEIGHT"``); measured levels are
-        start..L with start = min(floor(log2 sqrt(w)), L) (seed 000, Sec. 4).
+        start..L with start = min(floor(log2 sqrt(w)), L) ([Ghazi23]_ Sec. 4).
     level_sizes : sequence of int, optional
         Alternative to ``grid``: the sizes m_i of the measured levels, first one weighted
         gamma^0.
@@ -318,7 +329,7 @@ def summation_parameters(
     rounding : {"largest_remainder", "floor"}
     neighbour : Neighbour or {"replace", "zero_out", "add_remove"}
         ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
-        [BBGN20]). ``zero_out``: one user's input replaced by nothing, the user still sends
+        [BBGN20]_). ``zero_out``: one user's input replaced by nothing, the user still sends
         her noise shares, n public (Delta_i = B). ``add_remove``: Delta_i = B; note that the
         number of messages reveals the
         number of users.
@@ -338,7 +349,7 @@ def summation_parameters(
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
                                  neighbour, dropout, wrap_target, decoding)
     m = int(sum(sizes))
-    # seed 001 Sec. 4: over-provision the noise for the declared dropout fraction
+    # [Bagdasaryan22] Sec. 4: over-provision the noise for the declared dropout fraction
     n_min = math.ceil((1.0 - dropout) * n - 1e-9)
     if n_min < 2:
         raise ValueError(
@@ -352,7 +363,7 @@ def summation_parameters(
     # scaled rounded level vectors: entries in [0, B], level sum <= B (both rules)
     sens_one = neighbour.level_sensitivity(B)
     sens = tuple(sens_one for _ in sizes)
-    # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in seed 000 App. F)
+    # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in [Ghazi23] App. F, docs/errata.md)
     a = tuple(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
     std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
                 for ai, e, s in zip(a, budgets, sens, strict=True))
@@ -387,8 +398,8 @@ def summation_parameters(
     bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
     notes = [
         f"holds while at least n_min={n_min} users' messages are all delivered "
-        "(seed 001 Sec. 4); with fewer survivors the noise is below DL(a_i) and nothing "
-        "may be released",
+        "(Bagdasaryan et al., PoPETs 2022, Sec. 4); with fewer survivors the noise is below "
+        "DL(a_i) and nothing may be released",
         "r from App. F ([BBGN20] Cor. 6 / Lemma 5.2) recomputed with the modulus q with "
         "headroom and with n_min users",
         f"modulus has headroom t={t}: all sums decode exactly except with probability "
@@ -401,9 +412,10 @@ def summation_parameters(
         notion="approximate", model="shuffle", epsilon=float(sum(budgets)), delta=delta,
         neighbour=neighbour,
         theorem=(
-            "seed 000 App. F with [BBGN20] Cor. 6/Lemma 5.2 (split-and-mix, delta); "
-            "distributed discrete Laplace from Polya differences (seed 001 Thm 4.2, eq. 4) "
-            "per level, eps_i split of seed 000 proof of Thm 3.1 (basic composition)"
+            "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, App. F with Balle et "
+            "al., CCS 2020, Cor. 6/Lemma 5.2 (split-and-mix, delta); distributed discrete "
+            "Laplace from Polya differences (Bagdasaryan et al., PoPETs 2022, Thm 4.2, eq. 4) "
+            "per level, eps_i split of Ghazi et al. proof of Thm 3.1 (basic composition)"
         ),
         parameters={"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
                     "rounding": rounding, "dropout": dropout,

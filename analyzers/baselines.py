@@ -1,11 +1,18 @@
-"""The baselines of seed 000, Sec. 4: Laplace noise per cell, and its top-t% variant.
+"""The baselines of [Ghazi23]_ Sec. 4: Laplace noise per cell, and its top-t% variant.
 
-The baseline of [LXD+19] adds independent Laplace noise to every cell of the aggregate
+The baseline of [LXD+19]_ adds independent Laplace noise to every cell of the aggregate
 ``s = sum_j p_j``, zeroes the negative cells and normalises. Each user's distribution ``p_j``
 sums to 1, so adding or removing one user changes ``s`` by at most 1 in l1 norm; Laplace noise
-of scale 1/epsilon per cell is therefore epsilon-DP (seed 000, Lemma 2.2), and everything
+of scale 1/epsilon per cell is therefore epsilon-DP ([Ghazi23]_ Lemma 2.2), and everything
 after the noise is post-processing. The "thresholding" variant keeps only the top t% of the
 cells after noising and zeroes the rest (Sec. 4, "Baselines"; Fig. 1-3 use t = 0.01%, ...).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [LXD+19] A. Liu, L. Xia, A. Duchowski, R. Bailey, K. Holmqvist, E. Jain, "Differential
+   Privacy for Eye-Tracking Data", ETRA 2019.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ import math
 from typing import Any
 
 import numpy as np
-from shuffledp.accounting.guarantee import Guarantee
 
+from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.grid import Grid
 from shuffledp.release import HeatmapRelease, normalise
 
@@ -70,7 +77,7 @@ def laplace_baseline(
     rng: Any = None,
     top_percent: float | None = None,
 ) -> HeatmapRelease:
-    """Laplace noise per cell, negatives zeroed, optionally top-t% only (seed 000, Sec. 4).
+    """Laplace noise per cell, negatives zeroed, optionally top-t% only ([Ghazi23]_ Sec. 4).
 
     ``s_hat = max(s + nu, 0)`` with ``nu`` i.i.d. Laplace(0, 1/epsilon) per cell. With
     ``top_percent = t`` only the ``k = ceil(t/100 * H W)`` cells with the largest noisy values
@@ -128,8 +135,8 @@ def laplace_baseline(
         delta=0.0,
         neighbour="add/remove one user",
         theorem=(
-            "seed 000 (Ghazi et al., Differentially Private Heatmaps), Sec. 4 baseline "
-            "[LXD+19]: Laplace mechanism, Lemma 2.2, l1-sensitivity 1"
+            "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, Sec. 4 baseline "
+            "(Liu et al., ETRA 2019): Laplace mechanism, Lemma 2.2, l1-sensitivity 1"
         ),
         parameters={"epsilon": eps, "noise_scale": 1.0 / eps, "sensitivity_l1": 1.0},
     )

@@ -38,14 +38,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from shuffledp import _validation as v
+from shuffledp._rng import RngLike
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.reconstruct import reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.rounding import level_entries
-
-from shuffledp import _validation as v
-from shuffledp._rng import RngLike
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates, unflatten
 from shuffledp.release import HeatmapRelease, normalise

@@ -1,4 +1,4 @@
-"""Heatmaps with a Gaussian filter (seed 000, Sec. 2.3) and PNG rendering.
+"""Heatmaps with a Gaussian filter ([Ghazi23]_ Sec. 2.3) and PNG rendering.
 
 The heatmap of a non-negative p over the grid G with filter variance sigma^2 is
 
@@ -18,6 +18,11 @@ The kernel and Z factor over rows and columns,
 ``Z(r', c') = z_row(r') z_col(c')``, so the filter is two matrix products with column-normalised
 1-D kernels, ``H = K_row @ p @ K_col^T``: O(H^2 W + H W^2) time and O(H^2 + W^2) memory, never a
 dense (HW x HW) kernel.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def _kernel_1d(n: int, sigma: float) -> np.ndarray:
 
 
 def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
-    """The heatmap H_p^sigma of seed 000, Sec. 2.3, with per-source normalisation Z.
+    """The heatmap H_p^sigma of [Ghazi23]_ Sec. 2.3, with per-source normalisation Z.
 
     Parameters
     ----------

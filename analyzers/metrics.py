@@ -1,8 +1,7 @@
-"""Distances between heatmaps: exact EMD, KL, CC, SIM, MSE and L1 (seed 000, Sec. 4).
+"""Distances between heatmaps: exact EMD, KL, CC, SIM, MSE and L1 ([Ghazi23]_ Sec. 4).
 
-The paper evaluates an estimate against the true heatmap with the saliency metrics of
-Bylinskii, Judd, Oliva, Torralba and Durand, "What do different evaluation metrics tell us
-about saliency models?" (TPAMI 2019, [BJO+19] in seed 000): similarity (SIM), Pearson's
+[Ghazi23]_ evaluates an estimate against the true heatmap with the saliency metrics of
+Bylinskii, Judd, Oliva, Torralba and Durand ([BJO+19]_): similarity (SIM), Pearson's
 correlation coefficient (CC), KL divergence and the Earth Mover's Distance (EMD). MSE and L1
 are added for convenience.
 
@@ -18,7 +17,14 @@ Conventions
   KL(truth || estimate).
 * EMD uses the geometry of :mod:`shuffledp.grid`: pixels are square and the grid's longer side
   has length 1, so pixels (r, c) and (r', c') are (|r - r'| + |c - c'|) / max(width, height)
-  apart. On a 2^l x 2^l grid this is the unit-square l1 metric of seed 000, Sec. 2.1.
+  apart. On a 2^l x 2^l grid this is the unit-square l1 metric of [Ghazi23]_ Sec. 2.1.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [BJO+19] Z. Bylinskii, T. Judd, A. Oliva, A. Torralba, F. Durand, "What Do Different
+   Evaluation Metrics Tell Us About Saliency Models?", IEEE TPAMI 41(3):740-757, 2019.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from scipy.optimize import linprog
 from shuffledp.grid import Grid
 
 #: The regulariser of the KL divergence: double-precision machine epsilon (2.22e-16), the
-#: ``eps`` of MATLAB used by the MIT saliency benchmark code that [BJO+19] describes.
+#: ``eps`` of MATLAB used by the MIT saliency benchmark code that [BJO+19]_ describes.
 KL_EPS: float = float(np.finfo(np.float64).eps)
 
 __all__ = ["EMD_METHODS", "KL_EPS", "all_metrics", "cc", "emd", "kl", "l1", "mse", "sim"]
@@ -369,7 +375,7 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
         \mathrm{EMD}(p, q) = \min_{\gamma \ge 0,\ \gamma 1 = p,\ \gamma^T 1 = q}
             \sum_{x, y} \gamma(x, y)\, \|x - y\|_1
 
-    (seed 000, Sec. 2.1), after normalising ``p`` and ``q`` to sum 1. Distances are in units
+    ([Ghazi23]_ Sec. 2.1), after normalising ``p`` and ``q`` to sum 1. Distances are in units
     of the grid's longer side: neighbouring pixels are ``1 / max(width, height)`` apart, so the
     result lies in [0, (width + height - 2) / max(width, height)].
 
@@ -474,17 +480,17 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
 
 
 def sim(p: Any, q: Any) -> float:
-    r"""Similarity (histogram intersection) of [BJO+19]: :math:`\sum_i \min(P_i, Q_i)`.
+    r"""Similarity (histogram intersection) of [BJO+19]_: :math:`\sum_i \min(P_i, Q_i)`.
 
     ``P`` and ``Q`` are ``p`` and ``q`` normalised to sum 1; SIM is 1 - total variation
-    distance, in [0, 1], 1 iff the distributions are equal (seed 000, App. B). Symmetric.
+    distance, in [0, 1], 1 iff the distributions are equal ([Ghazi23]_ App. B). Symmetric.
     """
     a, b = _iv_pair(p, q)
     return float(np.minimum(a, b).sum())
 
 
 def cc(p: Any, q: Any) -> float:
-    r"""Pearson's linear correlation coefficient of [BJO+19].
+    r"""Pearson's linear correlation coefficient of [BJO+19]_.
 
     :math:`\mathrm{CC} = \mathrm{cov}(P, Q) / (\sigma(P)\, \sigma(Q))` over all pixels, in
     [-1, 1]. Symmetric and scale-invariant. If exactly one map is constant the correlation
@@ -505,7 +511,7 @@ def cc(p: Any, q: Any) -> float:
 
 
 def kl(truth: Any, estimate: Any, *, eps: float = KL_EPS) -> float:
-    r"""KL divergence KL(truth || estimate) with the regulariser of [BJO+19].
+    r"""KL divergence KL(truth || estimate) with the regulariser of [BJO+19]_.
 
     .. math::
 

@@ -1,11 +1,19 @@
-"""The analyzer of the shuffle-model heatmap protocol (seed 000, App. F, last bullet).
+"""The analyzer of the shuffle-model heatmap protocol ([Ghazi23]_ App. F, last bullet).
 
 For each coordinate a it sums the second components of all messages (a, w) over Z_q, in
 exact integer arithmetic and one streaming pass (:class:`ModularAccumulator`: two int64
 arrays of length m, whatever the number of messages), checks that every coordinate received
 exactly r messages per forwarded user, decodes the centred representative (the modulus has
 headroom, so sums in [0, B n] plus moderate noise decode exactly; the App. F choice q = B n
-would wrap), divides by B and hands the noisy level counts to Reconstruct (seed 000, Alg. 2).
+would wrap), divides by B and hands the noisy level counts to Reconstruct ([Ghazi23]_ Alg. 2).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
 """
 
 from __future__ import annotations
@@ -16,9 +24,9 @@ from typing import Any
 
 import numba
 import numpy as np
+
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.reconstruct import reconstruct
-
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.pyramid import unflatten
 from shuffledp.release import HeatmapRelease, normalise
@@ -186,8 +194,8 @@ def check_participation(params: ProtocolParams, n_users: int) -> None:
     """Refuse to release when fewer than n_min users contributed or more than n.
 
     With fewer than n_min users the Polya noise sums to less than the discrete Laplace the
-    guarantee rests on (seed 001, Sec. 4, dropouts); with more than n the headroom of q is not
-    guaranteed.
+    guarantee rests on ([Bagdasaryan22]_ Sec. 4, dropouts); with more than n the headroom of
+    q is not guaranteed.
     """
     n_users = int(n_users)
     if n_users < params.n_min:

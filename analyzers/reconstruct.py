@@ -1,4 +1,4 @@
-"""Reconstruct (seed 000, Alg. 2) with the O(w L)-variable linear program of Sec. 4.
+"""Reconstruct ([Ghazi23]_ Alg. 2) with the O(w L)-variable linear program of Sec. 4.
 
 Given noisy level counts for the measured levels ``start..L``:
 
@@ -19,6 +19,11 @@ left-out child plus one per selected leaf (O(w L) variables):
 
 solved with SciPy's HiGHS. The mass of a left-out cell is spread evenly over its pixels by
 default, or put on its centre pixel (any placement inside the cell attains the same LP value).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ def _children(parents: np.ndarray, shape_parent: tuple[int, int], shape_child: t
 def reconstruct_details(
     counts: Sequence[np.ndarray], grid: Grid, start: int, w: int, *, placement: str = "uniform"
 ) -> ReconstructResult:
-    """Alg. 2 of seed 000 with the details needed by tests and benchmarks; see module doc.
+    """Alg. 2 of [Ghazi23]_ with the details needed by tests and benchmarks; see module doc.
 
     ``placement`` ("uniform" or "centre") says where the mass of a left-out cell goes: spread
     evenly over its pixels or on its centre pixel. Both attain the same LP optimum.
@@ -209,7 +214,7 @@ def reconstruct_details(
 def reconstruct(
     counts: Sequence[np.ndarray], grid: Grid, start: int, w: int, *, placement: str = "uniform"
 ) -> np.ndarray:
-    """Reconstruct s_hat from noisy level counts (seed 000, Alg. 2; Sec. 4 LP with O(wL) vars).
+    """Reconstruct s_hat from noisy level counts ([Ghazi23]_ Alg. 2; Sec. 4 LP with O(wL) vars).
 
     Parameters
     ----------

@@ -24,9 +24,9 @@ import argparse
 import time
 
 import numpy as np
+
 from shuffledp.analyzers.heatmap import gaussian_heatmap
 from shuffledp.analyzers.metrics import EMD_METHODS, emd
-
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.grid import Grid
 

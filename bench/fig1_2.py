@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+
 from shuffledp.analyzers.baselines import laplace_baseline
 from shuffledp.analyzers.central import central_heatmap
 from shuffledp.analyzers.heatmap import gaussian_heatmap
 from shuffledp.analyzers.metrics import all_metrics
-
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.grid import Grid
 from shuffledp.release import normalise

@@ -34,10 +34,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from shuffledp.analyzers.modular import ReleaseRefused, check_participation
 
 from shuffledp import Grid
 from shuffledp.analyzer_io import accumulate_mixed
+from shuffledp.analyzers.modular import ReleaseRefused, check_participation
 from shuffledp.crypto import (
     encrypt_records,
     encrypted_record_bytes,

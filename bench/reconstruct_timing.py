@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from shuffledp.accounting.budget import level_budgets
 from shuffledp.analyzers.central import measured_levels, noisy_counts
 from shuffledp.analyzers.reconstruct import reconstruct_details
-
 from shuffledp.grid import Grid
 from shuffledp.users import UserDistributions
 

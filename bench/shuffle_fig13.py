@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.metrics import all_metrics
 
 from shuffledp import Grid
+from shuffledp.analyzers.central import central_heatmap
+from shuffledp.analyzers.metrics import all_metrics
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.protocol import shuffle_heatmap
 

@@ -62,12 +62,11 @@ def main() -> None:
     ap.add_argument("--skip-e2e", action="store_true")
     args = ap.parse_args()
 
-    from shuffledp.analyzers.modular import ModularAccumulator
-    from shuffledp.encoders.encoder import encode_shares, messages
-
     from shuffledp import Grid
+    from shuffledp.analyzers.modular import ModularAccumulator
     from shuffledp.crypto import SecureRandom
     from shuffledp.datasets import synthetic_mixture
+    from shuffledp.encoders.encoder import encode_shares, messages
     from shuffledp.protocol_params import derive_params
     from shuffledp.shuffler import secure_shuffle
 

@@ -1,4 +1,4 @@
-"""The user side of the shuffle-model heatmap protocol (seed 000, App. F, "Each user j").
+"""The user side of the shuffle-model heatmap protocol ([Ghazi23]_ App. F, "Each user j").
 
 For user j with distribution p_j over the leaf pixels:
 
@@ -6,7 +6,7 @@ For user j with distribution p_j over the leaf pixels:
    (unscaled level counts, :func:`shuffledp.pyramid.level_counts` of p_j), computed sparsely.
 2. z^j = round(B y^j) per level (:func:`shuffledp.encoders.rounding.scale_round`).
 3. z'^j = z^j + X - Y with X, Y i.i.d. Polya(1/n_min, a_i) per coordinate of level i,
-   a_i = exp(-eps_i / Delta_i) (seed 001, Thm 4.2; App. F slips fixed: calibrated to the
+   a_i = exp(-eps_i / Delta_i) ([Bagdasaryan22]_ Thm 4.2; App. F slips fixed: calibrated to the
    scaled sensitivity, two-sided, over-provisioned for dropouts).
 4. Split & Mix of the *noisy* z'^j into r additive shares over Z_q from the cryptographically
    secure :class:`~shuffledp.encoders.sharing.SecureRandom` (the App. F slip splits z^j).
@@ -17,17 +17,25 @@ The deployment entry point :func:`encode_user` draws everything, the noise inclu
 cryptographically secure generator and refuses a seed. The research functions
 (:func:`noisy_vectors`, :func:`encode_shares`) take ``rng`` for the noise (None = secure);
 shares always come from the secure generator.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from shuffledp.encoders.polya import polya_difference
-from shuffledp.encoders.rounding import level_entries
-from shuffledp.encoders.sharing import share
 
 from shuffledp._rng import RngLike, as_generator
 from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.polya import polya_difference
+from shuffledp.encoders.rounding import level_entries
+from shuffledp.encoders.sharing import share
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.users import UserDistributions
 

@@ -28,11 +28,11 @@ from fractions import Fraction
 
 import numba
 import numpy as np
-from shuffledp.encoders.words import run_stream_kernel, word_source
 
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.words import run_stream_kernel, word_source
 
 DL_DENOMINATOR_BITS = 40
 

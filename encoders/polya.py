@@ -59,11 +59,11 @@ import mpmath
 import numba
 import numpy as np
 from scipy.special import gammaln
-from shuffledp.encoders.words import run_stream_kernel, word_source
 
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.words import run_stream_kernel, word_source
 
 _PREC = 192  # fractional bits of the exact pmf
 _TAIL_BITS = 120  # the table stops once the remaining tail is provably <= 2^-120

@@ -1,4 +1,4 @@
-"""Scale-and-round of a user's level vectors (seed 000, App. F "Scaled & round").
+"""Scale-and-round of a user's level vectors ([Ghazi23]_ App. F "Scaled & round").
 
 A user's level-i vector y_i (the user's mass in each level-i cell) is non-negative and sums
 to 1. It is scaled by the integer B and rounded to an integer vector z_i:
@@ -16,11 +16,18 @@ shows they are attained). Both rules give a non-negative z_i with sum z_i <= B, 
 
 - add/remove one user: ||z_i||_1 <= B, attained (e.g. a user at one pixel): Delta_i = B;
 - replace one user (n public, the neighbour notion of the summation protocol behind App. F,
-  Balle et al. CCS 2020): ||z_i - z'_i||_1 <= ||z_i||_1 + ||z'_i||_1 <= 2B, attained by two
+  [BBGN20]_): ||z_i - z'_i||_1 <= ||z_i||_1 + ||z'_i||_1 <= 2B, attained by two
   users at distinct cells: Delta_i = 2B.
 
 The discrete Laplace noise of level i must therefore use a = exp(-eps_i / Delta_i) (the
-App. F text writes exp(-eps_i), a slip: see the seeds' INDEX).
+App. F text writes exp(-eps_i), a slip: see docs/errata.md).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
 """
 
 from __future__ import annotations
@@ -107,7 +114,7 @@ def scale_round(
     rounding: str = "largest_remainder",
     groups: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Scale non-negative masses by B and round to int64 (seed 000, App. F).
+    """Scale non-negative masses by B and round to int64 ([Ghazi23]_ App. F).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
 """Additive secret sharing over Z_q from a cryptographically secure generator.
 
-Split & Mix of seed 000, App. F (after Balle et al., CCS 2020; with the slip fixed: the
+Split & Mix of [Ghazi23]_ App. F (after [BBGN20]_; with the slip fixed: the
 *noisy* vector z' is split): w^1, ..., w^{r-1} i.i.d. uniform on Z_q^m and
 w^r = z' - w^1 - ... - w^{r-1} (mod q). Any r - 1 of the r shares are i.i.d. uniform and
 independent of z'; all r sum to z' mod q.
@@ -8,8 +8,17 @@ independent of z'; all r sum to z' mod q.
 Randomness: :class:`SecureRandom` is a ChaCha20 keystream (RFC 8439 cipher from
 ``cryptography``) keyed with 32 bytes from ``os.urandom`` and re-keyed every 2^30 bytes, the
 same construction as the kernel's getrandom and OpenBSD's arc4random. Uniform integers in
-[0, q) use Lemire's multiply-shift with rejection ("Fast random integer generation in an
-interval", ACM TOMACS 2019): exactly uniform, no modulo bias. Never a numpy Generator.
+[0, q) use Lemire's multiply-shift with rejection ([Lemire19]_): exactly uniform, no modulo
+bias. Never a numpy Generator.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
+   2019.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from shuffledp.crypto import SecureRandom, check_modulus  # noqa: F401  (re-expo
 
 
 def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None) -> np.ndarray:
-    """Split integer vector(s) into r additive shares over Z_q (seed 000, App. F, Split & Mix).
+    """Split integer vector(s) into r additive shares over Z_q ([Ghazi23]_ App. F, Split & Mix).
 
     Parameters
     ----------

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
+
 from shuffledp.analyzers.baselines import laplace_baseline
 from shuffledp.analyzers.metrics import emd
 

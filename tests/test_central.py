@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+
+from shuffledp import Grid, UserDistributions
 from shuffledp.accounting.budget import level_budgets, start_level
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.central import central_heatmap, measured_levels, noisy_counts
@@ -14,8 +16,6 @@ from shuffledp.encoders.noise import (
     discrete_laplace_pmf,
     dl_rational,
 )
-
-from shuffledp import Grid, UserDistributions
 from shuffledp.pyramid import level_counts
 
 

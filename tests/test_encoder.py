@@ -6,11 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from shuffle_helpers import params_for, random_users
+
+from shuffledp import Grid, UserDistributions
 from shuffledp.analyzers.modular import ModularAccumulator
 from shuffledp.encoders.encoder import encode_shares, encode_user, messages, noisy_vectors
 from shuffledp.encoders.rounding import scale_round
-
-from shuffledp import Grid, UserDistributions
 from shuffledp.pyramid import flatten, level_counts
 
 

@@ -9,8 +9,8 @@ import ot
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shuffledp.analyzers.metrics import EMD_METHODS, KL_EPS, all_metrics, cc, emd, kl, l1, mse, sim
 
+from shuffledp.analyzers.metrics import EMD_METHODS, KL_EPS, all_metrics, cc, emd, kl, l1, mse, sim
 from shuffledp.grid import Grid
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
+
 from shuffledp.encoders.noise import discrete_laplace_pmf
 from shuffledp.encoders.polya import (
     polya,

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 from shuffle_helpers import params_for, random_users
+
+from shuffledp import Grid, UserDistributions
 from shuffledp.analyzers.central import central_heatmap
 from shuffledp.analyzers.modular import (
     ModularAccumulator,
@@ -15,8 +17,6 @@ from shuffledp.analyzers.modular import (
     level_counts_from_sums,
 )
 from shuffledp.encoders.encoder import encode_shares, noisy_vectors
-
-from shuffledp import Grid, UserDistributions
 from shuffledp.protocol import shuffle_heatmap
 from shuffledp.protocol_params import ProtocolParams, derive_params
 from shuffledp.pyramid import flatten, level_counts

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
-from shuffledp.encoders.sharing import reconstruct_shares, share
 
 from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.sharing import reconstruct_shares, share
 
 # Statistical tests use SecureRandom.for_testing(seed): a fixed ChaCha20 key, so each test is
 # deterministic; with a fresh key each would fail with probability ALPHA.

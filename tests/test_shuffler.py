@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 from shuffle_helpers import params_for, random_users
-from shuffledp.analyzers.modular import ModularAccumulator
-from shuffledp.encoders.encoder import encode_shares, messages
 
 from shuffledp import Grid
+from shuffledp.analyzers.modular import ModularAccumulator
 from shuffledp.crypto import (
     SecureRandom,
     decrypt_records,
@@ -21,6 +20,7 @@ from shuffledp.crypto import (
     generate_analyzer_key,
     public_bytes,
 )
+from shuffledp.encoders.encoder import encode_shares, messages
 from shuffledp.protocol import user_batches
 from shuffledp.shuffler import Shuffler, secure_permutation, secure_shuffle, shuffle_batches
 from shuffledp.wire import (
@@ -293,9 +293,8 @@ def test_duplicate_ephemeral_key_within_a_batch_is_rejected(enc_setup):
 def test_record_from_another_run_fails_authentication(enc_setup):
     # regression: two runs with the same numbers had the same digest, so a ciphertext of one
     # run decrypted fine in the other
-    from shuffledp.analyzers.modular import ReleaseRefused
-
     from shuffledp.analyzer_io import release_mixed
+    from shuffledp.analyzers.modular import ReleaseRefused
 
     p, key, batches = enc_setup
     other = params_for(Grid(3, 2), n=4, B=2, dropout=0.5)

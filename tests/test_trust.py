@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 from scipy import stats
 from shuffle_helpers import params_for, random_users
+
+from shuffledp import Grid
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.summation import delta_split, shares_needed
 from shuffledp.analyzers.central import central_heatmap
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
+from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares, encode_user
 from shuffledp.encoders.noise import (
     discrete_laplace_exact,
@@ -27,9 +30,6 @@ from shuffledp.encoders.noise import (
     dl_rational,
 )
 from shuffledp.encoders.polya import SAMPLER_TV_MAX, polya_difference, polya_table
-
-from shuffledp import Grid
-from shuffledp.crypto import SecureRandom
 from shuffledp.protocol_params import ProtocolParams, derive_params
 
 

@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mp_clones import mp_divergence
 from scipy.stats import binom
+
 from shuffledp.accounting.clones import (
     _cut_estimate,
     clones_closed_form,

@@ -7,6 +7,7 @@ import mpmath as mp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shuffledp.accounting.metric_shuffle import (
     alpha_sup_numeric,
     asymptotic_alpha0,

@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from shuffledp.accounting import Guarantee
 from shuffledp.accounting.budget import (
     dl_epsilon_for_std,

@@ -6,6 +6,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 from scipy.stats import nbinom
+
 from shuffledp.accounting.budget import level_budgets
 from shuffledp.accounting.summation import (
     dl_tail,
@@ -13,7 +14,6 @@ from shuffledp.accounting.summation import (
     shares_needed,
     summation_parameters,
 )
-
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates
 
