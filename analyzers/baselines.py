@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.grid import Grid
 from shuffledp.release import HeatmapRelease, normalise
@@ -32,41 +33,10 @@ __all__ = ["laplace_baseline"]
 def _iv_laplace(
     aggregate: Any, epsilon: Any, top_percent: Any
 ) -> tuple[np.ndarray, float, float | None]:
-    try:
-        agg = np.array(aggregate, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"aggregate must be a numeric 2-D array, got {aggregate!r:.80}") from exc
-    if agg.ndim != 2 or agg.size == 0:
-        raise ValueError(
-            f"aggregate must be a non-empty 2-D (height, width) array, got shape {agg.shape}"
-        )
-    bad = ~np.isfinite(agg) | (agg < 0)
-    if bad.any():
-        k = tuple(int(i) for i in np.argwhere(bad)[0])
-        at = ", ".join(map(str, k))
-        raise ValueError(
-            f"aggregate must be finite and non-negative; aggregate[{at}]={float(agg[k])!r}"
-        )
-    if isinstance(epsilon, bool):
-        raise TypeError(f"epsilon must be a real number, got epsilon={epsilon!r}")
-    try:
-        eps = float(epsilon)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"epsilon must be a real number, got epsilon={epsilon!r}") from exc
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got epsilon={epsilon!r}")
-    top: float | None = None
-    if top_percent is not None:
-        if isinstance(top_percent, bool):
-            raise TypeError(f"top_percent must be a real number or None, got {top_percent!r}")
-        try:
-            top = float(top_percent)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"top_percent must be a real number or None, got top_percent={top_percent!r}"
-            ) from exc
-        if not (0.0 < top <= 100.0):
-            raise ValueError(f"top_percent must be in (0, 100], got top_percent={top_percent!r}")
+    agg = v.nonnegative_array("aggregate", aggregate, ndim=2)
+    eps = v.positive("epsilon", epsilon)
+    top = None if top_percent is None else v.interval("top_percent", top_percent, 0.0, 100.0,
+                                                      open_high=False)
     return agg, eps, top
 
 

@@ -34,29 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from shuffledp import _validation as v
+
 __all__ = ["COLORMAP", "gaussian_heatmap", "render_png"]
 
 
 def _iv_map(name: str, a: Any) -> np.ndarray:
-    try:
-        arr = np.array(a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric 2-D array, got {name}={a!r:.80}") from exc
-    if arr.ndim != 2 or arr.size == 0:
-        raise ValueError(
-            f"{name} must be a non-empty 2-D (height, width) array, got shape {arr.shape}"
-        )
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        k = tuple(int(i) for i in np.argwhere(bad)[0])
-        at = ", ".join(map(str, k))
-        raise ValueError(f"{name} must be finite; {name}[{at}]={float(arr[k])!r}")
-    neg = arr < 0
-    if neg.any():
-        k = tuple(int(i) for i in np.argwhere(neg)[0])
-        at = ", ".join(map(str, k))
-        raise ValueError(f"{name} must be non-negative; {name}[{at}]={float(arr[k])!r}")
-    return arr
+    return v.nonnegative_array(name, a, ndim=2)
 
 
 def _kernel_1d(n: int, sigma: float) -> np.ndarray:

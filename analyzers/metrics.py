@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from shuffledp import _validation as v
 from shuffledp.grid import Grid
 
 #: The regulariser of the KL divergence: double-precision machine epsilon (2.22e-16), the
@@ -51,22 +52,7 @@ __all__ = ["EMD_METHODS", "KL_EPS", "all_metrics", "cc", "emd", "kl", "l1", "mse
 
 def _iv_dist(name: str, a: Any) -> np.ndarray:
     """Validate one non-negative finite array with positive total; return it normalised."""
-    try:
-        arr = np.array(a, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric array, got {name}={a!r:.80}") from exc
-    if arr.ndim == 0 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty array, got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        k = tuple(int(i) for i in np.argwhere(bad)[0])
-        at = ", ".join(map(str, k))
-        raise ValueError(f"{name} must be finite; {name}[{at}]={float(arr[k])!r}")
-    neg = arr < 0
-    if neg.any():
-        k = tuple(int(i) for i in np.argwhere(neg)[0])
-        at = ", ".join(map(str, k))
-        raise ValueError(f"{name} must be non-negative; {name}[{at}]={float(arr[k])!r}")
+    arr = v.nonnegative_array(name, a)
     total = arr.sum()
     if not total > 0:
         raise ValueError(f"{name} must have a positive total, got sum({name})={total!r}")

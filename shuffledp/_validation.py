@@ -12,6 +12,8 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
+import numpy as np
+
 
 def count(name: str, value: Any, low: int = 1) -> int:
     """An integer ``>= low`` (bool and non-integral floats are refused; 1e5 as float is ok)."""
@@ -28,10 +30,16 @@ def count(name: str, value: Any, low: int = 1) -> int:
     return v
 
 
-def real(name: str, value: Any) -> float:
+def _float(name: str, value: Any) -> float:
+    """float(value) for a real number (bool refused); NaN passes, for the caller's range check."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {name}={value!r}")
-    v = float(value)
+    return float(value)
+
+
+def real(name: str, value: Any) -> float:
+    """A real number that is not NaN."""
+    v = _float(name, value)
     if math.isnan(v):
         raise ValueError(f"{name} must be a number, got {name}={value!r}")
     return v
@@ -39,7 +47,7 @@ def real(name: str, value: Any) -> float:
 
 def positive(name: str, value: Any, *, finite: bool = True) -> float:
     """A real number ``> 0`` (finite unless ``finite=False``)."""
-    v = real(name, value)
+    v = _float(name, value)
     if not v > 0 or (finite and math.isinf(v)):
         kind = "a finite number > 0" if finite else "a number > 0"
         raise ValueError(f"{name} must be {kind}, got {name}={value!r}")
@@ -49,7 +57,7 @@ def positive(name: str, value: Any, *, finite: bool = True) -> float:
 def probability(name: str, value: Any, *, closed_low: bool = False,
                 closed_high: bool = False) -> float:
     """A real number in (0, 1), with optionally closed ends."""
-    v = real(name, value)
+    v = _float(name, value)
     ok_low = v >= 0 if closed_low else v > 0
     ok_high = v <= 1 if closed_high else v < 1
     if not (ok_low and ok_high):
@@ -68,7 +76,7 @@ def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
 def interval(name: str, value: Any, low: float, high: float, *, open_low: bool = True,
              open_high: bool = True) -> float:
     """A real number in the interval (low, high), ends closed on request; NaN is refused."""
-    v = real(name, value)
+    v = _float(name, value)
     ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
     if not ok:
         lo = "(" if open_low else "["
@@ -83,3 +91,25 @@ def bounded_count(name: str, value: Any, low: int, high: int) -> int:
     if v > high:
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {name}={value!r}")
     return v
+
+
+def nonnegative_array(name: str, value: Any, *, ndim: int | None = None) -> np.ndarray:
+    """A non-empty float64 array of finite, non-negative entries (a copy).
+
+    ``ndim=2`` also requires a (height, width) array. The first bad entry is quoted with its
+    index, e.g. ``aggregate must be finite; aggregate[3, 4]=nan``.
+    """
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        kind = "a numeric 2-D array" if ndim == 2 else "a numeric array"
+        raise TypeError(f"{name} must be {kind}, got {name}={value!r:.80}") from exc
+    if arr.size == 0 or arr.ndim == 0 or (ndim is not None and arr.ndim != ndim):
+        shape = "a non-empty 2-D (height, width) array" if ndim == 2 else "a non-empty array"
+        raise ValueError(f"{name} must be {shape}, got shape {arr.shape}")
+    for bad, what in ((~np.isfinite(arr), "finite"), (arr < 0, "non-negative")):
+        if bad.any():
+            k = tuple(int(i) for i in np.argwhere(bad)[0])
+            at = ", ".join(map(str, k))
+            raise ValueError(f"{name} must be {what}; {name}[{at}]={float(arr[k])!r}")
+    return arr

@@ -91,7 +91,7 @@ def test_guarantee_and_parameters():
 
 @pytest.mark.parametrize("eps", [0, -1.0, float("nan"), float("inf")])
 def test_bad_epsilon(eps):
-    with pytest.raises(ValueError, match=r"epsilon must be finite and > 0, got epsilon="):
+    with pytest.raises(ValueError, match=r"epsilon must be a finite number > 0, got epsilon="):
         laplace_baseline(np.ones((2, 2)), eps, rng=0)
 
 
@@ -101,11 +101,11 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="epsilon must be a real number"):
         laplace_baseline(np.ones((2, 2)), True, rng=0)
     for t in (0, -5, 100.5, float("nan")):
-        with pytest.raises(ValueError, match=r"top_percent must be in \(0, 100\]"):
+        with pytest.raises(ValueError, match=r"top_percent must be in \(0(\.0)?, 100(\.0)?\]"):
             laplace_baseline(np.ones((2, 2)), 1.0, rng=0, top_percent=t)
     with pytest.raises(ValueError, match="aggregate must be a non-empty 2-D"):
         laplace_baseline(np.ones(4), 1.0, rng=0)
-    with pytest.raises(ValueError, match=r"aggregate must be finite and non-negative"):
+    with pytest.raises(ValueError, match=r"aggregate must be (finite|non-negative)"):
         laplace_baseline(np.array([[1.0, -1.0]]), 1.0, rng=0)
     with pytest.raises(ValueError, match=r"aggregate\[0, 0\]=nan"):
         laplace_baseline(np.array([[np.nan, 1.0]]), 1.0, rng=0)
