@@ -1,6 +1,11 @@
-"""PrivEMDItemWise (seed 004 Thm 4.4): alpha against alpha0, local and central, and inverses.
+"""PrivEMDItemWise ([Imola]_ Thm 4.4): alpha against alpha0, local and central, and inverses.
 
 Run: python bench/accounting_metric.py
+
+References
+----------
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
 """
 
 from __future__ import annotations

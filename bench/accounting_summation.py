@@ -1,6 +1,11 @@
-"""App. F summation parameters: q, r and bits per user against B (cf. seed 000 Fig. 12).
+"""App. F summation parameters: q, r and bits per user against B (cf. [Ghazi23]_ Fig. 12).
 
 Run: python bench/accounting_summation.py
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two kinds of inputs per size N x N:
 
 * ``sparse``: two aggregates of 1000 points each from independent synthetic mixtures
-  (seed 000, App. E.3; ~a few hundred non-zero pixels), the raw distributions the paper's EMD
+  ([Ghazi23]_ App. E.3; ~a few hundred non-zero pixels), the raw distributions the paper's EMD
   bound is about;
 * ``filtered``: the same aggregates after the Gaussian filter of Sec. 2.3 (sigma = N / 64
   pixels), dense maps like the heatmaps the paper's metrics compare.
@@ -16,6 +16,11 @@ Usage::
 
     python bench/emd_timing.py              # 64 128 256
     python bench/emd_timing.py 32 64 --repeat 3 --highs-max 64
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

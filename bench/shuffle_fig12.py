@@ -1,10 +1,15 @@
-"""Fig. 12 of seed 000 (App. F): communication per user against the scaling factor B.
+"""Fig. 12 of [Ghazi23]_ (App. F): communication per user against the scaling factor B.
 
 320x240 grid, n = 50, eps = 5, delta = 1e-5, w = 20 (measured levels start..L). For every
 B in {1, 2, 4, ..., 1024} prints q, r, m, messages per user, the paper's count
 r m ceil(log2(m q)) bits, and the bytes our wire format actually writes per user.
 
 Run: ``python bench/shuffle_fig12.py``
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

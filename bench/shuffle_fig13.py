@@ -1,4 +1,4 @@
-"""Fig. 13 of seed 000 (App. F): utility against the scaling factor B (B = inf is central).
+"""Fig. 13 of [Ghazi23]_ (App. F): utility against the scaling factor B (B = inf is central).
 
 Synthetic Gaussian-mixture data (shuffledp.datasets.synthetic_mixture; the paper uses
 SALICON, not bundled) on a 320x240 grid with n = 50 users, eps = 5, delta = 1e-5, w = 20.
@@ -10,6 +10,11 @@ neighbour notion (replace one user: sensitivity 2 per level, i.e. central at eps
 limit the shuffle estimate converges to; ``central (add/remove)`` is central_heatmap at eps.
 
 Run: ``python bench/shuffle_fig13.py [--runs 5] [--n 50]``
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Throughput of the shuffle protocol's parts at the Fig. 12 setting of seed 000 (App. F).
+"""Throughput of the shuffle protocol's parts at the Fig. 12 setting of [Ghazi23]_ (App. F).
 
 320x240 grid, n = 50, eps = 5, delta = 1e-5, B = 256 (override with flags). Prints:
 
@@ -11,6 +11,11 @@
   and peak resident memory (measured in a fresh subprocess).
 
 Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e]``
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

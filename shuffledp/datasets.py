@@ -4,11 +4,16 @@ Every loader returns a :class:`PointTable` of weighted points in [0, 1)^2 labell
 :meth:`PointTable.to_users` snaps them to a grid (x -> column, y -> row, see
 :mod:`shuffledp.grid`) and normalises each user's weights into a distribution.
 
-* :func:`synthetic_mixture`: the synthetic data of seed 000, App. E.3 (the built-in default,
+* :func:`synthetic_mixture`: the synthetic data of [Ghazi23]_ App. E.3 (the built-in default,
   200 users).
 * :func:`load_csv`: ``user_id,x,y[,weight]`` files.
-* :func:`load_snap`: the SNAP location check-in format (Gowalla, Brightkite; seed 000, Sec. 4)
-  with a latitude/longitude bounding box.
+* :func:`load_snap`: the SNAP location check-in format (Gowalla, Brightkite; [Ghazi23]_
+  Sec. 4) with a latitude/longitude bounding box.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations
@@ -137,7 +142,7 @@ def synthetic_mixture(
     mean_margin: float = 0.05,
     rng: Any = 0,
 ) -> PointTable:
-    """Users drawing points from a random 2-D Gaussian mixture (seed 000, App. E.3).
+    """Users drawing points from a random 2-D Gaussian mixture ([Ghazi23]_ App. E.3).
 
     The mixture is uniform over ``n_clusters`` Gaussians with random means and covariances:
 
@@ -214,7 +219,7 @@ def synthetic_mixture(
 
     info = {
         "source": "synthetic_mixture",
-        "paper": "seed 000, App. E.3",
+        "paper": "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, App. E.3",
         "n_users": n_users,
         "n_clusters": n_clusters,
         "points_per_user": points_per_user,
@@ -365,7 +370,7 @@ def load_snap(
 ) -> PointTable:
     """Read SNAP location check-ins (Gowalla, Brightkite) inside a bounding box.
 
-    Each line is ``user<TAB>time<TAB>latitude<TAB>longitude<TAB>location_id`` (seed 000,
+    Each line is ``user<TAB>time<TAB>latitude<TAB>longitude<TAB>location_id`` ([Ghazi23]_
     Sec. 4 uses snap.stanford.edu/data/loc-Gowalla.html and loc-Brightkite.html). Check-ins
     with ``lat_min <= lat < lat_max`` and ``lon_min <= lon < lon_max`` are kept, with weight 1,
     and mapped to

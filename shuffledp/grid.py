@@ -1,4 +1,4 @@
-"""The Delta1 x Delta2 grid and its pyramid of levels (seed 000, Sec. 3.1, Def. 3.1).
+"""The Delta1 x Delta2 grid and its pyramid of levels ([Ghazi23]_ Sec. 3.1, Def. 3.1).
 
 A grid of ``width`` columns and ``height`` rows is embedded in the smallest 2^L x 2^L square
 of pixels that holds it (L = ceil(log2 max(width, height))). Level i has cells of
@@ -10,7 +10,12 @@ Geometry: a point (x, y) in [0, 1)^2 falls in column floor(x * width) and row
 floor(y * height). Distances (EMD ground metric, pyramid scales) are measured with square
 pixels and the grid's longer side of length 1, so pixel (r, c) and (r', c') are
 (|r - r'| + |c - c'|) / max(width, height) apart. For a 2^l x 2^l grid this is exactly the
-unit-square metric of the paper and the level-i scale is 2^-i.
+unit-square metric of [Ghazi23]_ and the level-i scale is 2^-i.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations
@@ -26,11 +31,6 @@ from shuffledp import _validation as v
 def start_level(w: int) -> int:
     """First measured level q = floor(log2 sqrt(w)) ([Ghazi23]_ Sec. 4, "Implementation
     details"), in exact integer arithmetic: the largest q with 4^q <= w.
-
-    References
-    ----------
-    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
     """
     if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
         raise ValueError(f"w must be an integer >= 1, got w={w!r}")

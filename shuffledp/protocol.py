@@ -1,4 +1,4 @@
-"""The shuffle-model private heatmap end to end (seed 000, App. F with Alg. 1-2).
+"""The shuffle-model private heatmap end to end ([Ghazi23]_ App. F with Alg. 1-2).
 
 :func:`shuffle_heatmap` runs the three parties in one process:
 
@@ -13,6 +13,14 @@
 - ``encrypt=True`` (deployment path): as ``wire=True`` with every message encrypted to a fresh
   analyzer X25519 key and the mixed batch authenticated with a fresh shuffler-analyzer MAC
   key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
 """
 
 from __future__ import annotations
@@ -131,7 +139,7 @@ def shuffle_heatmap(
     params: ProtocolParams | None = None,
     neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
 ) -> HeatmapRelease:
-    """(eps, delta)-shuffle-DP heatmap (seed 000, App. F; Alg. 1-2 after the aggregation).
+    """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
     Parameters
     ----------
@@ -145,7 +153,8 @@ def shuffle_heatmap(
         Reconstruct's top-w and the per-level budget decay (same split as the central model).
     rounding : {"largest_remainder", "floor"}
     dropout : float
-        Declared dropout fraction; the Polya noise is over-provisioned for it (seed 001).
+        Declared dropout fraction; the Polya noise is over-provisioned for it
+        ([Bagdasaryan22]_ Sec. 4).
     rng : int, Generator or None
         ``None`` (default): the Polya noise, shares and permutations all come from the
         cryptographically secure generator (a private release). A seed or Generator drives the

@@ -1,13 +1,13 @@
-"""The validated parameter record of the shuffle-model heatmap protocol (seed 000, App. F).
+"""The validated parameter record of the shuffle-model heatmap protocol ([Ghazi23]_ App. F).
 
 One frozen :class:`ProtocolParams` fixes everything the three parties must agree on: the grid
-and measured levels (same split as the central mechanism, seed 000 proof of Thm 3.1), the
+and measured levels (same split as the central mechanism, [Ghazi23]_ proof of Thm 3.1), the
 number of users n, the scaling factor B and rounding rule, the neighbour notion, the modulus
 q, the number of shares per coordinate r, the per-level discrete Laplace parameters and the
-Polya shape (over-provisioned for dropouts, seed 001 Sec. 4). The wire format carries
+Polya shape (over-provisioned for dropouts, [Bagdasaryan22]_ Sec. 4). The wire format carries
 :attr:`ProtocolParams.digest`, so batches produced under other parameters are rejected.
 
-Neighbour notion: the summation protocol behind App. F (Balle et al., CCS 2020) is private
+Neighbour notion: the summation protocol behind App. F ([BBGN20]_) is private
 under *replacement of one user's input with n public*; the scaled, rounded level vector then
 has l1-sensitivity Delta_i = 2B (see :mod:`shuffledp.encoders.rounding`).
 
@@ -16,6 +16,16 @@ unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; i
 ``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8) bytes on the wire. The paper's count
 (App. F "Communication") is ceil(log2(m q)) bits per message, reported as
 :attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.wire` actually writes.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ ROUND_ID_BYTES = 16
 
 @dataclass(frozen=True)
 class ProtocolParams:
-    """Everything encoder, shuffler and analyzer must agree on (seed 000, App. F).
+    """Everything encoder, shuffler and analyzer must agree on ([Ghazi23]_ App. F).
 
     Attributes
     ----------
@@ -67,7 +77,7 @@ class ProtocolParams:
         Declared dropout fraction in [0, 1).
     n_min : int
         Fewest contributing users for which the noise still sums to (at least) discrete
-        Laplace: the Polya shape is 1 / n_min (seed 001, Sec. 4, dropouts).
+        Laplace: the Polya shape is 1 / n_min ([Bagdasaryan22]_ Sec. 4, dropouts).
     q : int
         Modulus, with headroom: every true sum lies in [0, B n] and decodes exactly.
     r : int
@@ -234,7 +244,7 @@ class ProtocolParams:
 
     @property
     def polya_shape(self) -> float:
-        """Polya shape 1 / n_min per user (seed 001, Thm 4.2 with dropout over-provisioning)."""
+        """Polya shape 1 / n_min per user ([Bagdasaryan22]_ Thm 4.2, dropout over-provisioning)."""
         return 1.0 / self.n_min
 
     @property
@@ -278,12 +288,12 @@ class ProtocolParams:
 
     @property
     def bits_per_message(self) -> int:
-        """ceil(log2(m q)) (seed 000, App. F "Communication")."""
+        """ceil(log2(m q)) ([Ghazi23]_ App. F "Communication")."""
         return int(self.m * self.q - 1).bit_length()
 
     @property
     def bits_per_user(self) -> int:
-        """r m ceil(log2(m q)) (seed 000, App. F "Communication", Fig. 12)."""
+        """r m ceil(log2(m q)) ([Ghazi23]_ App. F "Communication", Fig. 12)."""
         return self.messages_per_user * self.bits_per_message
 
     @property

@@ -1,10 +1,15 @@
-"""The (scaled) pyramidal transform P of seed 000, Sec. 3.1, without dense matrices.
+"""The (scaled) pyramidal transform P of [Ghazi23]_ Sec. 3.1, without dense matrices.
 
 P stacks, for every level i, the level-i partition map P_i (sum of the pixels in each cell)
 scaled by the level's cell side (2^-i on a 2^l x 2^l grid). Here a pyramid is a list of 2D
 arrays, one per level, of shape ``grid.level_shape(i)``; the unscaled counts P_i s are
 computed by repeated 2 x 2 pooling (O(pixels) time and memory) and the scale is applied
 separately, so noise can be calibrated on counts.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The shuffler of the shuffle-model heatmap protocol, and message encryption to the analyzer.
 
-The shuffler (Ghazi et al. 2023, App. F; DESIGN.md "Roles and trust") is trusted only to
-permute and to forget who sent what. :class:`Shuffler`:
+The shuffler ([Ghazi23]_ App. F; see "Trust model" below) is trusted only to permute and to
+forget who sent what. :class:`Shuffler`:
 
 1. validates each user's batch as it arrives (:mod:`shuffledp.wire` header, parameter
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
@@ -27,10 +27,10 @@ uniformly random ordering: relabelling the input records by any fixed permutatio
 leaves the joint law of (labels, in-bucket permutations) unchanged, so P(output = pi) =
 P(output = pi o sigma) for every arrangement pi and every sigma, hence P(output = pi) = 1/N!.
 Plaintext records get their labels from :class:`SecureRandom` (k is a power of two, so the
-low bits of a uniform word are exactly uniform). Encrypted records get L = SipHash-2-4 of
-their ephemeral public key under a fresh secret 128-bit key, masked to k bits: distinct keys
-then get labels indistinguishable from i.i.d. uniform (SipHash is a PRF; the same
-computational assumption as the ChaCha20 generator behind every other draw), and *equal*
+low bits of a uniform word are exactly uniform). Encrypted records get L = SipHash-2-4
+([SipHash12]_) of their ephemeral public key under a fresh secret 128-bit key, masked to k
+bits: distinct keys then get labels indistinguishable from i.i.d. uniform (SipHash is a PRF;
+the same computational assumption as the ChaCha20 generator behind every other draw), and *equal*
 keys -- a duplicated or replayed record -- land in the same bucket, where pass 2 finds them
 exactly. Removing duplicates depends only on record contents, not on labels, so the
 surviving records keep i.i.d. labels. k is the least power of two with n r m (record + 4)
@@ -61,17 +61,19 @@ Trust model and what the checks buy
   share; a checksum would not stop anyone who can edit the batch). Do not deploy it.
 
 Deployment path: every message is encrypted to the analyzer's X25519 public key
-(:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message, HKDF-SHA256,
-ChaCha20-Poly1305). Two ciphertexts of one user share nothing but the coordinate field (which
-every user fills the same way), so the shuffler and the analyzer cannot link them. The
-analyzer side is :mod:`shuffledp.analyzer_io`.
+(:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message,
+HKDF-SHA256 ([RFC5869]_), ChaCha20-Poly1305). Two ciphertexts of one user share nothing but
+the coordinate field (which every user fills the same way), so the shuffler and the analyzer
+cannot link them. The analyzer side is :mod:`shuffledp.analyzer_io`.
 
 References
 ----------
-Ghazi, Kamath, Kumar, Leeman, Manurangsi, Varadarajan, Zhang. Differentially Private
-Heatmaps. AAAI 2023, App. F.
-Aumasson, Bernstein. SipHash: a fast short-input PRF. INDOCRYPT 2012.
-Krawczyk, Eronen. HMAC-based Extract-and-Expand Key Derivation Function (HKDF). RFC 5869.
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
+   INDOCRYPT 2012.
+.. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
+   (HKDF)", RFC 5869, 2010.
 """
 
 from __future__ import annotations

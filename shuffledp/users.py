@@ -1,8 +1,13 @@
-"""Users' inputs: one sparse distribution over leaf pixels per user (seed 000, Sec. 2.3).
+"""Users' inputs: one sparse distribution over leaf pixels per user ([Ghazi23]_ Sec. 2.3).
 
 Stored in compressed-sparse-row form: user j owns entries ``indptr[j]:indptr[j+1]`` of
 ``pixels`` (flat index row * width + col) and ``weights`` (non-negative, summing to 1 per user).
 Duplicate pixels of a user are merged.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from __future__ import annotations

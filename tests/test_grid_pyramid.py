@@ -1,4 +1,10 @@
-"""Grid geometry, the pyramidal transform (seed 000, Def. 3.1) and Lemma 3.5."""
+"""Grid geometry, the pyramidal transform ([Ghazi23]_ Def. 3.1) and Lemma 3.5.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+"""
 
 import numpy as np
 import ot
@@ -117,7 +123,7 @@ def test_pyramid_is_linear(g, seed, a, b):
 @settings(max_examples=60, deadline=None)
 @given(grids, st.integers(0, 2**32 - 1), st.integers(1, 6))
 def test_lemma_3_5_emd_bounded_by_pyramid_l1(g, seed, k):
-    """||p - q||_EMD <= ||P (p - q)||_1 (seed 000, Lemma 3.5) on any W x H grid."""
+    """||p - q||_EMD <= ||P (p - q)||_1 ([Ghazi23]_ Lemma 3.5) on any W x H grid."""
     rng = np.random.default_rng(seed)
     p = np.zeros(g.n_pixels)
     q = np.zeros(g.n_pixels)

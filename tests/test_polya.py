@@ -1,4 +1,11 @@
-"""Polya noise: exact pmf identities (seed 001, Thm 4.2) and sampler goodness of fit."""
+"""Polya noise: exact pmf identities ([Bagdasaryan22]_ Thm 4.2) and sampler goodness of fit.
+
+References
+----------
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+"""
 
 from __future__ import annotations
 

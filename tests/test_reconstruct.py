@@ -1,4 +1,10 @@
-"""Reconstruct (seed 000, Alg. 2): exact recovery, and the O(wL) LP against the full LP."""
+"""Reconstruct ([Ghazi23]_ Alg. 2): exact recovery, and the O(wL) LP against the full LP.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+"""
 
 import numpy as np
 import pytest

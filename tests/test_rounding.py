@@ -1,4 +1,10 @@
-"""Scale-and-round (seed 000, App. F): sums and exact l1-sensitivities of both rules."""
+"""Scale-and-round ([Ghazi23]_ App. F): sums and exact l1-sensitivities of both rules.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+"""
 
 from __future__ import annotations
 

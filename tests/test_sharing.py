@@ -1,4 +1,10 @@
-"""Additive sharing over Z_q (seed 000, App. F Split & Mix) and the secure generator."""
+"""Additive sharing over Z_q ([Ghazi23]_ App. F Split & Mix) and the secure generator.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+"""
 
 from __future__ import annotations
 

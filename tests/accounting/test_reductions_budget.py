@@ -1,4 +1,13 @@
-"""Thm 5.3 reduction, seed 001 conversions, Guarantee record."""
+"""[Imola]_ Thm 5.3 reduction, [Bagdasaryan22]_ conversions, Guarantee record.
+
+References
+----------
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+"""
 
 import math
 
@@ -70,7 +79,7 @@ def test_reduction_validation_messages():
         discrete_group_privacy(1.0, 1e-6, 0.1, 2)
 
 
-# ------------------------------------------------------------------ seed 001 conversions
+# ---------------------------------------------------------- [Bagdasaryan22] conversions
 def test_eq5_value():
     beta = math.exp(-0.5 / 2)
     assert dl_std(0.5, 2) == pytest.approx(math.sqrt(2 * beta / (1 - beta) ** 2), rel=1e-14)
