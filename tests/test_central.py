@@ -46,7 +46,7 @@ def test_level_budgets_validation():
 
 def test_noise_scale_per_level_matches_one_over_eps_i():
     """The released level counts minus the exact rounded sums are DL(exp(-s_i/t_i)) / R with
-    E|Z| = 2a/(1 - a^2), i.e. ~1/eps_i in user-mass units. N >= 40000 draws per level,
+    E|Z| = 2a/(1 - a^2), i.e. ~1/eps_i in user-mass units. N >= 4000 draws per level,
     6-sigma tolerance: false-failure probability < 1e-8 per level (fixed seed)."""
     g = Grid(64, 64)
     start, top = measured_levels(g, 20)
@@ -56,7 +56,7 @@ def test_noise_scale_per_level_matches_one_over_eps_i():
     exact = [c / R for c in level_counts(g, users.aggregate() * R, start)]
     rng = np.random.default_rng(123)
     total = {k: [] for k in range(len(budgets))}
-    while min(sum(len(x) for x in v) for v in total.values()) < 40000:
+    while min(sum(len(x) for x in v) for v in total.values()) < 4000:
         noisy = noisy_counts(users, budgets, start, resolution=R, rng=rng)
         for k, (c, e) in enumerate(zip(noisy, exact, strict=True)):
             total[k].append(np.abs(c - e).ravel())

