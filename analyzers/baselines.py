@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.grid import Grid
 from shuffledp.release import HeatmapRelease, normalise
 
@@ -103,12 +103,15 @@ def laplace_baseline(
         model="central",
         epsilon=eps,
         delta=0.0,
-        neighbour="add/remove one user",
+        neighbour=Neighbour.ADD_REMOVE,
         theorem=(
             "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, Sec. 4 baseline "
             "(Liu et al., ETRA 2019): Laplace mechanism, Lemma 2.2, l1-sensitivity 1"
         ),
         parameters={"epsilon": eps, "noise_scale": 1.0 / eps, "sensitivity_l1": 1.0},
+        notes=("evaluation baseline: floating-point Laplace noise from numpy, not hardened "
+               "against floating-point attacks; do not ship it as a release (use "
+               "central_heatmap, whose noise is exact)",),
     )
     return HeatmapRelease(
         grid=Grid(width, height),
