@@ -85,7 +85,7 @@ def _uniform(buf, pos, n):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _bernoulli_exp(buf, pos, num, den):  # pragma: no cover - compiled
-    """Bernoulli(exp(-num/den)) for 0 <= num <= den ([CKS20] Alg. 1); (bit, pos) or (-1, pos)."""
+    """Bernoulli(exp(-num/den)) for 0 <= num <= den ([CKS20]_ Alg. 1); (bit, pos) or (-1, pos)."""
     k = 1
     while True:
         u, pos = _uniform(buf, pos, den * k)
@@ -99,7 +99,7 @@ def _bernoulli_exp(buf, pos, num, den):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _dl_kernel(buf, i0, out, s_arr, t_arr, which):  # pragma: no cover - compiled
-    """[CKS20] Alg. 2: DL with P(y) proportional to exp(-|y| s/t), s, t integers."""
+    """[CKS20]_ Alg. 2: DL with P(y) proportional to exp(-|y| s/t), s, t integers."""
     pos = 0
     for i in range(i0, out.size):
         start = pos

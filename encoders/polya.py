@@ -1,7 +1,7 @@
 """Polya (negative binomial) noise with real shape, its two-sided difference, and an exact-table
 integer sampler driven by uniform 64-bit words.
 
-Definitions (Bagdasaryan et al. 2022, Sec. 4, Def. 4.1 and Thm 4.2):
+Definitions ([Bagdasaryan22]_ Sec. 4, Def. 4.1 and Thm 4.2):
 
 - Polya(s, a), shape s > 0 (real), a in (0, 1):
   P(X = k) = Gamma(s + k) / (Gamma(s) k!) * a^k * (1 - a)^s, k = 0, 1, ...

@@ -1,6 +1,6 @@
 """shuffledp: differential privacy in the shuffle model.
 
-The flagship is the private heatmap of Ghazi et al. (AAAI 2023), run in the central model or as
+The flagship is the private heatmap of [Ghazi23]_, run in the central model or as
 a multi-message shuffle protocol. The names below are the public API, grouped by role; the
 subpackages hold the rest: :mod:`shuffledp.encoders` (user side), :mod:`shuffledp.analyzers`
 (server side), :mod:`shuffledp.accounting` (privacy accounting).
@@ -19,6 +19,11 @@ accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_it
                 :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
 records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
                 :class:`ReleaseRefused`, :class:`WireError`
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
 from shuffledp.accounting import (

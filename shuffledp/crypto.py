@@ -199,7 +199,7 @@ def as_private_key(key: X25519PrivateKey | bytes) -> X25519PrivateKey:
 
 
 def _message_key(shared: bytes, eph_pub: bytes, recipient_pub: bytes) -> bytes:
-    """HKDF-SHA256 (RFC 5869, zero salt, 32-byte output) of the X25519 shared secret."""
+    """HKDF-SHA256 ([RFC5869]_, zero salt, 32-byte output) of the X25519 shared secret."""
     prk = hmac.digest(_ZERO_SALT, shared, "sha256")
     return hmac.digest(prk, _INFO + eph_pub + recipient_pub + b"\x01", "sha256")
 
@@ -323,7 +323,7 @@ def _sipround(v0, v1, v2, v3):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _siphash_rows(rows, k0, k1):  # pragma: no cover - compiled
-    """SipHash-2-4 of every row of a 2D uint8 array (Aumasson-Bernstein 2012)."""
+    """SipHash-2-4 of every row of a 2D uint8 array ([SipHash12]_)."""
     n, length = rows.shape
     out = np.empty(n, dtype=np.uint64)
     eight = np.uint64(8)

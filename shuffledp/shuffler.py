@@ -74,6 +74,10 @@ References
    INDOCRYPT 2012.
 .. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
    (HKDF)", RFC 5869, 2010.
+.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
+   2019.
+.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
+   Algorithms", 3rd ed., Addison-Wesley, 1997.
 """
 
 from __future__ import annotations
@@ -131,7 +135,7 @@ _IDX_BYTES = 4  # batch index stored next to each record in the bucket files
 def _fisher_yates(idx, i, words):  # pragma: no cover - compiled
     """Continue Fisher-Yates on ``idx`` from position i downwards with random ``words``.
 
-    j uniform in [0, i] by Lemire's method (rejection, unbiased). Returns the position
+    j uniform in [0, i] by Lemire's method ([Lemire19]_; rejection, unbiased). Returns the position
     reached (0 when done) so the caller can resupply words.
     """
     pos = 0
@@ -161,8 +165,9 @@ def _fisher_yates(idx, i, words):  # pragma: no cover - compiled
 def secure_shuffle(values: np.ndarray, source: SecureRandom | None = None) -> None:
     """Permute a 1D array in place, uniformly at random, from a cryptographically secure source.
 
-    Fisher-Yates (Knuth, TAOCP 3.4.2, Alg. P) with j ~ U{0..i} drawn by Lemire's unbiased
-    multiply-shift rejection from :class:`SecureRandom` (ChaCha20 keyed by os.urandom).
+    Fisher-Yates ([Knuth97]_ Sec. 3.4.2, Alg. P) with j ~ U{0..i} drawn by Lemire's unbiased
+    multiply-shift rejection ([Lemire19]_) from :class:`SecureRandom` (ChaCha20 keyed by
+    os.urandom).
     """
     if values.ndim != 1:
         raise ValueError(f"values must be 1D, got shape {values.shape}")

@@ -4,7 +4,7 @@ Every tracked Python file is scanned (``git ls-files``):
 
 * no "seed" + " 00" + digit (the project's private names for the papers) and no file name of
   the private paper copies (three digits, an underscore, 16 hex digits, ``.txt``);
-* every ``[Key]_`` citation in a module's docstrings resolves to a ``.. [Key]`` entry in a
+* every ``[<key>]_`` citation in a module's docstrings resolves to a ``.. [<key>]`` entry in a
   numpydoc ``References`` section of the same module, and no key is defined twice there
   (Sphinx renders a module's docstrings on one page).
 

@@ -1,4 +1,10 @@
-"""Metrics: exact grid EMD against POT and hand-computed cases, [BJO+19] identities."""
+"""Metrics: exact grid EMD against POT and hand-computed cases, [BJO+19]_ identities.
+
+References
+----------
+.. [BJO+19] Z. Bylinskii, T. Judd, A. Oliva, A. Torralba, F. Durand, "What Do Different
+   Evaluation Metrics Tell Us About Saliency Models?", IEEE TPAMI 41(3):740-757, 2019.
+"""
 
 from __future__ import annotations
 

@@ -169,9 +169,15 @@ def test_every_shuffle_release_names_its_relation():
 
 
 def test_shares_split_the_noisy_vector_not_the_rounded_one():
-    """Erratum of Ghazi et al. App. F ("Split & Mix" splits z): the shares must sum to the
+    """Erratum of [Ghazi23]_ App. F ("Split & Mix" splits z): the shares must sum to the
     noisy z' = z + noise. With the same secure words for the noise, the shares reconstruct
-    z' (and differ from z on some coordinate)."""
+    z' (and differ from z on some coordinate).
+
+    References
+    ----------
+    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+    """
     from shuffledp.encoders.encoder import noisy_vectors
     from shuffledp.encoders.sharing import reconstruct_shares
 

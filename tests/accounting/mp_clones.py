@@ -5,7 +5,7 @@ The hockey-stick divergence D_{e^eps}(P || Q) of the pair
     P = (A + 1 - D, C - A + D)   versus   Q = (A + D, C - A + 1 - D),
     C ~ Bin(N - 1, e^{-alpha0}), A ~ Bin(C, 1/2), D ~ Bernoulli(1 / (1 + e^{alpha0 d}))
 
-(Feldman, McMillan, Talwar 2021, Lemma 3.3) is summed here term by term in mpmath: every
+([FMT21]_ Lemma 3.3) is summed here term by term in mpmath: every
 outcome (c, a) with a in 0..c+1, the positive part of P - e^eps Q, no closed form for the
 optimal event and no incomplete beta. The values of C whose probability is below
 ``cut`` are left out and their exact total mass (1 minus the kept mass, at ``dps`` digits)
@@ -13,6 +13,11 @@ is charged to the upper end at the largest per-c divergence, that of c = 0 (the 
 c > 0 is a post-processing of the pair for c = 0: add Bin(c, 1/2) to the first count).
 
 Used by the accounting tests and by ``bench/accounting_numerical.py``.
+
+References
+----------
+.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones: A Simple and
+   Nearly Optimal Analysis of Privacy Amplification by Shuffling", FOCS 2021.
 """
 
 from __future__ import annotations
