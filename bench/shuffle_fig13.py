@@ -60,12 +60,20 @@ def main() -> None:
     print(f"Fig. 13: {grid}, n={users.n_users}, eps={eps}, delta={delta}, runs={args.runs}")
     for B in (int(b) for b in args.Bs.split(",")):
         run(f"B={B}", lambda g, B=B: shuffle_heatmap(users, epsilon=eps, delta=delta, B=B, rng=g))
+    n_replace = len(rows)
+    b_max = max(int(b) for b in args.Bs.split(","))
+    run(f"B={b_max} zero-out",
+        lambda g: shuffle_heatmap(users, epsilon=eps, delta=delta, B=b_max, rng=g,
+                                  neighbour="zero_out"))
     run("B=inf central (replace)",
         lambda g: central_heatmap(users, eps, neighbour="replace", rng=g))
     run("central (add/remove)", lambda g: central_heatmap(users, eps, rng=g))
     ref = rows[-2][1]["emd"]
-    for label, mean, _ in rows[:-2]:
+    for label, mean, _ in rows[:n_replace]:
         print(f"{label:>22}: EMD / central(replace) EMD = {mean['emd'] / ref:.3f}")
+    # like for like: zero-out shuffle vs central add/remove (both sensitivity 1 per level)
+    print(f"{rows[n_replace][0]:>22}: EMD / central(add/remove) EMD = "
+          f"{rows[n_replace][1]['emd'] / rows[-1][1]['emd']:.3f}")
 
 
 if __name__ == "__main__":
