@@ -1,15 +1,25 @@
 """Command-line interface: ``shuffledp heatmap``, ``shuffledp account``, role commands.
 
-Every library ValueError/TypeError becomes a one-line ``Error: ...`` with a non-zero exit code
-(2 for a bad option value, 1 for a refusal; :mod:`shuffledp.cli_common`); no traceback reaches
-the user.
+``heatmap`` runs the private heatmap algorithm of [Ghazi23]_ (Alg. 1 in the central model,
+the App. F summation protocol in the shuffle model) on built-in synthetic users (App. E.3)
+or a CSV / SNAP file, next to the Laplace baselines, and writes the estimate, the rendered
+heatmaps and ``report.json``. ``account`` (:mod:`shuffledp.cli_account`) and the role
+commands ``setup``, ``encode``, ``shuffle``, ``analyze`` (:mod:`shuffledp.cli_roles`) are
+registered here.
+
+Every command goes through :mod:`shuffledp.cli_common`: one error path (a one-line ``Error:``,
+exit 2 for a usage error, 1 for a refusal, never a traceback), one grid parser, and one name
+per option across commands (``--epsilon``, ``--n``, ``--grid``, ``--out``, ...).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454.
 """
 
 from __future__ import annotations
 
 import csv
-import io
-import json
 import math
 import os
 import sys
@@ -21,13 +31,26 @@ import click
 import numpy as np
 
 from shuffledp.cli_common import (
+    NONNEGATIVE,
+    PERCENT,
+    SEED,
+    B_option,
+    Group,
     allow_large_option,
+    delta_option,
+    epsilon_option,
+    grid_option,
     heatmap_memory,
+    n_option,
+    out_dir_option,
     refuse_if_large,
+    w_option,
+    warn,
+    write_npy,
+    write_report,
 )
-from shuffledp.cli_common import (
-    friendly as _friendly,
-)
+
+SYNTHETIC_USERS = 200
 
 
 class _Progress:
@@ -42,21 +65,6 @@ class _Progress:
             click.echo(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", err=True)
 
 
-def _grid_type(value: str):
-    from shuffledp.grid import Grid
-
-    try:
-        return Grid.parse(value)
-    except (ValueError, TypeError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--grid") from exc
-
-
-def _positive(name: str, value: float) -> float:
-    if not (value > 0 and math.isfinite(value)):
-        raise click.BadParameter(f"must be a finite number > 0, got {value!r}", param_hint=name)
-    return value
-
-
 def _parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
     if value is None:
         return None
@@ -64,64 +72,57 @@ def _parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
         parts = tuple(float(v) for v in value.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 4:
+    if len(parts) != 4 or not all(map(math.isfinite, parts)):
         raise click.BadParameter(
             f"must be LAT_MIN,LAT_MAX,LON_MIN,LON_MAX, got {value!r}", param_hint="--bbox"
         )
     return parts  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="shuffledp")
 def main() -> None:
     """shuffledp: differential privacy in the shuffle model."""
 
 
-RELEASE_SEEDED = "reproducible evaluation, not a private release"
-RELEASE_PRIVATE = "private"
-
-
 @main.command()
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
               help="CSV with columns user_id,x,y[,weight] (x, y in [0,1)); default: built-in "
-                   "synthetic Gaussian-mixture users (Ghazi et al. 2023, App. E.3).")
+                   "synthetic Gaussian-mixture users (Ghazi et al. (AAAI 2023), App. E.3).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "snap"]), default="csv",
               show_default=True, help="Input format; snap = SNAP check-ins (tab separated).")
 @click.option("--bbox", default=None,
               help="SNAP only: LAT_MIN,LAT_MAX,LON_MIN,LON_MAX mapped onto [0,1)^2.")
-@click.option("--users", "n_users", type=int, default=200, show_default=True,
-              help="Number of synthetic users (ignored with --input).")
-@click.option("--data-seed", type=int, default=0, show_default=True,
+@n_option(default=None,
+          help=f"Number of users of the built-in synthetic data set [default: "
+               f"{SYNTHETIC_USERS}]; with --input the users are those of the file.")
+@click.option("--data-seed", type=SEED, default=0, show_default=True,
               help="Seed of the built-in synthetic data set (not of the noise).")
-@click.option("--grid", "grid", default="256", show_default=True,
-              help="N (an N x N grid) or WIDTHxHEIGHT.")
-@click.option("--eps", type=float, default=1.0, show_default=True, help="Privacy budget epsilon.")
-@click.option("--w", "w", type=int, default=20, show_default=True,
-              help="Children kept per level by Reconstruct.")
+@grid_option(default="256")
+@epsilon_option(default=1.0)
+@w_option()
 @click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
               show_default=True)
-@click.option("--B", "B", type=int, default=256, show_default=True,
-              help="Shuffle model: scaling factor B.")
-@click.option("--delta", type=float, default=1e-5, show_default=True,
-              help="Shuffle model: delta of the (eps, delta) guarantee.")
-@click.option("--sigma", type=float, default=2.0, show_default=True,
-              help="Gaussian filter sigma in pixels for the heatmaps and metrics (Sec. 2.3).")
-@click.option("--top-percent", "top_percent", type=float, multiple=True, default=(1.0, 0.1),
-              show_default=True, help="Thresholding baselines to run (repeatable).")
+@B_option(default=256, help="Shuffle model: scaling factor B.")
+@delta_option(default=1e-5, help="Shuffle model: delta of the (epsilon, delta) guarantee.")
+@click.option("--sigma", type=NONNEGATIVE, default=2.0, show_default=True,
+              help="Gaussian filter sigma in pixels for the heatmaps and metrics "
+                   "(Ghazi et al. (AAAI 2023), Sec. 2.3).")
+@click.option("--top-percent", "top_percent", type=PERCENT, multiple=True,
+              default=(1.0, 0.1), show_default=True,
+              help="Thresholding baselines to run (repeatable).")
 @click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
               default=None,
               help="Neighbour relation of the guarantee: central add_remove (default), zero_out "
                    "or replace; shuffle replace (default) or zero_out (n public).")
-@click.option("--seed", type=int, default=None,
+@click.option("--seed", type=SEED, default=None,
               help="Seed all noise (research: the report then says 'reproducible evaluation, "
                    "not a private release'); default: fresh OS entropy.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out",
-              show_default=True, help="Output directory.")
+@out_dir_option(default="out")
 @click.option("--no-metrics", is_flag=True, help="Skip metrics (and the EMD solves).")
 @click.option("--quiet", is_flag=True, help="No progress messages.")
 @allow_large_option
-@_friendly
-def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, delta, sigma,
+def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, delta, sigma,
             top_percent, neighbour, seed, out_dir, no_metrics, quiet, allow_large) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
@@ -130,72 +131,51 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
     draw comes from fresh OS entropy (a private release); with --seed two runs are identical
     (a reproducible evaluation, not a private release).
     """
-    from shuffledp.grid import Grid
+    from shuffledp.release import HeatmapRelease
 
     t_start = time.perf_counter()
     progress = _Progress(quiet)
-    grid_obj: Grid = _grid_type(grid)
-    _check_heatmap_options(eps, w, sigma, seed, data_seed, top_percent, model, B, delta, n_users,
-                           neighbour)
-    box = _parse_bbox(bbox)
-    if box is not None and fmt != "snap":
-        raise click.BadParameter("only valid with --format snap", param_hint="--bbox")
-    if input_path is not None and fmt == "snap" and box is None:
-        raise click.BadParameter("is required with --format snap", param_hint="--bbox")
-    n_points = _count_points(input_path, n_users)
-    what = (f"--users {n_users} ({n_points:,} points)" if input_path is None
+    if model == "shuffle" and neighbour == "add_remove":
+        raise click.BadParameter(
+            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
+            param_hint="--neighbour")
+    box = _check_input_options(input_path, fmt, bbox, n)
+    n = SYNTHETIC_USERS if n is None else n
+    n_points = _count_points(input_path, n)
+    what = (f"--n {n} ({n_points:,} points)" if input_path is None
             else f"--input {input_path} ({n_points:,} lines)")
     refuse_if_large(
-        f"{what} on --grid {grid_obj}",
-        memory_bytes=heatmap_memory(grid_obj.n_pixels, n_points, 1 + len(top_percent)),
+        f"{what} on --grid {grid}",
+        memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + len(top_percent)),
         allow_large=allow_large)
-    release_kind = RELEASE_PRIVATE if seed is None else RELEASE_SEEDED
     progress("no --seed: all noise from fresh OS entropy (private release)" if seed is None
-             else f"--seed {seed}: {RELEASE_SEEDED}")
+             else f"--seed {seed}: {HeatmapRelease.REPRODUCIBLE}")
 
     progress("loading data")
-    table, source = _load_table(input_path, fmt, box, n_users, data_seed)
-    users = table.to_users(grid_obj)
-    progress(f"{users.n_users} users on a {grid_obj} grid")
+    table, source = _load_table(input_path, fmt, box, n, data_seed)
+    users = table.to_users(grid)
+    progress(f"{users.n_users} users on a {grid} grid")
 
     rngs = _noise_rngs(seed, 2 + len(top_percent))
-    progress(f"running the {model} mechanism (eps={eps}, w={w})")
+    progress(f"running the {model} mechanism (epsilon={epsilon}, w={w})")
     t_ours = time.perf_counter()
     if model == "central":
         from shuffledp.analyzers.central import central_heatmap
 
-        ours = central_heatmap(users, eps, w=w, neighbour=neighbour or "add_remove",
+        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour or "add_remove",
                                rng=rngs[0])
     else:
-        from shuffledp.protocol import shuffle_heatmap
-        from shuffledp.protocol_params import derive_params
-
-        if users.n_users < 2:
-            raise click.ClickException(
-                f"--model shuffle needs at least 2 users, {source} has {users.n_users}")
-        try:
-            params = derive_params(grid_obj, users.n_users, epsilon=eps, delta=delta, B=B, w=w,
-                                   neighbour=neighbour or "replace")
-        except (ValueError, TypeError, ArithmeticError) as e:
-            raise click.ClickException(
-                f"no shuffle protocol for --eps {eps} --delta {delta} --B {B} with "
-                f"{users.n_users} users on --grid {grid_obj}: {e}") from None
-        refuse_if_large(
-            f"--model shuffle --grid {grid_obj} --B {B} with {users.n_users} users",
-            memory_bytes=heatmap_memory(grid_obj.n_pixels, n_points, 1 + len(top_percent),
-                                        params.messages_per_user, params.m),
-            messages_per_user=params.messages_per_user, allow_large=allow_large)
-        ours = shuffle_heatmap(users, epsilon=eps, delta=delta, B=B, w=w, rng=rngs[0],
-                               params=params)
+        ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
+                                n_points, len(top_percent), allow_large)
     seconds_ours = time.perf_counter() - t_ours
 
     from shuffledp.analyzers.baselines import laplace_baseline
 
     aggregate = users.aggregate()
-    baselines = {"laplace": laplace_baseline(aggregate, eps, rng=rngs[1])}
+    baselines = {"laplace": laplace_baseline(aggregate, epsilon, rng=rngs[1])}
     for t, rng in zip(top_percent, rngs[2:]):
         baselines[f"laplace_top_{t:g}%"] = laplace_baseline(
-            aggregate, eps, rng=rng, top_percent=t)
+            aggregate, epsilon, rng=rng, top_percent=t)
 
     from shuffledp.analyzers.heatmap import gaussian_heatmap
     from shuffledp.release import normalise
@@ -210,19 +190,14 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
         from shuffledp.analyzers.metrics import all_metrics
 
         progress("metrics against the non-private aggregate (exact EMD)")
-        metrics["ours"] = all_metrics(h_truth, h_ours, grid_obj)
+        metrics["ours"] = all_metrics(h_truth, h_ours, grid)
         for name, rel in baselines.items():
             progress(f"metrics of baseline {name}")
             hb = h_base if name == "laplace" else gaussian_heatmap(rel.estimate, sigma)
-            metrics[name] = all_metrics(h_truth, hb, grid_obj)
+            metrics[name] = all_metrics(h_truth, hb, grid)
 
-    report = {
-        "model": model,
-        "release": release_kind,
-        "epsilon": ours.guarantee.epsilon,
-        "delta": ours.guarantee.delta,
-        "guarantee": ours.guarantee.to_dict(),
-        "grid": {"width": grid_obj.width, "height": grid_obj.height},
+    report = ours.to_report()
+    report.update({
         "n_users": users.n_users,
         "n_points": int(table.x.size),
         "input": source,
@@ -235,15 +210,13 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
                       "non-private aggregate",
         "metrics": metrics,
         "baselines": {name: rel.guarantee.to_dict() for name, rel in baselines.items()},
-    }
-    if ours.protocol:
-        report["protocol"] = dict(ours.protocol)
+    })
     out = Path(out_dir)
     _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
                    [("true", h_truth), ("baseline (Laplace)", h_base), ("ours", h_ours)],
-                   json.dumps(report, indent=2, default=_json_default) + "\n")
+                   report)
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
-             f"({'private release' if seed is None else RELEASE_SEEDED})")
+             f"({report['release']})")
     if not quiet and metrics:
         click.echo(f"{'':24s}{'EMD':>10s}{'KL':>10s}{'CC':>8s}{'SIM':>8s}", err=True)
         for name, m in metrics.items():
@@ -251,32 +224,42 @@ def heatmap(input_path, fmt, bbox, n_users, data_seed, grid, eps, w, model, B, d
                        err=True)
 
 
-def _check_heatmap_options(eps: float, w: int, sigma: float, seed: int | None, data_seed: int,
-                           top_percent: tuple[float, ...], model: str, B: int, delta: float,
-                           n_users: int, neighbour: str | None = None) -> None:
-    """Option values that are wrong whatever the data (usage errors, exit status 2)."""
-    _positive("--eps", eps)
-    if model == "shuffle" and neighbour == "add_remove":
-        raise click.BadParameter(
-            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
-            param_hint="--neighbour")
-    if w < 1:
-        raise click.BadParameter(f"must be an integer >= 1, got {w}", param_hint="--w")
-    if sigma < 0 or not math.isfinite(sigma):
-        raise click.BadParameter(f"must be >= 0, got {sigma!r}", param_hint="--sigma")
-    for name, value in (("--seed", seed), ("--data-seed", data_seed)):
-        if value is not None and value < 0:
-            raise click.BadParameter(f"must be >= 0, got {value}", param_hint=name)
-    if n_users < 1:
-        raise click.BadParameter(f"must be >= 1, got {n_users}", param_hint="--users")
-    for t in top_percent:
-        if not (0 < t <= 100):
-            raise click.BadParameter(f"must be in (0, 100], got {t!r}", param_hint="--top-percent")
-    if model == "shuffle":
-        if B < 1:
-            raise click.BadParameter(f"must be an integer >= 1, got {B}", param_hint="--B")
-        if not (0 < delta < 1):
-            raise click.BadParameter(f"must be in (0, 1), got {delta!r}", param_hint="--delta")
+def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,
+                         n: int | None) -> Any:
+    """--bbox only (and always) with SNAP input; --n is the synthetic data's size."""
+    box = _parse_bbox(bbox)
+    if box is not None and fmt != "snap":
+        raise click.BadParameter("only valid with --format snap", param_hint="--bbox")
+    if input_path is not None and fmt == "snap" and box is None:
+        raise click.BadParameter("is required with --format snap", param_hint="--bbox")
+    if input_path is not None and n is not None:
+        warn(f"--n {n} is ignored with --input (the users are those of {input_path})")
+    return box
+
+
+def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: float, B: int,
+                     w: int, neighbour: str | None, rng: Any, n_points: int, n_baselines: int,
+                     allow_large: bool) -> Any:
+    """Derive the protocol (refused, exit 1, if none fits), check its size, run it."""
+    from shuffledp.cli_common import as_refusal
+    from shuffledp.protocol import shuffle_heatmap
+    from shuffledp.protocol_params import derive_params
+
+    if users.n_users < 2:
+        raise click.ClickException(
+            f"--model shuffle needs at least 2 users, {source} has {users.n_users}")
+    params = as_refusal(
+        f"no shuffle protocol for --epsilon {epsilon} --delta {delta} --B {B} with "
+        f"{users.n_users} users on --grid {grid}",
+        derive_params, grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w,
+        neighbour=neighbour or "replace")
+    refuse_if_large(
+        f"--model shuffle --grid {grid} --B {B} with {users.n_users} users",
+        memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,
+                                    params.messages_per_user, params.m),
+        messages_per_user=params.messages_per_user, allow_large=allow_large)
+    return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
+                           params=params)
 
 
 def _count_points(input_path: str | None, n_users: int) -> int:
@@ -310,23 +293,21 @@ def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int, data_s
         raise click.ClickException(f"--input {input_path}: malformed CSV: {e}") from None
 
 
-def _write_outputs(out: Path, estimate: np.ndarray, panels: list, report_text: str) -> None:
+def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
+                   report: dict[str, Any]) -> None:
     """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
     into place (never through a FIFO or link planted at the name, never half-written)."""
     from shuffledp.analyzers.heatmap import render_png
-    from shuffledp.safe_io import write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    np.save(buf, estimate)
-    write_atomic(out / "estimate.npy", buf.getvalue())
+    write_npy(out / "estimate.npy", estimate)
     tmp = out / f".heatmap.{os.urandom(6).hex()}.png"
     try:
         render_png(tmp, panels)
         os.replace(tmp, out / "heatmap.png")
     finally:
         tmp.unlink(missing_ok=True)
-    write_atomic(out / "report.json", report_text.encode())
+    write_report(out, report)
 
 
 def _noise_rngs(seed: int | None, k: int) -> list[np.random.Generator | None]:
@@ -347,18 +328,6 @@ def _register() -> None:
 
 
 _register()
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (tuple, set, frozenset)):
-        return list(o)
-    if hasattr(o, "items"):
-        return dict(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@
     shuffledp shuffle --params run/params.json --mac-key run/mac.key \\
                       --in-dir run/batches --out run/mixed.bin
     shuffledp analyze --params run/params.json --key run/analyzer.key --mac-key run/mac.key \\
-                      --in run/mixed.bin --out-dir run/result
+                      --in run/mixed.bin --out run/result
 
 The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
 :class:`~shuffledp.protocol_params.ProtocolParams`, with a fresh round id: batches of another
@@ -32,10 +32,12 @@ the cryptographically secure generator and refuses a seed.
 Robustness: every input file is read through :mod:`shuffledp.safe_io` (regular files only,
 size limits from the parameters or the batch header, no hang on a FIFO); parameter sets whose
 per-user message count or memory is absurd are refused unless ``--allow-large``
-(:mod:`shuffledp.cli_common`, which also fixes the exit codes).
+(:mod:`shuffledp.cli_common`, which also fixes the exit codes and the option names: ``--out``
+is the directory of ``setup`` and ``analyze``, the one file ``encode`` and ``shuffle`` write).
 
-The commands are ``click.Command`` objects (``setup``, ``encode``, ``shuffle``, ``analyze``)
-that :mod:`shuffledp.cli` registers; :data:`ROLE_COMMANDS` lists them.
+The commands are :class:`shuffledp.cli_common.Command` objects (``setup``, ``encode``,
+``shuffle``, ``analyze``) that :mod:`shuffledp.cli` registers; :data:`ROLE_COMMANDS` lists
+them.
 """
 
 from __future__ import annotations
@@ -50,15 +52,29 @@ import click
 import numpy as np
 
 from shuffledp.cli_common import (
+    COUNT,
     KEY_BYTES,
     PARAMS_FILE_LIMIT,
     POINTS_FILE_LIMIT,
     REPORT_FILE_LIMIT,
+    UNIT_CLOSED_LOW,
+    B_option,
+    Command,
     allow_large_option,
-    friendly,
+    as_refusal,
+    delta_option,
+    epsilon_option,
+    grid_option,
+    n_option,
+    option,
+    out_dir_option,
+    out_file_option,
     protocol_memory,
     refuse_if_large,
+    w_option,
     warn,
+    write_npy,
+    write_report,
 )
 from shuffledp.safe_io import (
     NotRegularFileError,
@@ -226,33 +242,23 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def _check_real(option: str, value: float, low: float, high: float, *,
-                low_open: bool = True) -> None:
-    ok = (value > low if low_open else value >= low) and value < high
-    if not ok or math.isnan(value):
-        lo = "(" if low_open else "["
-        raise click.BadParameter(f"must be in {lo}{low:g}, {high:g}), got {value!r}",
-                                 param_hint=option)
-
-
-def _check_int(option: str, value: int, low: int) -> None:
-    if value < low:
-        raise click.BadParameter(f"must be an integer >= {low}, got {value}", param_hint=option)
+_params_option = click.option(
+    "--params", "params_path", type=click.Path(exists=True, dir_okay=False), required=True,
+    help="params.json written by `shuffledp setup`.")
 
 
 # --------------------------------------------------------------------------- setup
-@click.command("setup")
-@click.option("--grid", "grid_spec", default="320x240", show_default=True,
-              help="N or WIDTHxHEIGHT.")
-@click.option("--n", "n", type=int, required=True, help="Number of users (>= 2, public).")
-@click.option("--epsilon", type=float, required=True)
-@click.option("--delta", type=float, default=1e-5, show_default=True)
-@click.option("--B", "B", type=int, default=256, show_default=True, help="Scaling factor.")
-@click.option("--w", type=int, default=20, show_default=True)
+@click.command("setup", cls=Command)
+@grid_option(default="320x240")
+@n_option(low=2, required=True, help="Number of users admitted (>= 2, public).")
+@epsilon_option(required=True)
+@delta_option(default=1e-5)
+@B_option(default=256)
+@w_option()
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True)
-@click.option("--dropout", type=float, default=0.0, show_default=True,
-              help="Declared dropout fraction.")
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.0, show_default=True,
+              help="Declared dropout fraction, in [0, 1).")
 @click.option("--keys/--no-keys", default=True, show_default=True,
               help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
                    f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "
@@ -261,9 +267,8 @@ def _check_int(option: str, value: int, low: int) -> None:
 @click.option("--force", is_flag=True,
               help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
-@friendly
-def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simulation,
+@out_dir_option(required=True)
+def setup(grid, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simulation,
           force, allow_large, out_dir):
     """Derive and write the protocol parameters and the keys of one protocol run.
 
@@ -275,30 +280,16 @@ def setup(grid_spec, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext
     batch whose tag does not verify). The two secret files are created with mode 0600 and
     never overwritten without --force.
     """
-    from shuffledp.grid import Grid
     from shuffledp.protocol_params import derive_params
 
     if not keys and not plaintext_simulation:
         raise click.BadParameter(
             "the deployment path encrypts every message to the analyzer's key; --no-keys is "
             "only allowed with --plaintext-simulation", param_hint="--no-keys")
-    try:
-        grid = Grid.parse(grid_spec)
-    except (ValueError, TypeError) as e:
-        raise click.BadParameter(str(e), param_hint="--grid") from None
-    _check_int("--n", n, 2)
-    _check_real("--epsilon", epsilon, 0.0, math.inf)
-    _check_real("--delta", delta, 0.0, 1.0)
-    _check_int("--B", B, 1)
-    _check_int("--w", w, 1)
-    _check_real("--dropout", dropout, 0.0, 1.0, low_open=False)
-    try:
-        p = derive_params(grid, n, epsilon=epsilon, delta=delta, B=B, w=w, rounding=rounding,
-                          dropout=dropout)
-    except (ValueError, TypeError, ArithmeticError) as e:
-        raise click.UsageError(
-            f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
-            f"--B {B} --dropout {dropout}: {e}") from None
+    p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
+                   f"--B {B} --dropout {dropout}",
+                   derive_params, grid, n, epsilon=epsilon, delta=delta, B=B, w=w,
+                   rounding=rounding, dropout=dropout)
     refuse_if_large(f"--grid {grid} with --n {n} --B {B}", memory_bytes=protocol_memory(p),
                     messages_per_user=p.messages_per_user, allow_large=allow_large)
     out = Path(out_dir)
@@ -340,12 +331,11 @@ def _write_keys(out: Path, force: bool) -> None:
 
 
 # --------------------------------------------------------------------------- encode
-@click.command("encode")
-@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
-              required=True)
+@click.command("encode", cls=Command)
+@_params_option
 @click.option("--points", type=click.Path(exists=True, dir_okay=False), required=True,
               help="CSV of this user's points: x,y[,weight] in [0,1) (header optional).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
+@out_file_option(required=True, help="The user's batch to write (one file).")
 @click.option("--analyzer-pub", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Encrypt every message to this X25519 public key (required unless "
                    "--plaintext-simulation).")
@@ -353,7 +343,6 @@ def _write_keys(out: Path, force: bool) -> None:
 @click.option("--seed", type=str, default=None, hidden=True,
               help="Refused: the device encoder takes no seed.")
 @allow_large_option
-@friendly
 def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, seed,
            allow_large):
     """Encode one user's points into a batch of messages (user side).
@@ -462,29 +451,30 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool) -> int:
     return n_other
 
 
-@click.command("shuffle")
-@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
-              required=True)
+@click.command("shuffle", cls=Command)
+@_params_option
 @click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
               help="Directory of user batches (*.bin, regular files only).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True)
+@out_file_option(required=True,
+                 help="The mixed batch to write (one file; its report goes next to it, "
+                      "OUT.report.json, unless --shuffler-report).")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
               default=None,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
                    "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
                    "unless --plaintext-simulation (then the tag is a plain SHA-256).")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the shuffler's report [default: OUT.report.json].")
-@click.option("--expected-users", type=int, default=None,
+@option("--shuffler-report", "report_path", aliases=("--report",),
+        type=click.Path(dir_okay=False), default=None,
+        help="Where to write the shuffler's report [default: OUT.report.json].")
+@click.option("--expected-users", type=COUNT, default=None,
               help="Users admitted; absent ones count as dropped.")
-@click.option("--memory-limit", type=int, default=256, show_default=True,
+@click.option("--memory-limit", type=COUNT, default=256, show_default=True,
               help="Approximate memory for the shuffler's data, in MiB; beyond a quarter of "
                    "it the records spill to a temporary directory next to OUT.")
 @click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
               help="Expect encrypted batches (deployment path), or plaintext ones "
                    "(simulation aid only: the shuffler sees every user's shares).")
 @allow_large_option
-@friendly
 def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_users,
             memory_limit, encrypted, allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
@@ -496,9 +486,6 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
     from shuffledp.shuffler import Shuffler
 
     p = _load_params(params_path, allow_large)
-    if expected_users is not None:
-        _check_int("--expected-users", expected_users, 1)
-    _check_int("--memory-limit", memory_limit, 1)
     files = _batch_files(p, in_dir, out_path, expected_users)
     mac_key = _shuffler_mac_key(mac_key_path, encrypted)
     if not encrypted:
@@ -657,12 +644,12 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
     return click.ClickException(f"refusing to release {in_path}: {error}{hint}")
 
 
-@click.command("analyze")
-@click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
-              required=True)
+@click.command("analyze", cls=Command)
+@_params_option
 @click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
               help="Mixed batch written by `shuffledp shuffle`.")
-@click.option("--out-dir", type=click.Path(file_okay=False), required=True)
+@out_dir_option(required=True,
+                help="Output directory: estimate.npy, raw.npy, report.json.")
 @click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Analyzer private key (required for encrypted batches).")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
@@ -672,12 +659,11 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
                    "without a keyed tag is refused when it is given.")
 @click.option("--shuffler-report", "report_path", type=click.Path(dir_okay=False),
               default=None, help="The shuffler's report [default: IN.report.json if present].")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=COUNT, default=None,
               help="Processes decrypting a large batch [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True,
               help="Accept a plaintext mixed batch (simulation aid only).")
 @allow_large_option
-@friendly
 def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
             plaintext_simulation, allow_large):
     """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
@@ -693,8 +679,6 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
                                  param_hint="--key")
-    if workers is not None:
-        _check_int("--workers", workers, 1)
     p = _load_params(params_path, allow_large)
     try:
         fh = open_regular(in_path)
@@ -718,26 +702,19 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
 
 
 def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:
-    import io
-
+    """estimate.npy, raw.npy and report.json (:meth:`HeatmapRelease.to_report` plus the wire
+    path, the tag's status, the round id and the shuffler's report)."""
     out.mkdir(parents=True, exist_ok=True)
-    for name, arr in (("estimate.npy", release.estimate), ("raw.npy", release.raw)):
-        buf = io.BytesIO()
-        np.save(buf, arr)
-        write_atomic(out / name, buf.getvalue())
-    report = {
-        "model": "shuffle",
-        "release": "private",
+    write_npy(out / "estimate.npy", release.estimate)
+    write_npy(out / "raw.npy", release.raw)
+    report = release.to_report()
+    report.update({
         "path": "encrypted" if h.encrypted else "plaintext simulation",
         "authenticated": bool(release.protocol["mixed_batch_authenticated"]),
-        "grid": str(p.grid),
         "round_id": p.round_id.hex(),
-        "guarantee": release.guarantee.to_dict(),
-        "parameters": dict(release.parameters),
-        "protocol": dict(release.protocol),
         "shuffler": shuffler,
-    }
-    write_atomic(out / "report.json", json.dumps(report, indent=1, default=str).encode())
+    })
+    write_report(out, report)
 
 
 ROLE_COMMANDS = (setup, encode, shuffle, analyze)

@@ -44,6 +44,39 @@ class HeatmapRelease:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
         object.__setattr__(self, "protocol", MappingProxyType(dict(self.protocol)))
 
+    PRIVATE = "private"
+    REPRODUCIBLE = "reproducible evaluation, not a private release"
+
+    def to_report(self) -> dict[str, Any]:
+        """The fields every ``report.json`` of a heatmap release starts with.
+
+        ``shuffledp heatmap`` and ``shuffledp analyze`` both write this record, each adding
+        its own keys (metrics and baselines; the shuffler's report and the wire path).
+
+        Returns
+        -------
+        dict
+            ``model``, ``release``, ``epsilon``, ``delta``, ``neighbour`` (the relation in
+            words), ``grid`` (``{"width", "height"}``), ``guarantee``
+            (:meth:`Guarantee.to_dict`), ``parameters`` and ``protocol`` (empty for a central
+            release), as plain dicts. ``release`` is :attr:`REPRODUCIBLE` when the noise was
+            drawn from a caller's seed (``parameters["randomness"] == "seeded"``), else
+            :attr:`PRIVATE`.
+        """
+        g = self.guarantee
+        return {
+            "model": g.model,
+            "release": (self.REPRODUCIBLE if self.parameters.get("randomness") == "seeded"
+                        else self.PRIVATE),
+            "epsilon": g.epsilon,
+            "delta": g.delta,
+            "neighbour": str(g.neighbour),
+            "grid": {"width": self.grid.width, "height": self.grid.height},
+            "guarantee": g.to_dict(),
+            "parameters": dict(self.parameters),
+            "protocol": dict(self.protocol),
+        }
+
 
 def normalise(raw: np.ndarray) -> np.ndarray:
     """s / ||s||_1 for a non-negative array; the uniform distribution if s is all zero."""

@@ -13,10 +13,10 @@ def run(args):
     return CliRunner().invoke(main, args, catch_exceptions=False)
 
 
-@pytest.mark.parametrize("model", ["central", "shuffle"])
+@pytest.mark.parametrize("model", ["central", "shuffle"], ids=["central", "shuffle"])
 def test_heatmap_end_to_end(tmp_path, model):
     out = tmp_path / "o"
-    res = run(["heatmap", "--grid", "12x9", "--users", "60", "--eps", "2", "--model", model,
+    res = run(["heatmap", "--grid", "12x9", "--n", "60", "--epsilon", "2", "--model", model,
                "--B", "16", "--seed", "3", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     est = np.load(out / "estimate.npy")
@@ -38,7 +38,7 @@ def test_heatmap_end_to_end(tmp_path, model):
         assert rep["delta"] == 0.0
     # same seed, same estimate
     out2 = tmp_path / "o2"
-    run(["heatmap", "--grid", "12x9", "--users", "60", "--eps", "2", "--model", model,
+    run(["heatmap", "--grid", "12x9", "--n", "60", "--epsilon", "2", "--model", model,
          "--B", "16", "--seed", "3", "--out", str(out2), "--quiet", "--no-metrics"])
     np.testing.assert_array_equal(est, np.load(out2 / "estimate.npy"))
 
@@ -58,7 +58,7 @@ def test_csv_input(tmp_path):
     ("user_id,x,y,weight\na,0.1,0.5,-1\n", "-1"),
     ("user_id,x,y,colour\na,0.1,0.5,red\n", "colour"),
     ("user_id,x,y,weight\na,0.1,0.5,0\n", "zero total weight"),
-])
+], ids=["x-out-of-range", "x-nan", "negative-weight", "unknown-column", "zero-total-weight"])
 def test_bad_csv_is_a_clear_error(tmp_path, content, msg):
     csv = tmp_path / "bad.csv"
     csv.write_text(content)
@@ -77,16 +77,17 @@ def test_malformed_snap_line_reports_line_number(tmp_path):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--eps", "0"], "--eps"),
-    (["--eps", "-1"], "--eps"),
+    (["--epsilon", "0"], "--epsilon"),
+    (["--epsilon", "-1"], "--epsilon"),
     (["--w", "0"], "--w"),
     (["--grid", "0x3"], "--grid"),
     (["--grid", "banana"], "--grid"),
     (["--model", "shuffle", "--delta", "1.5"], "--delta"),
     (["--model", "shuffle", "--B", "0"], "--B"),
-])
+], ids=["epsilon-zero", "epsilon-negative", "w-zero", "grid-zero-width", "grid-text",
+        "delta-above-one", "B-zero"])
 def test_bad_arguments_name_the_option(tmp_path, args, msg):
-    res = run(["heatmap", "--out", str(tmp_path / "o"), "--grid", "8", *args][:])
+    res = run(["heatmap", "--out", str(tmp_path / "o"), "--grid", "8", *args])
     assert res.exit_code != 0
     assert msg in res.output
     assert "Traceback" not in res.output
@@ -99,7 +100,7 @@ def _ok(res):
 
 def test_default_noise_is_fresh_and_the_report_says_private(tmp_path):
     """Regression: --seed defaulted to 0, so two default runs were bit-identical."""
-    base = ["heatmap", "--grid", "12x9", "--users", "60", "--no-metrics"]
+    base = ["heatmap", "--grid", "12x9", "--n", "60", "--no-metrics"]
     outs = [tmp_path / "a", tmp_path / "b"]
     for o in outs:
         res = _ok(run([*base, "--out", str(o)]))
@@ -114,7 +115,7 @@ def test_default_noise_is_fresh_and_the_report_says_private(tmp_path):
 
 
 def test_seeded_runs_are_marked_as_evaluation(tmp_path):
-    res = _ok(run(["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--seed", "5",
+    res = _ok(run(["heatmap", "--grid", "8", "--n", "20", "--no-metrics", "--seed", "5",
                    "--out", str(tmp_path)]))
     assert "reproducible evaluation, not a private release" in res.output
     rep = json.loads((tmp_path / "report.json").read_text())
@@ -125,9 +126,9 @@ def test_seeded_runs_are_marked_as_evaluation(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["--grid", "65536"], "--grid 65536x65536"),
     (["--grid", "100000x100000"], "--grid 100000x100000"),
-    (["--users", "1000000000"], "--users 1000000000"),
-    (["--model", "shuffle", "--grid", "4096", "--users", "20"], "messages per user"),
-], ids=["grid-65536", "grid-1e5-squared", "users-1e9", "shuffle-messages"])
+    (["--n", "1000000000"], "--n 1000000000"),
+    (["--model", "shuffle", "--grid", "4096", "--n", "20"], "messages per user"),
+], ids=["grid-65536", "grid-1e5-squared", "n-1e9", "shuffle-messages"])
 def test_absurd_sizes_are_refused_before_allocating(tmp_path, args, msg):
     """Regression: these died with numpy MemoryError (or ran for hours)."""
     res = run(["heatmap", "--out", str(tmp_path / "o"), "--no-metrics", *args])
@@ -140,7 +141,7 @@ def test_allow_large_overrides_the_refusal(tmp_path, monkeypatch):
     from shuffledp import cli_common
 
     monkeypatch.setattr(cli_common, "MAX_MEMORY_BYTES", 1)
-    args = ["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--quiet",
+    args = ["heatmap", "--grid", "8", "--n", "20", "--no-metrics", "--quiet",
             "--out", str(tmp_path)]
     res = run(args)
     assert res.exit_code == 1 and "refusing" in res.output
@@ -171,7 +172,7 @@ def test_outputs_replace_a_fifo_instead_of_blocking(tmp_path):
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(20)
     try:
-        res = run(["heatmap", "--grid", "8", "--users", "20", "--no-metrics", "--quiet",
+        res = run(["heatmap", "--grid", "8", "--n", "20", "--no-metrics", "--quiet",
                    "--out", str(out)])
     finally:
         signal.alarm(0)
@@ -194,7 +195,7 @@ def test_heatmap_report_states_the_neighbour_relation(tmp_path):
                             ("central", "replace", "replace one user (n public)"),
                             ("shuffle", "zero_out", "zero out one user's contribution (n public)")]:
         out = tmp_path / f"{model}-{nb}"
-        args = ["heatmap", "--grid", "16", "--users", "20", "--model", model, "--B", "16",
+        args = ["heatmap", "--grid", "16", "--n", "20", "--model", model, "--B", "16",
                 "--no-metrics", "--quiet", "--seed", "1", "--out", str(out)]
         if nb:
             args += ["--neighbour", nb]

@@ -64,7 +64,7 @@ def test_three_parties_over_files(tmp_path, encrypted):
     assert rep["authenticated"] == encrypted
     assert json.loads((tmp_path / "mixed.bin.report.json").read_text()) == rep
     key = ["--key", tmp_path / "analyzer.key", *mac] if encrypted else sim
-    run("analyze", "--params", params, "--in", mixed, "--out-dir", tmp_path / "out", *key)
+    run("analyze", "--params", params, "--in", mixed, "--out", tmp_path / "out", *key)
     est = np.load(tmp_path / "out" / "estimate.npy")
     assert est.shape == (4, 4) and abs(est.sum() - 1) < 1e-9
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -106,7 +106,7 @@ def test_analyzer_refuses_too_many_dropouts(plain_run, tmp_path):
     bdir = _copy_batches(d / "b", tmp_path / "b", 2)
     run("shuffle", "--params", params, "--in-dir", bdir, "--out", tmp_path / "m.bin",
         "--expected-users", 3, "--plaintext-simulation")
-    res = run("analyze", "--params", params, "--in", tmp_path / "m.bin", "--out-dir",
+    res = run("analyze", "--params", params, "--in", tmp_path / "m.bin", "--out",
               tmp_path / "o", "--plaintext-simulation", code=1)
     assert "refusing to release" in res.output
     assert not (tmp_path / "o" / "estimate.npy").exists()
@@ -117,24 +117,24 @@ def test_shuffle_report_path_option_and_consistency_check(plain_run, tmp_path):
     params = d / "params.json"
     rep = tmp_path / "shuffler.json"
     run("shuffle", "--params", params, "--in-dir", d / "b", "--out", tmp_path / "m.bin",
-        "--report", rep, "--plaintext-simulation", "--expected-users", 3)
+        "--shuffler-report", rep, "--plaintext-simulation", "--expected-users", 3)
     assert json.loads(rep.read_text())["n_forwarded"] == 3
     assert not (tmp_path / "m.bin.report.json").exists()
     args = ["analyze", "--params", params, "--in", tmp_path / "m.bin", "--plaintext-simulation",
             "--shuffler-report", rep]
-    run(*args, "--out-dir", tmp_path / "o1")
+    run(*args, "--out", tmp_path / "o1")
     report = json.loads((tmp_path / "o1" / "report.json").read_text())
     assert report["shuffler"]["n_forwarded"] == 3
     # a report that contradicts the mixed batch's header is refused
     bad = json.loads(rep.read_text())
     bad["n_dropped"] = 5
     rep.write_text(json.dumps(bad))
-    res = run(*args, "--out-dir", tmp_path / "o2", code=1)
+    res = run(*args, "--out", tmp_path / "o2", code=1)
     assert "n_dropped=5" in res.output and str(rep) in res.output
     assert not (tmp_path / "o2" / "estimate.npy").exists()
 
 
-@pytest.mark.parametrize("existing", ["analyzer.key", "mac.key"])
+@pytest.mark.parametrize("existing", ["analyzer.key", "mac.key"], ids=["analyzer-key", "mac-key"])
 def test_setup_writes_keys_by_default_with_mode_0600_and_never_overwrites(tmp_path, existing):
     _setup(tmp_path)
     key, mac = tmp_path / "analyzer.key", tmp_path / "mac.key"
@@ -167,7 +167,7 @@ def test_plaintext_paths_warn_loudly(plain_run, tmp_path):
               tmp_path / "m.bin", "--plaintext-simulation")
     assert "WARNING" in res.stderr and "shuffler sees every user's shares" in res.stderr
     res = run("analyze", "--params", d / "params.json", "--in", tmp_path / "m.bin",
-              "--out-dir", tmp_path / "o", "--plaintext-simulation")
+              "--out", tmp_path / "o", "--plaintext-simulation")
     assert "WARNING" in res.stderr
 
 
@@ -211,7 +211,7 @@ def enc_run(tmp_path_factory):
 
 
 def _analyze_enc(d, mixed, out, *extra, code=0):
-    return run("analyze", "--params", d / "params.json", "--in", mixed, "--out-dir", out,
+    return run("analyze", "--params", d / "params.json", "--in", mixed, "--out", out,
                "--key", d / "analyzer.key", *extra, code=code)
 
 
@@ -330,7 +330,7 @@ def test_shuffle_spills_to_a_temporary_directory_next_to_out(tmp_path, monkeypat
     assert len(made) == 1 and os.path.dirname(made[0]) == str(out.parent)
     assert not os.path.exists(made[0])
     assert sorted(os.listdir(out.parent)) == ["mixed.bin", "mixed.bin.report.json"]
-    run("analyze", "--params", params, "--in", out, "--out-dir", tmp_path / "o",
+    run("analyze", "--params", params, "--in", out, "--out", tmp_path / "o",
         "--plaintext-simulation", "--mac-key", tmp_path / "mac.key")
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["protocol"]["n_users"] == n and report["authenticated"] is True

@@ -162,26 +162,26 @@ ENC = ("encode", "--params", "{d}/params.json", "--points", "{d}/u.csv", "--out"
 PUB = ("--analyzer-pub", "{d}/analyzer.pub")
 SIM = "--plaintext-simulation"
 SHUF = ("shuffle", "--params", "{d}/params.json", "--out", "{d}/t/m.bin")
-AN = ("analyze", "--params", "{d}/params.json", "--out-dir", "{d}/t/out")
+AN = ("analyze", "--params", "{d}/params.json", "--out", "{d}/t/out")
 KEY = ("--key", "{d}/analyzer.key")
 MAC = ("--mac-key", "{d}/mac.key")
 HM = ("heatmap", "--out", "{d}/t/hm", "--no-metrics", "--grid", "8")
 
 CASES = [
     # ------------------------------------------------------------------ heatmap: options
-    C("hm-eps-zero", 2, "--eps", *HM, "--eps", "0"),
-    C("hm-eps-negative", 2, "--eps", *HM, "--eps", "-1"),
-    C("hm-eps-nan", 2, "--eps", *HM, "--eps", "nan"),
-    C("hm-eps-inf", 2, "--eps", *HM, "--eps", "inf"),
-    C("hm-eps-text", 2, "--eps", *HM, "--eps", "one"),
+    C("hm-epsilon-zero", 2, "--epsilon", *HM, "--epsilon", "0"),
+    C("hm-epsilon-negative", 2, "--epsilon", *HM, "--epsilon", "-1"),
+    C("hm-epsilon-nan", 2, "--epsilon", *HM, "--epsilon", "nan"),
+    C("hm-epsilon-inf", 2, "--epsilon", *HM, "--epsilon", "inf"),
+    C("hm-epsilon-text", 2, "--epsilon", *HM, "--epsilon", "one"),
     C("hm-w-zero", 2, "--w", *HM, "--w", "0"),
     C("hm-grid-zero", 2, "--grid", *HM, "--grid", "0x3"),
     C("hm-grid-text", 2, "--grid", *HM, "--grid", "banana"),
     C("hm-grid-65536", 1, "--grid 65536x65536", *HM, "--grid", "65536"),
     C("hm-grid-1e5-squared", 1, "--grid 100000x100000", *HM, "--grid", "100000x100000"),
     C("hm-grid-1e20", 1, "--allow-large", *HM, "--grid", "100000000000000000000"),
-    C("hm-users-1e9", 1, "--users 1000000000", *HM, "--users", "1000000000"),
-    C("hm-users-zero", 2, "--users", *HM, "--users", "0"),
+    C("hm-n-1e9", 1, "--n 1000000000", *HM, "--n", "1000000000"),
+    C("hm-n-zero", 2, "--n", *HM, "--n", "0"),
     C("hm-sigma-negative", 2, "--sigma", *HM, "--sigma", "-1"),
     C("hm-sigma-nan", 2, "--sigma", *HM, "--sigma", "nan"),
     C("hm-top-percent-zero", 2, "--top-percent", *HM, "--top-percent", "0"),
@@ -193,7 +193,7 @@ CASES = [
     C("hm-B-zero", 2, "--B", *HM, "--model", "shuffle", "--B", "0"),
     C("hm-B-huge", 1, "--B 1000000000", *HM, "--model", "shuffle", "--B", "1000000000"),
     C("hm-shuffle-messages", 1, "messages per user", *HM, "--model", "shuffle", "--grid",
-      "4096", "--users", "20"),
+      "4096", "--n", "20"),
     C("hm-model-unknown", 2, "--model", *HM, "--model", "local"),
     C("hm-bbox-without-snap", 2, "--bbox", *HM, "--bbox", "0,1,0,1"),
     C("hm-snap-without-bbox", 2, "--bbox", *HM, "--input", "{d}/in/snap.txt", "--format",
@@ -220,11 +220,11 @@ CASES = [
     # ------------------------------------------------------------------ setup
     C("setup-n-one", 2, "--n", *SETUP[:4], "1", "--epsilon", "1", "--out", "{d}/t/s"),
     C("setup-n-text", 2, "--n", *SETUP[:4], "many", "--epsilon", "1", "--out", "{d}/t/s"),
-    C("setup-n-huge", 2, "--n 1000000000000", *SETUP[:4], "1000000000000", "--epsilon", "1",
+    C("setup-n-huge", 1, "--n 1000000000000", *SETUP[:4], "1000000000000", "--epsilon", "1",
       "--out", "{d}/t/s"),
     C("setup-epsilon-zero", 2, "--epsilon", *SETUP[:6], "0", "--out", "{d}/t/s"),
     C("setup-epsilon-nan", 2, "--epsilon", *SETUP[:6], "nan", "--out", "{d}/t/s"),
-    C("setup-epsilon-tiny", 2, "--epsilon 1e-300", *SETUP[:6], "1e-300", "--out", "{d}/t/s"),
+    C("setup-epsilon-tiny", 1, "--epsilon 1e-300", *SETUP[:6], "1e-300", "--out", "{d}/t/s"),
     C("setup-delta-zero", 2, "--delta", *SETUP, "--delta", "0", "--out", "{d}/t/s"),
     C("setup-delta-one", 2, "--delta", *SETUP, "--delta", "1", "--out", "{d}/t/s"),
     C("setup-B-zero", 2, "--B", *SETUP, "--B", "0", "--out", "{d}/t/s"),
@@ -331,9 +331,9 @@ CASES = [
     C("an-in-trailing-bytes", 1, "m_trail.bin", *AN, SIM, "--in", "{d}/m_trail.bin"),
     C("an-in-tag-missing", 1, "32 (tag)", *AN, SIM, "--in", "{d}/m_notag.bin"),
     C("an-in-other-params", 1, "other protocol parameters", "analyze", "--params",
-      "{d}/other/params.json", "--out-dir", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+      "{d}/other/params.json", "--out", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
     C("an-in-other-round", 1, "another setup's round id", "analyze", "--params",
-      "{d}/round2/params.json", "--out-dir", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+      "{d}/round2/params.json", "--out", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
     C("an-in-record-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
       "{d}/m_flip.bin"),
     C("an-in-n-dropped-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
@@ -373,8 +373,8 @@ CASES = [
     C("an-report-missing", 2, "--shuffler-report", *AN, SIM, "--in", "{d}/m_plain.bin",
       "--shuffler-report", "{d}/nope.json"),
     C("an-too-many-dropouts", 1, "refusing to release", *AN, SIM, "--in", "{d}/m_drop.bin"),
-    C("an-out-dir-is-a-file", 2, "--out-dir", "analyze", "--params", "{d}/params.json",
-      "--out-dir", "{d}/u.csv", SIM, "--in", "{d}/m_plain.bin"),
+    C("an-out-is-a-file", 2, "--out", "analyze", "--params", "{d}/params.json",
+      "--out", "{d}/u.csv", SIM, "--in", "{d}/m_plain.bin"),
 ]
 
 

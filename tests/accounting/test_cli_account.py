@@ -39,7 +39,7 @@ def test_emd_itemwise_vacuous_warns():
     d = json.loads(r.stdout)  # stdout is exactly one JSON object
     assert d["valid"] is False
     assert d["delta_out"] is None or d["delta_out"] >= 1
-    assert "warning" in r.stderr and "vacuous" in r.stderr
+    assert "WARNING" in r.stderr and "vacuous" in r.stderr
 
 
 def test_shuffle_ldp_json():
@@ -53,13 +53,13 @@ def test_shuffle_ldp_json():
 
 
 def test_summation_json_and_table():
-    r = run("summation", "--n", "50", "--eps", "5", "--delta", "1e-5", "--B", "1000",
+    r = run("summation", "--n", "50", "--epsilon", "5", "--delta", "1e-5", "--B", "1000",
             "--grid", "320x240", "--json")
     d = json.loads(r.stdout)
     for k in ("r", "q", "m", "messages_per_user", "bits_per_user"):
         assert k in d
     assert d["m"] == 102406 and d["messages_per_user"] == d["r"] * d["m"]
-    t = run("summation", "--n", "50", "--eps", "5", "--delta", "1e-5", "--B", "1000",
+    t = run("summation", "--n", "50", "--epsilon", "5", "--delta", "1e-5", "--B", "1000",
             "--grid", "320x240")
     assert t.exit_code == 0 and "bits_per_user" in t.stdout
 
@@ -90,19 +90,24 @@ def test_summation_json_and_table():
       "--alpha0", "0"], ["--alpha0", "'0'"]),
     (["emd-itemwise", "--model", "both", "--m", "10", "--delta", "1e-6",
       "--alpha0", "1"], ["--model", "both"]),
-    (["summation", "--n", "1", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
+    (["summation", "--n", "1", "--epsilon", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
      ["--n", "'1'"]),
-    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "0", "--grid", "8x8"],
+    (["summation", "--n", "10", "--epsilon", "1", "--delta", "1e-6", "--B", "0", "--grid", "8x8"],
      ["--B", "'0'"]),
-    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8y"],
+    (["summation", "--n", "10", "--epsilon", "1", "--delta", "1e-6", "--B", "10", "--grid", "8y"],
      ["--grid", "8y"]),
-    (["summation", "--n", "10", "--eps", "0", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
-     ["--eps", "'0'"]),
-    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
+    (["summation", "--n", "10", "--epsilon", "0", "--delta", "1e-6", "--B", "10", "--grid", "8x8"],
+     ["--epsilon", "'0'"]),
+    (["summation", "--n", "10", "--epsilon", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
       "--dropout", "0.95"], ["dropout=0.95", "n_min"]),
-    (["summation", "--n", "10", "--eps", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
+    (["summation", "--n", "10", "--epsilon", "1", "--delta", "1e-6", "--B", "10", "--grid", "8x8",
       "--dropout", "1"], ["--dropout", "'1'"]),
-])
+], ids=["ldp-delta-above-one", "ldp-delta-zero", "ldp-eps0-zero", "ldp-eps0-negative",
+        "ldp-n-zero", "ldp-n-fraction", "ldp-n-text", "ldp-rtol-above-half",
+        "ldp-method-unknown", "emd-central-without-n", "emd-neither-alpha", "emd-both-alphas",
+        "emd-m-zero", "emd-target-unreachable", "emd-alpha0-zero", "emd-model-unknown",
+        "sum-n-one", "sum-B-zero", "sum-grid-text", "sum-epsilon-zero", "sum-dropout-n-min",
+        "sum-dropout-one"])
 def test_bad_input_names_argument_and_value(args, needle):
     r = run(*args)
     assert r.exit_code != 0
@@ -112,7 +117,8 @@ def test_bad_input_names_argument_and_value(args, needle):
         assert s in r.output, (s, r.output)
 
 
-@pytest.mark.parametrize("eps0", ["33", "36", "37", "100", "700"])
+@pytest.mark.parametrize("eps0", ["33", "36", "37", "100", "700"],
+                         ids=lambda e: f"eps0-{e}")
 def test_shuffle_ldp_large_eps0_reports_no_amplification(eps0):
     # issue 7 item 1: eps0 >= 37 printed epsilon ~ 1e-12 with valid=true
     r = run("shuffle-ldp", "--n", "1000", "--eps0", eps0, "--delta", "1e-6", "--json")
@@ -120,7 +126,7 @@ def test_shuffle_ldp_large_eps0_reports_no_amplification(eps0):
     d = json.loads(r.stdout)
     assert d["epsilon"] == float(eps0) and d["valid"] is False and d["delta"] == 0.0
     assert d["guarantee"]["epsilon"] == float(eps0)
-    assert "warning: no amplification" in r.stderr and "vacuous" in r.stderr
+    assert "WARNING: no amplification" in r.stderr and "vacuous" in r.stderr
 
 
 def test_shuffle_ldp_refuses_cleanly():
@@ -131,13 +137,13 @@ def test_shuffle_ldp_refuses_cleanly():
     assert r.exit_code == 2 and "eps0 must be <= 700 (e^eps0 overflows), got eps0=701" in r.output
 
 
-@pytest.mark.parametrize("delta", ["1e-300", "5e-324"])
+@pytest.mark.parametrize("delta", ["1e-300", "5e-324"], ids=["delta-1e-300", "delta-subnormal"])
 @pytest.mark.parametrize("args", [
     ("--model", "local", "--m", "1000", "--alpha0", "0.01"),
     ("--model", "central", "--m", "100", "--n", "1000", "--target-alpha", "5"),
     ("--model", "central", "--m", "100", "--n", "1000", "--alpha0", "0.1"),
     ("--model", "local", "--m", "100", "--target-alpha", "5"),
-])
+], ids=["local-forward", "central-inverse", "central-forward", "local-inverse"])
 def test_emd_itemwise_tiny_delta_no_traceback(delta, args):
     # issue 7 item 4: thm43_validity_limit raised "math domain error" for tiny delta
     r = run("emd-itemwise", *args, "--delta", delta, "--json")
@@ -177,20 +183,20 @@ def test_emd_itemwise_delta_out_cap():
 
 @pytest.mark.parametrize("args,reason", [
     (["--n", "100000", "--B", "100000", "--grid", "64x64"], "q must be <= 2^32"),
-    (["--n", "2", "--B", "1", "--grid", "8x8", "--eps", "1e-9"], "needs headroom"),
-    (["--n", "10000000", "--B", "255", "--grid", "65536x65536", "--eps", "0.1"],
+    (["--n", "2", "--B", "1", "--grid", "8x8", "--epsilon", "1e-9"], "needs headroom"),
+    (["--n", "10000000", "--B", "255", "--grid", "65536x65536", "--epsilon", "0.1"],
      "messages need 65 bits > 64"),
-])
+], ids=["q-above-2-32", "no-headroom", "message-above-64-bits"])
 def test_summation_refuses_what_protocol_params_refuses(args, reason):
     # issue 7 item 4: these printed parameter sets that ProtocolParams rejects (or crashed)
     from shuffledp.grid import Grid
     from shuffledp.protocol_params import derive_params
 
-    kw = {"--eps": "1", "--delta": "1e-12"}
+    kw = {"--epsilon": "1", "--delta": "1e-12"}
     kw.update(dict(zip(args[::2], args[1::2])))
     r = run("summation", *[x for kv in kw.items() for x in kv])
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
     assert reason in r.output and "Traceback" not in r.output
     with pytest.raises(ValueError, match=reason.replace("^", r"\^")):
-        derive_params(Grid.parse(kw["--grid"]), int(kw["--n"]), epsilon=float(kw["--eps"]),
+        derive_params(Grid.parse(kw["--grid"]), int(kw["--n"]), epsilon=float(kw["--epsilon"]),
                       delta=float(kw["--delta"]), B=int(kw["--B"]))
