@@ -259,6 +259,10 @@ _params_option = click.option(
               default="largest_remainder", show_default=True)
 @click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.0, show_default=True,
               help="Declared dropout fraction, in [0, 1).")
+@click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
+              show_default=True,
+              help="Neighbour relation of the guarantee (n public): replace one user's input "
+                   "(sensitivity 2B) or zero it out (sensitivity B).")
 @click.option("--keys/--no-keys", default=True, show_default=True,
               help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
                    f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "
@@ -268,8 +272,8 @@ _params_option = click.option(
               help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
 @out_dir_option(required=True)
-def setup(grid, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simulation,
-          force, allow_large, out_dir):
+def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
+          plaintext_simulation, force, allow_large, out_dir):
     """Derive and write the protocol parameters and the keys of one protocol run.
 
     Writes to OUT: params.json (the parameters and a fresh random round id: batches
@@ -289,7 +293,7 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, keys, plaintext_simu
     p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
                    f"--B {B} --dropout {dropout}",
                    derive_params, grid, n, epsilon=epsilon, delta=delta, B=B, w=w,
-                   rounding=rounding, dropout=dropout)
+                   rounding=rounding, dropout=dropout, neighbour=neighbour)
     refuse_if_large(f"--grid {grid} with --n {n} --B {B}", memory_bytes=protocol_memory(p),
                     messages_per_user=p.messages_per_user, allow_large=allow_large)
     out = Path(out_dir)

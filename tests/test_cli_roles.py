@@ -356,3 +356,15 @@ def test_readme_role_commands_run_as_written(tmp_path, monkeypatch):
             run(*[a.replace("u7", "u8") for a in args])
     report = json.loads((tmp_path / "run" / "result" / "report.json").read_text())
     assert report["authenticated"] is True and report["protocol"]["n_users"] == 2
+
+
+@pytest.mark.parametrize("nb,text", [("replace", "replace one user (n public)"),
+                                     ("zero_out", "zero out one user's contribution (n public)")],
+                         ids=["replace", "zero_out"])
+def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
+    from shuffledp.protocol_params import ProtocolParams
+
+    params = _setup(tmp_path, "--neighbour", nb)
+    p = ProtocolParams.from_json(params.read_text())
+    assert str(p.neighbour) == text
+    assert p.level_sensitivities[0] == (8 if nb == "replace" else 4)  # 2B or B, B = 4
