@@ -113,19 +113,24 @@ def _read_file(path: str, limit: int, option: str, *, text: bool = False) -> Any
         raise click.ClickException(f"{option} {e}") from None
 
 
+def _json_object(text: str, what: str) -> dict:
+    """Parse ``text`` as a JSON object; a one-line error naming ``what`` otherwise."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise click.ClickException(f"{what}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise click.ClickException(
+            f"{what}: expected a JSON object, got a JSON {type(record).__name__}")
+    return record
+
+
 def _load_params(path: str, allow_large: bool = False):
     """Read, validate and size-check ``--params``."""
     from shuffledp.protocol_params import ProtocolParams
 
     text = _read_file(path, PARAMS_FILE_LIMIT, "--params", text=True)
-    try:
-        record = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise click.ClickException(f"--params {path}: not JSON ({e})") from None
-    if not isinstance(record, dict):
-        raise click.ClickException(
-            f"--params {path}: expected a JSON object, got a JSON {type(record).__name__}"
-        )
+    _json_object(text, f"--params {path}")
     try:
         p = ProtocolParams.from_json(text)
     except KeyError as e:
@@ -547,12 +552,7 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
     if not explicit and not os.path.lexists(path):
         return None
     text = _read_file(path, REPORT_FILE_LIMIT, "--shuffler-report", text=True)
-    try:
-        rep = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise click.ClickException(f"shuffler report {path}: not JSON ({e})") from None
-    if not isinstance(rep, dict):
-        raise click.ClickException(f"shuffler report {path}: expected a JSON object")
+    rep = _json_object(text, f"shuffler report {path}")
     for key, value in (("n_forwarded", header.n_users), ("n_dropped", header.n_dropped)):
         if rep.get(key) != value:
             raise click.ClickException(
