@@ -117,6 +117,8 @@ class SummationParameters:
         How delta is spent.
     guarantee : Guarantee
     notes : tuple of str
+    gamma : float
+        Decay of the per-level budget the split used.
     """
 
     n: int
@@ -148,6 +150,7 @@ class SummationParameters:
     delta_parts: dict = field(default_factory=dict, compare=False)
     guarantee: Guarantee | None = field(default=None, compare=False)
     notes: tuple[str, ...] = ()
+    gamma: float = DEFAULT_GAMMA
 
     @property
     def start(self) -> int | None:
@@ -429,7 +432,7 @@ def summation_parameters(
         polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
         messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
         wrap_target=wrap_target, wrap_probability=wrap,
-        delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler},
+        delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler}, gamma=gamma,
         guarantee=g, notes=tuple(notes),
     )
 

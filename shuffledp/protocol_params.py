@@ -43,12 +43,18 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.summation import SummationParameters
 from shuffledp.encoders.rounding import check_rounding, check_scale
 from shuffledp.grid import Grid
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 ROUND_ID_BYTES = 16
+#: numbers a ProtocolParams reads from its accounting record (SummationParameters)
+_DELEGATED = frozenset({
+    "n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min", "q", "r",
+    "decode_low", "wrap_probability", "wrap_target", "gamma",
+})
 
 
 @dataclass(frozen=True)
@@ -59,86 +65,45 @@ class ProtocolParams:
     ----------
     grid : Grid
     w : int
-        Reconstruct's top-w (also fixes the start level).
-    start, top : int
-        Measured levels start..top (top = grid.depth).
-    level_epsilons : tuple of float
-        eps_i per measured level (index k is level start + k), summing to epsilon.
-    n : int
-        Number of users the protocol is provisioned for (n >= 2, public).
-    epsilon, delta : float
-        Target (eps, delta) of the release; delta in (0, 1).
-    B : int
-        Scaling factor.
-    rounding : {"floor", "largest_remainder"}
-    neighbour : Neighbour
-        REPLACE_ONE (Delta_i = 2B) or ZERO_OUT (Delta_i = B); n public in both.
-    dropout : float
-        Declared dropout fraction in [0, 1).
-    n_min : int
-        Fewest contributing users for which the noise still sums to (at least) discrete
-        Laplace: the Polya shape is 1 / n_min ([Bagdasaryan22]_ Sec. 4, dropouts).
-    q : int
-        Modulus, with headroom: every true sum lies in [0, B n] and decodes exactly.
-    r : int
-        Shares per coordinate: at least the split-and-mix requirement
-        (:func:`shuffledp.accounting.summation.shares_needed`) for (eps, delta_mix, m, q,
-        n_min); a record with fewer shares is refused.
-    level_sensitivities : tuple of int
-        Delta_i of the scaled, rounded level vector (2B under replacement).
-    decode_low : int
-        Centred decoding: a sum s mod q decodes to ((s + decode_low) mod q) - decode_low, so
-        the window is [-decode_low, q - 1 - decode_low].
-    wrap_probability : float
-        Probability that the noise pushes at least one coordinate out of the decoding window.
-    guarantee_delta_parts : Mapping
-        How delta is spent (e.g. split-and-mix hiding), for the report.
+        Reconstruct's top-w (also fixes the measured levels, :meth:`Grid.measured_levels`).
+    summation : SummationParameters
+        The accounting record (:func:`shuffledp.accounting.summation.summation_parameters`):
+        the one home of n, epsilon, delta, B, rounding, neighbour (REPLACE_ONE or ZERO_OUT),
+        dropout, n_min, q, r, decode_low, the per-level budgets and sensitivities, the
+        wrap-around probability and the delta split. They read as attributes of this record
+        (``params.q``, ``params.level_epsilons``...). r must reach the split-and-mix
+        requirement (:meth:`check_supported`); q must leave headroom for sums in [0, B n].
     round_id : bytes
         16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
         given). Part of :attr:`digest`, hence of every wire header and of the associated data
         of every encrypted message: batches and messages of another run are rejected.
-    summation : Any
-        The accounting record this was built from (``None`` when given explicitly).
     """
 
     grid: Grid
     w: int
-    start: int
-    top: int
-    level_epsilons: tuple
-    n: int
-    epsilon: float
-    delta: float
-    B: int
-    rounding: str
-    neighbour: str
-    dropout: float
-    n_min: int
-    q: int
-    r: int
-    level_sensitivities: tuple
-    decode_low: int
-    wrap_probability: float = 0.0
-    guarantee_delta_parts: Mapping[str, Any] = field(default_factory=dict)
+    summation: SummationParameters
     round_id: bytes = field(default_factory=lambda: os.urandom(ROUND_ID_BYTES))
-    summation: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a shuffledp.Grid, got grid={self.grid!r}")
-        v.count("w", self.w, 1)
-        start = v.count("start", self.start, 0)
-        top = v.count("top", self.top, start)
-        if top != self.grid.depth:
-            raise ValueError(f"top must be the leaf level {self.grid.depth}, got top={top}")
+        w = v.count("w", self.w, 1)
+        object.__setattr__(self, "w", w)
+        if not isinstance(self.summation, SummationParameters):
+            raise TypeError(f"summation must be a SummationParameters, got "
+                            f"summation={type(self.summation).__name__}")
+        start, top = self.grid.measured_levels(w)
+        if tuple(self.summation.levels or ()) != tuple(range(start, top + 1)):
+            raise ValueError(
+                f"the accounting record measures levels {self.summation.levels}, the grid "
+                f"{self.grid} with w={w} measures {start}..{top}"
+            )
         n_lev = top - start + 1
         eps = v.interval("epsilon", self.epsilon, 0.0, math.inf)
-        delta = v.interval("delta", self.delta, 0.0, 1.0)
-        le = tuple(float(e) for e in self.level_epsilons)
+        v.interval("delta", self.delta, 0.0, 1.0)
+        le = self.level_epsilons
         if len(le) != n_lev or not all(e > 0 and math.isfinite(e) for e in le):
-            raise ValueError(
-                f"level_epsilons must hold {n_lev} positive budgets, got {self.level_epsilons!r}"
-            )
+            raise ValueError(f"level_epsilons must hold {n_lev} positive budgets, got {le!r}")
         if sum(le) > eps * (1 + 1e-12):
             raise ValueError(f"level_epsilons sum to {sum(le)!r} > epsilon={eps!r}")
         n = v.count("n", self.n, 2)
@@ -150,7 +115,6 @@ class ProtocolParams:
                 f"neighbour must be one of {[x.token for x in NEIGHBOURS]}, got "
                 f"neighbour={nb.token!r}"
             )
-        object.__setattr__(self, "neighbour", nb)
         d = v.interval("dropout", self.dropout, 0.0, 1.0, open_low=False)
         n_min = v.count("n_min", self.n_min, 1)
         if n_min > n:
@@ -163,8 +127,8 @@ class ProtocolParams:
         q = v.count("q", self.q, 2)
         if q > 1 << 32:
             raise ValueError(f"q must be <= 2^32, got q={q}; lower B or n")
-        r = v.count("r", self.r, 2)
-        sens = tuple(int(s) for s in self.level_sensitivities)
+        v.count("r", self.r, 2)
+        sens = self.level_sensitivities
         if len(sens) != n_lev or min(sens) < 1:
             raise ValueError(f"level_sensitivities must hold {n_lev} integers >= 1, got {sens!r}")
         if min(sens) < nb.level_sensitivity(B):
@@ -179,21 +143,8 @@ class ProtocolParams:
                 f"q={q} with decode_low={low} has no headroom for sums in [0, B n = {B * n}]: "
                 f"need decode_low >= 1 and q - 1 - decode_low > B n; increase q"
             )
-        wp = v.interval("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
+        v.interval("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
                    open_high=False)
-        for name, value in (("start", start), ("top", top), ("n", n), ("B", B), ("q", q),
-                            ("r", r), ("n_min", n_min), ("decode_low", low)):
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "w", int(self.w))
-        object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "delta", delta)
-        object.__setattr__(self, "dropout", d)
-        object.__setattr__(self, "level_epsilons", le)
-        object.__setattr__(self, "level_sensitivities", sens)
-        object.__setattr__(self, "wrap_probability", wp)
-        object.__setattr__(
-            self, "guarantee_delta_parts", MappingProxyType(dict(self.guarantee_delta_parts))
-        )
         rid = self.round_id
         if not isinstance(rid, (bytes, bytearray)) or len(rid) != ROUND_ID_BYTES:
             raise ValueError(f"round_id must be {ROUND_ID_BYTES} bytes, got round_id={rid!r}")
@@ -201,6 +152,34 @@ class ProtocolParams:
         if self.record_bits > 64:
             raise ValueError(f"messages need {self.record_bits} bits > 64; lower q or the grid")
         self.check_supported()
+
+    # ----- the accounting record's numbers (their one home is SummationParameters) -----
+    @property
+    def start(self) -> int:
+        return int(self.summation.levels[0])
+
+    @property
+    def top(self) -> int:
+        return int(self.summation.levels[-1])
+
+    @property
+    def level_epsilons(self) -> tuple[float, ...]:
+        return tuple(float(e) for e in self.summation.level_epsilons)
+
+    @property
+    def level_sensitivities(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.summation.level_sensitivities)
+
+    @property
+    def guarantee_delta_parts(self) -> Mapping[str, Any]:
+        return MappingProxyType(dict(self.summation.delta_parts))
+
+    def __getattr__(self, name: str) -> Any:
+        # n, epsilon, delta, B, rounding, neighbour, dropout, n_min, q, r, decode_low,
+        # wrap_probability, gamma, wrap_target: read from the accounting record
+        if name in _DELEGATED:
+            return getattr(object.__getattribute__(self, "summation"), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def check_supported(self) -> None:
         """Re-check that the parameters support the guarantee they claim; raise otherwise.
@@ -325,6 +304,8 @@ class ProtocolParams:
             "r": self.r,
             "decode_low": self.decode_low,
             "round_id": self.round_id.hex(),
+            "gamma": repr(self.gamma),
+            "wrap_target": repr(self.wrap_target),
         }
 
     @property
@@ -360,7 +341,7 @@ class ProtocolParams:
         }
 
     def to_json(self) -> str:
-        """Serialise (for the CLI roles); :meth:`from_json` rebuilds and re-validates."""
+        """Serialise (for the CLI roles); :meth:`from_json` re-derives and compares."""
         d = self.canonical()
         d["wrap_probability"] = repr(self.wrap_probability)
         d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
@@ -368,23 +349,18 @@ class ProtocolParams:
 
     @classmethod
     def from_json(cls, text: str) -> ProtocolParams:
-        """Rebuild from :meth:`to_json`; re-attaches the accounting record if it re-derives."""
-        d = json.loads(text)
-        if d.get("format") != FORMAT_NAME:
-            raise ValueError(f"not a {FORMAT_NAME} parameter file (format={d.get('format')!r})")
-        p = cls._from_dict(d)
-        try:
-            again = derive_params(p.grid, p.n, epsilon=p.epsilon, delta=p.delta, B=p.B, w=p.w,
-                                  rounding=p.rounding, dropout=p.dropout,
-                                  neighbour=p.neighbour, round_id=p.round_id)
-        except (ValueError, TypeError):
-            return p
-        if again == p:
-            object.__setattr__(p, "summation", again.summation)
-        return p
+        """Rebuild from :meth:`to_json` by re-deriving the accounting record from the file's
+        inputs (n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout,
+        wrap_target) and comparing every agreed field with the file's.
 
-    @classmethod
-    def _from_dict(cls, d: dict) -> ProtocolParams:
+        A file whose q, r, budgets, sensitivities or decoding window differ from what the
+        accounting derives (hand-edited, or written by another version) is refused: a record
+        never carries numbers its accounting does not support.
+        """
+        d = json.loads(text)
+        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a {FORMAT_NAME} parameter file (format={got!r})")
         if "round_id" not in d:
             raise ValueError("parameter file has no round_id (written by an older version); "
                              "re-run setup")
@@ -393,28 +369,21 @@ class ProtocolParams:
         except (TypeError, ValueError):
             raise ValueError(f"round_id must be {2 * ROUND_ID_BYTES} hex digits, got "
                              f"round_id={d['round_id']!r}") from None
-        return cls(
-            grid=Grid(*d["grid"]),
-            w=d["w"],
-            start=d["levels"][0],
-            top=d["levels"][1],
-            level_epsilons=tuple(float(e) for e in d["level_epsilons"]),
-            n=d["n"],
-            epsilon=float(d["epsilon"]),
-            delta=float(d["delta"]),
-            B=d["B"],
-            rounding=d["rounding"],
-            neighbour=d["neighbour"],
-            dropout=float(d["dropout"]),
-            n_min=d["n_min"],
-            q=d["q"],
-            r=d["r"],
-            level_sensitivities=tuple(d["level_sensitivities"]),
-            decode_low=d["decode_low"],
-            wrap_probability=float(d.get("wrap_probability", 0.0)),
-            guarantee_delta_parts=d.get("guarantee_delta_parts", {}),
-            round_id=rid,
+        p = derive_params(
+            Grid(*d["grid"]), d["n"], epsilon=float(d["epsilon"]), delta=float(d["delta"]),
+            B=d["B"], w=d["w"], gamma=float(d["gamma"]), rounding=d["rounding"],
+            dropout=float(d["dropout"]), wrap_target=float(d["wrap_target"]),
+            neighbour=d["neighbour"], round_id=rid,
         )
+        ours = p.canonical()
+        for k in sorted((set(ours) | set(d)) - {"wrap_probability", "guarantee_delta_parts"}):
+            if ours.get(k) != d.get(k):
+                raise ValueError(
+                    f"parameter file field {k}={d.get(k)!r} differs from the accounting's "
+                    f"{k}={ours.get(k)!r} for the same inputs: the file was edited or written "
+                    "by another version; re-run setup"
+                )
+        return p
 
 
 def derive_params(
@@ -438,14 +407,13 @@ def derive_params(
     (q with headroom and the shifted decoding window, r from the App. F formula with that q
     and n_min users, per-level eps_i and Delta_i = 2B, Polya shape 1/n_min for the declared
     dropout fraction, wrap-around probability, the guarantee) and wraps it in a validated
-    :class:`ProtocolParams`, checking that the measured levels and budgets are those of the
-    central mechanism (:func:`shuffledp.analyzers.central.measured_levels`). ``round_id``
+    :class:`ProtocolParams` that holds that record (the measured levels come from
+    :meth:`Grid.measured_levels`, as for the central mechanism). ``round_id``
     (16 bytes) names the run; by default a fresh one from ``os.urandom``, so two setups with
     the same numbers have different digests and cannot mix their batches.
     """
-    from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
+    from shuffledp.accounting.budget import DEFAULT_GAMMA
     from shuffledp.accounting.summation import summation_parameters
-    from shuffledp.analyzers.central import measured_levels
 
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a shuffledp.Grid, got grid={grid!r}")
@@ -457,21 +425,7 @@ def derive_params(
         neighbour=Neighbour.parse(neighbour), dropout=dropout, wrap_target=wrap_target,
         decoding="shifted",
     )
-    start, top = measured_levels(grid, w)
-    if summ.levels != tuple(range(start, top + 1)):
-        raise ValueError(
-            f"accounting measured levels {summ.levels} differ from the central mechanism's "
-            f"{start}..{top}"
-        )
-    central = level_budgets(float(epsilon), start, top, float(g))
-    if not np.allclose(central, summ.level_epsilons, rtol=1e-12, atol=0):
-        raise ValueError("accounting level budgets differ from the central mechanism's split")
     return ProtocolParams(
-        grid=grid, w=int(w), start=start, top=top, level_epsilons=summ.level_epsilons,
-        n=summ.n, epsilon=summ.epsilon, delta=summ.delta, B=summ.B, rounding=summ.rounding,
-        neighbour=summ.neighbour, dropout=summ.dropout, n_min=summ.n_min, q=summ.q, r=summ.r,
-        level_sensitivities=summ.level_sensitivities, decode_low=summ.decode_low,
-        wrap_probability=summ.wrap_probability, guarantee_delta_parts=summ.delta_parts,
+        grid=grid, w=int(w), summation=summ,
         round_id=os.urandom(ROUND_ID_BYTES) if round_id is None else round_id,
-        summation=summ,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -44,15 +46,23 @@ def test_cell_with_all_the_mass_decodes_without_wrap_around():
 def test_app_f_modulus_without_headroom_is_refused():
     grid = Grid(8, 8)
     p = params_for(grid, n=12, B=64)
-    fields = {f: getattr(p, f) for f in p.__dataclass_fields__ if f != "summation"}
+    def edited(**changes):  # the accounting record with some numbers changed by hand
+        return ProtocolParams(p.grid, p.w, dataclasses.replace(p.summation, **changes),
+                              p.round_id)
+
     with pytest.raises(ValueError, match="headroom"):
-        ProtocolParams(**{**fields, "q": 64 * 12, "decode_low": 1})
+        edited(q=64 * 12, decode_low=1)
     with pytest.raises(ValueError, match="headroom"):
-        ProtocolParams(**{**fields, "decode_low": 0})
+        edited(decode_low=0)
     with pytest.raises(ValueError, match="r must"):
-        ProtocolParams(**{**fields, "r": 1})
+        edited(r=1)
     with pytest.raises(ValueError, match="under replace the scaled level vector has sensitivity"):
-        ProtocolParams(**{**fields, "level_sensitivities": (64,) * len(p.level_epsilons)})
+        edited(level_sensitivities=(64,) * len(p.level_epsilons))
+    # a params file with any agreed number edited is refused by the re-derivation
+    d = json.loads(p.to_json())
+    d["q"] = 64 * 12
+    with pytest.raises(ValueError, match="field q=768 differs from the accounting's q="):
+        ProtocolParams.from_json(json.dumps(d))
 
 
 @pytest.mark.parametrize(
@@ -207,9 +217,8 @@ def test_round_id_is_fresh_bound_into_the_digest_and_kept_by_json():
     d["round_id"] = "zz"
     with pytest.raises(ValueError, match="round_id"):
         ProtocolParams.from_json(json.dumps(d))
-    fields = {f: getattr(a, f) for f in a.__dataclass_fields__ if f != "summation"}
     with pytest.raises(ValueError, match="round_id must be 16 bytes"):
-        ProtocolParams(**{**fields, "round_id": b"short"})
+        ProtocolParams(a.grid, a.w, a.summation, b"short")
 
 
 def test_wire_paths_report_authentication_figures():

@@ -7,6 +7,7 @@ floating-point samplers, and neighbour relations were free strings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -45,12 +46,20 @@ def test_params_file_edited_to_fewer_shares_is_refused_at_the_boundary():
     delta_mix, _ = delta_split(p.epsilon, p.delta, p.n, p.m)
     need = shares_needed(p.epsilon, delta_mix, p.m, p.q, p.n_min)
     assert p.r == need
-    with pytest.raises(ValueError, match=r"r=2 shares per coordinate are below .*r >= "):
+    # a params file edited to fewer shares is refused (it differs from the accounting)
+    with pytest.raises(ValueError, match=r"field r=2 differs from the accounting's r="):
         ProtocolParams.from_json(_edited(p, r=2))
+    assert ProtocolParams.from_json(_edited(p, r=need)).r == need
+
+    def record(r):  # a record built by hand around an edited accounting record
+        return ProtocolParams(p.grid, p.w, dataclasses.replace(p.summation, r=r), p.round_id)
+
+    with pytest.raises(ValueError, match=r"r=2 shares per coordinate are below .*r >= "):
+        record(2)
     with pytest.raises(ValueError, match=f"r={need - 1} shares"):
-        ProtocolParams.from_json(_edited(p, r=need - 1))
-    assert ProtocolParams.from_json(_edited(p, r=need)).r == need  # holds exactly at r
-    assert ProtocolParams.from_json(_edited(p, r=need + 3)).r == need + 3
+        record(need - 1)
+    assert record(need).r == need  # holds exactly at the requirement
+    assert record(need + 3).r == need + 3
 
 
 def test_encoder_and_analyzer_recheck_a_tampered_record():
