@@ -245,6 +245,11 @@ class GKRR(ItemMechanism):
         d_min = self.r if self.t > 1 else 1.0
         self.alpha0_design, M = _design_alpha0(self.alpha0, 1.0, k, d_min)
         a = self.alpha0_design
+        # scale so that the row total is just below 2^62: the rejection step of
+        # uniform_below then accepts almost always (M only grows, so the rounding margin
+        # of _design_alpha0, computed for the smaller scale, still holds)
+        z = 1.0 + (self.t - 1) * math.exp(-self.r * a) + (k - self.t) * math.exp(-a)
+        M = max(M, math.floor(2.0**_ROW_BITS / z * (1.0 - 1e-9)))
         # weights of y = x, same cluster, other cluster (ideal ratios e^{r a}, e^{a})
         self.w_same = int(M)
         self.w_cluster = int(math.floor(M * math.exp(-self.r * a)))

@@ -129,3 +129,11 @@ def test_mpmath_check_uses_exact_integers():
     with mpmath.workdps(60):
         lhs = mpmath.log(mech.w_same) - mpmath.log(mech.w_other)
     assert lhs <= mpmath.mpf(1.0)
+
+
+def test_gkrr_total_fills_62_bits():
+    """Regression: with a row total near 2^62 the rejection step accepts almost always
+    (it accepted only ~57% of words at k = 1024 before the rescaling)."""
+    for s, t, r, a0 in [(32, 32, 0.1, 3.0), (2, 3, 1.0, 0.7), (100, 10, 0.05, 8.0)]:
+        mech = GKRR(s, t, r, a0)
+        assert 2**62 * 0.99 < mech.total < 2**62
