@@ -31,6 +31,9 @@ class Neighbour(StrEnum):
         one user's m items change (m public), distance weighted by d_EM ([Imola]_ Sec. 3).
     ``DISCRETE_EMD``
         one user's dataset changes within d_EM <= r ([Imola]_ Def. 5.1-5.2).
+    ``SORTED_L1``
+        anonymized histograms at sorted-l1 distance 1: one label's count changes by one
+        ([Suresh19]_ Def. 1).
 
     References
     ----------
@@ -40,6 +43,8 @@ class Neighbour(StrEnum):
        N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
     .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
        User-Level" (preprint).
+    .. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
+       arXiv:1910.03553.
     """
 
     ADD_REMOVE = "add/remove one user"
@@ -47,6 +52,7 @@ class Neighbour(StrEnum):
     ZERO_OUT = "zero out one user's contribution (n public)"
     BOUNDED_EMD = "change one user's m items (m public), d_EM-weighted"
     DISCRETE_EMD = "one user's dataset changed within d_EM <= r (r in the parameters)"
+    SORTED_L1 = "one label's count changed by one (anonymized histogram, sorted l1 = 1)"
 
     @classmethod
     def parse(cls, value: Any, name: str = "neighbour") -> Neighbour:
@@ -69,7 +75,8 @@ class Neighbour(StrEnum):
     def token(self) -> str:
         """Short token used on the command line and in parameter files."""
         return {"ADD_REMOVE": "add_remove", "REPLACE_ONE": "replace", "ZERO_OUT": "zero_out",
-                "BOUNDED_EMD": "bounded_emd", "DISCRETE_EMD": "discrete_emd"}[self.name]
+                "BOUNDED_EMD": "bounded_emd", "DISCRETE_EMD": "discrete_emd",
+                "SORTED_L1": "sorted_l1"}[self.name]
 
     def level_sensitivity(self, B: int = 1) -> int:
         """l1-sensitivity of one user's level vector with entries >= 0 summing to <= B.
@@ -77,7 +84,7 @@ class Neighbour(StrEnum):
         B for ADD_REMOVE and ZERO_OUT (||z||_1 <= B), 2B for REPLACE_ONE
         (||z - z'||_1 <= ||z||_1 + ||z'||_1 <= 2B).
         """
-        if self in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD):
+        if self in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD, Neighbour.SORTED_L1):
             raise ValueError(f"{self.name} has no l1 level sensitivity")
         return 2 * int(B) if self is Neighbour.REPLACE_ONE else int(B)
 

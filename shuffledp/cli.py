@@ -319,10 +319,13 @@ def _noise_rngs(seed: int | None, k: int) -> list[np.random.Generator | None]:
 
 
 def _register() -> None:
+    from importlib import import_module
+
     from shuffledp.cli_account import account
     from shuffledp.cli_roles import ROLE_COMMANDS
 
     main.add_command(account)
+    main.add_command(import_module("shuffledp.cli_privhist").privhist_cmd)
     for command in ROLE_COMMANDS:
         main.add_command(command)
 

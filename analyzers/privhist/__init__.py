@@ -1,0 +1,33 @@
+"""PrivHist: differentially private anonymized histograms ([Suresh19]_).
+
+References
+----------
+.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
+   arXiv:1910.03553.
+"""
+
+from shuffledp.analyzers.privhist.histogram import (
+    AnonHistogram,
+    load_frequency_list,
+    parse_frequency_list,
+    sorted_l1,
+    write_frequency_list,
+)
+from shuffledp.analyzers.privhist.mechanism import (
+    PrivHistRelease,
+    budget_split,
+    privhist,
+    split_histogram,
+)
+
+__all__ = [
+    "AnonHistogram",
+    "PrivHistRelease",
+    "budget_split",
+    "load_frequency_list",
+    "parse_frequency_list",
+    "privhist",
+    "sorted_l1",
+    "split_histogram",
+    "write_frequency_list",
+]

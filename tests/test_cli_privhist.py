@@ -1,0 +1,41 @@
+"""``shuffledp privhist``: files written, one-line errors with the line number."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from shuffledp.analyzers.privhist import load_frequency_list
+from shuffledp.cli import main
+
+
+def test_privhist_writes_histogram_and_report(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("5\n3,2\n1,10\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "2", "--out",
+                                    str(out), "--seed", "3", "--report-error"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["guarantee"]["notion"] == "pure" and rep["release"] == "reproducible evaluation"
+    assert "sorted-l1" in rep["guarantee"]["neighbour"] or "sorted l1" in rep["guarantee"][
+        "neighbour"]
+    assert rep["labels"] == load_frequency_list(out / "histogram.txt").support
+    assert isinstance(rep["sorted_l1_error"], int) and rep["notes"]
+
+
+def test_privhist_bad_file_names_the_line(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("5\n-3\n")
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 1 and "line 2" in res.output and "Traceback" not in res.output
+
+
+def test_privhist_bad_epsilon_is_usage_error(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("5\n")
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "-1", "--out",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 2 and "--epsilon" in res.output
