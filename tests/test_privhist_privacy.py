@@ -188,7 +188,7 @@ def test_high_privacy_query_moves_one_coordinate_by_one(N):
     exactly one coordinate, by exactly 1, for boundary sets built from arbitrary noisy high
     counts; so DL noise of sensitivity R on R Q gives eps3-DP (pmf ratio a^-R = e^eps3)."""
     rng = np.random.default_rng(3)
-    for trial in range(6):
+    for _trial in range(6):
         T = int(rng.integers(1, 4))
         noisy_high = rng.integers(1, 3 * N, size=int(rng.integers(0, 5)))
         S = boundaries(N, T, 0.2, noisy_high)

@@ -35,7 +35,9 @@ def _integer_array(name: str, value: Any) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:  # pragma: no cover - ragged input
-        raise TypeError(f"{name} must be a 1-D array of integers, got {name}={value!r:.80}") from exc
+        raise TypeError(
+            f"{name} must be a 1-D array of integers, got {name}={value!r:.80}"
+        ) from exc
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of integers, got shape {arr.shape}")
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
