@@ -6,6 +6,7 @@ References
    arXiv:1910.03553.
 """
 
+from shuffledp.analyzers.privhist.baselines import prevalence_baseline, sorted_count_baseline
 from shuffledp.analyzers.privhist.histogram import (
     AnonHistogram,
     load_frequency_list,
@@ -19,14 +20,24 @@ from shuffledp.analyzers.privhist.mechanism import (
     privhist,
     split_histogram,
 )
+from shuffledp.analyzers.privhist.properties import (
+    PropertyEstimates,
+    compare_properties,
+    estimate_properties,
+)
 
 __all__ = [
     "AnonHistogram",
     "PrivHistRelease",
+    "PropertyEstimates",
     "budget_split",
+    "compare_properties",
+    "estimate_properties",
     "load_frequency_list",
     "parse_frequency_list",
+    "prevalence_baseline",
     "privhist",
+    "sorted_count_baseline",
     "sorted_l1",
     "split_histogram",
     "write_frequency_list",

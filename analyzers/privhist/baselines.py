@@ -1,0 +1,200 @@
+"""Baselines for anonymized histograms: noisy sorted counts and noisy prevalences.
+
+Both release the same :class:`~shuffledp.analyzers.privhist.mechanism.PrivHistRelease` as
+PrivHist, under the same relation (:attr:`Neighbour.SORTED_L1`, [Suresh19]_ Def. 1: one
+label's count changes by one, a label may appear or vanish).
+
+Sorted counts ([Hay09]_). The sorted-count vector zero-padded to a public length K,
+(n_(1), ..., n_(K)), has l1-sensitivity exactly 1 under this relation: the sorted-l1
+distance of [Suresh19]_ Lemma 1 *is* the l1 distance of the zero-padded sorted vectors, and
+neighbours are at distance 1. Truncating to the first K entries cannot increase it, so the
+release is private even if a dataset has more than K labels (those are dropped). Every one
+of the K entries receives G(e^-eps2) noise (the exact discrete Laplace of [CKS20]_), then
+isotonic regression (non-increasing, PAVA) and rounding to non-negative integers, as in
+[Hay09]_ (who used continuous Laplace and the l2 fit; [Suresh19]_ Sec. 4.1 calls this the
+high-error algorithm when every zero count gets noise).
+
+Prevalences. The vector (phi_1, ..., phi_C) with counts above the cap C clipped to C has
+l1-sensitivity 2: a label moving from r to r + 1 changes phi_r and phi_{r+1} by one each
+(r = 0 or r >= C: one or no coordinate). Every entry receives DL noise for sensitivity 2
+(parameter exp(-s/t), 2 s/t <= eps2), negatives are set to zero. The error grows like the
+sum of r |Z_r| over r <= C ([Suresh19]_ Sec. 4.1: O(n^2 / eps) when C is about n).
+
+Public length. K and C are public parameters. When they are not given, eps1 = eps / 10 (the
+share [Suresh19]_ App. C.1.3 gives to the item count) buys N = max(n + G(e^-eps1), 0), and
+K = C = N + ceil(ln(N + 2) / eps1) (so that K >= n, hence K >= number of labels and C >= the
+largest count, except with probability about 1 / (N + 2)); eps2 = eps - eps1. With K or C
+given, eps2 = eps and N is the size of the released histogram (post-processing). Either way
+the release is (eps1 + eps2)-DP by basic composition, eps1 = 0 when the length is given.
+
+References
+----------
+.. [Hay09] M. Hay, C. Li, G. Miklau, D. Jensen, "Accurate Estimation of the Degree
+   Distribution of Private Networks", ICDM 2009 (noisy sorted degrees + isotonic regression).
+.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
+   Def. 1, Lemma 1, Sec. 4.1, App. C.1.3. arXiv:1910.03553.
+.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
+   Privacy", NeurIPS 2020, Alg. 2. arXiv:2004.00010.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.analyzers.central import SEEDED_NOTE
+from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
+from shuffledp.analyzers.privhist.mechanism import (
+    PrivHistRelease,
+    _effective,
+    geometric,
+    resolve_rng,
+)
+from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.noise import discrete_laplace_for
+
+TOTAL_SHARE = 0.1  # eps1 / eps when the public length is derived from the noisy total
+MAX_LENGTH = 1 << 26  # K or C above this would need > 0.5 GB: use privhist() instead
+SORTED_THEOREM = (
+    "Hay, Li, Miklau, Jensen, ICDM 2009 (noisy sorted counts + isotonic regression): the "
+    "zero-padded sorted counts have l1-sensitivity 1 under Suresh 2019 Def. 1; geometric "
+    "noise by the exact discrete Laplace of Canonne, Kamath, Steinke 2020"
+)
+PREVALENCE_THEOREM = (
+    "Noisy prevalences (Suresh 2019 Sec. 4.1): phi_1..phi_C, counts clipped to C, have "
+    "l1-sensitivity 2 under Suresh 2019 Def. 1; exact discrete Laplace noise"
+)
+
+
+def _length(name: str, value: Any, h: AnonHistogram, epsilon: float,
+            src: Any) -> tuple[int, int | None, float, float]:
+    """(length, N or None, eps1, eps2): the public length, bought with eps1 if not given."""
+    eps = v.positive("epsilon", epsilon)
+    if value is not None:
+        return v.bounded_count(name, value, 1, MAX_LENGTH), None, 0.0, eps
+    e1 = eps * TOTAL_SHARE
+    N = max(h.n + int(geometric(e1, 1, src)[0]), 0)
+    length = N + math.ceil(math.log(N + 2) / e1)
+    if length > MAX_LENGTH:
+        raise ValueError(
+            f"the derived {name} = {length} exceeds {MAX_LENGTH} (n is too large for this "
+            f"baseline); pass {name} explicitly or use privhist()"
+        )
+    return length, N, e1, eps - e1
+
+
+def _release(hist: AnonHistogram, N: int | None, e1: float, e2: float, sensitivity: int,
+             theorem: str, params: dict[str, Any], seeded: bool) -> PrivHistRelease:
+    spent = (_effective(e1, 1) if e1 > 0 else 0.0) + _effective(e2, sensitivity)
+    params.update(eps1=e1, eps2=e2, epsilon_effective=float(spent),
+                  noise="discrete_laplace_exact",
+                  randomness="seeded" if seeded else "secure")
+    guarantee = Guarantee(
+        notion="pure", model="central", epsilon=e1 + e2, neighbour=Neighbour.SORTED_L1,
+        theorem=theorem, parameters=params, notes=(SEEDED_NOTE,) if seeded else (),
+    )
+    total = hist.n if N is None else N
+    return PrivHistRelease(hist, int(total), guarantee, params)
+
+
+def padded_sorted_counts(h: AnonHistogram, length: int) -> np.ndarray:
+    """(n_(1), ..., n_(K)): the sorted counts cut or zero-padded to ``length`` = K."""
+    s = h.sorted_counts()[:length]
+    return np.concatenate([s, np.zeros(length - s.size, dtype=np.int64)])
+
+
+def clipped_prevalences(h: AnonHistogram, cap: int) -> np.ndarray:
+    """(phi_1, ..., phi_C) with every count above ``cap`` = C counted at C."""
+    out = np.zeros(cap, dtype=np.int64)
+    np.add.at(out, np.minimum(h.counts, cap) - 1, h.prevalences)
+    return out
+
+
+def sorted_count_baseline(
+    h: AnonHistogram,
+    epsilon: float,
+    *,
+    length: int | None = None,
+    rng: Any = None,
+) -> PrivHistRelease:
+    """Geometric noise on every zero-padded sorted count, isotonic regression, rounding.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram (may be empty).
+    epsilon : float
+        Total budget, > 0.
+    length : int, optional
+        Public K >= the number of labels (e.g. the number of nodes of a graph), in
+        [1, 2^26]. Default: derived from a noisy total with eps / 10 (module docstring).
+    rng : None, SecureRandom, int or Generator
+        ``None``: the cryptographically secure generator (a private release); a seed or a
+        Generator: reproducible evaluation, marked in the guarantee notes.
+
+    Returns
+    -------
+    PrivHistRelease
+        (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Hay09]_, [Suresh19]_ Def. 1).
+    """
+    h = as_histogram("h", h)
+    seeded = rng is not None and not isinstance(rng, SecureRandom)
+    src = resolve_rng(rng)
+    K, N, e1, e2 = _length("length", length, h, epsilon, src)
+    noisy = padded_sorted_counts(h, K) + geometric(e2, K, src)
+    fit = isotonic_regression(noisy.astype(float), increasing=False).x
+    counts = np.round(fit).astype(np.int64)
+    counts = counts[counts > 0]
+    hist = AnonHistogram.from_counts(counts) if counts.size else AnonHistogram.empty()
+    params = {"mechanism": "sorted-count baseline", "length": K}
+    return _release(hist, N, e1, e2, 1, SORTED_THEOREM, params, seeded)
+
+
+def prevalence_baseline(
+    h: AnonHistogram,
+    epsilon: float,
+    *,
+    cap: int | None = None,
+    rng: Any = None,
+) -> PrivHistRelease:
+    """Discrete Laplace noise (sensitivity 2) on every prevalence phi_1..phi_C.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram (may be empty).
+    epsilon : float
+        Total budget, > 0.
+    cap : int, optional
+        Public C in [1, 2^26]; counts above C are released as C. Default: derived from a
+        noisy total with eps / 10 (module docstring).
+    rng : None, SecureRandom, int or Generator
+        As in :func:`sorted_count_baseline`.
+
+    Returns
+    -------
+    PrivHistRelease
+        (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Suresh19]_ Sec. 4.1).
+    """
+    h = as_histogram("h", h)
+    seeded = rng is not None and not isinstance(rng, SecureRandom)
+    src = resolve_rng(rng)
+    C, N, e1, e2 = _length("cap", cap, h, epsilon, src)
+    noisy = clipped_prevalences(h, C) + discrete_laplace_for(e2, 2, C, src)
+    phi = np.maximum(noisy, 0)
+    hist = AnonHistogram._trusted(np.arange(1, C + 1, dtype=np.int64), phi)
+    params = {"mechanism": "prevalence baseline", "cap": C}
+    return _release(hist, N, e1, e2, 2, PREVALENCE_THEOREM, params, seeded)
+
+
+__all__ = [
+    "clipped_prevalences",
+    "padded_sorted_counts",
+    "prevalence_baseline",
+    "sorted_count_baseline",
+]
