@@ -1,0 +1,142 @@
+"""Symmetric property estimation from an anonymized histogram ([Suresh19]_ Sec. 3.2).
+
+A linear estimator f(h) = sum_r f(r, n) phi_r(h) applied to a private histogram H and the
+private total N, f_dp = sum_r f(r, N) phi_r(H), is differentially private by post-processing
+([Suresh19]_ Sec. 3.2, Corollary 1). The plug-in estimators here use p_r = min(r / n, 1)
+(the clip only acts on a noisy H with a count above N):
+
+* entropy (nats): sum_r phi_r p_r ln(1 / p_r);
+* normalised support size, for a public support bound k: sum_r phi_r / k
+  (the number of labels seen, over k);
+* normalised support coverage at m samples: (1 / m) sum_r phi_r (1 - (1 - p_r)^m), the
+  expected fraction of m fresh samples' distinct labels, m defaulting to n;
+* distance to uniformity over k symbols (l1): sum_r phi_r |p_r - 1/k| + max(k - S, 0) / k,
+  S = sum_r phi_r the labels seen (the unseen k - S symbols have p = 0); in [0, 2).
+
+The same functions on the true histogram and the true n are the non-private estimators;
+:func:`compare_properties` puts both side by side. These are plug-in estimators, not the
+sample-optimal linear estimators of [Acharya17]_ (same form, other coefficients f(r, n)).
+
+References
+----------
+.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
+   Sec. 3.2, Corollary 1. arXiv:1910.03553.
+.. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
+   Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from shuffledp import _validation as v
+from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
+from shuffledp.analyzers.privhist.mechanism import PrivHistRelease
+
+
+@dataclass(frozen=True)
+class PropertyEstimates:
+    """Plug-in estimates of symmetric properties (module docstring for the formulas).
+
+    ``support_size`` and ``distance_to_uniformity`` are None when no support bound k is given.
+    """
+
+    n: int
+    k: int | None
+    m: int
+    entropy: float
+    support_size: float | None
+    support_coverage: float
+    distance_to_uniformity: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _probabilities(h: AnonHistogram, n: int) -> np.ndarray:
+    return np.minimum(h.counts / n, 1.0)
+
+
+def entropy(h: AnonHistogram, n: int) -> float:
+    """Plug-in entropy sum_r phi_r p_r ln(1/p_r) in nats, p_r = min(r/n, 1)."""
+    p = _probabilities(h, n)
+    return float(np.sum(h.prevalences * -(p * np.log(p))))
+
+
+def support_coverage(h: AnonHistogram, n: int, m: int) -> float:
+    """(1/m) sum_r phi_r (1 - (1 - p_r)^m), p_r = min(r/n, 1)."""
+    p = _probabilities(h, n)
+    below = p < 1
+    unseen = np.where(below, np.exp(m * np.log1p(-np.where(below, p, 0.0))), 0.0)
+    return float(np.sum(h.prevalences * (1.0 - unseen)) / m)
+
+
+def distance_to_uniformity(h: AnonHistogram, n: int, k: int) -> float:
+    """sum_r phi_r |p_r - 1/k| + max(k - S, 0)/k, p_r = min(r/n, 1), S labels seen."""
+    p = _probabilities(h, n)
+    return float(np.sum(h.prevalences * np.abs(p - 1.0 / k)) + max(k - h.support, 0) / k)
+
+
+def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
+                        m: int | None = None) -> PropertyEstimates:
+    """Plug-in estimates from a histogram and its total ([Suresh19]_ Sec. 3.2).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        A histogram (the true one, or a private release's).
+    n : int
+        Its total (the true n, or the private N); >= 1 unless ``h`` is empty.
+    k : int, optional
+        Public support bound for the normalised support size and the distance to
+        uniformity (omitted when None).
+    m : int, optional
+        Number of samples of the support coverage; default ``n`` (1 when n = 0).
+
+    Returns
+    -------
+    PropertyEstimates
+    """
+    h = as_histogram("h", h)
+    n = v.count("n", n, 0)
+    if n == 0 and len(h):
+        raise ValueError(f"n must be >= 1 for a non-empty histogram, got n={n!r}")
+    k = None if k is None else v.count("k", k, 1)
+    m = v.count("m", m, 1) if m is not None else max(n, 1)
+    if n == 0:
+        return PropertyEstimates(0, k, m, 0.0, None if k is None else 0.0, 0.0,
+                                 None if k is None else 1.0)
+    return PropertyEstimates(
+        n=n, k=k, m=m, entropy=entropy(h, n),
+        support_size=None if k is None else h.support / k,
+        support_coverage=support_coverage(h, n, m),
+        distance_to_uniformity=None if k is None else distance_to_uniformity(h, n, k),
+    )
+
+
+def compare_properties(h: AnonHistogram, release: PrivHistRelease, *, k: int | None = None,
+                       m: int | None = None) -> dict[str, dict[str, Any]]:
+    """{"private": f_dp(H, N), "non_private": f(h, n)} (m defaults to each one's total).
+
+    The non-private values depend on the data without noise: evaluation only.
+    """
+    h = as_histogram("h", h)
+    if not isinstance(release, PrivHistRelease):
+        raise TypeError(f"release must be a PrivHistRelease, got release={release!r:.80}")
+    return {
+        "private": estimate_properties(release.histogram, release.total, k=k, m=m).to_dict(),
+        "non_private": estimate_properties(h, h.n, k=k, m=m).to_dict(),
+    }
+
+
+__all__ = [
+    "PropertyEstimates",
+    "compare_properties",
+    "distance_to_uniformity",
+    "entropy",
+    "estimate_properties",
+    "support_coverage",
+]
