@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 
+import pytest
 from click.testing import CliRunner
 
-from shuffledp.analyzers.privhist import load_frequency_list
+from shuffledp.analyzers.privhist import estimate_properties, load_frequency_list
 from shuffledp.cli import main
 
 
@@ -39,3 +41,43 @@ def test_privhist_bad_epsilon_is_usage_error(tmp_path):
     res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "-1", "--out",
                                     str(tmp_path / "o")])
     assert res.exit_code == 2 and "--epsilon" in res.output
+
+
+def test_privhist_report_has_property_estimates(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("5,4\n")  # 4 labels x 5 items
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "50", "--out",
+                                    str(out), "--seed", "1", "--report-error",
+                                    "--support-bound", "8", "--coverage-samples", "2"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    truth = rep["properties_non_private"]
+    assert truth["entropy"] == pytest.approx(math.log(4))
+    assert truth["support_size"] == 0.5 and truth["m"] == 2 and truth["k"] == 8
+    assert truth["distance_to_uniformity"] == pytest.approx(1.0)
+    private = rep["properties"]
+    released = load_frequency_list(out / "histogram.txt")
+    expected = estimate_properties(released, rep["N"], k=8, m=2).to_dict()
+    assert private == pytest.approx(expected)
+
+
+def test_privhist_properties_without_support_bound(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("3,2\n1,5\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+                                    str(out), "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["properties"]["support_size"] is None
+    assert rep["properties"]["m"] == max(rep["N"], 1)
+    assert "properties_non_private" not in rep
+
+
+def test_privhist_bad_support_bound_is_usage_error(tmp_path):
+    src = tmp_path / "c.txt"
+    src.write_text("5\n")
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+                                    str(tmp_path / "o"), "--support-bound", "0"])
+    assert res.exit_code == 2 and "--support-bound" in res.output
