@@ -35,7 +35,7 @@ def invoke(*args):
 def test_the_tree_holds_every_command():
     assert set(COMMANDS) == {"heatmap", "setup", "encode", "shuffle", "analyze", "account",
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
-                             "privhist"}
+                             "privhist", "metric", "metric freq", "metric itemwise"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -112,7 +112,7 @@ def test_one_spelling_per_concept():
     assert spellings["out_dir"] == {("--out", "--out-dir")}
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
-        {"heatmap", "setup", "analyze", "privhist"}
+        {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")

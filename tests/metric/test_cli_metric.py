@@ -1,0 +1,112 @@
+"""``shuffledp metric freq|itemwise``: outputs, report, and the one-line error path."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from shuffledp.cli import main
+
+K = 12
+
+
+@pytest.fixture()
+def data(tmp_path):
+    g = np.random.default_rng(0)
+    users = g.choice(K, size=(200, 1000), p=g.dirichlet(np.ones(K)))
+    path = tmp_path / "items.csv"
+    lines = ["user_id,item"] + [f"u{i},{x}" for i, row in enumerate(users) for x in row]
+    path.write_text("\n".join(lines) + "\n")
+    return path, users
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["metric", *map(str, args)])
+
+
+def _common(path, out, *extra):
+    return ("--input", path, "--s", 3, "--t", 4, "--r", 0.25, "--out", out, *extra)
+
+
+def test_freq_writes_release_and_report(data, tmp_path):
+    path, users = data
+    out = tmp_path / "out"
+    res = _run("freq", *_common(path, out, "--target-alpha", 10, "--seed", 1))
+    assert res.exit_code == 0, res.output
+    rel = json.loads((out / "release.json").read_text())
+    rep = json.loads((out / "report.json").read_text())
+    assert len(rel["estimate"]) == K and abs(sum(rel["estimate"]) - 1) < 1e-9
+    assert rep["guarantee"]["notion"] == "metric_emd" and rep["guarantee"]["epsilon"] <= 10
+    assert rep["baseline"]["guarantee"]["notion"] == "pure"
+    assert rep["baseline"]["guarantee"]["epsilon"] == pytest.approx(
+        rep["guarantee"]["epsilon"] * 0.25)
+    assert rep["release"] == "reproducible evaluation" and (rep["n"], rep["m"]) == (200, 1000)
+    # the reported error is the exact d_EM between the release and the input's histogram
+    from shuffledp.analyzers.metric_freq import product_emd
+
+    truth = np.bincount(users.ravel(), minlength=K) / users.size
+    assert rep["errors"]["gkrr"]["emd"] == pytest.approx(
+        product_emd(3, 4, 0.25, np.array(rel["estimate"]), truth))
+    assert rep["errors"]["baseline"]["emd"] > 0
+
+
+def test_itemwise_writes_outputs(data, tmp_path):
+    path, users = data
+    out = tmp_path / "out"
+    res = _run("itemwise", *_common(path, out, "--alpha0", 0.2, "--seed", 2))
+    assert res.exit_code == 0, res.output
+    outputs = np.load(out / "outputs.npy")
+    assert outputs.shape == (users.size,) and outputs.min() >= 0 and outputs.max() < K
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["composition_alpha"] == pytest.approx(200.0)
+    assert rep["guarantee"]["epsilon"] < rep["composition_alpha"]
+    assert rep["errors"]["debiased"]["emd"] < rep["errors"]["histogram"]["emd"]
+
+
+def _one_line_error(res, code):
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("Error")]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def test_usage_errors_exit_2(data, tmp_path):
+    path, _ = data
+    out = tmp_path / "o"
+    line = _one_line_error(_run("freq", *_common(path, out)), 2)
+    assert "exactly one of --alpha0 and --target-alpha" in line
+    line = _one_line_error(_run("freq", *_common(path, out, "--alpha0", 1, "--target-alpha",
+                                                   2)), 2)
+    assert "exactly one" in line
+    line = _one_line_error(_run("freq", "--input", path, "--s", 3, "--t", 4, "--r", 1.5,
+                                "--alpha0", 0.1, "--out", out), 2)
+    assert "--r" in line and "1.5" in line
+    line = _one_line_error(_run("itemwise", *_common(path, out, "--alpha0", -1)), 2)
+    assert "--alpha0" in line
+
+
+@pytest.mark.parametrize("content,match", [
+    ("user_id,item\nu1,3\nu1,12\n", "line 3: item 12 is outside the domain 0..11"),
+    ("u1,3\nu1,x\n", "line 2: item must be an integer, got 'x'"),
+    ("u1,3,4\n", "line 1: expected 'user_id,item'"),
+    ("u1,3\nu1,4\nu2,5\n", "same number of items"),
+    ("user_id,item\n", "no 'user_id,item' lines"),
+])
+def test_bad_input_files_exit_1(tmp_path, content, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    line = _one_line_error(_run("freq", *_common(path, tmp_path / "o", "--alpha0", 0.1)), 1)
+    assert match in line
+
+
+def test_missing_file_and_refusal_exit_1(data, tmp_path):
+    path, _ = data
+    line = _one_line_error(_run("freq", *_common(tmp_path / "nope.csv", tmp_path / "o",
+                                                   "--alpha0", 0.1)), 1)
+    assert "--input" in line
+    line = _one_line_error(_run("itemwise", *_common(path, tmp_path / "o", "--alpha0", 2,
+                                                       "--model", "local")), 1)
+    assert "refused" in line and "vacuous" in line
