@@ -15,6 +15,9 @@ user device     :func:`user_batch` (points -> wire-ready, encrypted bytes)
 shuffler        :class:`Shuffler` (``submit`` batches, ``mix_to`` a file)
 analyzer        :func:`release_mixed` (verify, decrypt, sum mod q, Reconstruct, release)
 research        :func:`shuffle_heatmap` (all three roles in one process)
+metric DP       :func:`priv_emd_itemwise`, :func:`priv_emd_linear`, :func:`freq_est_local`
+                (user-level d_EM-DP, Imola, Roy Chowdhury and Chaudhuri)
+histograms      :func:`privhist`, :class:`AnonHistogram` (Suresh, NeurIPS 2019)
 accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_itemwise`,
                 :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
 records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
@@ -38,7 +41,11 @@ from shuffledp.accounting import (
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzer_io import release_mixed
 from shuffledp.analyzers.central import central_heatmap
+from shuffledp.analyzers.metric_freq import freq_est_local
+from shuffledp.analyzers.metric_itemwise import priv_emd_itemwise
+from shuffledp.analyzers.metric_linear import priv_emd_linear
 from shuffledp.analyzers.modular import ReleaseRefused
+from shuffledp.analyzers.privhist import AnonHistogram, privhist
 from shuffledp.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.encoders.encoder import user_batch
 from shuffledp.grid import Grid
@@ -51,6 +58,7 @@ from shuffledp.wire import WireError
 
 __version__ = "0.1.0"
 __all__ = [
+    "AnonHistogram",
     "Grid",
     "Guarantee",
     "HeatmapRelease",
@@ -65,9 +73,13 @@ __all__ = [
     "derive_params",
     "emd_itemwise",
     "emd_itemwise_alpha0",
+    "freq_est_local",
     "generate_analyzer_key",
     "generate_mac_key",
     "level_budgets",
+    "priv_emd_itemwise",
+    "priv_emd_linear",
+    "privhist",
     "public_bytes",
     "reduction_alpha",
     "release_mixed",
