@@ -32,6 +32,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment, linprog
 
 from shuffledp import _validation as v
+from shuffledp._rng import RngLike, as_generator
 
 #: tolerance of the metric checks (distances are float64 computations of exact quantities)
 METRIC_TOL = 1e-12
@@ -109,13 +110,14 @@ def as_items(name: str, value, k: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- validation
-def check_metric(d: np.ndarray, *, name: str = "distances", rng: int = 0) -> None:
+def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None) -> None:
     """Raise ValueError unless ``d`` is a metric bounded by 1 (triangle checked on a sample).
 
     Checks: square finite matrix, symmetric, zero diagonal, positive off the diagonal (points
     are distinct), max <= 1 (normalised), and d(x, z) <= d(x, y) + d(y, z) on every triple
-    when k <= MAX_FULL_TRIANGLE, else on TRIANGLE_SAMPLE random triples drawn with seed
-    ``rng`` (the checked sample). The message names the first violation.
+    when k <= MAX_FULL_TRIANGLE, else on TRIANGLE_SAMPLE random triples drawn from ``rng``
+    (default fresh OS entropy, so a crafted matrix cannot target a fixed sample; pass a seed
+    for a reproducible check). The message names the first violation.
     """
     if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty square matrix, got shape {d.shape}")
@@ -151,7 +153,7 @@ def _check_triangle(d: np.ndarray, name: str, rng: int) -> None:
                 x, z = np.unravel_index(int(np.argmax(excess)), d.shape)
                 _triangle_error(d, name, int(x), y, int(z))
         return
-    g = np.random.default_rng(rng)
+    g = as_generator(rng)
     x, y, z = g.integers(0, k, size=(3, TRIANGLE_SAMPLE))
     excess = d[x, z] - d[x, y] - d[y, z]
     if excess.max() > METRIC_TOL:
