@@ -46,6 +46,7 @@ from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.reconstruct import reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.rounding import level_entries
+from shuffledp.encoders.words import is_seeded
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates, unflatten
 from shuffledp.release import HeatmapRelease, normalise
@@ -78,17 +79,6 @@ def _iv(users: Any, epsilon: float, w: int, gamma: float, neighbour: Any,
 def measured_levels(grid: Grid, w: int) -> tuple[int, int]:
     """(start, top) of the measured levels for ``grid`` and ``w`` (:meth:`Grid.measured_levels`)."""
     return grid.measured_levels(w)
-
-
-def is_seeded(rng: Any) -> bool:
-    """True when ``rng`` makes the noise reproducible (a seed or a numpy Generator)."""
-    return rng is not None and not _is_secure(rng)
-
-
-def _is_secure(rng: Any) -> bool:
-    from shuffledp.crypto import SecureRandom
-
-    return isinstance(rng, SecureRandom)
 
 
 def noisy_counts(

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp._rng import RngLike, as_generator
+from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.accounting.metric_shuffle import (
     DEFAULT_MAX_DELTA_OUT,
@@ -59,7 +59,7 @@ from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.metric_itemwise import as_user_items, priv_emd_itemwise
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.metric_mechanisms import GKRR, _shift, uniform_below
-from shuffledp.encoders.words import word_source
+from shuffledp.encoders.words import is_seeded, noise_source, word_source
 
 BASELINE_THEOREM = (
     "user-level k-RR baseline (substitute for Imola et al. Lemma 6.4): one uniformly sampled "
@@ -140,13 +140,6 @@ class FreqRelease:
                 "notes": list(self.notes)}
 
 
-def _research_rng(rng: Any) -> Any:
-    """One numpy stream for a seed/Generator (research); None / SecureRandom unchanged."""
-    if rng is None or isinstance(rng, SecureRandom):
-        return rng
-    return as_generator(rng)
-
-
 def product_emd(s: int, t: int, r: float, p: Any, q: Any) -> float:
     """Exact d_EM on B x C (discrete inner metric) between p and q of equal total mass.
 
@@ -195,7 +188,7 @@ def user_level_krr(users: Any, k: int, epsilon: float,
     eps = v.positive("epsilon", epsilon)
     items = as_user_items(users, k)
     n, m = items.shape
-    rng = _research_rng(rng)
+    rng = noise_source(rng)
     krr = GKRR(k, 1, 1.0, eps)
     pick = uniform_below(np.full(n, m, dtype=np.uint64),
                          np.full(n, _shift(m), dtype=np.uint64), word_source(rng))
@@ -203,7 +196,7 @@ def user_level_krr(users: Any, k: int, epsilon: float,
     counts = np.bincount(reports, minlength=k)
     p, _, q = krr.probabilities()
     estimate = (counts / n - q) / (p - q)
-    notes = (SEEDED_NOTE,) if rng is not None and not isinstance(rng, SecureRandom) else ()
+    notes = (SEEDED_NOTE,) if is_seeded(rng) else ()
     g = Guarantee(notion="pure", model="local", epsilon=eps, delta=0.0,
                   neighbour=Neighbour.REPLACE_ONE, theorem=BASELINE_THEOREM,
                   parameters={"k": k, "m": m, "n": n, "mechanism": "k-RR of one sampled item"},
@@ -281,7 +274,7 @@ def freq_est_local(
                                      n if model == "central" else None,
                                      max_delta_out=max_delta_out).alpha0
     mech = GKRR(s, t, r, alpha0)
-    rng = _research_rng(rng)
+    rng = noise_source(rng)
     rel = priv_emd_itemwise(items, mech, delta, model, max_delta_out=max_delta_out, rng=rng)
     hist = rel.histogram(s * t)
     estimate = mech.debias(hist)

@@ -44,6 +44,7 @@ from shuffledp.accounting.metric_shuffle import (
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.metric_mechanisms import ItemMechanism
+from shuffledp.encoders.words import is_seeded
 from shuffledp.shuffler import secure_shuffle
 
 MODELS = ("local", "central")
@@ -116,7 +117,7 @@ def as_user_items(users: Any, k: int) -> np.ndarray:
 
 def _shuffle(values: np.ndarray, rng: RngLike | SecureRandom) -> None:
     """Shuffle a 1-D array in place: secure unless ``rng`` is a seed or a Generator."""
-    if rng is None or isinstance(rng, SecureRandom):
+    if not is_seeded(rng):
         secure_shuffle(values, rng)
     else:
         as_generator(rng).shuffle(values)
@@ -159,7 +160,7 @@ def priv_emd_itemwise(
     model = v.choice("model", model, MODELS)
     items = as_user_items(users, mechanism.space.k)
     n, m = items.shape
-    seeded = not (rng is None or isinstance(rng, SecureRandom))
+    seeded = is_seeded(rng)
     if seeded:  # one research stream for the item noise and the shuffle, not two copies
         rng = as_generator(rng)
     bound = emd_itemwise(mechanism.alpha0, m, delta, model, n if model == "central" else None,

@@ -54,11 +54,12 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.central import SEEDED_NOTE, is_seeded
+from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.metric_itemwise import as_user_items
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.metric_spaces import MetricSpace
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
+from shuffledp.encoders.words import is_seeded
 
 THEOREM = ("Imola et al., Alg. 1 + Thm 4.1 + Lemma 4.2 (l1 norm: multidimensional Laplace), "
            "exact discrete Laplace on the grid 1/R")

@@ -157,7 +157,8 @@ def main() -> None:
     args = ap.parse_args()
     reps = args.reps or (5 if args.quick else 4)
     t0 = time.perf_counter()
-    print(f"d_EM error to the true pooled histogram, mean of {reps} seeded reps; r=0.01 unless varied, "
+    print(f"d_EM error to the true pooled histogram, mean of {reps} seeded reps; "
+          "r=0.01 unless varied, "
           "delta=1e-12 (the paper's); b/m = err_base / err_metric (> 1: metric wins)")
     print(HEADER)
     for vary, st in sweeps(args.quick):

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from shuffledp._rng import RngLike, as_generator
+from shuffledp._rng import RngLike
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.polya import polya_difference
 from shuffledp.encoders.rounding import level_entries
 from shuffledp.encoders.sharing import share
+from shuffledp.encoders.words import noise_source
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.users import UserDistributions
 
@@ -87,8 +88,7 @@ def noisy_vectors(
     out = np.zeros((n_sel, params.m), dtype=np.int64)
     np.add.at(out, (u, c), z)
     if noise:
-        src = rng if isinstance(rng, SecureRandom) else (
-            SecureRandom() if rng is None else as_generator(rng))
+        src = noise_source(rng)
         a = params.coordinate_a()
         for j in range(n_sel):
             out[j] += polya_difference(params.polya_shape, a, params.m, src)

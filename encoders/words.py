@@ -88,3 +88,25 @@ def run_stream_kernel(
             raise RuntimeError("noise sampler made no progress on 2^26 words")  # pragma: no cover
         carry = buf[pos:]
         i = int(i_next)
+
+
+def is_seeded(rng: object) -> bool:
+    """True when ``rng`` makes a run reproducible (a seed or a numpy Generator): such a
+    release is a reproducible evaluation, not a private release."""
+    return rng is not None and not isinstance(rng, SecureRandom)
+
+
+def noise_source(
+    rng: RngLike | SecureRandom, secure: SecureRandom | None = None
+) -> SecureRandom | np.random.Generator:
+    """One randomness source for a whole run.
+
+    ``None``: ``secure`` (or a fresh :class:`SecureRandom`); a SecureRandom: itself; a seed or
+    Generator: one numpy Generator, so successive draws of the run continue one stream
+    instead of restarting it.
+    """
+    if rng is None:
+        return secure if secure is not None else SecureRandom()
+    if isinstance(rng, SecureRandom):
+        return rng
+    return as_generator(rng)

@@ -37,6 +37,7 @@ from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.modular import ModularAccumulator, analyze
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
+from shuffledp.encoders.words import noise_source
 from shuffledp.protocol_params import ProtocolParams, derive_params
 from shuffledp.release import HeatmapRelease
 from shuffledp.users import UserDistributions
@@ -45,13 +46,6 @@ from shuffledp.users import UserDistributions
 def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
     per_user = params.r * params.m * 4 + params.m * 8 * 3
     return max(1, budget_bytes // per_user)
-
-
-def _noise_source(rng: RngLike | SecureRandom, src: SecureRandom):
-    """The noise source: the secure generator unless a research seed/Generator is given."""
-    if rng is None or isinstance(rng, SecureRandom):
-        return src if rng is None else rng
-    return as_generator(rng)
 
 
 def simulate_sums(
@@ -67,7 +61,7 @@ def simulate_sums(
     secure generator; shares always from the secure generator.
     """
     src = source if source is not None else SecureRandom()
-    g = _noise_source(rng, src)
+    g = noise_source(rng, src)
     acc = ModularAccumulator(params)
     step = _chunk_users(params)
     for lo in range(0, participants.size, step):
@@ -90,7 +84,7 @@ def user_batches(
     relays them reads every share, and a flipped bit is an undetectable valid share).
     """
     src = source if source is not None else SecureRandom()
-    g = _noise_source(rng, src)
+    g = noise_source(rng, src)
     for j in participants:
         sh = encode_shares(params, users, np.array([j]), g, src)[0]
         yield frame_messages(params, messages(params, sh), analyzer_public)
@@ -197,7 +191,7 @@ def shuffle_heatmap(
         )
     g = as_generator(rng)  # dropout simulation only
     src = SecureRandom()
-    noise = _noise_source(rng, src)
+    noise = noise_source(rng, src)
     k = int(simulate_dropouts)
     if not (0 <= k <= users.n_users):
         raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")

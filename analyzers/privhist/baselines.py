@@ -53,10 +53,9 @@ from shuffledp.analyzers.privhist.mechanism import (
     PrivHistRelease,
     _effective,
     geometric,
-    resolve_rng,
 )
-from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.noise import discrete_laplace_for
+from shuffledp.encoders.words import is_seeded, noise_source
 
 TOTAL_SHARE = 0.1  # eps1 / eps when the public length is derived from the noisy total
 MAX_LENGTH = 1 << 26  # K or C above this would need > 0.5 GB: use privhist() instead
@@ -143,8 +142,8 @@ def sorted_count_baseline(
         (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Hay09]_, [Suresh19]_ Def. 1).
     """
     h = as_histogram("h", h)
-    seeded = rng is not None and not isinstance(rng, SecureRandom)
-    src = resolve_rng(rng)
+    seeded = is_seeded(rng)
+    src = noise_source(rng)
     K, N, e1, e2 = _length("length", length, h, epsilon, src)
     noisy = padded_sorted_counts(h, K) + geometric(e2, K, src)
     fit = isotonic_regression(noisy.astype(float), increasing=False).x
@@ -182,8 +181,8 @@ def prevalence_baseline(
         (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Suresh19]_ Sec. 4.1).
     """
     h = as_histogram("h", h)
-    seeded = rng is not None and not isinstance(rng, SecureRandom)
-    src = resolve_rng(rng)
+    seeded = is_seeded(rng)
+    src = noise_source(rng)
     C, N, e1, e2 = _length("cap", cap, h, epsilon, src)
     noisy = clipped_prevalences(h, C) + discrete_laplace_for(e2, 2, C, src)
     phi = np.maximum(noisy, 0)

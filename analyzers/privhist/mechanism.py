@@ -60,12 +60,13 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from shuffledp import _validation as v
-from shuffledp._rng import RngLike, as_generator
+from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
+from shuffledp.encoders.words import is_seeded, noise_source
 
 THEOREM = (
     "Suresh, Differentially private anonymized histograms, NeurIPS 2019: PrivHist, Thm 1, "
@@ -306,19 +307,6 @@ class PrivHistRelease:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
 
 
-def resolve_rng(rng: Any) -> Any:
-    """One noise source for a whole run: SecureRandom for None, else a numpy Generator.
-
-    A seed is turned into a single Generator here, so successive noise draws do not restart
-    the same stream.
-    """
-    if rng is None:
-        return SecureRandom()
-    if isinstance(rng, SecureRandom):
-        return rng
-    return as_generator(rng)
-
-
 def _effective(eps: float, sensitivity: int) -> float:
     s, t = dl_rational(eps, sensitivity)
     return sensitivity * s / t
@@ -359,8 +347,8 @@ def privhist(
     R = v.bounded_count("resolution", resolution, 1, 1 << 40)
     if R & (R - 1):
         raise ValueError(f"resolution must be a power of two, got resolution={resolution!r}")
-    seeded = rng is not None and not isinstance(rng, SecureRandom)
-    src = resolve_rng(rng)
+    seeded = is_seeded(rng)
+    src = noise_source(rng)
     high = eps <= 1
     N = max(h.n + int(geometric(e1, 1, src)[0]), 0)
     params: dict[str, Any] = {
