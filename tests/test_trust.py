@@ -215,3 +215,26 @@ def test_shuffle_release_without_seed_is_private_and_with_seed_is_marked():
     d = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, rng=3)
     assert np.array_equal(c.raw, d.raw)
     assert c.guarantee.notes[-1].startswith("reproducible evaluation, not a private release")
+
+
+def test_sampler_delta_part_is_pinned_exactly():
+    """delta = delta_mix + (1 + e^eps) * 2 n m * SAMPLER_TV_MAX, with SAMPLER_TV_MAX the
+    table bound 2 (2^-120 + (K + 2) 2^-127 + (K + 2)^2 2^-190) at K = 2^24; refused exactly
+    when the sampler's part reaches delta / 2."""
+    K = 1 << 24
+    exact = 2 * (Fraction(1, 1 << 120) + Fraction(K + 2, 1 << 127)
+                 + Fraction((K + 2) ** 2, 1 << 190))
+    assert SAMPLER_TV_MAX == pytest.approx(float(exact), rel=1e-15)
+    eps, delta, n, m = 1.0, 1e-6, 1000, 87_381
+    mix, part = delta_split(eps, delta, n, m)
+    assert part == pytest.approx((1 + math.e) * 2 * n * m * SAMPLER_TV_MAX, rel=1e-12)
+    assert mix + part == pytest.approx(delta, rel=1e-15)
+    p = params_for(Grid(8, 8), n=12, B=16)
+    assert dict(p.guarantee_delta_parts) == pytest.approx(
+        {"split_and_mix": p.delta - delta_split(p.epsilon, p.delta, p.n, p.m)[1],
+         "noise_sampler": delta_split(p.epsilon, p.delta, p.n, p.m)[1]})
+    # boundary: the sampler part must stay strictly below delta / 2
+    tau = 2 * n * m * SAMPLER_TV_MAX * (1 + math.e)
+    delta_split(eps, 2 * tau * (1 + 1e-9), n, m)
+    with pytest.raises(ValueError, match="noise sampler's total variation"):
+        delta_split(eps, 2 * tau, n, m)
