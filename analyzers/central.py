@@ -43,7 +43,7 @@ from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.reconstruct import reconstruct
+from shuffledp.analyzers.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.rounding import level_entries
 from shuffledp.encoders.words import is_seeded
@@ -160,6 +160,7 @@ def central_heatmap(
     seeded = is_seeded(rng)
     params = {
         "mechanism": "DPSparseEMDAgg",
+        "reconstruct_tie_break": DEFAULT_TIE_BREAK,
         "noise": "discrete_laplace_exact",
         "resolution": int(resolution),
         "w": int(w),

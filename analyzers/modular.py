@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.analyzers.reconstruct import reconstruct
+from shuffledp.analyzers.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.protocol_params import ProtocolParams
 from shuffledp.pyramid import unflatten
 from shuffledp.release import HeatmapRelease, normalise
@@ -266,6 +266,7 @@ def analyze(
         figures.update(extra_protocol)
     parameters = {
         "mechanism": "DPSparseEMDAgg (shuffle, App. F)",
+        "reconstruct_tie_break": DEFAULT_TIE_BREAK,
         "noise": "polya_difference",
         "w": params.w,
         "start_level": params.start,
