@@ -19,6 +19,7 @@ References
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
+from shuffledp.safe_io import open_regular
 from shuffledp.users import UserDistributions
 
 __all__ = ["PointTable", "load_csv", "load_snap", "synthetic_mixture"]
@@ -244,6 +246,12 @@ _CSV_REQUIRED = ("user_id", "x", "y")
 _CSV_OPTIONAL = ("weight",)
 
 
+def _open_text(path: str, **kwargs: Any) -> io.TextIOWrapper:
+    """Open a regular file as text: the check and the read use one descriptor (no race with a
+    path swapped for a FIFO or device between them)."""
+    return io.TextIOWrapper(open_regular(path), **kwargs)
+
+
 def _parse_float(text: str, column: str, line: int, path: str) -> float:
     try:
         return float(text)
@@ -271,7 +279,7 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
     xs: list[float] = []
     ys: list[float] = []
     ws: list[float] = []
-    with open(p, newline="", encoding="utf-8-sig") as fh:
+    with _open_text(p, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header = None
         for row in reader:
@@ -413,7 +421,7 @@ def load_snap(
     lats: list[float] = []
     lons: list[float] = []
     n_lines = outside = out_time = 0
-    with open(p, encoding="utf-8") as fh:
+    with _open_text(p, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, start=1):
             text = line.rstrip("\r\n")
             if not text.strip():

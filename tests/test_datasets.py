@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -197,3 +199,17 @@ def test_load_snap_bbox_validation(tmp_path):
         load_snap(p, (-10.0, -5.0, 0.0, 1.0))
     with pytest.raises(TypeError, match="since must be an ISO-8601 string"):
         load_snap(p, BOX, since=2010)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
+@pytest.mark.parametrize("loader", ["csv", "snap"])
+def test_loaders_refuse_a_fifo_without_blocking(tmp_path, loader):
+    """The library loaders (not only the CLI) check and read through one descriptor: a FIFO
+    is refused at once, never opened for a blocking read."""
+    fifo = tmp_path / "points.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        if loader == "csv":
+            load_csv(fifo)
+        else:
+            load_snap(fifo, (0.0, 1.0, 0.0, 1.0))
