@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -54,15 +55,20 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.accounting.zcdp import metric_gaussian_sigma2
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.metric_itemwise import as_user_items
 from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.gaussian import discrete_gaussian_exact
 from shuffledp.encoders.metric_spaces import MetricSpace
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
 from shuffledp.encoders.words import is_seeded
 
 THEOREM = ("Imola et al., Alg. 1 + Thm 4.1 + Lemma 4.2 (l1 norm: multidimensional Laplace), "
            "exact discrete Laplace on the grid 1/R")
+THEOREM_GAUSSIAN = ("Imola et al., Alg. 1 + Thm 4.1 with the l2 norm (Sec. 4 remark, Lemma 6.2, "
+                    "Sec. 6.1.2); exact discrete Gaussian, Canonne-Kamath-Steinke Thm 14 + "
+                    "Cor. 13, sup over d_EM in (0, 1]")
 #: default resolution: quantisation error 1/(2R) at most 1/QUANT_MARGIN of the noise scale
 QUANT_MARGIN = 128
 #: integer sums must stay below this
@@ -90,7 +96,7 @@ class LinearRelease:
     sensitivity : float
         Delta = m max(L_F, R l) in integer units (see the module docstring).
     dl_parameter : tuple of int
-        (s, t) of the DL noise, s / t <= alpha / Delta.
+        (s, t) of the DL noise, s / t <= alpha / Delta ((0, 1) for the Gaussian variant).
     lipschitz : float
         l used for the calibration (the declared one, or the exact one of the table).
     noise_scale : float
@@ -101,6 +107,10 @@ class LinearRelease:
     guarantee : Guarantee
         (alpha, 0)-bounded d_EM-DP in the given model.
     notes : tuple of str
+    noise : str
+        "laplace" or "gaussian".
+    sigma2 : Fraction or None
+        sigma^2 of the discrete Gaussian (integer units), for the Gaussian variant.
     """
 
     values: np.ndarray
@@ -114,10 +124,15 @@ class LinearRelease:
     quantisation_error: float
     guarantee: Guarantee
     notes: tuple[str, ...] = field(default=())
+    noise: str = "laplace"
+    sigma2: Fraction | None = None
 
     @property
     def noise_sd(self) -> float:
-        """Exact standard deviation of one value's noise per coordinate (DL variance)."""
+        """Standard deviation of one value's noise per coordinate: exact for DL; for the
+        discrete Gaussian sigma (its variance is at most sigma^2, [CKS20]_ Prop. 19)."""
+        if self.noise == "gaussian":
+            return self.noise_scale
         s, t = self.dl_parameter
         if s == 0:
             return 0.0
@@ -129,7 +144,8 @@ class LinearRelease:
                 "resolution": self.resolution, "sensitivity": self.sensitivity,
                 "dl_parameter": list(self.dl_parameter), "lipschitz": self.lipschitz,
                 "noise_scale": self.noise_scale, "noise_sd": self.noise_sd,
-                "quantisation_error": self.quantisation_error,
+                "quantisation_error": self.quantisation_error, "noise": self.noise,
+                "sigma2": None if self.sigma2 is None else str(self.sigma2),
                 "guarantee": self.guarantee.to_dict(), "notes": list(self.notes)}
 
 
@@ -151,17 +167,22 @@ def _as_table(f: Any, k: int) -> np.ndarray:
     return tab
 
 
-def lipschitz_constant(space: MetricSpace, table: Any) -> tuple[float, tuple[int, int]]:
-    """max_{x != x'} ||table[x] - table[x']||_1 / d_X(x, x') (rounded up) and its argmax.
+def lipschitz_constant(space: MetricSpace, table: Any,
+                       norm: int = 1) -> tuple[float, tuple[int, int]]:
+    """max_{x != x'} ||table[x] - table[x']||_p / d_X(x, x') (rounded up) and its argmax.
+
+    ``norm`` p is 1 (Laplace variant) or 2 (Gaussian variant).
 
     Integer tables (exact differences below 2^53) give the exact ratio rounded up by a
     relative 2^-48; float tables the float ratio rounded up the same way.
     """
     tab = _as_table(table, space.k)
+    v.choice("norm", str(norm), ("1", "2"))
     d = np.asarray(space.distances)
     best, arg = 0.0, (0, 0)
     for lo in range(0, space.k, _ROWS):
-        diff = np.abs(tab[lo:lo + _ROWS, None, :] - tab[None, :, :]).sum(axis=2)
+        gap = np.abs(tab[lo:lo + _ROWS, None, :] - tab[None, :, :])
+        diff = gap.sum(axis=2) if norm == 1 else np.sqrt((gap * gap).sum(axis=2))
         dd = d[lo:lo + _ROWS]
         ratio = np.divide(diff, dd, out=np.zeros_like(diff), where=dd > 0)
         i, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
@@ -192,9 +213,11 @@ def priv_emd_linear(
     *,
     lipschitz: float | None = None,
     resolution: int | None = None,
+    noise: str = "laplace",
+    delta: float | None = None,
     rng: RngLike | SecureRandom = None,
 ) -> LinearRelease:
-    """PrivEMDLinear with exact discrete Laplace noise: (alpha, 0)-bounded d_EM-DP.
+    """PrivEMDLinear with exact integer noise: (alpha, 0)- or (alpha, delta)-bounded d_EM-DP.
 
     Parameters
     ----------
@@ -210,10 +233,19 @@ def priv_emd_linear(
         Local: every user releases her own noisy q_f(K_i) (scale l / alpha). Central: the
         server releases the noisy mean of the n users' answers (scale l / (n alpha)).
     lipschitz : float, optional
-        Declared Lipschitz constant l of f (d_X to l1). It must be at least the table's own
-        constant (checked exactly); the noise is calibrated to it. Default: the table's.
+        Declared Lipschitz constant l of f (d_X to l1 for Laplace, to l2 for Gaussian). It
+        must be at least the table's own constant (checked exactly); the noise is calibrated
+        to it. Default: the table's.
     resolution : int, optional
         R, a power of two; default :func:`default_resolution` of the noise scale.
+    noise : {"laplace", "gaussian"}
+        "laplace": Alg. 1 with the l1 norm, exact discrete Laplace, pure (alpha, 0).
+        "gaussian": the l2 instance of Alg. 1 ([Imola]_ Sec. 4 remark, Lemma 6.2, central
+        Sec. 6.1.2): exact discrete Gaussian ([CKS20]_ Alg. 3) with sigma^2 the smallest
+        meeting (alpha, delta) through zCDP ([CKS20]_ Thm 14, Cor. 13) for every d_EM
+        distance in (0, 1] (:func:`shuffledp.accounting.zcdp.metric_gaussian_sigma2`).
+    delta : float, optional
+        Required with ``noise="gaussian"`` (in (0, 1)); refused with "laplace".
     rng : None, SecureRandom, int or Generator
         None: the secure generator (a private release); a seed: research run (marked).
 
@@ -227,16 +259,24 @@ def priv_emd_linear(
         raise TypeError(f"space must be a MetricSpace, got space={space!r:.60}")
     alpha = v.positive("alpha", alpha)
     model = v.choice("model", model, ("local", "central"))
+    noise = v.choice("noise", noise, ("laplace", "gaussian"))
+    if noise == "gaussian":
+        if delta is None:
+            raise ValueError("noise='gaussian' needs delta in (0, 1), got delta=None")
+        delta = v.probability("delta", delta)
+    elif delta is not None:
+        raise ValueError(f"noise='laplace' is pure (delta = 0); got delta={delta!r}")
+    norm = 2 if noise == "gaussian" else 1
     items = as_user_items(users, space.k)
     n, m = items.shape
     tab = _as_table(f, space.k)
-    l_f, (x1, x2) = lipschitz_constant(space, tab)
+    l_f, (x1, x2) = lipschitz_constant(space, tab, norm)
     if lipschitz is not None:
         lipschitz = v.real("lipschitz", lipschitz)
         if lipschitz < 0 or l_f > lipschitz * _UP:
             raise ValueError(
                 f"f must be lipschitz-Lipschitz, got lipschitz={lipschitz!r} but "
-                f"||f({x1}) - f({x2})||_1 / d_X = {l_f:.6g}")
+                f"||f({x1}) - f({x2})||_{norm} / d_X = {l_f:.6g}")
     ell = l_f if lipschitz is None else lipschitz
     divisor = m * (n if model == "central" else 1)
     scale = ell / (alpha * (n if model == "central" else 1))
@@ -251,27 +291,35 @@ def priv_emd_linear(
         raise ValueError(f"resolution={R} makes the integer sums overflow (max |f| R n m >= "
                          "2^62); lower resolution")
     F = F.astype(np.int64)
-    L_F, _ = lipschitz_constant(space, F)
+    L_F, _ = lipschitz_constant(space, F, norm)
     sens = m * max(L_F, R * ell * _UP)
     sums = _sums(items, F, model)
-    if sens > 0:
+    s, t, sigma2 = 0, 1, None
+    if sens == 0:  # a constant query: nothing to hide
+        noisy, scale_q = sums, 0.0
+    elif noise == "laplace":
         s, t = dl_rational(alpha, sens)
         noisy = sums + discrete_laplace_for(alpha, sens, sums.size, rng).reshape(sums.shape)
         scale_q = t / s / divisor / R
-    else:  # a constant query: nothing to hide
-        s, t, noisy, scale_q = 0, 1, sums, 0.0
+    else:
+        sigma2 = metric_gaussian_sigma2(alpha, delta, sens)
+        z = discrete_gaussian_exact(sigma2, sums.size, rng).reshape(sums.shape)
+        noisy, scale_q = sums + z, math.sqrt(sigma2) / divisor / R
     values = noisy / (divisor * R)
     notes = (SEEDED_NOTE,) if is_seeded(rng) else ()
-    g = Guarantee(notion="metric_emd", model=model, epsilon=alpha, delta=0.0,
-                  neighbour=Neighbour.BOUNDED_EMD, theorem=THEOREM,
+    theorem = THEOREM if noise == "laplace" else THEOREM_GAUSSIAN
+    g = Guarantee(notion="metric_emd", model=model, epsilon=alpha,
+                  delta=0.0 if delta is None else delta,
+                  neighbour=Neighbour.BOUNDED_EMD, theorem=theorem,
                   parameters={"n": n, "m": m, "d": tab.shape[1], "lipschitz": ell,
-                              "resolution": R, "sensitivity": sens},
+                              "norm": norm, "resolution": R, "sensitivity": sens,
+                              "sigma2": None if sigma2 is None else str(sigma2)},
                   notes=("bounded data: m public (the output lattice reveals m)",) + notes)
     return LinearRelease(values=values, estimate=values.mean(axis=0), noisy_sums=noisy,
                          resolution=R, sensitivity=float(sens), dl_parameter=(int(s), int(t)),
                          lipschitz=float(ell), noise_scale=float(scale_q),
                          quantisation_error=float(np.abs(F / R - tab).max()), guarantee=g,
-                         notes=notes)
+                         notes=notes, noise=noise, sigma2=sigma2)
 
 
 def _sums(items: np.ndarray, F: np.ndarray, model: str) -> np.ndarray:
