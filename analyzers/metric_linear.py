@@ -46,7 +46,7 @@ References
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -322,6 +322,28 @@ def priv_emd_linear(
                          notes=notes, noise=noise, sigma2=sigma2)
 
 
+def user_level_linear(users: Any, k: int, f: Any, epsilon: float, model: str = "local", *,
+                      rng: RngLike | SecureRandom = None) -> LinearRelease:
+    """The user-level epsilon-DP baseline of the same linear query (bounded, replace-one).
+
+    It is :func:`priv_emd_linear` over the discrete metric on the k items (every two
+    distinct items at distance 1): there the Lipschitz constant of f is its l1 range
+    max ||f(x) - f(x')||_1, and any two datasets of size m are at d_EM <= 1, so the
+    (epsilon, 0)-bounded d_EM-DP release is epsilon-DP against replacing a user's whole
+    dataset. Exact discrete Laplace noise as in :func:`priv_emd_linear`.
+    """
+    k = v.count("k", k, 2)
+    discrete = MetricSpace(np.ones((k, k)) - np.eye(k), name=f"discrete {k}", scale=1.0)
+    rel = priv_emd_linear(users, discrete, f, epsilon, model, rng=rng)
+    g = rel.guarantee
+    baseline = Guarantee(notion="pure", model=model, epsilon=g.epsilon, delta=0.0,
+                         neighbour=Neighbour.REPLACE_ONE,
+                         theorem="user-level Laplace on the linear query (sensitivity: the "
+                                 "l1 range of f), exact discrete Laplace",
+                         parameters=dict(g.parameters), notes=g.notes)
+    return replace(rel, guarantee=baseline)
+
+
 def _sums(items: np.ndarray, F: np.ndarray, model: str) -> np.ndarray:
     """Integer sums of F over each user's items (n, d), or over all items (1, d)."""
     per_user = F[items].sum(axis=1)  # (n, d), exact int64
@@ -335,4 +357,4 @@ def query_value(users: Any, space: MetricSpace, f: Any) -> np.ndarray:
 
 
 __all__ = ["LinearRelease", "default_resolution", "lipschitz_constant", "priv_emd_linear",
-           "query_value"]
+           "query_value", "user_level_linear"]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.cli import main
 
 K = 12
@@ -110,3 +111,59 @@ def test_missing_file_and_refusal_exit_1(data, tmp_path):
     line = _one_line_error(_run("itemwise", *_common(path, tmp_path / "o", "--alpha0", 2,
                                                        "--model", "local")), 1)
     assert "refused" in line and "vacuous" in line
+
+
+@pytest.fixture()
+def points(tmp_path):
+    g = np.random.default_rng(3)
+    xy = np.clip(g.normal(0.3, 0.1, size=(400, 6, 2)), 0, 0.999)
+    path = tmp_path / "points.csv"
+    lines = ["user_id,x,y"] + [f"u{i},{x:.5f},{y:.5f}" for i, row in enumerate(xy)
+                               for x, y in row]
+    path.write_text("\n".join(lines) + "\n")
+    return path, xy
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_linear_writes_release_and_report(points, tmp_path, noise):
+    from shuffledp.encoders.metric_spaces import grid_space
+
+    path, xy = points
+    out = tmp_path / noise
+    extra = ("--delta", 1e-6) if noise == "gaussian" else ()
+    res = _run("linear", "--input", path, "--grid", 8, "--alpha", 3, "--noise", noise,
+               "--model", "central", "--seed", 2, "--out", out, *extra)
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    g = rep["guarantee"]
+    assert (g["notion"], g["epsilon"]) == ("metric_emd", 3.0)
+    assert g["neighbour"] == Neighbour.BOUNDED_EMD.value
+    assert g["delta"] == (1e-6 if noise == "gaussian" else 0.0)
+    assert rep["baseline"]["guarantee"]["neighbour"] == Neighbour.REPLACE_ONE.value
+    # the truth, recomputed independently: cells of an 8 x 8 grid, distance to cell (4, 4)
+    cells = (np.minimum((xy[..., 1] * 8).astype(int), 7) * 8
+             + np.minimum((xy[..., 0] * 8).astype(int), 7))
+    truth = grid_space(8, 8).distances[cells.ravel(), 36].mean()
+    assert rep["truth"] == pytest.approx(truth, rel=1e-12)
+    assert rep["errors"]["metric"] == pytest.approx(abs(rep["estimate"] - truth), abs=1e-12)
+
+
+@pytest.mark.parametrize("extra,code,match", [
+    (("--noise", "gaussian"), 2, "needs --delta"),
+    (("--delta", 1e-6), 2, "gaussian only"),
+    (("--city", "2,0.5"), 2, "X,Y"),
+    (("--alpha", -1), 2, "alpha"),
+])
+def test_linear_bad_options(points, tmp_path, extra, code, match):
+    path, _ = points
+    args = ["linear", "--input", path, "--out", tmp_path / "o", "--alpha", 1]
+    res = _run(*args, *extra)
+    assert res.exit_code == code and match in res.output, res.output
+    assert "Traceback" not in res.output
+
+
+def test_linear_refuses_unequal_users(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("user_id,x,y\na,0.1,0.1\na,0.2,0.2\nb,0.3,0.3\n")
+    res = _run("linear", "--input", path, "--alpha", 1, "--out", tmp_path / "o")
+    assert res.exit_code == 1 and "same number of points" in res.output, res.output

@@ -153,3 +153,18 @@ def test_bad_input(kwargs, err, match):
     with pytest.raises(err, match=match):
         priv_emd_linear(args.pop("users"), args.pop("space"), args.pop("f"),
                         args.pop("alpha"), **args)
+
+
+def test_user_level_baseline_is_calibrated_to_the_range_of_f():
+    """Under the discrete metric the Lipschitz constant is the l1 range of f, so the
+    baseline's scale is range / eps (local) and range / (n eps) (central), under replace-one."""
+    from shuffledp.analyzers.metric_linear import user_level_linear
+
+    space = grid_space(5, 5)
+    f = space.distances[:, 12]  # distance to the centre: range max(f) - min(f) = 0.5
+    users = np.random.default_rng(8).integers(0, 25, size=(300, 4))
+    rel = user_level_linear(users, 25, f, 2.0, "local", rng=1)
+    assert rel.noise_scale == pytest.approx((f.max() - f.min()) / 2.0, rel=2e-3)
+    assert rel.guarantee.neighbour is Neighbour.REPLACE_ONE and rel.guarantee.notion == "pure"
+    central = user_level_linear(users, 25, f, 2.0, "central", rng=1)
+    assert central.noise_scale == pytest.approx(rel.noise_scale / 300, rel=2e-3)
