@@ -10,6 +10,7 @@ metric_shuffle  PrivEMDItemWise ([Imola]_ Thm 4.3/4.4), its inverse and baseline
 summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (q, r, noise,
                 bits)
 reductions      BoundedEMDReduction ([Imola]_ Thm 5.3)
+zcdp            zCDP of the discrete Gaussian and its (eps, delta) / metric conversion
 
 References
 ----------

@@ -15,8 +15,9 @@ user device     :func:`user_batch` (points -> wire-ready, encrypted bytes)
 shuffler        :class:`Shuffler` (``submit`` batches, ``mix_to`` a file)
 analyzer        :func:`release_mixed` (verify, decrypt, sum mod q, Reconstruct, release)
 research        :func:`shuffle_heatmap` (all three roles in one process)
-metric DP       :func:`priv_emd_itemwise`, :func:`priv_emd_linear`, :func:`freq_est_local`
-                (user-level d_EM-DP, Imola, Roy Chowdhury and Chaudhuri)
+metric DP       :func:`priv_emd_itemwise`, :func:`priv_emd_linear`, :func:`freq_est_local`,
+                :func:`bounded_emd_reduction` (user-level d_EM-DP, Imola, Roy Chowdhury and
+                Chaudhuri)
 histograms      :func:`privhist`, :class:`AnonHistogram` (Suresh, NeurIPS 2019)
 accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_itemwise`,
                 :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
@@ -44,6 +45,7 @@ from shuffledp.analyzers.central import central_heatmap
 from shuffledp.analyzers.metric_freq import freq_est_local
 from shuffledp.analyzers.metric_itemwise import priv_emd_itemwise
 from shuffledp.analyzers.metric_linear import priv_emd_linear
+from shuffledp.analyzers.metric_reduction import bounded_emd_reduction
 from shuffledp.analyzers.modular import ReleaseRefused
 from shuffledp.analyzers.privhist import AnonHistogram, privhist
 from shuffledp.crypto import generate_analyzer_key, generate_mac_key, public_bytes
@@ -69,6 +71,7 @@ __all__ = [
     "UserDistributions",
     "WireError",
     "__version__",
+    "bounded_emd_reduction",
     "central_heatmap",
     "derive_params",
     "emd_itemwise",
