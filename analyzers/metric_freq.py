@@ -11,9 +11,10 @@ distance r inside a cluster, 1 across; items indexed b t + c):
   so K~ is also the mean of the users' normalised histograms). ``model="local"`` is Thm
   6.5/6.6 (each user shuffles her own items, alpha from Thm 4.4 with N = m);
   ``model="central"`` is Cor. 6.8 (the server shuffles all m n items, N = m n).
-* :func:`user_level_krr` is the user-level DP baseline standing in for Lemma 6.4 of
-  [Imola]_ (Chen et al. 2020, Hadamard response with per-item composition). The standard
-  substitute used here: each user samples ONE of her m items uniformly at random and
+* :func:`user_level_krr` is a user-level DP baseline standing in for Lemma 6.4 of
+  [Imola]_ (Chen et al. 2020, Hadamard response with per-item composition); the Hadamard
+  variant of the same one-report scheme is
+  :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard`. The scheme: each user samples ONE of her m items uniformly at random and
   reports it through k-randomised response ([KOV16]_) with the full epsilon. A user's report
   has law P(y | K_i) = (1/m) sum_j P_kRR(y | x_j), a mixture of k-RR rows, so any two
   datasets of a user give probabilities within e^epsilon: epsilon-DP in the local model for
@@ -216,7 +217,7 @@ def freq_est_local(
     alpha0: float | None = None,
     target_alpha: float | None = None,
     baseline_epsilon: float | None = None,
-    baseline: bool = True,
+    baseline: str | None = "krr",
     max_delta_out: float = DEFAULT_MAX_DELTA_OUT,
     rng: RngLike | SecureRandom = None,
 ) -> FreqRelease:
@@ -244,8 +245,10 @@ def freq_est_local(
         Budget of the user-level baseline; default alpha r, the paper's calibration
         alpha = epsilon / r ([Imola]_ Sec. 6.2: privacy is needed between items of one
         cluster, at distance r).
-    baseline : bool, default True
-        Run the baseline :func:`user_level_krr` on the same data.
+    baseline : {"krr", "hadamard"} or None, default "krr"
+        Run the user-level baseline on the same data: :func:`user_level_krr` or
+        :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard` (the mechanism
+        family of Lemma 6.4); None: no baseline.
     max_delta_out : float, default 1e-3
         Largest acceptable delta' (above it the release is refused).
     rng : None, SecureRandom, int or Generator
@@ -264,6 +267,8 @@ def freq_est_local(
     model = v.choice("model", model, ("local", "central"))
     if baseline_epsilon is not None:
         baseline_epsilon = v.positive("baseline_epsilon", baseline_epsilon)
+    if baseline is not None:
+        baseline = v.choice("baseline", baseline, ("krr", "hadamard"))
     s, t = v.count("s", s), v.count("t", t)
     r = v.interval("r", r, 0.0, 1.0, open_high=False)
     items = as_user_items(users, s * t)
@@ -279,9 +284,14 @@ def freq_est_local(
     hist = rel.histogram(s * t)
     estimate = mech.debias(hist)
     base = None
-    if baseline:
+    if baseline is not None:
         eps_b = baseline_epsilon if baseline_epsilon is not None else rel.guarantee.alpha * r
-        base = user_level_krr(items, s * t, eps_b, rng=rng)
+        if baseline == "krr":
+            base = user_level_krr(items, s * t, eps_b, rng=rng)
+        else:
+            from shuffledp.analyzers.hadamard_response import user_level_hadamard
+
+            base = user_level_hadamard(items, s * t, eps_b, rng=rng)
     return FreqRelease(estimate=estimate, histogram=hist, guarantee=rel.guarantee,
                        bound=rel.bound, alpha0=mech.alpha0, s=s, t=t, r=r, model=model, n=n,
                        m=m, baseline=base, notes=rel.notes)

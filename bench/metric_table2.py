@@ -5,8 +5,10 @@ t items, distance r inside a cluster, 1 across), runs
 
 * metric: :func:`shuffledp.analyzers.freq_est_local` with GKRR, alpha0 the largest value
   whose Thm 4.4 alpha does not exceed the target (local: Thm 6.6; central: Cor. 6.8),
-* baseline, local model: :func:`shuffledp.analyzers.metric_freq.user_level_krr` (one
-  sampled item per user through epsilon-k-RR, the library's stand-in for Lemma 6.4),
+* baselines, local model: :func:`shuffledp.analyzers.metric_freq.user_level_krr` (one
+  sampled item per user through epsilon-k-RR; ``err_base``) and
+  :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard` (one sampled item
+  through epsilon-Hadamard response, the mechanism family of Lemma 6.4; ``err_hr``),
 * baseline, central model: the Laplace mechanism of Lemma 6.7 on the pooled normalised
   histogram, calibrated HERE as Lap(2 / (n epsilon)) per cell (replacing one user's m items
   moves the pooled histogram by at most 2/n in l1; the paper writes 1/(n epsilon)), noise
@@ -21,7 +23,9 @@ Theory columns: ``thm66`` is the right-hand side of Thm 6.6 (also the error of C
 evaluated at the alpha0 actually used; ``rate_b`` is the baseline's O-rate with constant 1
 (Lemma 6.4 local: sqrt(k^2 ln(m/delta) / (n eps^2)) -- that lemma is for Hadamard response
 with composition, our k-RR substitute differs; Lemma 6.7 central: k / (n eps)). Their ratio
-``pred`` is only indicative (unknown constants).
+``pred`` is only indicative (unknown constants); ``pred1`` is the same ratio without Lemma
+6.4's ln(m/delta) factor, which comes from composing m per-item reports and which a
+one-report baseline does not pay.
 
 Usage::
 
@@ -45,6 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from shuffledp.analyzers.hadamard_response import user_level_hadamard
 from shuffledp.analyzers.metric_freq import freq_est_local, product_emd
 
 
@@ -81,27 +86,34 @@ def thm66(st: Setting, a0: float) -> float:
             + math.sqrt(s * s * t * t / N) * math.sqrt(s + 2 * (e0 - 1)) / (e0 + (t - 1) * e1 - t))
 
 
-def baseline_rate(st: Setting, eps: float) -> float:
+def baseline_rate(st: Setting, eps: float, *, one_report: bool = False) -> float:
+    """Lemma 6.4 (local) / Lemma 6.7 (central) rate with constant 1; ``one_report`` drops the
+    ln(m / delta) of Lemma 6.4's per-item composition (a user who sends ONE report of one
+    sampled item, as both local baselines here do, pays no composition)."""
     k = st.s * st.t
     if st.model == "local":
-        return math.sqrt(k * k * math.log(st.m / st.delta) / (st.n * eps * eps))
+        log = 1.0 if one_report else math.log(st.m / st.delta)
+        return math.sqrt(k * k * log / (st.n * eps * eps))
     return k / (st.n * eps)
 
 
 def run(st: Setting, reps: int) -> dict:
-    em, eb, a0, ach = [], [], 0.0, 0.0
+    em, eb, eh, a0, ach = [], [], [], 0.0, 0.0
     for rep in range(reps):
         rng = np.random.default_rng(1000 * rep + 7)
         users = draw_users(st, rng)
         k = st.s * st.t
         truth = np.bincount(users.ravel(), minlength=k) / users.size
         rel = freq_est_local(users, st.s, st.t, st.r, st.delta, st.model,
-                             target_alpha=st.alpha, baseline=st.model == "local", rng=rng)
+                             target_alpha=st.alpha,
+                             baseline="krr" if st.model == "local" else None, rng=rng)
         a0, ach = rel.alpha0, rel.guarantee.epsilon
         eps_b = ach * st.r
         em.append(product_emd(st.s, st.t, st.r, rel.estimate, truth))
         if st.model == "local":
             base = rel.baseline.estimate
+            hr = user_level_hadamard(users, k, eps_b, rng=rng).estimate
+            eh.append(product_emd(st.s, st.t, st.r, hr, truth))
         else:
             y = rng.laplace(0.0, 2.0 / (st.n * eps_b), size=k)
             base = truth + y - y.mean()
@@ -109,13 +121,14 @@ def run(st: Setting, reps: int) -> dict:
         del users
     eps_b = ach * st.r
     return {"alpha0": a0, "alpha_ach": ach, "eps_b": eps_b, "err_m": float(np.mean(em)),
-            "err_b": float(np.mean(eb)), "thm66": thm66(st, a0),
-            "rate_b": baseline_rate(st, eps_b)}
+            "err_b": float(np.mean(eb)), "err_h": float(np.mean(eh)) if eh else math.nan,
+            "thm66": thm66(st, a0), "rate_b": baseline_rate(st, eps_b),
+            "rate_1": baseline_rate(st, eps_b, one_report=True)}
 
 
 HEADER = (f"{'vary':>5} {'model':>7} {'n':>7} {'m':>5} {'k':>4} {'alpha':>6} {'ach':>6} "
           f"{'alpha0':>8} {'eps_b':>6} {'err_metric':>10} {'err_base':>10} {'b/m':>7} "
-          f"{'thm66':>9} {'rate_b':>9} {'pred':>7}")
+          f"{'err_hr':>10} {'hr/m':>6} {'thm66':>9} {'rate_b':>9} {'pred':>7} {'pred1':>6}")
 
 
 def row(vary: str, st: Setting, res: dict) -> str:
@@ -124,7 +137,9 @@ def row(vary: str, st: Setting, res: dict) -> str:
     return (f"{vary:>5} {st.model:>7} {st.n:>7} {st.m:>5} {st.s * st.t:>4} {st.alpha:>6g} "
             f"{res['alpha_ach']:>6.3g} {res['alpha0']:>8.4g} {res['eps_b']:>6.3g} "
             f"{res['err_m']:>10.3e} {res['err_b']:>10.3e} {ratio:>7.3g} "
-            f"{res['thm66']:>9.3e} {res['rate_b']:>9.3e} {pred:>7.3g}")
+            f"{res['err_h']:>10.3e} {res['err_h'] / res['err_m']:>6.3g} "
+            f"{res['thm66']:>9.3e} {res['rate_b']:>9.3e} {pred:>7.3g} "
+            f"{res['rate_1'] / res['thm66']:>6.3g}")
 
 
 def sweeps(quick: bool) -> list[tuple[str, Setting]]:

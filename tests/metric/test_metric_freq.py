@@ -54,7 +54,7 @@ def _check_unbiased(estimates, truth, sd):
 def test_gkrr_central_unbiased_and_test_has_power():
     users = _users(n=200, m=1000)
     truth = np.bincount(users.ravel(), minlength=K) / users.size
-    rels = [freq_est_local(users, S, T, R_DIST, 1e-9, "central", alpha0=0.25, baseline=False,
+    rels = [freq_est_local(users, S, T, R_DIST, 1e-9, "central", alpha0=0.25, baseline=None,
                            rng=seed) for seed in range(40)]
     sd = _gkrr_sd(GKRR(S, T, R_DIST, 0.25), users)
     assert _check_unbiased([r.estimate for r in rels], truth, sd) < Z
@@ -66,7 +66,7 @@ def test_gkrr_central_unbiased_and_test_has_power():
 def test_gkrr_local_unbiased():
     users = _users(n=10, m=1000, seed=1)
     truth = np.bincount(users.ravel(), minlength=K) / users.size
-    est = [freq_est_local(users, S, T, R_DIST, 1e-9, "local", alpha0=0.02, baseline=False,
+    est = [freq_est_local(users, S, T, R_DIST, 1e-9, "local", alpha0=0.02, baseline=None,
                           rng=seed).estimate for seed in range(RUNS)]
     sd = _gkrr_sd(GKRR(S, T, R_DIST, 0.02), users)
     assert _check_unbiased(est, truth, sd) < Z
