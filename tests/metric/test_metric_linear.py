@@ -168,3 +168,26 @@ def test_user_level_baseline_is_calibrated_to_the_range_of_f():
     assert rel.guarantee.neighbour is Neighbour.REPLACE_ONE and rel.guarantee.notion == "pure"
     central = user_level_linear(users, 25, f, 2.0, "central", rng=1)
     assert central.noise_scale == pytest.approx(rel.noise_scale / 300, rel=2e-3)
+
+
+def test_lemma_6_7_central_laplace_needs_scale_two_over_n_eps():
+    """Erratum: [Imola]_ Lemma 6.7 adds Lap(1/(n eps)) to the pooled normalised histogram
+    and claims eps-DP against replacing one user's m items; that move shifts two cells by
+    1/n each (l1 = 2/n), so the privacy loss of Lap(1/(n eps)) is exactly 2 eps, attained.
+    The library's baseline (the pooled histogram as a linear query under the discrete metric)
+    uses scale 2/(n eps)."""
+    from shuffledp.analyzers.metric_linear import user_level_linear
+
+    n, m, k, eps = 50, 4, 6, 0.5
+    before = np.zeros((n, m), dtype=int)
+    after = before.copy()
+    after[0] = 3  # one user's whole dataset moves from item 0 to item 3
+    shift = np.abs(np.bincount(before.ravel(), minlength=k)
+                   - np.bincount(after.ravel(), minlength=k)).sum() / (n * m)
+    assert shift == pytest.approx(2 / n)
+    # exact privacy loss of Laplace noise of scale b on that pair: sup_y = shift / b
+    assert shift / (1 / (n * eps)) == pytest.approx(2 * eps)  # the text's scale: 2 eps
+    assert shift / (2 / (n * eps)) == pytest.approx(eps)  # the corrected scale: eps
+    rel = user_level_linear(before, k, np.eye(k), eps, "central", rng=0)
+    assert rel.noise_scale == pytest.approx(2 / (n * eps), rel=2e-3)
+    assert rel.noise_scale >= 2 / (n * eps)  # conservative rounding, never below
