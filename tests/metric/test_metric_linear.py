@@ -171,7 +171,7 @@ def test_user_level_baseline_is_calibrated_to_the_range_of_f():
 
 
 def test_lemma_6_7_central_laplace_needs_scale_two_over_n_eps():
-    """Erratum: [Imola]_ Lemma 6.7 adds Lap(1/(n eps)) to the pooled normalised histogram
+    """Erratum: Imola et al. Lemma 6.7 adds Lap(1/(n eps)) to the pooled normalised histogram
     and claims eps-DP against replacing one user's m items; that move shifts two cells by
     1/n each (l1 = 2/n), so the privacy loss of Lap(1/(n eps)) is exactly 2 eps, attained.
     The library's baseline (the pooled histogram as a linear query under the discrete metric)
