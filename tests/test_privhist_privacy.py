@@ -196,3 +196,43 @@ def test_high_privacy_query_moves_one_coordinate_by_one(N):
             d = np.subtract(smoothed_queries(a, S, N), smoothed_queries(b, S, N))
             capped = max(a.counts.max(initial=0), b.counts.max(initial=0)) > 2 * N
             assert np.abs(d).sum() == (0 if capped and not d.any() else 1)
+
+
+# ----------------------------------------------------------------------------- steps 1-4 jointly
+def _log_pmf_total(Np: int, n: int, eps1: float) -> float:
+    """log P(N' = Np) for N' = max(n + G, 0), G ~ G(e^-eps1) (step 1, clamped at 0)."""
+    a = math.exp(-eps1)
+    c = (1 - a) / (1 + a)
+    if Np > 0:
+        return math.log(c) + (-eps1) * abs(Np - n)
+    return math.log(c) + (-eps1) * n - math.log1p(-a)  # sum_{j <= -n} c a^|j|
+
+
+@pytest.mark.slow
+def test_steps_1_to_4_jointly_on_tiny_neighbours():
+    """The release (N', H^cs, H^cl) of PrivHist's low-privacy branch, with T and M computed
+    from N' as the mechanism does (:func:`split_parameters`): for every neighbouring pair with
+    n <= 4 and every N' in 0..8, log P(N', out | h1) - log P(N', out | h2) is at most
+    eps1 + eps2, exactly (the conditional part by :func:`worst_log_ratio`), and the bound is
+    attained. Truncation: N' <= 8 (every (T, M) those N' produce)."""
+    from shuffledp.analyzers.privhist.mechanism import budget_split, split_parameters
+
+    eps = 3.0  # low-privacy branch; the paper split gives eps1 = eps2 = 1
+    e1, e2, _ = budget_split(eps, "paper")
+    pairs = [(a, b) for a, b in PAIRS if max(a.n, b.n) <= 4]
+    cache: dict = {}
+    worst = 0.0
+    for a, b in pairs:
+        for Np in range(0, 9):
+            lr_n = abs(_log_pmf_total(Np, a.n, e1) - _log_pmf_total(Np, b.n, e1))
+            if Np == 0:
+                total = lr_n  # N' = 0 releases the empty histogram: nothing else
+            else:
+                T, M = split_parameters(Np, eps, e2)
+                key = (id(a), id(b), T, M)
+                if key not in cache:
+                    cache[key] = worst_log_ratio(a, b, T, M, eps=e2, recheck=1)
+                total = lr_n + cache[key]
+            worst = max(worst, total)
+    assert worst <= (e1 + e2) * (1 + 1e-9)
+    assert worst >= (e1 + e2) * (1 - 1e-6)
