@@ -10,7 +10,11 @@ over the mechanisms' noise (seeded Generators: an evaluation, not a release). Pr
 sorted-l1 error (± its standard error) and whether each PrivHist variant is below both
 baselines for every n >= 1e4 at every epsilon (the cells where it is not).
 
-Usage: python bench/privhist_error.py [--quick]   (--quick: n <= 1e5, 2 trials)
+Also ``privhist_low_prac``: the practical split with PrivHist-LowPrivacy forced at every eps
+(``regime="low"``; same privacy, the post-processing differs).
+
+Usage: python bench/privhist_error.py [--quick | --full]
+(--quick: n <= 1e5, 2 trials; default n <= 1e6, 10 trials (4 at 1e6); --full adds 1e7)
 
 References
 ----------
@@ -26,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+from scipy import stats
 
 from shuffledp.analyzers.privhist import (
     AnonHistogram,
@@ -35,10 +40,11 @@ from shuffledp.analyzers.privhist import (
     sorted_l1,
 )
 
-EPSILONS = (0.1, 1.0, 10.0)
+EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 MECHANISMS = {
     "privhist": lambda h, e, s: privhist(h, e, rng=s),
     "privhist_prac": lambda h, e, s: privhist(h, e, split="practical", rng=s),
+    "privhist_low_prac": lambda h, e, s: privhist(h, e, split="practical", regime="low", rng=s),
     "sorted_counts": lambda h, e, s: sorted_count_baseline(h, e, rng=s),
     "prevalences": lambda h, e, s: prevalence_baseline(h, e, rng=s),
 }
@@ -57,16 +63,25 @@ def sample(name: str, n: int, seed: int) -> AnonHistogram:
     return AnonHistogram.from_counts(counts[counts > 0])
 
 
+def slope(ns: list[int], errs: list[float]) -> float:
+    """Least-squares slope of log(error) against log(n)."""
+    return float(np.polyfit(np.log(ns), np.log(errs), 1)[0])
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
-    ns = (10**3, 10**4, 10**5) if quick else (10**3, 10**4, 10**5, 10**6)
+    full = "--full" in sys.argv
+    ns = (10**3, 10**4, 10**5) if quick else (10**3, 10**4, 10**5, 10**6) + ((10**7,) if full
+                                                                              else ())
     t0 = time.perf_counter()
-    print(f"{'dist':>9} {'n':>8} {'eps':>5} " + " ".join(f"{m:>20}" for m in MECHANISMS))
-    losses: dict[str, list[str]] = {"privhist": [], "privhist_prac": []}
+    print("mean sorted-l1 error +- 95% CI half-width (t, trials-1 dof)")
+    print(f"{'dist':>9} {'n':>8} {'eps':>5} " + " ".join(f"{m:>22}" for m in MECHANISMS))
+    losses: dict[str, list[str]] = {m: [] for m in MECHANISMS if m.startswith("privhist")}
+    curves: dict[tuple, list[float]] = {}
     for dist in ("zipf1.0", "zipf1.5", "uniform", "geometric"):
         for n in ns:
             h = sample(dist, n, seed=n)
-            trials = 2 if quick else (3 if n >= 10**6 else 6)
+            trials = 2 if quick else (4 if n >= 10**6 else 10)
             for eps in EPSILONS:
                 means = {}
                 cells = []
@@ -74,14 +89,19 @@ def main() -> None:
                     err = np.array([sorted_l1(h, fn(h, eps, 1000 * t + 7).histogram)
                                     for t in range(trials)], dtype=float)
                     means[m] = err.mean()
-                    se = err.std(ddof=1) / np.sqrt(trials)
-                    cells.append(f"{err.mean():>12.4g} ±{se:<7.2g}")
+                    half = stats.t.ppf(0.975, trials - 1) * err.std(ddof=1) / np.sqrt(trials)
+                    cells.append(f"{err.mean():>12.4g} ±{half:<9.2g}")
+                    curves.setdefault((dist, eps, m), []).append(err.mean())
                 print(f"{dist:>9} {n:>8} {eps:>5} " + " ".join(cells), flush=True)
                 best = min(means["sorted_counts"], means["prevalences"])
                 for m, lost in losses.items():
                     if n >= 10**4 and not means[m] < best:
                         tie = " (tie)" if means[m] == best else ""
                         lost.append(f"{dist} n={n} eps={eps:g}{tie}")
+    print("log-log slope of error vs n (Theorem 1: sqrt(n) behaviour, slope 0.5, eps <= 1):")
+    for (dist, eps, m), errs in curves.items():
+        if eps <= 1 and m.startswith("privhist"):
+            print(f"  {dist:>9} eps={eps:<4g} {m:>18}: {slope(list(ns), errs):.3f}")
     for m, lost in losses.items():
         print(f"{m} below both baselines for every n >= 1e4 and eps: "
               f"{'yes' if not lost else 'NO, not in ' + '; '.join(lost)}")

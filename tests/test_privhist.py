@@ -101,7 +101,8 @@ def test_bad_arguments():
 
 
 def test_budget_splits():
-    assert budget_split(3.0) == (1.0, 1.0, 1.0)
+    assert budget_split(0.9) == pytest.approx((0.3, 0.3, 0.3))
+    assert budget_split(3.0) == (1.5, 1.5, 0.0)  # LowPrivacy: no eps3 to waste
     assert budget_split(3.0, "practical") == pytest.approx((0.3, 2.7, 0.0))
     assert budget_split(0.5, "practical") == pytest.approx((0.05, 0.225, 0.225))
     assert budget_split(2.0, (0.1, 1.9, 0.0)) == (0.1, 1.9, 0.0)
@@ -126,7 +127,7 @@ def test_release_record_and_error_scale(eps):
     r = privhist(h, eps, rng=5)
     g = r.guarantee
     assert g.notion == "pure" and g.neighbour is Neighbour.SORTED_L1 and g.delta == 0
-    assert g.epsilon == pytest.approx(eps if eps <= 1 else 2 * eps / 3)
+    assert g.epsilon == pytest.approx(eps)
     assert r.parameters["epsilon_effective"] <= g.epsilon
     assert "reproducible evaluation" in g.notes[0]
     assert abs(r.total - h.n) < 60 / eps
@@ -153,3 +154,15 @@ def test_low_privacy_removes_the_fake_labels():
     h = AnonHistogram.from_counts([1, 1, 2, 3, 3, 4, 9, 20])
     for T, M in [(2, 3), (3, 1), (4, 5)]:
         assert low_privacy(split_histogram(h, T, M, 0), T, M) == h
+
+
+def test_regime_can_be_forced_and_spends_the_whole_budget():
+    h = AnonHistogram.from_counts([5, 3, 3, 1, 1, 1])
+    low = privhist(h, 0.5, regime="low", rng=1)
+    assert low.parameters["regime"] == "low_privacy" and low.guarantee.epsilon == pytest.approx(0.5)
+    assert (low.parameters["eps1"], low.parameters["eps3"]) == (0.25, 0.0)
+    high = privhist(h, 4.0, regime="high", rng=1)
+    assert high.parameters["regime"] == "high_privacy" and high.guarantee.epsilon == 4.0
+    assert budget_split(4.0, "practical", high=True) == pytest.approx((0.4, 1.8, 1.8))
+    with pytest.raises(ValueError, match="regime"):
+        privhist(h, 1.0, regime="medium")

@@ -217,7 +217,7 @@ def test_steps_1_to_4_jointly_on_tiny_neighbours():
     attained. Truncation: N' <= 8 (every (T, M) those N' produce)."""
     from shuffledp.analyzers.privhist.mechanism import budget_split, split_parameters
 
-    eps = 3.0  # low-privacy branch; the paper split gives eps1 = eps2 = 1
+    eps = 2.0  # low-privacy branch; the paper split gives eps1 = eps2 = 1
     e1, e2, _ = budget_split(eps, "paper")
     pairs = [(a, b) for a, b in PAIRS if max(a.n, b.n) <= 4]
     cache: dict = {}
