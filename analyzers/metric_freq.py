@@ -11,16 +11,17 @@ distance r inside a cluster, 1 across; items indexed b t + c):
   so K~ is also the mean of the users' normalised histograms). ``model="local"`` is Thm
   6.5/6.6 (each user shuffles her own items, alpha from Thm 4.4 with N = m);
   ``model="central"`` is Cor. 6.8 (the server shuffles all m n items, N = m n).
-* :func:`user_level_krr` is a user-level DP baseline standing in for Lemma 6.4 of
-  [Imola]_ (Chen et al. 2020, Hadamard response with per-item composition); the Hadamard
-  variant of the same one-report scheme is
-  :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard`. The scheme: each user samples ONE of her m items uniformly at random and
-  reports it through k-randomised response ([KOV16]_) with the full epsilon. A user's report
-  has law P(y | K_i) = (1/m) sum_j P_kRR(y | x_j), a mixture of k-RR rows, so any two
-  datasets of a user give probabilities within e^epsilon: epsilon-DP in the local model for
-  the replacement of one user's whole dataset (pure, n public). The debiased estimate
-  (v_y - q) / (p - q) with p = P(y = x), q = P(y != x) is unbiased for K~. Its error does
-  not shrink with m (one report per user), while the GKRR estimate uses all m n items.
+* :func:`user_level_krr` is a user-level DP baseline standing in for Lemma 6.4 of [Imola]_
+  (Chen et al. 2020, Hadamard response with per-item composition); the Hadamard variant of
+  the same one-report scheme is
+  :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard`. The scheme: each user
+  samples ONE of her m items uniformly at random and reports it through k-randomised
+  response ([KOV16]_) with the full epsilon. A user's report has law P(y | K_i) = (1/m)
+  sum_j P_kRR(y | x_j), a mixture of k-RR rows, so any two datasets of a user give
+  probabilities within e^epsilon: epsilon-DP in the local model for the replacement of one
+  user's whole dataset (pure, n public). The debiased estimate (v_y - q) / (p - q) with p =
+  P(y = x), q = P(y != x) is unbiased for K~. Its error does not shrink with m (one report
+  per user), while the GKRR estimate uses all m n items.
 
 The k-RR of the baseline is GKRR with t = 1 (one item per cluster, the discrete metric), so
 it is sampled exactly from integer weights and its realised epsilon is checked exactly by

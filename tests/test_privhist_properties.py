@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from shuffledp.analyzers.privhist import (
@@ -83,3 +84,41 @@ def test_compare_properties_private_beside_true():
                                                  k=3).to_dict()
     with pytest.raises(TypeError, match="release"):
         compare_properties(MIXED, MIXED)
+
+
+def test_coverage_estimator_is_exactly_unbiased_for_m_up_to_n():
+    """E over all multinomial samples of size n (exact enumeration) of the estimator equals
+    the true expected distinct count of m samples, divided by m."""
+    import itertools
+    from math import factorial
+
+    from shuffledp.analyzers.privhist.properties import coverage_unbiased
+
+    p = np.array([0.5, 0.3, 0.2])
+    n = 5
+    for m in (1, 3, 5):
+        truth = np.sum(1 - (1 - p) ** m) / m
+        mean = 0.0
+        for counts in itertools.product(range(n + 1), repeat=3):
+            if sum(counts) != n:
+                continue
+            prob = factorial(n) * np.prod([p[i] ** c / factorial(c)
+                                           for i, c in enumerate(counts)])
+            seen = [c for c in counts if c > 0]
+            mean += prob * coverage_unbiased(AnonHistogram.from_counts(seen), n, m)
+        assert mean == pytest.approx(truth, rel=1e-12)
+
+
+def test_good_toulmin_and_miller_madow_formulas():
+    from shuffledp.analyzers.privhist.properties import coverage_unbiased, entropy_miller_madow
+
+    h = AnonHistogram.from_counts([3, 1, 1, 2])  # phi_1 = 2, phi_2 = 1, phi_3 = 1, n = 7
+    t = 0.5
+    gt = (4 + 2 * t - 1 * t**2 + 1 * t**3) / (7 * 1.5)
+    assert coverage_unbiased(h, 7, 7 + 7 // 2 + 0) == pytest.approx(
+        (4 + 2 * (3 / 7) - (3 / 7) ** 2 + (3 / 7) ** 3) / 10, rel=1e-12)
+    assert gt > 0
+    with pytest.raises(ValueError, match="m <= 2n"):
+        coverage_unbiased(h, 7, 15)
+    p = np.array([3, 1, 1, 2]) / 7
+    assert entropy_miller_madow(h, 7) == pytest.approx(-(p * np.log(p)).sum() + 3 / 14)

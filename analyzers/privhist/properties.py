@@ -14,13 +14,30 @@ private total N, f_dp = sum_r f(r, N) phi_r(H), is differentially private by pos
   S = sum_r phi_r the labels seen (the unseen k - S symbols have p = 0); in [0, 2).
 
 The same functions on the true histogram and the true n are the non-private estimators;
-:func:`compare_properties` puts both side by side. These are plug-in estimators, not the
-sample-optimal linear estimators of [Acharya17]_ (same form, other coefficients f(r, n)).
+:func:`compare_properties` puts both side by side.
+
+Bias-corrected linear estimators (same form sum_r f(r, n) phi_r, other coefficients, so
+equally private by post-processing):
+
+* :func:`entropy_miller_madow`: the plug-in entropy + (S - 1) / (2n), S the labels seen
+  ([Miller55]_; removes the O(S/n) bias of the plug-in);
+* :func:`coverage_unbiased`: for m <= n the exactly unbiased
+  (1/m) sum_r phi_r (1 - C(n - r, m) / C(n, m)) (the expected distinct labels of a uniform
+  m-subsample of the n samples, itself m i.i.d. samples); for n < m <= 2n the Good-Toulmin
+  extrapolation (S + sum_{i >= 1} -(-t)^i phi_i) / m, t = m/n - 1 <= 1 ([GT56]_), refused
+  beyond 2n (it is unstable for t > 1; the smoothed variants of Orlitsky, Suresh and Wu,
+  PNAS 2016, are not implemented).
+
+These are not the sample-optimal estimators of [Acharya17]_ (profile maximum likelihood).
 
 References
 ----------
 .. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
    Sec. 3.2, Corollary 1. arXiv:1910.03553.
+.. [Miller55] G. A. Miller, "Note on the bias of information estimates", in Information
+   Theory in Psychology, 1955.
+.. [GT56] I. J. Good, G. H. Toulmin, "The number of new species, and the increase in
+   population coverage, when a sample is increased", Biometrika 43, 1956.
 .. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
    Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
 """
@@ -31,6 +48,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import gammaln
 
 from shuffledp import _validation as v
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
@@ -41,7 +59,9 @@ from shuffledp.analyzers.privhist.mechanism import PrivHistRelease
 class PropertyEstimates:
     """Plug-in estimates of symmetric properties (module docstring for the formulas).
 
-    ``support_size`` and ``distance_to_uniformity`` are None when no support bound k is given.
+    ``support_size`` and ``distance_to_uniformity`` are None when no support bound k is given;
+    ``entropy_miller_madow`` and ``support_coverage_unbiased`` are the bias-corrected linear
+    estimators (the latter None when m > 2n).
     """
 
     n: int
@@ -51,6 +71,8 @@ class PropertyEstimates:
     support_size: float | None
     support_coverage: float
     distance_to_uniformity: float | None
+    entropy_miller_madow: float = 0.0
+    support_coverage_unbiased: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +100,38 @@ def distance_to_uniformity(h: AnonHistogram, n: int, k: int) -> float:
     """sum_r phi_r |p_r - 1/k| + max(k - S, 0)/k, p_r = min(r/n, 1), S labels seen."""
     p = _probabilities(h, n)
     return float(np.sum(h.prevalences * np.abs(p - 1.0 / k)) + max(k - h.support, 0) / k)
+
+
+def entropy_miller_madow(h: AnonHistogram, n: int) -> float:
+    """Plug-in entropy + (S - 1) / (2n) in nats ([Miller55]_), S = labels seen (0 if empty)."""
+    h = as_histogram("h", h)
+    n = v.count("n", n)
+    return entropy(h, n) + (max(h.support, 1) - 1) / (2.0 * n)
+
+
+def coverage_unbiased(h: AnonHistogram, n: int, m: int) -> float:
+    """Support coverage at m samples: exactly unbiased for m <= n, Good-Toulmin for m <= 2n.
+
+    See the module docstring. Raises ValueError for m > 2n.
+    """
+    h = as_histogram("h", h)
+    n = v.count("n", n)
+    m = v.count("m", m)
+    r = h.counts.astype(float)
+    phi = h.prevalences.astype(float)
+    if m <= n:
+        # C(n - r, m) / C(n, m) = prod_{j<m} (n - r - j)/(n - j), zero when r > n - m
+        ok = r <= n - m
+        rr = np.where(ok, r, 0.0)  # masked entries: C(n - r, m) = 0
+        log_miss = (gammaln(n - rr + 1) - gammaln(n - rr - m + 1) - gammaln(n + 1)
+                    + gammaln(n - m + 1))
+        miss = np.where(ok, np.exp(log_miss), 0.0)
+        return float(np.sum(phi * (1.0 - miss)) / m)
+    if m > 2 * n:
+        raise ValueError(f"Good-Toulmin extrapolation needs m <= 2n, got m={m!r}, n={n!r}")
+    t = m / n - 1.0
+    new = -np.sum(phi * (-t) ** r)
+    return float((phi.sum() + new) / m)
 
 
 def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
@@ -114,6 +168,8 @@ def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
         support_size=None if k is None else h.support / k,
         support_coverage=support_coverage(h, n, m),
         distance_to_uniformity=None if k is None else distance_to_uniformity(h, n, k),
+        entropy_miller_madow=entropy_miller_madow(h, n),
+        support_coverage_unbiased=coverage_unbiased(h, n, m) if m <= 2 * n else None,
     )
 
 
@@ -135,6 +191,8 @@ def compare_properties(h: AnonHistogram, release: PrivHistRelease, *, k: int | N
 __all__ = [
     "PropertyEstimates",
     "compare_properties",
+    "coverage_unbiased",
+    "entropy_miller_madow",
     "distance_to_uniformity",
     "entropy",
     "estimate_properties",
