@@ -53,6 +53,7 @@ from shuffledp.cli_common import (
     Real,
     as_refusal,
     delta_option,
+    grid_option,
     json_default,
     out_dir_option,
     write_npy,
@@ -275,8 +276,9 @@ def _point(text: str) -> tuple[float, float]:
 @metric.command("linear")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), required=True,
               help="CSV 'user_id,x,y' (x, y in [0, 1)); every user the same number of points.")
-@click.option("--grid", "side", type=COUNT, default=16, show_default=True,
-              help="Snap points to a SIDE x SIDE grid (Euclidean distance / diameter).")
+@grid_option(default="16", help="Snap points to this grid: N (N x N) or WIDTHxHEIGHT; "
+                                 "d_X is the Euclidean distance between cell centres over "
+                                 "the diameter.")
 @click.option("--city", type=str, default="0.5,0.5", show_default=True,
               help="X,Y of the city: the query is the mean distance to its cell.")
 @click.option("--alpha", type=POSITIVE, required=True, help="d_EM-DP parameter alpha.")
@@ -290,12 +292,11 @@ def _point(text: str) -> tuple[float, float]:
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
 @out_dir_option(required=True)
-def linear_cmd(input_path, side, city, alpha, noise, delta, model, baseline_epsilon, seed,
+def linear_cmd(input_path, grid, city, alpha, noise, delta, model, baseline_epsilon, seed,
                out_dir):
     """PrivEMDLinear (Imola et al., Alg. 1): the average distance to a city."""
     from shuffledp.analyzers.metric_linear import priv_emd_linear, query_value, user_level_linear
     from shuffledp.encoders.metric_spaces import grid_space
-    from shuffledp.grid import Grid
 
     cx, cy = _point(city)
     if noise == "gaussian" and delta is None:
@@ -303,11 +304,10 @@ def linear_cmd(input_path, side, city, alpha, noise, delta, model, baseline_epsi
     if noise == "laplace" and delta is not None:
         raise click.UsageError(f"--delta={delta} applies to --noise gaussian only")
     t0 = time.perf_counter()
-    grid = as_refusal("no grid", Grid, side, side)
+    if grid.n_pixels < 2:
+        raise click.UsageError(f"--grid must have at least 2 cells, got --grid {grid}")
     users = load_user_points(input_path, grid)
-    space = grid_space(side, side) if side > 1 else None
-    if space is None:
-        raise click.UsageError("--grid must be at least 2")
+    space = grid_space(grid.height, grid.width)
     f = space.distances[:, int(grid.points_to_pixels(np.array([cx]), np.array([cy]))[0])]
     n, m = users.shape
     what = f"no release for --model {model} with n={n}, m={m}"
@@ -325,7 +325,7 @@ def linear_cmd(input_path, side, city, alpha, noise, delta, model, baseline_epsi
         "mechanism": f"PrivEMDLinear ({noise})",
         "release": "reproducible evaluation" if seed is not None else "private",
         "query": f"mean distance to the cell of ({cx}, {cy}), in grid diameters",
-        "n": n, "m": m, "grid": side, "model": model,
+        "n": n, "m": m, "grid": str(grid), "model": model,
         "estimate": float(rel.estimate[0]), "guarantee": rel.guarantee.to_dict(),
         "baseline": {"mechanism": "user-level Laplace (replace a whole dataset)",
                      "estimate": float(base.estimate[0]),

@@ -35,7 +35,8 @@ def invoke(*args):
 def test_the_tree_holds_every_command():
     assert set(COMMANDS) == {"heatmap", "setup", "encode", "shuffle", "analyze", "account",
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
-                             "privhist", "metric", "metric freq", "metric itemwise"}
+                             "privhist", "metric", "metric freq", "metric itemwise",
+                             "metric linear"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -86,7 +87,8 @@ def options():
 
 def test_one_grid_parser():
     grids = [(path, p) for path, p in options() if "--grid" in p.opts]
-    assert {path for path, _ in grids} == {"heatmap", "setup", "account summation"}
+    assert {path for path, _ in grids} == {"heatmap", "setup", "account summation",
+                                           "metric linear"}
     for path, p in grids:
         assert p.type is cli_common.GRID, path
 
@@ -112,7 +114,8 @@ def test_one_spelling_per_concept():
     assert spellings["out_dir"] == {("--out", "--out-dir")}
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
-        {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise"}
+        {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
+         "metric linear"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")
