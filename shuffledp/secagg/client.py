@@ -1,0 +1,247 @@
+"""The client of secure aggregation ([Bonawitz17]_ Fig. 4, the semi-honest protocol).
+
+A client holds a vector x in Z_m^L and goes through four rounds, each turning the server's
+last message into the client's next one (bytes in, bytes out, :mod:`.messages`):
+
+0. advertise keys: two fresh X25519 key pairs, (c_pk, c_sk) for the share channel and
+   (s_pk, s_sk) for the pairwise masks;
+1. share keys: draw the self-mask seed b; Shamir-share s_sk and b (threshold t) among the
+   clients U1 of round 0 and send each one its two shares, encrypted with ChaCha20-Poly1305
+   under a key derived (HKDF-SHA256) from the X25519 agreement of the c keys;
+2. masked input: y = x + PRG(b) + sum_{v in U2, v != u} sign(u, v) PRG(s_uv) mod m, with
+   s_uv derived from the agreement of the s keys (sign +1 when u < v, -1 otherwise, so each
+   pair cancels in the sum) and U2 the clients whose shares it received;
+3. unmasking: for every v in U2 reveal the b-share if the server says v survived round 2,
+   the s_sk-share if it says v dropped. An honest client refuses a request that names a user
+   in both lists, a user not in U2, fewer survivors than t, or omits the client itself:
+   revealing both shares of one user would let the server unmask that user's input.
+
+Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.crypto.SecureRandom`
+(there is no seed parameter).
+
+References
+----------
+.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
+   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
+   Machine Learning", CCS 2017, Fig. 4.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from shuffledp.crypto import SecureRandom
+from shuffledp.secagg import messages as msg
+from shuffledp.secagg import shamir
+from shuffledp.secagg.prg import expand
+
+KEY_BYTES = 32
+SHARE_PLAIN = struct.Struct("<II32s32s")  # sender, receiver, s_sk share, b share
+SHARE_CT = SHARE_PLAIN.size + 16
+
+
+class SecAggRefused(ValueError):
+    """An honest client refuses a server request that would break its privacy."""
+
+
+def derive(secret: bytes, label: bytes, session: bytes, a: int, b: int) -> bytes:
+    """32-byte key from an X25519 agreement, bound to the session and the pair (a, b)."""
+    info = b"shuffledp secagg " + label + session + struct.pack("<II", a, b)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+
+
+def mask_seed(sk: X25519PrivateKey, pk: bytes, session: bytes, u: int, v: int) -> bytes:
+    """The pairwise mask seed s_uv (symmetric in u, v)."""
+    shared = sk.exchange(X25519PublicKey.from_public_bytes(pk))
+    return derive(shared, b"mask", session, min(u, v), max(u, v))
+
+
+def pair_sign(u: int, v: int) -> int:
+    return 1 if u < v else -1
+
+
+def _private_key(rng: SecureRandom) -> tuple[X25519PrivateKey, int]:
+    x = shamir.random_secret(rng)
+    return X25519PrivateKey.from_private_bytes(x.to_bytes(KEY_BYTES, "little")), x
+
+
+def _public(key: X25519PrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public_key().public_bytes(serialization.Encoding.Raw,
+                                         serialization.PublicFormat.Raw)
+
+
+class SecAggClient:
+    """One client's state machine (see the module docstring).
+
+    Parameters
+    ----------
+    uid : int
+        The client's id, 0 <= uid < 2^32 - 1 (its Shamir point is uid + 1).
+    vector : array_like of int
+        The input, entries in [0, modulus).
+    modulus : int
+        m, 2 <= m <= 2^62.
+    threshold : int
+        t: shares needed to reconstruct; the client refuses to go on with fewer than t peers.
+    session : bytes
+        The run's 16-byte id.
+    """
+
+    def __init__(self, uid: int, vector: np.ndarray, modulus: int, threshold: int,
+                 session: bytes) -> None:
+        self.uid = int(uid)
+        self.x = np.asarray(vector, dtype=np.int64)
+        self.m = int(modulus)
+        self.t = int(threshold)
+        self.session = session
+        self._rng = SecureRandom()
+        self._c_sk, _ = _private_key(self._rng)
+        self._s_sk, self._s_sk_int = _private_key(self._rng)
+        self._b = shamir.random_secret(self._rng)
+        self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._held: dict[int, tuple[int, int]] = {}  # v -> (s_sk share of v, b share of v)
+
+    # ------------------------------------------------------------------ round 0
+    def advertise(self) -> bytes:
+        return msg.frame(0, self.uid, self.session, _public(self._c_sk) + _public(self._s_sk))
+
+    # ------------------------------------------------------------------ round 1
+    def share_keys(self, broadcast: bytes) -> bytes:
+        m = msg.parse(broadcast, self.session, round_=16)
+        keys = parse_key_list(m.payload)
+        mine = (_public(self._c_sk), _public(self._s_sk))
+        if keys.get(self.uid) != mine:
+            raise SecAggRefused(f"client {self.uid}: the key list omits or alters its own keys")
+        if len(keys) < self.t:
+            raise SecAggRefused(f"client {self.uid}: {len(keys)} clients advertised keys, "
+                                f"fewer than the threshold t={self.t}")
+        self._keys = keys
+        ids = sorted(keys)
+        xs = [v + 1 for v in ids]
+        s_sh = shamir.share(self._s_sk_int, xs, self.t, self._rng)
+        b_sh = shamir.share(self._b, xs, self.t, self._rng)
+        out = [struct.pack("<I", len(ids) - 1)]
+        for v, s_v, b_v in zip(ids, s_sh, b_sh):
+            if v == self.uid:
+                self._held[v] = (s_v, b_v)
+                continue
+            key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(keys[v][0])),
+                         b"share", self.session, self.uid, v)
+            plain = SHARE_PLAIN.pack(self.uid, v, s_v.to_bytes(32, "little"),
+                                     b_v.to_bytes(32, "little"))
+            ct = ChaCha20Poly1305(key).encrypt(bytes(12), plain, self.session)
+            out.append(struct.pack("<I", v) + ct)
+        return msg.frame(1, self.uid, self.session, b"".join(out))
+
+    # ------------------------------------------------------------------ round 2
+    def masked_input(self, bundle: bytes) -> bytes:
+        m = msg.parse(bundle, self.session, round_=17)
+        for u, ct in parse_bundle(m.payload):
+            if u not in self._keys or u == self.uid or u in self._held:
+                raise SecAggRefused(f"client {self.uid}: unexpected or repeated share from {u}")
+            key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u][0])),
+                         b"share", self.session, u, self.uid)
+            try:
+                plain = ChaCha20Poly1305(key).decrypt(bytes(12), ct, self.session)
+            except InvalidTag:
+                raise SecAggRefused(f"client {self.uid}: the share from {u} fails "
+                                    "authentication") from None
+            a, b, s_v, b_v = SHARE_PLAIN.unpack(plain)
+            if (a, b) != (u, self.uid):
+                raise SecAggRefused(f"client {self.uid}: share addressed {a}->{b}, "
+                                    f"received from {u}")
+            self._held[u] = (int.from_bytes(s_v, "little"), int.from_bytes(b_v, "little"))
+        if len(self._held) < self.t:
+            raise SecAggRefused(f"client {self.uid}: shares from {len(self._held)} clients, "
+                                f"fewer than the threshold t={self.t}")
+        y = (self.x + expand(self._b.to_bytes(32, "little"), self.x.size, self.m)) % self.m
+        for v in self._held:
+            if v == self.uid:
+                continue
+            p = expand(mask_seed(self._s_sk, self._keys[v][1], self.session, self.uid, v),
+                       self.x.size, self.m)
+            y = (y + pair_sign(self.uid, v) * p) % self.m
+        return msg.frame(2, self.uid, self.session, y.astype("<i8").tobytes())
+
+    # ------------------------------------------------------------------ round 3
+    def unmask(self, request: bytes) -> bytes:
+        m = msg.parse(request, self.session, round_=18)
+        survivors, dropped = parse_unmask_request(m.payload)
+        s, d = set(survivors), set(dropped)
+        u2 = set(self._held)
+        if s & d:
+            raise SecAggRefused(f"client {self.uid}: asked for both shares of users "
+                                f"{sorted(s & d)[:5]} (that would unmask their inputs)")
+        if not (s | d) <= u2:
+            raise SecAggRefused(f"client {self.uid}: users {sorted((s | d) - u2)[:5]} did not "
+                                "share keys in round 1")
+        if self.uid not in s or len(s) < self.t:
+            raise SecAggRefused(f"client {self.uid}: {len(s)} survivors (threshold t={self.t})"
+                                f"{'' if self.uid in s else ', the client itself missing'}")
+        out = []
+        for v in sorted(s):
+            out.append(struct.pack("<IB", v, 0) + self._held[v][1].to_bytes(32, "little"))
+        for v in sorted(d):
+            out.append(struct.pack("<IB", v, 1) + self._held[v][0].to_bytes(32, "little"))
+        return msg.frame(3, self.uid, self.session, struct.pack("<I", len(out)) + b"".join(out))
+
+
+# ---------------------------------------------------------------------- payload codecs
+def key_list(keys: dict[int, tuple[bytes, bytes]]) -> bytes:
+    return struct.pack("<I", len(keys)) + b"".join(
+        struct.pack("<I", u) + c + s for u, (c, s) in sorted(keys.items()))
+
+
+def parse_key_list(payload: bytes) -> dict[int, tuple[bytes, bytes]]:
+    n = _count(payload, 68)
+    keys = {}
+    for i in range(n):
+        off = 4 + 68 * i
+        u = struct.unpack_from("<I", payload, off)[0]
+        if u in keys:
+            raise msg.MessageError(f"key list names client {u} twice")
+        keys[u] = (payload[off + 4:off + 36], payload[off + 36:off + 68])
+    return keys
+
+
+def parse_bundle(payload: bytes) -> list[tuple[int, bytes]]:
+    n = _count(payload, 4 + SHARE_CT)
+    return [(struct.unpack_from("<I", payload, 4 + i * (4 + SHARE_CT))[0],
+             payload[8 + i * (4 + SHARE_CT):4 + (i + 1) * (4 + SHARE_CT)]) for i in range(n)]
+
+
+def unmask_request(survivors: list[int], dropped: list[int]) -> bytes:
+    return (struct.pack("<II", len(survivors), len(dropped))
+            + b"".join(struct.pack("<I", u) for u in list(survivors) + list(dropped)))
+
+
+def parse_unmask_request(payload: bytes) -> tuple[list[int], list[int]]:
+    if len(payload) < 8:
+        raise msg.MessageError("unmasking request shorter than its counts")
+    a, b = struct.unpack_from("<II", payload)
+    if len(payload) != 8 + 4 * (a + b):
+        raise msg.MessageError(f"unmasking request of {len(payload)} bytes for {a} + {b} ids")
+    ids = list(struct.unpack_from(f"<{a + b}I", payload, 8))
+    return ids[:a], ids[a:]
+
+
+def _count(payload: bytes, item: int) -> int:
+    if len(payload) < 4:
+        raise msg.MessageError("payload shorter than its 4-byte count")
+    n = struct.unpack_from("<I", payload)[0]
+    if len(payload) != 4 + n * item:
+        raise msg.MessageError(f"payload of {len(payload)} bytes does not hold {n} items of "
+                               f"{item} bytes")
+    return n
+
+
+__all__ = ["SecAggClient", "SecAggRefused", "mask_seed", "pair_sign"]
