@@ -155,12 +155,13 @@ class SecAggServer:
                 if v in target:
                     target[v].append((w + 1, y))
         total = np.zeros(self.length, dtype=np.int64)
+        cache: dict[tuple[int, ...], list[int]] = {}
         for u in survivors:
             total = (total + self._y[u]) % self.m
-            b = _reconstruct(b_pts[u], self.t, f"self-mask seed of client {u}")
+            b = _reconstruct(b_pts[u], self.t, f"self-mask seed of client {u}", cache)
             total = (total - expand(b.to_bytes(32, "little"), self.length, self.m)) % self.m
         for v in dropped:
-            s_sk = _reconstruct(s_pts[v], self.t, f"mask key of dropped client {v}")
+            s_sk = _reconstruct(s_pts[v], self.t, f"mask key of dropped client {v}", cache)
             key = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little"))
             for u in survivors:
                 p = expand(mask_seed(key, self._keys[u][1], self.session, v, u), self.length,
@@ -169,10 +170,16 @@ class SecAggServer:
         return total
 
 
-def _reconstruct(points: list[tuple[int, int]], t: int, what: str) -> int:
+def _reconstruct(points: list[tuple[int, int]], t: int, what: str,
+                 cache: dict[tuple[int, ...], list[int]]) -> int:
+    """f(0) from the first t shares; the Lagrange coefficients of a set of share holders
+    are computed once (O(t^2)) and reused for every secret they hold shares of (O(t))."""
     if len(points) < t:
         raise SecAggAborted(f"{len(points)} shares of the {what}, fewer than t={t}")
-    return shamir.reconstruct(points[:t])
+    xs = tuple(x for x, _ in points[:t])
+    if xs not in cache:
+        cache[xs] = shamir.lagrange_at_zero(xs)
+    return sum(c * y for c, (_, y) in zip(cache[xs], points[:t])) % shamir.P
 
 
 __all__ = ["ROUND_NAMES", "SecAggAborted", "SecAggServer"]
