@@ -19,6 +19,8 @@ metric DP       :func:`priv_emd_itemwise`, :func:`priv_emd_linear`, :func:`freq_
                 :func:`bounded_emd_reduction` (user-level d_EM-DP, Imola, Roy Chowdhury and
                 Chaudhuri)
 histograms      :func:`privhist`, :class:`AnonHistogram` (Suresh, NeurIPS 2019)
+secure agg.     :mod:`shuffledp.secagg` (:func:`~shuffledp.secagg.secure_sum`, client and
+                server state machines; Bonawitz et al., CCS 2017)
 accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_itemwise`,
                 :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
 records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,

@@ -69,6 +69,11 @@ class SecAggServer:
         self._reveals: dict[int, bytes] = {}
         self.total: np.ndarray | None = None
 
+    @property
+    def answered(self) -> set[int]:
+        """Clients whose message of the current round was accepted so far."""
+        return set(self._inbox)
+
     def receive(self, data: bytes) -> bool:
         """Accept one client message of the current round; False (and counted) if rejected."""
         try:
