@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 NOTIONS = ("pure", "approximate", "metric_emd", "discrete_emd")
-MODELS = ("central", "local", "shuffle")
+MODELS = ("central", "local", "shuffle", "distributed")
 
 
 class Neighbour(StrEnum):
@@ -122,8 +122,9 @@ class Guarantee:
         neighbours are within e^{alpha d_EM} and delta), ``discrete_emd`` is the
         (eps, delta, r)-discrete d_EM-DP of [Imola]_ (Def. 5.1/5.2; ``r`` goes in
         ``parameters["r"]``).
-    model : {"central", "local", "shuffle"}
-        Trust model in which the guarantee holds.
+    model : {"central", "local", "shuffle", "distributed"}
+        Trust model in which the guarantee holds ("distributed": noise added by the
+        clients, summed by secure aggregation, the server sees only the sum).
     epsilon : float
         epsilon for the DP notions, alpha for the metric notions (see :attr:`alpha`).
     delta : float
