@@ -328,6 +328,7 @@ def _register() -> None:
     main.add_command(import_module("shuffledp.cli_privhist").privhist_cmd)
     main.add_command(import_module("shuffledp.cli_metric").metric)
     main.add_command(import_module("shuffledp.cli_secagg").secagg)
+    main.add_command(import_module("shuffledp.cli_federated").federated_cmd)
     for command in ROLE_COMMANDS:
         main.add_command(command)
 

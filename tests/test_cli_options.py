@@ -36,7 +36,8 @@ def test_the_tree_holds_every_command():
     assert set(COMMANDS) == {"heatmap", "setup", "encode", "shuffle", "analyze", "account",
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
                              "privhist", "metric", "metric freq", "metric itemwise",
-                             "metric linear", "secagg", "secagg server", "secagg client"}
+                             "metric linear", "secagg", "secagg server", "secagg client",
+                             "federated"}
 
 
 def test_every_command_goes_through_the_one_error_path():
