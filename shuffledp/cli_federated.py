@@ -34,6 +34,7 @@ from shuffledp.cli_common import (
     POSITIVE,
     SEED,
     UNIT_CLOSED_LOW,
+    Command,
     epsilon_option,
     n_option,
     out_dir_option,
@@ -69,7 +70,7 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
     return edge
 
 
-@click.command("federated")
+@click.command("federated", cls=Command)
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
               help="CSV 'user_id,x,y' (x, y in [0, 1)); default: built-in synthetic data.")
 @n_option(default=1000, help="Users of the synthetic data (ignored with --input).")

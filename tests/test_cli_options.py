@@ -116,7 +116,7 @@ def test_one_spelling_per_concept():
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear"}
+         "metric linear", "federated"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")
