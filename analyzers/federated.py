@@ -38,7 +38,7 @@ from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.federated import client_update, noise_parameters
+from shuffledp.encoders.federated import noise_parameters, noisy_vector
 from shuffledp.encoders.words import is_seeded, noise_source
 
 THEOREM = ("Bagdasaryan et al., PoPETs 2022, Thm 4.2 (distributed discrete Laplace from "
@@ -86,16 +86,9 @@ def federated_histogram(
     cells: Any,
     n_cells: int,
     epsilon: float,
-    *,
-    shard_size: int = 10_000,
-    dropout: float = 0.0,
-    dropped: Any = None,
-    modulus: int = 1 << 32,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
-    aggregation: str = "secagg",
-    rng: RngLike | SecureRandom = None,
+    **kwargs: Any,
 ) -> FederatedHistogram:
-    """eps-DP histogram of the users' cells by Polya noise and secure aggregation per shard.
+    """eps-DP histogram of the users' cells: one-hot vectors through :func:`federated_sum`.
 
     Parameters
     ----------
@@ -105,8 +98,76 @@ def federated_histogram(
         D.
     epsilon : float
         Budget of this histogram (> 0).
+    **kwargs
+        ``shard_size``, ``dropout``, ``dropped``, ``modulus``, ``neighbour``,
+        ``aggregation``, ``rng`` of :func:`federated_sum`.
+    """
+    c = _iv(cells, n_cells)
+    eye = np.zeros((c.size, n_cells), dtype=np.int64)
+    eye[np.arange(c.size), c] = 1
+    return federated_sum(list(eye), 1, epsilon, **kwargs)
+
+
+def federated_locations(
+    users: Any,
+    n_cells: int,
+    epsilon: float,
+    *,
+    gamma: int = 1000,
+    rounding: str = "systematic",
+    **kwargs: Any,
+) -> tuple[np.ndarray, FederatedHistogram]:
+    """Multi-location users ([Bagdasaryan22]_ Sec. 5.7): weighted normalisation, scaling by
+    gamma, unbiased randomized rounding (:func:`shuffledp.encoders.federated.encode_locations`),
+    :func:`federated_sum` with the rounding's l1 bound; returns (counts / gamma, release).
+
+    ``users`` is a sequence of (cells, weights) pairs, one per user.
+    """
+    from shuffledp.encoders.federated import encode_locations
+
+    rng = kwargs.pop("rng", None)
+    src = noise_source(rng)
+    vecs, bound = [], 0
+    for j, pair in enumerate(users):
+        try:
+            cells, weights = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"users[{j}] must be a (cells, weights) pair") from None
+        x, bound = encode_locations(cells, weights, n_cells, gamma, rounding=rounding,
+                                    rng=src)
+        vecs.append(x)
+    if not vecs:
+        raise ValueError("users must hold at least one user, got 0")
+    rel = federated_sum(vecs, bound, epsilon, rng=src if rng is not None else None, **kwargs)
+    return rel.counts / gamma, rel
+
+
+def federated_sum(
+    vectors: Any,
+    l1_bound: int,
+    epsilon: float,
+    *,
+    shard_size: int = 10_000,
+    dropout: float = 0.0,
+    dropped: Any = None,
+    modulus: int = 1 << 32,
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    aggregation: str = "secagg",
+    rng: RngLike | SecureRandom = None,
+) -> FederatedHistogram:
+    """eps-DP sum of the users' integer vectors by Polya noise and secure aggregation per shard.
+
+    Parameters
+    ----------
+    vectors : sequence of 1-d non-negative integer arrays (one length D)
+        The users' encoded vectors, each of l1 norm at most ``l1_bound``.
+    l1_bound : int
+        The l1 bound that sets the sensitivity (Delta = l1_bound add/remove, 2 l1_bound
+        replace).
+    epsilon : float
+        Budget (> 0).
     shard_size : int
-        S_max: users per secure-aggregation shard (consecutive blocks of ``cells``).
+        S_max: users per secure-aggregation shard (consecutive blocks of ``vectors``).
     dropout : float in [0, 1)
         Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S).
     dropped : array_like of bool, shape (n,), optional
@@ -114,7 +175,7 @@ def federated_histogram(
     modulus : int
         m of the modular sum (2 .. 2^62).
     neighbour : Neighbour or str
-        ADD_REMOVE (Delta = 1) or REPLACE_ONE (Delta = 2).
+        ADD_REMOVE or REPLACE_ONE.
     aggregation : {"secagg", "plain"}
         Real secure aggregation (default), or the same modular sum computed directly.
     rng : None, SecureRandom, int or Generator
@@ -127,25 +188,32 @@ def federated_histogram(
     """
     from shuffledp.secagg import secure_sum
 
-    c = _iv(cells, n_cells)
+    vecs = [np.asarray(x) for x in vectors]
+    if not vecs:
+        raise ValueError("vectors must hold at least one user, got 0")
+    D = vecs[0].size
+    if any(x.shape != (D,) for x in vecs):
+        raise ValueError("vectors must be 1-d arrays of one length")
     eps = v.positive("epsilon", epsilon)
+    bound = v.count("l1_bound", l1_bound)
     S = v.count("shard_size", shard_size, 2)
     drop = v.interval("dropout", dropout, 0.0, 1.0, open_low=False)
     m = v.bounded_count("modulus", modulus, 2, 1 << 62)
     agg = v.choice("aggregation", aggregation, ("secagg", "plain"))
     nb = Neighbour.parse(neighbour)
-    delta, a = noise_parameters(eps, nb)
-    gone = np.zeros(c.size, dtype=bool) if dropped is None else np.asarray(dropped, bool)
-    if gone.shape != c.shape:
-        raise ValueError(f"dropped must have shape {c.shape}, got {gone.shape}")
+    delta, _ = noise_parameters(eps, nb, bound)
+    n = len(vecs)
+    gone = np.zeros(n, dtype=bool) if dropped is None else np.asarray(dropped, bool)
+    if gone.shape != (n,):
+        raise ValueError(f"dropped must have shape ({n},), got {gone.shape}")
     src = noise_source(rng)
-    total = np.zeros(n_cells, dtype=np.int64)
+    total = np.zeros(D, dtype=np.int64)
     shards = []
-    for lo in range(0, c.size, S):
-        idx = np.arange(lo, min(lo + S, c.size))
+    for lo in range(0, n, S):
+        idx = np.arange(lo, min(lo + S, n))
         n_min = max(1, math.ceil((1 - drop) * idx.size))
-        vecs = [client_update(int(c[i]), n_cells, eps, n_min, m, neighbour=nb, rng=src)
-                for i in idx]
+        noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
+                 for i in idx]
         alive = [k for k, i in enumerate(idx) if not gone[i]]
         if len(alive) < n_min:
             raise FederatedRefused(
@@ -154,23 +222,25 @@ def federated_histogram(
         info: dict[str, Any] = {"clients": int(idx.size), "survivors": len(alive),
                                 "n_min": n_min}
         if agg == "secagg":
-            res = secure_sum(vecs, m, threshold=max(2, min(n_min, idx.size)),
+            res = secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
                              dropouts={2: set(range(idx.size)) - set(alive)})
             s = res.total
             info.update(server_seconds=res.server_seconds,
                         client_seconds_mean=res.client_seconds_mean,
                         bytes_up_per_client=res.bytes_up_per_client)
         else:
-            s = np.sum([vecs[k] for k in alive], axis=0) % m
+            s = np.sum([noisy[k] for k in alive], axis=0) % m
         total += np.where(s > m // 2, s - m, s)
         shards.append(info)
     notes = (SEEDED_NOTE,) if is_seeded(rng) else ()
     g = Guarantee(notion="pure", model="distributed", epsilon=eps, delta=0.0, neighbour=nb,
                   theorem=THEOREM,
-                  parameters={"n_cells": int(n_cells), "shard_size": S, "dropout": drop,
-                              "modulus": m, "sensitivity": delta, "aggregation": agg},
+                  parameters={"length": int(D), "l1_bound": bound, "shard_size": S,
+                              "dropout": drop, "modulus": m, "sensitivity": delta,
+                              "aggregation": agg},
                   notes=notes)
     return FederatedHistogram(counts=total, guarantee=g, shards=shards)
 
 
-__all__ = ["FederatedHistogram", "FederatedRefused", "federated_histogram"]
+__all__ = ["FederatedHistogram", "FederatedRefused", "federated_histogram",
+           "federated_locations", "federated_sum"]

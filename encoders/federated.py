@@ -23,6 +23,7 @@ References
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -31,15 +32,37 @@ from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.polya import polya_difference
+from shuffledp.encoders.words import noise_source
 
 
-def noise_parameters(epsilon: float, neighbour: Neighbour | str) -> tuple[int, float]:
-    """(Delta, a = e^{-eps / Delta}) for one-hot vectors under ``neighbour``."""
+def noise_parameters(epsilon: float, neighbour: Neighbour | str,
+                     l1_bound: int = 1) -> tuple[int, float]:
+    """(Delta, a = e^{-eps / Delta}) for vectors of l1 norm at most ``l1_bound``:
+    Delta = l1_bound (add/remove a user) or 2 l1_bound (replace one user)."""
     nb = Neighbour.parse(neighbour)
     if nb not in (Neighbour.ADD_REMOVE, Neighbour.REPLACE_ONE):
         raise ValueError(f"neighbour must be add/remove or replace-one, got {nb.name}")
-    delta = 2 if nb is Neighbour.REPLACE_ONE else 1
+    bound = v.count("l1_bound", l1_bound)
+    delta = 2 * bound if nb is Neighbour.REPLACE_ONE else bound
     return delta, math.exp(-v.positive("epsilon", epsilon) / delta)
+
+
+def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modulus: int, *,
+                 neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+                 rng: RngLike | SecureRandom = None) -> np.ndarray:
+    """ModuloClip(x + X - Y, m), X, Y ~ Polya(1/n_min, e^{-eps/Delta}) per entry
+    ([Bagdasaryan22]_ Alg. 1 ClientUpdate); x a non-negative integer vector of l1 norm at
+    most ``l1_bound``."""
+    x = np.asarray(x)
+    if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer) or (x < 0).any():
+        raise ValueError(f"x must be a 1-d non-negative integer vector, got {x!r:.60}")
+    bound = v.count("l1_bound", l1_bound)
+    if int(x.sum()) > bound:
+        raise ValueError(f"x has l1 norm {int(x.sum())} above l1_bound={bound}")
+    n_min = v.count("n_min", n_min)
+    m = v.count("modulus", modulus, 2)
+    _, a = noise_parameters(epsilon, neighbour, bound)
+    return np.mod(x.astype(np.int64) + polya_difference(1.0 / n_min, a, x.size, rng), m)
 
 
 def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: int, *,
@@ -47,13 +70,55 @@ def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: 
                   rng: RngLike | SecureRandom = None) -> np.ndarray:
     """One client's vector: ModuloClip(one_hot(cell) + X - Y, m) ([Bagdasaryan22]_ Alg. 1)."""
     d = v.count("n_cells", n_cells)
-    cell = v.bounded_count("cell", cell, 0, d - 1)
-    n_min = v.count("n_min", n_min)
-    m = v.count("modulus", modulus, 2)
-    _, a = noise_parameters(epsilon, neighbour)
-    x = polya_difference(1.0 / n_min, a, d, rng)
-    x[cell] += 1
-    return np.mod(x, m)
+    x = np.zeros(d, dtype=np.int64)
+    x[v.bounded_count("cell", cell, 0, d - 1)] = 1
+    return noisy_vector(x, epsilon, 1, n_min, modulus, neighbour=neighbour, rng=rng)
 
 
-__all__ = ["client_update", "noise_parameters"]
+def encode_locations(cells: Any, weights: Any, n_cells: int, gamma: int, *,
+                     rounding: str = "systematic",
+                     rng: RngLike | SecureRandom = None) -> tuple[np.ndarray, int]:
+    """A multi-location user's integer vector and its l1 bound ([Bagdasaryan22]_ Sec. 5.7).
+
+    Weights are normalised to sum 1 (weighted normalisation), scaled by gamma and rounded
+    stochastically to integers, unbiased entry by entry:
+
+    * ``"independent"`` (the paper): each entry up with probability its fractional part;
+      the l1 norm can reach gamma + d (d = ``n_cells``), the bound returned;
+    * ``"systematic"`` (default): one uniform U, entry j gets floor(C_j + U) - floor(C_{j-1}
+      + U) with C_j the cumulative scaled weights; every entry is still its floor or ceiling
+      with the right probability, and the total is exactly gamma, so the bound is gamma (no
+      (1 + d/gamma) noise blow-up).
+
+    Returns
+    -------
+    (vector, l1_bound)
+    """
+    d = v.count("n_cells", n_cells)
+    g = v.count("gamma", gamma)
+    rounding = v.choice("rounding", rounding, ("systematic", "independent"))
+    c = np.asarray(cells)
+    w = np.asarray(weights, dtype=float)
+    if c.ndim != 1 or c.size == 0 or c.shape != w.shape or not np.issubdtype(c.dtype,
+                                                                              np.integer):
+        raise ValueError("cells and weights must be non-empty 1-d arrays of one length "
+                         f"(integer cells), got shapes {c.shape}, {w.shape}")
+    if (c < 0).any() or (c >= d).any():
+        raise ValueError(f"cells must be in 0..{d - 1}, got {int(c.min())}..{int(c.max())}")
+    if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError("weights must be finite, >= 0 and not all 0")
+    dense = np.bincount(c, weights=w, minlength=d)
+    scaled = dense / dense.sum() * g
+    u = noise_source(rng)
+    draw = (u.uint64(1)[0] / 2.0**64) if isinstance(u, SecureRandom) else u.random()
+    if rounding == "systematic":
+        cum = np.floor(np.cumsum(scaled) + draw)
+        x = np.diff(np.concatenate([[np.floor(draw)], cum])).astype(np.int64)
+        x[-1] += g - int(x.sum())  # float rounding of the cumulative sum: total exactly gamma
+        return x, g
+    fl = np.floor(scaled)
+    ups = (u.uint64(d) / 2.0**64) if isinstance(u, SecureRandom) else u.random(d)
+    return (fl + (ups < scaled - fl)).astype(np.int64), g + d
+
+
+__all__ = ["client_update", "encode_locations", "noise_parameters", "noisy_vector"]

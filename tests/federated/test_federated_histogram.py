@@ -85,3 +85,42 @@ def test_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
         federated_histogram(args.pop("cells"), args.pop("n_cells"), args.pop("epsilon"), **args)
+
+
+@pytest.mark.parametrize("rounding", ["systematic", "independent"])
+def test_multi_location_rounding_is_unbiased_with_its_l1_bound(rounding):
+    """Mean over 20000 seeded draws within 6 standard errors of gamma * normalised weights
+    (entries are floor/ceil: per-draw sd <= 1/2; false failure < 1e-6 per entry), every draw
+    within the returned l1 bound, and systematic rounding's total exactly gamma."""
+    from shuffledp.encoders.federated import encode_locations
+
+    cells, weights = np.array([0, 2, 2, 5]), np.array([0.3, 0.2, 0.1, 0.7])
+    g = np.random.default_rng(4)
+    draws, bounds = [], set()
+    for _ in range(20000):
+        x, b = encode_locations(cells, weights, 8, 7, rounding=rounding, rng=g)
+        assert x.sum() <= b and (x >= 0).all()
+        draws.append(x)
+        bounds.add(b)
+    draws = np.array(draws)
+    want = np.bincount(cells, weights=weights, minlength=8) / weights.sum() * 7
+    assert np.all(np.abs(draws.mean(axis=0) - want) <= 6 * 0.5 / np.sqrt(len(draws)))
+    assert np.all((draws == np.floor(want)) | (draws == np.ceil(want)))
+    if rounding == "systematic":
+        assert bounds == {7} and (draws.sum(axis=1) == 7).all()
+    else:
+        assert bounds == {7 + 8}
+
+
+def test_federated_locations_end_to_end():
+    from shuffledp.analyzers.federated import federated_locations
+
+    g = np.random.default_rng(2)
+    users = [(g.integers(0, 16, 5), g.random(5) + 0.1) for _ in range(400)]
+    est, rel = federated_locations(users, 16, 2.0, gamma=100, shard_size=200,
+                                   aggregation="plain", rng=3)
+    truth = sum(np.bincount(c, weights=w, minlength=16) / w.sum() for c, w in users)
+    assert rel.guarantee.parameters["l1_bound"] == 100
+    # noise per cell: 2 shards of DL(e^{-2/100}), sd ~ 70 / gamma = 0.7; rounding adds
+    # < sqrt(400) / 2 / gamma = 0.1; 6 sd bound per cell (false failure < 1e-6)
+    assert np.abs(est - truth).max() < 6 * 0.8
