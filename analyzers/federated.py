@@ -14,9 +14,11 @@ fewer survivors is refused (``FederatedRefused``), never released with less nois
 hold disjoint users, so they compose in parallel (eps in total).
 
 ``aggregation="plain"`` computes the same modular sums of the same survivors' vectors
-directly (the paper's own simulation, for large research sweeps): the vectors, noise and
-release are identical, only the cryptography is skipped; the default and every private
-release use real secure aggregation.
+directly (the paper's own simulation): the vectors, noise and release are identical, only
+the cryptography is skipped. ``aggregation="simulate"`` samples each shard's total noise
+directly, Polya(k/n_min, a) - Polya(k/n_min, a) for k survivors (Polya shapes add), which
+has exactly the law of the k clients' noise sum, in O(D) per shard instead of O(S D): for
+large research sweeps. The default and every private release use real secure aggregation.
 
 References
 ----------
@@ -103,9 +105,25 @@ def federated_histogram(
         ``aggregation``, ``rng`` of :func:`federated_sum`.
     """
     c = _iv(cells, n_cells)
-    eye = np.zeros((c.size, n_cells), dtype=np.int64)
-    eye[np.arange(c.size), c] = 1
-    return federated_sum(list(eye), 1, epsilon, **kwargs)
+    return federated_sum(_OneHot(c, int(n_cells)), 1, epsilon, **kwargs)
+
+
+class _OneHot:
+    """The users' one-hot vectors, built one at a time (n x D never held in memory)."""
+
+    def __init__(self, cells: np.ndarray, d: int) -> None:
+        self.cells, self.d = cells, d
+
+    def __len__(self) -> int:
+        return self.cells.size
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        x = np.zeros(self.d, dtype=np.int64)
+        x[self.cells[i]] = 1
+        return x
+
+    def total(self, idx: np.ndarray) -> np.ndarray:
+        return np.bincount(self.cells[idx], minlength=self.d).astype(np.int64)
 
 
 def federated_locations(
@@ -142,6 +160,21 @@ def federated_locations(
     return rel.counts / gamma, rel
 
 
+def _simulated_shard(vecs, alive, D, eps, bound, n_min, m, nb, src) -> np.ndarray:
+    """The decoded modular sum of a shard, sampled in O(D): the survivors' noise is a sum of
+    k = len(alive) i.i.d. Polya(1/n_min, a) differences, i.e. exactly Polya(k/n_min, a) -
+    Polya(k/n_min, a) (Polya variables with one a add their shapes)."""
+    from shuffledp.encoders.polya import polya_difference
+
+    _, a = noise_parameters(eps, nb, bound)
+    if isinstance(vecs, _OneHot):
+        data = vecs.total(alive)
+    else:
+        data = np.sum([vecs[i] for i in alive], axis=0).astype(np.int64)
+    s = np.mod(data + polya_difference(len(alive) / n_min, a, D, src), m)
+    return np.where(s > m // 2, s - m, s)
+
+
 def federated_sum(
     vectors: Any,
     l1_bound: int,
@@ -176,8 +209,9 @@ def federated_sum(
         m of the modular sum (2 .. 2^62).
     neighbour : Neighbour or str
         ADD_REMOVE or REPLACE_ONE.
-    aggregation : {"secagg", "plain"}
-        Real secure aggregation (default), or the same modular sum computed directly.
+    aggregation : {"secagg", "plain", "simulate"}
+        Real secure aggregation (default), the same modular sum computed directly, or the
+        shard's noise sum sampled directly (same law; module docstring).
     rng : None, SecureRandom, int or Generator
         Noise randomness: None the secure generator (a private release); a seed: research.
 
@@ -188,18 +222,18 @@ def federated_sum(
     """
     from shuffledp.secagg import secure_sum
 
-    vecs = [np.asarray(x) for x in vectors]
-    if not vecs:
+    vecs = vectors if isinstance(vectors, _OneHot) else [np.asarray(x) for x in vectors]
+    if not len(vecs):
         raise ValueError("vectors must hold at least one user, got 0")
     D = vecs[0].size
-    if any(x.shape != (D,) for x in vecs):
+    if not isinstance(vecs, _OneHot) and any(x.shape != (D,) for x in vecs):
         raise ValueError("vectors must be 1-d arrays of one length")
     eps = v.positive("epsilon", epsilon)
     bound = v.count("l1_bound", l1_bound)
     S = v.count("shard_size", shard_size, 2)
     drop = v.interval("dropout", dropout, 0.0, 1.0, open_low=False)
     m = v.bounded_count("modulus", modulus, 2, 1 << 62)
-    agg = v.choice("aggregation", aggregation, ("secagg", "plain"))
+    agg = v.choice("aggregation", aggregation, ("secagg", "plain", "simulate"))
     nb = Neighbour.parse(neighbour)
     delta, _ = noise_parameters(eps, nb, bound)
     n = len(vecs)
@@ -212,8 +246,6 @@ def federated_sum(
     for lo in range(0, n, S):
         idx = np.arange(lo, min(lo + S, n))
         n_min = max(1, math.ceil((1 - drop) * idx.size))
-        noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
-                 for i in idx]
         alive = [k for k, i in enumerate(idx) if not gone[i]]
         if len(alive) < n_min:
             raise FederatedRefused(
@@ -221,6 +253,12 @@ def federated_sum(
                 f"than n_min={n_min} the noise was set for (dropout={drop}); not released")
         info: dict[str, Any] = {"clients": int(idx.size), "survivors": len(alive),
                                 "n_min": n_min}
+        if agg == "simulate":
+            total += _simulated_shard(vecs, idx[alive], D, eps, bound, n_min, m, nb, src)
+            shards.append(info)
+            continue
+        noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
+                 for i in idx]
         if agg == "secagg":
             res = secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
                              dropouts={2: set(range(idx.size)) - set(alive)})

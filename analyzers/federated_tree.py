@@ -59,18 +59,32 @@ class PartitionTree:
     depth: int
     nodes: set = field(default_factory=lambda: {(0, 0, 0)})
 
+    @staticmethod
+    def node_id(lvl: Any, r: Any, c: Any) -> Any:
+        """A unique integer per node: (4^lvl - 1) / 3 + r 2^lvl + c (vectorised)."""
+        return ((np.left_shift(1, 2 * np.asarray(lvl)) - 1) // 3
+                + np.asarray(r) * np.left_shift(1, np.asarray(lvl)) + np.asarray(c))
+
+    def report_ids(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """:meth:`node_id` of the deepest present node on each pixel's root path."""
+        present = np.array(sorted(self.node_id(*n) for n in self.nodes), dtype=np.int64)
+        best = np.zeros(np.asarray(rows).size, dtype=np.int64)
+        for lvl in range(1, self.depth + 1):
+            s = self.depth - lvl
+            ids = self.node_id(lvl, np.asarray(rows) >> s, np.asarray(cols) >> s)
+            best = np.where(np.isin(ids, present), ids, best)
+        return best
+
     def report_nodes(self, rows: np.ndarray, cols: np.ndarray) -> list[Node]:
         """The deepest present node on each pixel's root path (longest matching prefix)."""
-        out = []
-        for r, c in zip(rows.tolist(), cols.tolist()):
-            best = (0, 0, 0)
-            for lvl in range(1, self.depth + 1):
-                s = self.depth - lvl
-                node = (lvl, r >> s, c >> s)
-                if node in self.nodes:
-                    best = node
-            out.append(best)
-        return out
+        lookup = {int(self.node_id(*n)): n for n in self.nodes}
+        return [lookup[int(i)] for i in self.report_ids(rows, cols)]
+
+    def report_index(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Index into :meth:`vector_nodes` of each pixel's reporting node."""
+        vec = np.array([self.node_id(*n) for n in self.vector_nodes()], dtype=np.int64)
+        order = np.argsort(vec)
+        return order[np.searchsorted(vec[order], self.report_ids(rows, cols))]
 
     def vector_nodes(self) -> list[Node]:
         """Nodes with fewer than four children present (one vector entry each), sorted."""
@@ -93,9 +107,7 @@ class PartitionTree:
         """(2^depth, 2^depth) array: index into :meth:`vector_nodes` of each pixel's owner."""
         side = 1 << self.depth
         rr, cc = np.divmod(np.arange(side * side), side)
-        owners = self.report_nodes(rr, cc)
-        index = {n: i for i, n in enumerate(self.vector_nodes())}
-        return np.array([index[o] for o in owners]).reshape(side, side)
+        return self.report_index(rr, cc).reshape(side, side)
 
 
 @dataclass(frozen=True)
@@ -199,8 +211,7 @@ def adaptive_histogram(
             eps_q = rem
         rem = rem - eps_q if eps_q < rem else 0.0
         users = public.choice(n, size=U, replace=False)
-        index = {node: i for i, node in enumerate(vec)}
-        cells = np.array([index[x] for x in tree.report_nodes(r[users], cc[users])])
+        cells = tree.report_index(r[users], cc[users])
         dropped = public.random(U) < rate
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,

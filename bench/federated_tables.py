@@ -2,7 +2,7 @@
 Tables 1 and 3 in shape), and the effect of shard size and modulus (Fig. 8 in shape).
 
 Synthetic city-like data: 30 Gaussian clusters with Zipf(1) weights on a 2^depth grid, one
-location per user. eps = 1, planned dropout 10%, actual dropout 0; aggregation="plain" (the
+location per user. eps = 1, planned dropout 10%, actual dropout 0; aggregation="simulate" (the
 same modular sums as secure aggregation, whose cost bench/secagg_cost.py measures). Mean of
 ``--reps`` seeded runs (an evaluation, not a release). Communication = total vector entries
 sent by all clients over all sub-queries.
@@ -59,9 +59,9 @@ def main() -> None:
             truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
             truth = truth / n
             ad = adaptive_histogram(rows, cols, a.depth, 1.0, shard_size=10_000, dropout=0.1,
-                                    aggregation="plain", rng=rep)
+                                    aggregation="simulate", rng=rep)
             fl = flat_histogram(rows, cols, a.depth, 1.0, shard_size=10_000, dropout=0.1,
-                                aggregation="plain", rng=rep + 100)
+                                aggregation="simulate", rng=rep + 100)
             res.append((mse(ad.estimate, truth), mse(fl, truth),
                         sum(r["vector_length"] * r["users"] for r in ad.rounds),
                         side * side * n, len(ad.rounds), ad.rounds[-1]["vector_length"]))
@@ -72,7 +72,7 @@ def main() -> None:
     g = np.random.default_rng(7)
     rows, cols = city(10_000, side, g)
     truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side) / 10_000
-    kw = dict(shard_size=10_000, aggregation="plain")
+    kw = dict(shard_size=10_000, aggregation="simulate")
     methods = {
         "adaptive (distributed)": lambda r: adaptive_histogram(rows, cols, a.depth, 1.0,
                                                                rng=r, **kw).estimate,
@@ -94,7 +94,7 @@ def main() -> None:
         cells = []
         for m in (1 << 6, 1 << 8, 1 << 12, 1 << 32):
             e = np.mean([mse(flat_histogram(rows, cols, a.depth, 1.0, shard_size=S,
-                                            modulus=m, aggregation="plain", rng=r), truth)
+                                            modulus=m, aggregation="simulate", rng=r), truth)
                          for r in range(a.reps)])
             cells.append(f"m=2^{m.bit_length() - 1}: {e:.3e}")
         print(f"  S_max={S:>6}: " + "  ".join(cells), flush=True)

@@ -89,8 +89,10 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
               help="Calibration c of eq. 7.")
 @click.option("--b", "b", type=POSITIVE, default=2.0, show_default=True,
               help="Expansion parameter b of eq. 9.")
-@click.option("--aggregation", type=click.Choice(["secagg", "plain"]), default="secagg",
-              show_default=True, help="Real secure aggregation, or the same sums directly.")
+@click.option("--aggregation", type=click.Choice(["secagg", "plain", "simulate"]),
+              default="secagg", show_default=True,
+              help="Real secure aggregation; the same sums directly; or each shard's noise "
+                   "sum sampled directly (same law, fast).")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
 @out_dir_option(required=True)
@@ -114,7 +116,7 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
     truth = truth / truth.sum()
     flat = flat_histogram(rows, cols, depth, epsilon, shard_size=shard_size, dropout=dropout,
-                          aggregation="plain", rng=None if seed is None else seed + 1)
+                          aggregation="simulate", rng=None if seed is None else seed + 1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", rel.estimate)

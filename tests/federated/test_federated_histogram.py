@@ -124,3 +124,28 @@ def test_federated_locations_end_to_end():
     # noise per cell: 2 shards of DL(e^{-2/100}), sd ~ 70 / gamma = 0.7; rounding adds
     # < sqrt(400) / 2 / gamma = 0.1; 6 sd bound per cell (false failure < 1e-6)
     assert np.abs(est - truth).max() < 6 * 0.8
+
+
+def test_simulated_shard_noise_has_the_law_of_the_clients_sum():
+    """Polya variables with one a add their shapes: the sum of k clients' X - Y with
+    X, Y ~ Polya(1/n_min, a) equals Polya(k/n_min, a) - Polya(k/n_min, a) in law, exactly
+    (explicit convolutions, k = 7 survivors of n_min = 5)."""
+    from shuffledp.encoders.polya import polya_pmf
+
+    k, n_min, a = 7, 5, float(np.exp(-0.5))
+    _, clients = polya_difference_sum_pmf(k, 1.0 / n_min, a, 300)
+    one = polya_pmf(np.arange(2101), k / n_min, a)
+    direct = np.convolve(one, one[::-1])
+    mid = slice(direct.size // 2 - 50, direct.size // 2 + 51)
+    cmid = slice(clients.size // 2 - 50, clients.size // 2 + 51)
+    np.testing.assert_allclose(clients[cmid], direct[mid], rtol=1e-9)
+
+
+def test_simulate_path_matches_counts_and_guarantee():
+    g = np.random.default_rng(3)
+    cells = g.integers(0, 10, 5000)
+    r = federated_histogram(cells, 10, 1.0, shard_size=1000, aggregation="simulate", rng=1)
+    truth = np.bincount(cells, minlength=10)
+    # noise: 5 shards of DL(e^-1), sd ~ 1.4 each: |error| < 6 sqrt(5) 1.4 = 19 per cell
+    assert np.abs(r.counts - truth).max() < 19 and r.guarantee.parameters[
+        "aggregation"] == "simulate"
