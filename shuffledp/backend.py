@@ -128,6 +128,20 @@ class Partitioning:
     coord_blocks: int
 
 
+def default_partitioning(params: ProtocolParams, n_users: int, n_workers: int,
+                         budget_bytes: int = 1 << 27) -> Partitioning:
+    """At least 4 tasks per worker, and each task's messages within ``budget_bytes``.
+
+    An encoder task holds 4 bytes per message of its users; a block task about 24 bytes per
+    message of its block (uint32 shares, int64 packed messages, the shuffle's copy).
+    """
+    total = int(n_users) * params.r * params.m
+    least = 4 * max(1, int(n_workers))
+    users = max(least, -(-4 * total // budget_bytes))
+    blocks = max(least, -(-24 * total // budget_bytes))
+    return Partitioning(min(users, max(1, int(n_users))), min(blocks, params.m))
+
+
 def _plan(params, participants, part: Partitioning):
     user_sel = [s for s in np.array_split(participants, part.user_parts) if s.size]
     return user_sel, coordinate_blocks(params.m, part.coord_blocks)
@@ -164,8 +178,8 @@ def dask_sums(
     """
     require_dask()
     if part is None:
-        nw = max(1, len(client.scheduler_info().get("workers", {})))
-        part = Partitioning(user_parts=4 * nw, coord_blocks=4 * nw)
+        part = default_partitioning(params, participants.size,
+                                    len(client.scheduler_info().get("workers", {})))
     user_sel, edges = _plan(params, participants, part)
     seeds = partition_streams(rng, len(user_sel))
     p_fut, u_fut = client.scatter([params, users], broadcast=True)
@@ -183,7 +197,7 @@ def connect(scheduler: str | None = None, n_workers: int | None = None):
     """A ``distributed.Client``: to ``scheduler`` if given, else a fresh LocalCluster."""
     distributed = require_dask()
     if scheduler:
-        return distributed.Client(scheduler)
+        return distributed.Client(scheduler, timeout=10)
     cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                        dashboard_address=None)
     return distributed.Client(cluster)

@@ -57,3 +57,23 @@ def test_dask_backend_equals_local_plan_on_a_local_cluster():
     np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
     loc = local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
     np.testing.assert_array_equal(acc.counts, loc.counts)
+
+
+def test_cli_backend_usage_and_missing_dask(monkeypatch):
+    import sys
+
+    from click.testing import CliRunner
+
+    from shuffledp.cli import main
+
+    r = CliRunner().invoke(main, ["heatmap", "--backend", "dask", "--n", "20", "--quiet"])
+    assert r.exit_code == 2 and "--model shuffle --backend dask" in r.output
+    r = CliRunner().invoke(main, ["heatmap", "--model", "shuffle", "--scheduler", "tcp://x:1",
+                                  "--n", "20", "--quiet"])
+    assert r.exit_code == 2
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
+    r = CliRunner().invoke(main, ["heatmap", "--model", "shuffle", "--backend", "dask",
+                                  "--n", "20", "--grid", "8", "--B", "4", "--epsilon", "5",
+                                  "--no-metrics", "--quiet"])
+    assert r.exit_code == 1 and 'pip install "shuffledp[dask]"' in r.output
+    assert "Traceback" not in r.output
