@@ -43,14 +43,16 @@ def main() -> None:
     msgs = users.n_users * p.messages_per_user
     print(f"n={users.n_users} grid={grid} B={a.B} r={p.r} m={p.m} messages={msgs:.3e}")
 
-    t0 = time.perf_counter()
-    loc = shuffle_heatmap(users, **kw)
-    t_loc = time.perf_counter() - t0
-    print(f"local backend: {t_loc:.2f} s end to end (driver peak RSS {_peak_rss_mb():.0f} MB)")
-
+    # workers start before the local run, so their peak RSS is their own
     with distributed.LocalCluster(n_workers=a.workers, threads_per_worker=1,
                                   dashboard_address=None) as c, distributed.Client(c) as cl:
         cl.run(lambda: None)
+        rss0 = cl.run(_peak_rss_mb)
+        t0 = time.perf_counter()
+        loc = shuffle_heatmap(users, **kw)
+        t_loc = time.perf_counter() - t0
+        print(f"local backend: {t_loc:.2f} s end to end (driver peak RSS "
+              f"{_peak_rss_mb():.0f} MB)")
         part = default_partitioning(p, users.n_users, a.workers)
         t0 = time.perf_counter()
         dsk = shuffle_heatmap(users, **kw, backend="dask", client=cl)
@@ -59,13 +61,14 @@ def main() -> None:
     print(f"dask backend ({a.workers} workers, {part}): {t_dsk:.2f} s end to end; "
           f"ratio dask/local = {t_dsk / t_loc:.2f}")
     for w, mb in sorted(rss.items()):
-        print(f"  worker {w}: peak RSS {mb:.0f} MB")
+        print(f"  worker {w}: peak RSS {mb:.0f} MB (idle {rss0[w]:.0f} MB)")
     same = np.array_equal(loc.raw, dsk.raw)
     print(f"releases identical: {same} (expected False: seeded noise streams differ by "
           "partitioning; the exact-sum equality is in tests/test_backend.py)")
 
     # per-coordinate-block cost: one block of width 1 holding every user's r messages
-    shares = np.random.default_rng(0).integers(0, p.q, (users.n_users * p.r, 1), dtype=np.uint32)
+    k = max(users.n_users * p.r, 1 << 20)
+    shares = np.random.default_rng(0).integers(0, p.q, (k, 1), dtype=np.uint32)
     t0 = time.perf_counter()
     shuffle_and_sum(p, 0, shares)
     t_blk = time.perf_counter() - t0
