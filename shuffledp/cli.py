@@ -121,9 +121,16 @@ def main() -> None:
 @out_dir_option(default="out")
 @click.option("--no-metrics", is_flag=True, help="Skip metrics (and the EMD solves).")
 @click.option("--quiet", is_flag=True, help="No progress messages.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True, help="Shuffle model: run in this process or on Dask "
+              '(pip install "shuffledp[dask]").')
+@click.option("--scheduler", default=None,
+              help="--backend dask: scheduler ADDRESS (default: a LocalCluster, one worker "
+                   "per core).")
 @allow_large_option
 def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, delta, sigma,
-            top_percent, neighbour, seed, out_dir, no_metrics, quiet, allow_large) -> None:
+            top_percent, neighbour, seed, out_dir, no_metrics, quiet, backend, scheduler,
+            allow_large) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
     Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
@@ -139,6 +146,9 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
         raise click.BadParameter(
             "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
             param_hint="--neighbour")
+    if (backend == "dask" or scheduler) and model != "shuffle" or scheduler and backend != "dask":
+        raise click.UsageError(f"--backend {backend} --scheduler {scheduler!r}: the dask "
+                               "backend (and --scheduler) need --model shuffle --backend dask")
     box = _check_input_options(input_path, fmt, bbox, n)
     n = SYNTHETIC_USERS if n is None else n
     n_points = _count_points(input_path, n)
@@ -166,7 +176,7 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
                                rng=rngs[0])
     else:
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
-                                n_points, len(top_percent), allow_large)
+                                n_points, len(top_percent), allow_large, backend, scheduler)
     seconds_ours = time.perf_counter() - t_ours
 
     from shuffledp.analyzers.baselines import laplace_baseline
@@ -239,7 +249,8 @@ def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,
 
 def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: float, B: int,
                      w: int, neighbour: str | None, rng: Any, n_points: int, n_baselines: int,
-                     allow_large: bool) -> Any:
+                     allow_large: bool, backend: str = "local",
+                     scheduler: str | None = None) -> Any:
     """Derive the protocol (refused, exit 1, if none fits), check its size, run it."""
     from shuffledp.cli_common import as_refusal
     from shuffledp.protocol import shuffle_heatmap
@@ -258,8 +269,19 @@ def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: 
         memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,
                                     params.messages_per_user, params.m),
         messages_per_user=params.messages_per_user, allow_large=allow_large)
-    return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
-                           params=params)
+    if backend == "local":
+        return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
+                               params=params)
+    from shuffledp.backend import connect, require_dask
+
+    try:
+        require_dask()
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    client = as_refusal(f"--backend dask --scheduler {scheduler!r}", connect, scheduler)
+    with client:
+        return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
+                               params=params, backend="dask", client=client)
 
 
 def _count_points(input_path: str | None, n_users: int) -> int:

@@ -132,6 +132,8 @@ def shuffle_heatmap(
     simulate_dropouts: int = 0,
     params: ProtocolParams | None = None,
     neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    backend: str = "local",
+    client: object = None,
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
@@ -165,6 +167,11 @@ def shuffle_heatmap(
     neighbour : Neighbour or {"replace", "zero_out"}
         Neighbour relation (n public in both): replace-one (Delta_i = 2B) or zero-out
         (Delta_i = B, the like-for-like counterpart of the central add/remove mechanism).
+    backend : {"local", "dask"}
+        ``"dask"`` (simulation path only) runs the encoders, block shuffles and mod-q sums on
+        ``client`` (a ``distributed.Client``; see :mod:`shuffledp.backend`).
+    client : distributed.Client, optional
+        Required with ``backend="dask"``.
 
     Returns
     -------
@@ -199,7 +206,19 @@ def shuffle_heatmap(
     participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
     t0 = time.perf_counter()
     timings: dict[str, object] = {}
-    if not (encrypt or wire):
+    if backend not in ("local", "dask"):
+        raise ValueError(f"backend must be 'local' or 'dask', got backend={backend!r}")
+    if backend == "dask":
+        from shuffledp.backend import dask_sums
+
+        if encrypt or wire or client is None:
+            raise ValueError("backend='dask' needs client= and the simulation path "
+                             f"(encrypt={encrypt!r}, wire={wire!r})")
+        acc = dask_sums(params, users, participants, rng, client)
+        n_fwd, n_dropped = participants.size, k
+        timings["encode_shuffle_and_sum_seconds"] = time.perf_counter() - t0
+        path = "simulation (dask)"
+    elif not (encrypt or wire):
         acc = simulate_sums(params, users, participants, noise, src)
         n_fwd, n_dropped = participants.size, k
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
