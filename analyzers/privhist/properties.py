@@ -23,10 +23,9 @@ equally private by post-processing):
   ([Miller55]_; removes the O(S/n) bias of the plug-in);
 * :func:`coverage_unbiased`: for m <= n the exactly unbiased
   (1/m) sum_r phi_r (1 - C(n - r, m) / C(n, m)) (the expected distinct labels of a uniform
-  m-subsample of the n samples, itself m i.i.d. samples); for n < m <= 2n the Good-Toulmin
-  extrapolation (S + sum_{i >= 1} -(-t)^i phi_i) / m, t = m/n - 1 <= 1 ([GT56]_), refused
-  beyond 2n (it is unstable for t > 1; the smoothed variants of Orlitsky, Suresh and Wu,
-  PNAS 2016, are not implemented).
+  m-subsample of the n samples, itself m i.i.d. samples); for m > n the Good-Toulmin
+  extrapolation ([GT56]_), Poisson-smoothed for t = m/n - 1 > 1 (Orlitsky, Suresh and Wu,
+  PNAS 2016; :mod:`shuffledp.analyzers.privhist.linear`).
 
 These are not the sample-optimal estimators of [Acharya17]_ (profile maximum likelihood).
 
@@ -61,7 +60,7 @@ class PropertyEstimates:
 
     ``support_size`` and ``distance_to_uniformity`` are None when no support bound k is given;
     ``entropy_miller_madow`` and ``support_coverage_unbiased`` are the bias-corrected linear
-    estimators (the latter None when m > 2n).
+    estimators.
     """
 
     n: int
@@ -103,35 +102,33 @@ def distance_to_uniformity(h: AnonHistogram, n: int, k: int) -> float:
 
 
 def entropy_miller_madow(h: AnonHistogram, n: int) -> float:
-    """Plug-in entropy + (S - 1) / (2n) in nats ([Miller55]_), S = labels seen (0 if empty)."""
-    h = as_histogram("h", h)
-    n = v.count("n", n)
-    return entropy(h, n) + (max(h.support, 1) - 1) / (2.0 * n)
+    """Plug-in entropy + (S - 1) / (2n) in nats ([Miller55]_), S = labels seen (0 if empty);
+    :func:`shuffledp.analyzers.privhist.linear.miller_madow_entropy`."""
+    from shuffledp.analyzers.privhist.linear import miller_madow_entropy
+
+    return miller_madow_entropy(as_histogram("h", h), v.count("n", n))
 
 
 def coverage_unbiased(h: AnonHistogram, n: int, m: int) -> float:
-    """Support coverage at m samples: exactly unbiased for m <= n, Good-Toulmin for m <= 2n.
-
-    See the module docstring. Raises ValueError for m > 2n.
+    """Support coverage at m samples: exactly unbiased for m <= n; for m > n the (smoothed,
+    t > 1) Good-Toulmin extrapolation of :func:`shuffledp.analyzers.privhist.linear.sgt_unseen`.
     """
+    from shuffledp.analyzers.privhist.linear import sgt_unseen
+
     h = as_histogram("h", h)
     n = v.count("n", n)
     m = v.count("m", m)
+    if m > n:
+        return float((h.support + sgt_unseen(h, n, m / n - 1.0)) / m)
     r = h.counts.astype(float)
     phi = h.prevalences.astype(float)
-    if m <= n:
-        # C(n - r, m) / C(n, m) = prod_{j<m} (n - r - j)/(n - j), zero when r > n - m
-        ok = r <= n - m
-        rr = np.where(ok, r, 0.0)  # masked entries: C(n - r, m) = 0
-        log_miss = (gammaln(n - rr + 1) - gammaln(n - rr - m + 1) - gammaln(n + 1)
-                    + gammaln(n - m + 1))
-        miss = np.where(ok, np.exp(log_miss), 0.0)
-        return float(np.sum(phi * (1.0 - miss)) / m)
-    if m > 2 * n:
-        raise ValueError(f"Good-Toulmin extrapolation needs m <= 2n, got m={m!r}, n={n!r}")
-    t = m / n - 1.0
-    new = -np.sum(phi * (-t) ** r)
-    return float((phi.sum() + new) / m)
+    # C(n - r, m) / C(n, m) = prod_{j<m} (n - r - j)/(n - j), zero when r > n - m
+    ok = r <= n - m
+    rr = np.where(ok, r, 0.0)  # masked entries: C(n - r, m) = 0
+    log_miss = (gammaln(n - rr + 1) - gammaln(n - rr - m + 1) - gammaln(n + 1)
+                + gammaln(n - m + 1))
+    miss = np.where(ok, np.exp(log_miss), 0.0)
+    return float(np.sum(phi * (1.0 - miss)) / m)
 
 
 def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
@@ -169,7 +166,7 @@ def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
         support_coverage=support_coverage(h, n, m),
         distance_to_uniformity=None if k is None else distance_to_uniformity(h, n, k),
         entropy_miller_madow=entropy_miller_madow(h, n),
-        support_coverage_unbiased=coverage_unbiased(h, n, m) if m <= 2 * n else None,
+        support_coverage_unbiased=coverage_unbiased(h, n, m),
     )
 
 
