@@ -5,7 +5,8 @@ normalised by pi x 3958.8 miles (half a great circle, :func:`sphere_space`). Que
 f(x) = d_X(x, city), 1-Lipschitz; a user's answer is the mean of f over her m points.
 
 * metric: :func:`shuffledp.analyzers.priv_emd_linear` with l = 1, alpha (exact discrete
-  Laplace on a grid; local scale l/alpha per user, central l/(n alpha)).
+  Laplace on a grid; local scale l/alpha per user, central l/(n alpha)), and its Gaussian
+  variant at delta = 1e-6 (exact discrete Gaussian, zCDP calibration).
 * baseline (user-level DP, replacement of one user's whole dataset): f takes values in
   [0, 1], so a user's mean moves by at most l * 1 = 1; Laplace of scale 1/eps per user
   (local) or 1/(n eps) on the mean of the n users (central). Float Laplace: a measurement,
@@ -77,15 +78,22 @@ def main() -> None:
           f"|error| in miles, mean of {reps} seeded reps")
     print(f"{'model':>7} {'n':>7} {'mechanism':>26} {'error_mi':>10} {'theory_mi':>10} "
           f"{'base/metric':>11}")
+    gauss = "metric Gaussian d=1e-6"
     for model in ("local", "central"):
         for n in ns:
-            errs = {"metric d_EM alpha=25": [], "user-DP eps=0.2": [], "user-DP eps=alpha": []}
+            errs = {"metric d_EM alpha=25": [], gauss: [], "user-DP eps=0.2": [],
+                    "user-DP eps=alpha": []}
+            g_scale = 0.0
             for rep in range(reps):
                 rng = np.random.default_rng(100 + rep)
                 users = draw(n, m, k, rng)
                 truth = float(query_value(users, space, f)[0])
                 rel = priv_emd_linear(users, space, f, alpha, model, lipschitz=1.0, rng=rng)
                 errs["metric d_EM alpha=25"].append(abs(float(rel.estimate[0]) - truth))
+                gr = priv_emd_linear(users, space, f, alpha, model, lipschitz=1.0,
+                                     noise="gaussian", delta=1e-6, rng=rng)
+                errs[gauss].append(abs(float(gr.estimate[0]) - truth))
+                g_scale = gr.noise_scale
                 means = f[users].mean(axis=1)
                 for name, eps in (("user-DP eps=0.2", 0.2), ("user-DP eps=alpha", alpha)):
                     if model == "local":
@@ -95,9 +103,13 @@ def main() -> None:
                     errs[name].append(abs(est - truth))
             metric_err = np.mean(errs["metric d_EM alpha=25"])
             for name, e in errs.items():
-                eps = alpha if name != "user-DP eps=0.2" else 0.2
-                scale = 1 / eps if model == "local" else 1 / (n * eps)
-                th = scale * math.sqrt(2 / (math.pi * n)) if model == "local" else scale
+                if name == gauss:  # E|N(0, s^2)| = s sqrt(2/pi); local: the mean of n draws
+                    th = g_scale * math.sqrt(2 / math.pi) / (math.sqrt(n) if model == "local"
+                                                             else 1.0)
+                else:
+                    eps = alpha if name != "user-DP eps=0.2" else 0.2
+                    scale = 1 / eps if model == "local" else 1 / (n * eps)
+                    th = scale * math.sqrt(2 / (math.pi * n)) if model == "local" else scale
                 print(f"{model:>7} {n:>7} {name:>26} {np.mean(e) * MILES:>10.3f} "
                       f"{th * MILES:>10.3f} {np.mean(e) / metric_err:>11.3g}", flush=True)
     print(f"total {time.perf_counter() - t0:.1f} s")
