@@ -19,7 +19,8 @@ Header (64 bytes)::
     24     8    n_records        uint64
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
-    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed
+    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed;
+                                 bit 1 (bit-packed kinds only): coordinate-major layout
     49     15   reserved         zero (a non-zero byte is malformed)
 
 Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
@@ -35,6 +36,13 @@ is bit ``i b + j`` of the body, and bit k of the body is bit ``k mod 8`` of byte
 ``k // 8``. The body is ceil(n_records b / 8) bytes; the padding bits of the last byte
 must be zero. :func:`pack_bits` / :func:`unpack_bits` convert (vectorised). A reader of
 this module accepts versions 2 and 3.
+
+Coordinate-major layout (bit-packed kinds with flags bit 1): the records hold the shares
+w alone, at share_bits bits each, grouped by coordinate in increasing order; the coordinate
+of record i is i // k with k = r in a user batch and k = n_users r in a mixed batch (every
+user sends exactly r shares per coordinate, so the coordinate is implied by the position).
+The analyzer's view is the same labelled multiset as with explicit coordinates (the order
+inside a coordinate's block is a uniform permutation, independent of the data).
 
 Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
 
@@ -80,6 +88,7 @@ READ_VERSIONS = (VERSION, VERSION_PACKED)
 HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
+FLAG_COORD_MAJOR = 2
 KIND_USER = 1
 KIND_MIXED = 2
 KIND_USER_ENC = 3
@@ -132,9 +141,13 @@ class Header:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
             object.__setattr__(self, name, int(v))
-        if self.flags not in (0, FLAG_KEYED) or (self.flags and self.kind not in MIXED_KINDS):
-            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, got "
-                             f"flags={self.flags!r} on kind {self.kind}")
+        f = self.flags
+        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR) or f < 0
+                or (f & FLAG_KEYED and self.kind not in MIXED_KINDS)
+                or (f & FLAG_COORD_MAJOR and self.kind not in PACKED_KINDS)):
+            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, plus "
+                             f"{FLAG_COORD_MAJOR} on a bit-packed batch, got flags={f!r} on "
+                             f"kind {self.kind}")
 
     @property
     def mixed(self) -> bool:
@@ -144,6 +157,11 @@ class Header:
     def keyed(self) -> bool:
         """True when the mixed batch's tag is an HMAC (see module docstring)."""
         return bool(self.flags & FLAG_KEYED)
+
+    @property
+    def coordinate_major(self) -> bool:
+        """True when records are shares in coordinate-major order (see module docstring)."""
+        return bool(self.flags & FLAG_COORD_MAJOR)
 
     @property
     def trailer_bytes(self) -> int:
@@ -319,7 +337,8 @@ def with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
         if mac_key is not None:
             raise ValueError("only mixed batches carry a tag; got a mac_key for a user batch")
         return header
-    return replace(header, flags=FLAG_KEYED if mac_key is not None else 0)
+    keep = header.flags & FLAG_COORD_MAJOR
+    return replace(header, flags=keep | (FLAG_KEYED if mac_key is not None else 0))
 
 
 def _check_tag_mode(header: Header, mac_key: bytes | None) -> None:

@@ -125,3 +125,14 @@ def test_packed_bytes_per_user_is_what_the_wire_writes():
     assert len(encode_batch(h2, vals)) == p.bytes_per_user
     assert p.packed_bytes_per_user - HEADER_SIZE == -(-p.messages_per_user * p.record_bits // 8)
     assert p.figures()["packed_bytes_per_user"] == p.packed_bytes_per_user
+
+
+def test_coordinate_major_flag_only_on_packed_kinds_and_survives_tagging():
+    from shuffledp.wire import FLAG_COORD_MAJOR, KIND_MIXED
+
+    with pytest.raises(ValueError, match="flags=2 on kind 2"):
+        Header(KIND_MIXED, 4, DIGEST, 1, flags=FLAG_COORD_MAJOR)
+    h = Header(KIND_MIXED_PACKED, 7, DIGEST, 3, 1, flags=FLAG_COORD_MAJOR)
+    data = encode_batch(h, np.array([1, 2, 3], dtype=np.uint64), mac_key=bytes(16))
+    h2, rec = decode_batch(data, mac_key=bytes(16))
+    assert h2.coordinate_major and h2.keyed and rec.tolist() == [1, 2, 3]

@@ -1,0 +1,63 @@
+"""Plaintext rounds over the bit-packed layouts: exact sizes, exact sums, per-block mixing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shuffledp import Grid
+from shuffledp.crypto import SecureRandom
+from shuffledp.encoders.encoder import encode_shares
+from shuffledp.packed_round import LAYOUTS, frame_user, mix, sums, user_batch_bytes
+from shuffledp.protocol_params import derive_params
+from shuffledp.users import UserDistributions
+from shuffledp.wire import WireError, decode_batch
+
+
+@pytest.fixture(scope="module")
+def setup():
+    p = derive_params(Grid(16, 12), 6, epsilon=5.0, delta=1e-5, B=8)
+    rng = np.random.default_rng(3)
+    users = UserDistributions.from_pixels(Grid(16, 12), np.arange(6),
+                                          rng.integers(0, 16 * 12, size=6))
+    sh = encode_shares(p, users, np.arange(6), rng=np.random.default_rng(4))
+    return p, sh
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_round_sums_exactly_and_sizes_match_params(setup, layout):
+    p, sh = setup
+    batches = [frame_user(p, sh[j], layout) for j in range(sh.shape[0])]
+    want = {"packed": p.packed_bytes_per_user,
+            "coordinate-major": p.coordinate_major_bytes_per_user}[layout]
+    assert {len(b) for b in batches} == {want} == {user_batch_bytes(p, layout)}
+    mixed = mix(p, batches, layout, SecureRandom(), mac_key=bytes(32))
+    expected = sh.astype(np.uint64).sum(axis=(0, 1)) % np.uint64(p.q)
+    assert np.array_equal(sums(p, mixed, mac_key=bytes(32)), expected)
+
+
+def test_coordinate_major_mixing_keeps_each_coordinate_block(setup):
+    p, sh = setup
+    batches = [frame_user(p, sh[j], "coordinate-major") for j in range(sh.shape[0])]
+    _, rec = decode_batch(mix(p, batches, "coordinate-major", SecureRandom()))
+    blocks = rec.reshape(p.m, -1)
+    for a in (0, p.m // 2, p.m - 1):  # each block is a permutation of that coordinate's shares
+        assert sorted(blocks[a].tolist()) == sorted(sh[:, :, a].ravel().tolist())
+
+
+def test_coordinate_major_is_smaller_than_packed_and_v2(setup):
+    p, _ = setup
+    assert p.coordinate_major_bytes_per_user < p.packed_bytes_per_user <= p.bytes_per_user
+
+
+def test_foreign_or_malformed_batches_are_refused(setup):
+    p, sh = setup
+    b = frame_user(p, sh[0], "packed")
+    with pytest.raises(WireError, match="not a coordinate-major user batch"):
+        mix(p, [b], "coordinate-major")
+    with pytest.raises(WireError, match="header promises"):
+        mix(p, [b[:-1]], "packed")
+    with pytest.raises(ValueError, match="layout='v9'"):
+        frame_user(p, sh[0], "v9")
+    with pytest.raises(ValueError, match=r"shares.shape=\(2, 3\)"):
+        frame_user(p, np.zeros((2, 3)), "packed")
