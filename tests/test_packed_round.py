@@ -61,3 +61,14 @@ def test_foreign_or_malformed_batches_are_refused(setup):
         frame_user(p, sh[0], "v9")
     with pytest.raises(ValueError, match=r"shares.shape=\(2, 3\)"):
         frame_user(p, np.zeros((2, 3)), "packed")
+
+
+def test_fig12_point_b256_headline_sizes():
+    # 320x240, n=50, eps=5, delta=1e-5, B=256: r=19, m=102406, q=303287 (19 share bits,
+    # 17 coordinate bits); sizes recomputed by hand from r m and the bit widths
+    p = derive_params(Grid(320, 240), 50, epsilon=5.0, delta=1e-5, B=256)
+    assert (p.r, p.m, p.q, p.share_bits, p.record_bits) == (19, 102406, 303287, 19, 36)
+    msgs = 19 * 102406
+    assert p.bytes_per_user == 64 + msgs * 5 == 9728634
+    assert p.packed_bytes_per_user == 64 + -(-msgs * 36 // 8) == 8755777
+    assert p.coordinate_major_bytes_per_user == 64 + -(-msgs * 19 // 8) == 4621135 <= 7_000_000
