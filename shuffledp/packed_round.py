@@ -15,10 +15,11 @@ Two layouts of one user's r m messages (:mod:`shuffledp.wire`):
     so the split-and-mix analysis behind r applies unchanged.
 
 Like the v2 plaintext path, these are simulation aids: whoever relays a plaintext batch
-reads every share. :func:`frame_user`, :func:`mix` and :func:`sums` are the user, shuffler
-and analyzer steps; :func:`user_batch_bytes` is the exact size :func:`frame_user` writes.
-Not wired into :class:`shuffledp.shuffler.Shuffler` (dropout reports, duplicate checks):
-:func:`mix` takes complete, well-formed batches only.
+reads every share. :func:`frame_user`, :func:`mix` and :func:`accumulate` are the user,
+shuffler and analyzer steps (``shuffle_heatmap(..., wire=True, layout=...)`` runs them);
+:func:`user_batch_bytes` is the exact size :func:`frame_user` writes.
+Not wired into the streaming :class:`shuffledp.shuffler.Shuffler` (duplicate checks,
+spooling): :func:`mix` holds all batches in memory and takes well-formed batches only.
 
 References
 ----------
@@ -94,7 +95,8 @@ def _read_user(params: ProtocolParams, data: bytes, layout: str) -> np.ndarray:
 
 
 def mix(params: ProtocolParams, batches: Sequence[bytes], layout: str,
-        source: SecureRandom | None = None, mac_key: bytes | None = None) -> bytes:
+        source: SecureRandom | None = None, mac_key: bytes | None = None,
+        n_dropped: int = 0) -> bytes:
     """Shuffler: the users' batches -> one mixed batch (kind 6) in the same layout.
 
     ``packed``: one uniform permutation of all messages. ``coordinate-major``: one
@@ -117,12 +119,20 @@ def mix(params: ProtocolParams, batches: Sequence[bytes], layout: str,
         out = recs.ravel()
         secure_shuffle(out, src)
     h = Header(KIND_MIXED_PACKED, _bits(params, layout), params.digest, out.size,
-               n_users=len(batches), flags=_flags(layout))
+               n_users=len(batches), n_dropped=n_dropped, flags=_flags(layout))
     return encode_batch(h, out, mac_key)
 
 
-def sums(params: ProtocolParams, data: bytes, mac_key: bytes | None = None) -> np.ndarray:
-    """Analyzer: a mixed bit-packed batch -> the m sums mod q (uint64), tag verified."""
+def accumulate(params: ProtocolParams, data: bytes, mac_key: bytes | None = None):
+    """Analyzer: a mixed bit-packed batch -> (Header, ModularAccumulator), tag verified.
+
+    The records go through the same exact accumulator as v2 records
+    (:class:`shuffledp.analyzers.modular.ModularAccumulator`: out-of-range messages are
+    counted and never summed; :meth:`~shuffledp.analyzers.modular.ModularAccumulator.modular_sums`
+    refuses a coordinate without exactly r n_users messages).
+    """
+    from shuffledp.analyzers.modular import ModularAccumulator
+
     h, rec = decode_batch(data, mac_key)
     layout = "coordinate-major" if h.coordinate_major else "packed"
     if (h.kind != KIND_MIXED_PACKED or h.digest != params.digest
@@ -130,13 +140,10 @@ def sums(params: ProtocolParams, data: bytes, mac_key: bytes | None = None) -> n
             or h.n_records != h.n_users * params.messages_per_user):
         raise WireError(f"not a {layout} mixed batch of this run (kind {h.kind}, "
                         f"{h.n_records} records of {h.record_bytes} bits, {h.n_users} users)")
-    q = np.uint64(params.q)
+    acc = ModularAccumulator(params)
     if layout == "coordinate-major":
-        return rec.reshape(params.m, -1).sum(axis=1, dtype=np.uint64) % q
-    coord = rec >> np.uint64(params.share_bits)
-    share = rec & np.uint64((1 << params.share_bits) - 1)
-    if coord.size and int(coord.max()) >= params.m:
-        raise WireError(f"a message names coordinate {int(coord.max())} >= m={params.m}")
-    out = np.zeros(params.m, dtype=np.uint64)
-    np.add.at(out, coord.astype(np.int64), share % q)
-    return out % q
+        coords = np.repeat(np.arange(params.m, dtype=np.int64), h.n_users * params.r)
+        acc.add_pairs(coords, rec.astype(np.int64))
+    else:
+        acc.add_records(rec)
+    return h, acc

@@ -8,7 +8,7 @@ import pytest
 from shuffledp import Grid
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares
-from shuffledp.packed_round import LAYOUTS, frame_user, mix, sums, user_batch_bytes
+from shuffledp.packed_round import LAYOUTS, accumulate, frame_user, mix, user_batch_bytes
 from shuffledp.protocol_params import derive_params
 from shuffledp.users import UserDistributions
 from shuffledp.wire import WireError, decode_batch
@@ -33,7 +33,9 @@ def test_round_sums_exactly_and_sizes_match_params(setup, layout):
     assert {len(b) for b in batches} == {want} == {user_batch_bytes(p, layout)}
     mixed = mix(p, batches, layout, SecureRandom(), mac_key=bytes(32))
     expected = sh.astype(np.uint64).sum(axis=(0, 1)) % np.uint64(p.q)
-    assert np.array_equal(sums(p, mixed, mac_key=bytes(32)), expected)
+    h, acc = accumulate(p, mixed, mac_key=bytes(32))
+    assert h.n_users == 6 and acc.rejected == 0
+    assert np.array_equal(acc.modular_sums(6), expected.astype(np.int64))
 
 
 def test_coordinate_major_mixing_keeps_each_coordinate_block(setup):
@@ -72,3 +74,24 @@ def test_fig12_point_b256_headline_sizes():
     assert p.bytes_per_user == 64 + msgs * 5 == 9728634
     assert p.packed_bytes_per_user == 64 + -(-msgs * 36 // 8) == 8755777
     assert p.coordinate_major_bytes_per_user == 64 + -(-msgs * 19 // 8) == 4621135 <= 7_000_000
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_shuffle_heatmap_over_packed_layouts_matches_v2_and_reports_written_bytes(layout):
+    from shuffledp.protocol import shuffle_heatmap
+
+    rng = np.random.default_rng(7)
+    users = UserDistributions.from_pixels(Grid(16, 12), np.arange(8),
+                                          rng.integers(0, 16 * 12, size=8))
+    p = derive_params(Grid(16, 12), 8, epsilon=5.0, delta=1e-5, B=8)
+    kw = dict(epsilon=5.0, delta=1e-5, B=8, wire=True, params=p, simulate_dropouts=0)
+    a = shuffle_heatmap(users, rng=11, **kw)
+    b = shuffle_heatmap(users, rng=11, layout=layout, **kw)
+    # same seeded noise -> identical exact sums -> identical release
+    assert np.array_equal(a.raw, b.raw)
+    want = {"packed": p.packed_bytes_per_user,
+            "coordinate-major": p.coordinate_major_bytes_per_user}[layout]
+    assert b.protocol["bytes_per_user"] == want and b.protocol["wire_layout"] == layout
+    assert a.protocol["bytes_per_user"] == p.bytes_per_user and a.protocol["wire_layout"] == "v2"
+    with pytest.raises(ValueError, match="layout='packed' is a plaintext wire layout"):
+        shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=8, layout="packed")
