@@ -36,6 +36,7 @@ from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
 from shuffledp.packed_round import frame_user
 from shuffledp.protocol_params import derive_params
 from shuffledp.users import UserDistributions
+from shuffledp.wire import pack_bits, unpack_bits
 
 N, EPS, DELTA = 50, 5.0, 1e-5
 
@@ -80,6 +81,15 @@ def main() -> None:
         if B == 256:
             last = p
     print("B=256:", check_wire(last))
+    rec = np.random.default_rng(0).integers(0, 1 << last.record_bits, last.messages_per_user,
+                                            dtype=np.uint64)
+    t0 = time.perf_counter()
+    body = pack_bits(rec, last.record_bits)
+    t1 = time.perf_counter()
+    assert np.array_equal(unpack_bits(body, last.record_bits, rec.size), rec)
+    t2 = time.perf_counter()
+    print(f"pack_bits / unpack_bits of {rec.size} {last.record_bits}-bit records: "
+          f"{t1 - t0:.2f} s / {t2 - t1:.2f} s")
 
 
 if __name__ == "__main__":
