@@ -7,7 +7,14 @@
 - Encryption of every message to the analyzer (deployment path): a fresh ephemeral X25519 key
   per message, HKDF-SHA256 ([RFC5869]_) of the shared secret, ChaCha20-Poly1305 with the
   parameter digest, round id and coordinate as associated data (layout in
-  :mod:`shuffledp.wire`).
+  :mod:`shuffledp.wire`). The key stays per message, at 32 of the 52 + s bytes: a key
+  shared by one user's r m messages (per batch) would be a label in every ciphertext that
+  both the shuffler and the analyzer see, so either could group a user's messages and sum
+  her shares, undoing the mixing that the split-and-mix analysis rests on. Deriving
+  per-message keys from one batch key does not help: the analyzer needs the batch key to
+  decrypt, so it learns which messages share it. A shorter honest saving would be the
+  4-byte coordinate, implied by position in a coordinate-major layout as on the plaintext
+  path (:mod:`shuffledp.packed_round`); not implemented here.
 - The mixed batch's MAC key (HMAC-SHA256 over the batch, shared by shuffler and analyzer).
 - SipHash-2-4 ([SipHash12]_), the keyed hash the shuffler uses to send copies of one
   encrypted record to the same bucket.

@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp._rng import RngLike, as_generator
 from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import Neighbour
@@ -116,6 +117,25 @@ def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dic
     return res, s.report
 
 
+def _packed_round(params, users, participants, g, src, layout: str, n_dropped: int,
+                  timings: dict):
+    """Users -> bit-packed batches -> per-layout mixing -> analyzer (in memory); (Header, acc)."""
+    from shuffledp.crypto import generate_mac_key
+    from shuffledp.packed_round import accumulate, frame_user, mix
+
+    t0 = time.perf_counter()
+    mac_key = generate_mac_key()
+    batches = [frame_user(params, encode_shares(params, users, np.array([j]), g, src)[0], layout)
+               for j in participants]
+    timings["bytes_per_user_written"] = len(batches[0]) if batches else 0
+    mixed = mix(params, batches, layout, src, mac_key, n_dropped=n_dropped)
+    timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    h, acc = accumulate(params, mixed, mac_key)
+    timings["analyzer_seconds"] = time.perf_counter() - t1
+    return h, acc
+
+
 def shuffle_heatmap(
     users: UserDistributions,
     *,
@@ -134,6 +154,7 @@ def shuffle_heatmap(
     neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
     backend: str = "local",
     client: object = None,
+    layout: str = "v2",
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
@@ -172,6 +193,11 @@ def shuffle_heatmap(
         ``client`` (a ``distributed.Client``; see :mod:`shuffledp.backend`).
     client : distributed.Client, optional
         Required with ``backend="dask"``.
+    layout : {"v2", "packed", "coordinate-major"}
+        Plaintext wire layout (with ``wire=True`` only): byte-aligned v2 records, records at
+        their exact bit width, or shares only with the coordinate implied by position
+        (:mod:`shuffledp.packed_round`, in memory). ``protocol["bytes_per_user"]`` is the
+        length of the user batch actually written, ``protocol["wire_layout"]`` the layout.
 
     Returns
     -------
@@ -186,6 +212,10 @@ def shuffle_heatmap(
     """
     if not isinstance(users, UserDistributions):
         raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
+    layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
+    if layout != "v2" and (encrypt or not wire):
+        raise ValueError(f"layout={layout!r} is a plaintext wire layout: it needs wire=True "
+                         f"and encrypt=False, got wire={wire!r}, encrypt={encrypt!r}")
     if params is None:
         params = derive_params(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
@@ -223,6 +253,10 @@ def shuffle_heatmap(
         n_fwd, n_dropped = participants.size, k
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation"
+    elif layout != "v2":
+        h, acc = _packed_round(params, users, participants, noise, src, layout, k, timings)
+        n_fwd, n_dropped = h.n_users, h.n_dropped
+        path = "wire"
     else:
         res, report = _wire_round(params, users, participants, noise, src, encrypt, timings)
         acc, n_fwd, n_dropped = res.accumulator, res.header.n_users, res.header.n_dropped
@@ -233,6 +267,9 @@ def shuffle_heatmap(
     extra = {"path": path, **timings}
     release = analyze(params, acc, n_fwd, n_dropped, extra)
     out = dict(release.protocol)
+    out["wire_layout"] = layout if path == "wire" else None
+    if layout != "v2":
+        out["bytes_per_user"] = out.pop("bytes_per_user_written")
     out["reconstruct_seconds"] = time.perf_counter() - t2
     parameters = {**release.parameters, "randomness": "secure" if rng is None else "seeded"}
     guarantee = release.guarantee

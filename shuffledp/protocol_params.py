@@ -282,6 +282,24 @@ class ProtocolParams:
 
         return HEADER_SIZE + self.messages_per_user * self.record_bytes
 
+    @property
+    def packed_bytes_per_user(self) -> int:
+        """Bytes of one user's bit-packed batch (wire kind 5, version 3): the 64-byte header
+        and ceil(r m record_bits / 8) bytes of records at exactly ``record_bits`` bits each
+        (:func:`shuffledp.wire.pack_bits`)."""
+        from shuffledp.wire import HEADER_SIZE
+
+        return HEADER_SIZE + -(-self.messages_per_user * self.record_bits // 8)
+
+    @property
+    def coordinate_major_bytes_per_user(self) -> int:
+        """Bytes of one user's coordinate-major bit-packed batch (wire kind 5, flags bit 1):
+        the header and ceil(r m share_bits / 8) bytes, the coordinate implied by position
+        (:mod:`shuffledp.packed_round`)."""
+        from shuffledp.wire import HEADER_SIZE
+
+        return HEADER_SIZE + -(-self.messages_per_user * self.share_bits // 8)
+
     # ----- identity -----
     def canonical(self) -> dict[str, Any]:
         """The fields every party must agree on, JSON-ready (input of :attr:`digest`)."""
@@ -331,6 +349,9 @@ class ProtocolParams:
             "bits_per_user": self.bits_per_user,
             "record_bytes": self.record_bytes,
             "bytes_per_user": self.bytes_per_user,
+            "record_bits": self.record_bits,
+            "packed_bytes_per_user": self.packed_bytes_per_user,
+            "coordinate_major_bytes_per_user": self.coordinate_major_bytes_per_user,
             "level_epsilons": list(self.level_epsilons),
             "level_sensitivities": list(self.level_sensitivities),
             "level_a": list(self.level_a),

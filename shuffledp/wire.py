@@ -8,16 +8,19 @@ Header (64 bytes)::
 
     offset size field
     0      4    magic            b"SDPW"
-    4      2    version          uint16, currently 2
+    4      2    version          uint16: 2 for kinds 1-4, 3 for the bit-packed kinds 5-6
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
-                                        3 encrypted user batch, 4 encrypted mixed batch
-    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..56 encrypted)
+                                        3 encrypted user batch, 4 encrypted mixed batch,
+                                        5 bit-packed user batch, 6 bit-packed mixed batch
+    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..56 encrypted);
+                                 for kinds 5-6 the record width in BITS (1..64)
     8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256; it covers
                                  the round id, so batches of another run are rejected)
     24     8    n_records        uint64
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
-    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed
+    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed;
+                                 bit 1 (bit-packed kinds only): coordinate-major layout
     49     15   reserved         zero (a non-zero byte is malformed)
 
 Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
@@ -25,6 +28,21 @@ low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share
 with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
 (:class:`~shuffledp.protocol_params.ProtocolParams`). E.g. 36-bit messages take 5 bytes.
 :func:`pack_records` / :func:`unpack_records` convert between integers and records.
+
+Bit-packed records (version 3, kinds 5 and 6): the same unsigned integers
+``(a << share_bits) | w`` at exactly b = ceil(log2 m) + share_bits bits each (b in the
+``record_bytes`` header byte), concatenated least significant bit first: bit j of record i
+is bit ``i b + j`` of the body, and bit k of the body is bit ``k mod 8`` of byte
+``k // 8``. The body is ceil(n_records b / 8) bytes; the padding bits of the last byte
+must be zero. :func:`pack_bits` / :func:`unpack_bits` convert (vectorised). A reader of
+this module accepts versions 2 and 3.
+
+Coordinate-major layout (bit-packed kinds with flags bit 1): the records hold the shares
+w alone, at share_bits bits each, grouped by coordinate in increasing order; the coordinate
+of record i is i // k with k = r in a user batch and k = n_users r in a mixed batch (every
+user sends exactly r shares per coordinate, so the coordinate is implied by the position).
+The analyzer's view is the same labelled multiset as with explicit coordinates (the order
+inside a coordinate's block is a uniform permutation, independent of the data).
 
 Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
 
@@ -45,8 +63,9 @@ Plaintext user batches carry NO integrity protection: a flipped share bit is a v
 The plaintext path is a simulation aid (the shuffler sees every share) and must not be
 deployed.
 
-A batch whose length is not exactly 64 + n_records * record_bytes (+ 32 for a mixed batch)
-is malformed. Reading and writing work in chunks (:func:`iter_records`, :class:`BatchWriter`).
+A batch whose length is not exactly 64 + n_records * record_bytes (bit-packed kinds:
+64 + ceil(n_records b / 8)) (+ 32 for a mixed batch) is malformed. Reading and writing work
+in chunks (:func:`iter_records`, :class:`BatchWriter`).
 """
 
 from __future__ import annotations
@@ -63,15 +82,23 @@ import numpy as np
 
 MAGIC = b"SDPW"
 VERSION = 2
+#: format version of the bit-packed kinds (5, 6); readers accept VERSION and VERSION_PACKED
+VERSION_PACKED = 3
+READ_VERSIONS = (VERSION, VERSION_PACKED)
 HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
+FLAG_COORD_MAJOR = 2
 KIND_USER = 1
 KIND_MIXED = 2
 KIND_USER_ENC = 3
 KIND_MIXED_ENC = 4
-KINDS = (KIND_USER, KIND_MIXED, KIND_USER_ENC, KIND_MIXED_ENC)
-MIXED_KINDS = (KIND_MIXED, KIND_MIXED_ENC)
+KIND_USER_PACKED = 5
+KIND_MIXED_PACKED = 6
+KINDS = (KIND_USER, KIND_MIXED, KIND_USER_ENC, KIND_MIXED_ENC, KIND_USER_PACKED,
+         KIND_MIXED_PACKED)
+MIXED_KINDS = (KIND_MIXED, KIND_MIXED_ENC, KIND_MIXED_PACKED)
+PACKED_KINDS = (KIND_USER_PACKED, KIND_MIXED_PACKED)
 ENC_OVERHEAD = 4 + 32 + 16
 _HEADER = struct.Struct("<4sHBB16sQQQB15s")
 assert _HEADER.size == HEADER_SIZE
@@ -91,14 +118,22 @@ class Header:
     n_records: int
     n_users: int = 1
     n_dropped: int = 0
-    version: int = VERSION
+    version: int | None = None
     flags: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got kind={self.kind!r}")
-        if not (1 <= int(self.record_bytes) <= 255):
-            raise ValueError(f"record_bytes must be in 1..255, got {self.record_bytes!r}")
+        want = VERSION_PACKED if self.kind in PACKED_KINDS else VERSION
+        if self.version is None:
+            object.__setattr__(self, "version", want)
+        if self.version != want:
+            raise ValueError(f"kind {self.kind} is written with version {want}, got "
+                             f"version={self.version!r}")
+        top = 64 if self.kind in PACKED_KINDS else 255
+        if not (1 <= int(self.record_bytes) <= top):
+            raise ValueError(f"record_bytes must be in 1..{top} for kind {self.kind}, got "
+                             f"record_bytes={self.record_bytes!r}")
         if not isinstance(self.digest, bytes) or len(self.digest) != 16:
             raise ValueError(f"digest must be 16 bytes, got {self.digest!r}")
         for name in ("n_records", "n_users", "n_dropped"):
@@ -106,9 +141,13 @@ class Header:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
             object.__setattr__(self, name, int(v))
-        if self.flags not in (0, FLAG_KEYED) or (self.flags and self.kind not in MIXED_KINDS):
-            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, got "
-                             f"flags={self.flags!r} on kind {self.kind}")
+        f = self.flags
+        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR) or f < 0
+                or (f & FLAG_KEYED and self.kind not in MIXED_KINDS)
+                or (f & FLAG_COORD_MAJOR and self.kind not in PACKED_KINDS)):
+            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, plus "
+                             f"{FLAG_COORD_MAJOR} on a bit-packed batch, got flags={f!r} on "
+                             f"kind {self.kind}")
 
     @property
     def mixed(self) -> bool:
@@ -118,6 +157,11 @@ class Header:
     def keyed(self) -> bool:
         """True when the mixed batch's tag is an HMAC (see module docstring)."""
         return bool(self.flags & FLAG_KEYED)
+
+    @property
+    def coordinate_major(self) -> bool:
+        """True when records are shares in coordinate-major order (see module docstring)."""
+        return bool(self.flags & FLAG_COORD_MAJOR)
 
     @property
     def trailer_bytes(self) -> int:
@@ -134,7 +178,14 @@ class Header:
         return self.kind in (KIND_USER_ENC, KIND_MIXED_ENC)
 
     @property
+    def packed(self) -> bool:
+        """True for the bit-packed kinds (``record_bytes`` then holds the width in bits)."""
+        return self.kind in PACKED_KINDS
+
+    @property
     def body_bytes(self) -> int:
+        if self.packed:
+            return -(-self.n_records * self.record_bytes // 8)
         return self.n_records * self.record_bytes
 
     def pack(self) -> bytes:
@@ -153,8 +204,9 @@ class Header:
         )
         if magic != MAGIC:
             raise WireError(f"bad magic {magic!r} (expected {MAGIC!r})")
-        if version != VERSION:
-            raise WireError(f"unsupported format version {version} (this reader: {VERSION})")
+        if version not in READ_VERSIONS:
+            raise WireError(f"unsupported format version {version} (this reader: "
+                            f"{' or '.join(map(str, READ_VERSIONS))})")
         if any(reserved):
             raise WireError("reserved header bytes 49..63 must be zero")
         try:
@@ -206,9 +258,58 @@ def unpack_records(records: np.ndarray, record_bytes: int) -> np.ndarray:
     return wide.view("<u8").ravel().astype(np.uint64, copy=False)
 
 
-def _body(records: np.ndarray | bytes, record_bytes: int) -> bytes:
+def _check_bits(bits: int) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 64:
+        raise ValueError(f"bits must be an integer in 1..64, got bits={bits!r}")
+    return int(bits)
+
+
+def pack_bits(values: np.ndarray, bits: int) -> bytes:
+    """Unsigned integers -> ceil(len(values) bits / 8) bytes, ``bits`` bits each, LSB first.
+
+    Vectorised (numpy unpackbits/packbits on the little-endian bytes); padding bits of the
+    last byte are zero. Raises ValueError if a value needs more than ``bits`` bits.
+    """
+    bits = _check_bits(bits)
+    v = np.asarray(values)
+    if v.dtype.kind not in "ui":
+        raise TypeError(f"values must be integers, got dtype {v.dtype}")
+    if v.dtype.kind == "i" and v.size and int(v.min()) < 0:
+        raise ValueError(f"values must be >= 0, got a value {int(v.min())}")
+    v = np.ascontiguousarray(v.ravel(), dtype="<u8")
+    if bits < 64 and v.size and int(v.max()) >> bits:
+        raise ValueError(f"a value does not fit in {bits} bits, got max={int(v.max())}")
+    # 64 bits of every value, LSB first; keep the low `bits` of each row
+    mat = np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    return np.packbits(mat[:, :bits].ravel(), bitorder="little").tobytes()
+
+
+def unpack_bits(data: bytes | memoryview | np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``count`` uint64 values from exactly
+    ceil(count bits / 8) bytes; raises :class:`WireError` on another length or a non-zero
+    padding bit.
+    """
+    bits = _check_bits(bits)
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"count must be an integer >= 0, got count={count!r}")
+    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) \
+        else data.view(np.uint8).ravel()
+    need = -(-int(count) * bits // 8)
+    if raw.size != need:
+        raise WireError(f"{count} records of {bits} bits take {need} bytes, got {raw.size}")
+    flat = np.unpackbits(raw, bitorder="little")
+    if flat[count * bits:].any():
+        raise WireError("non-zero padding bits after the last bit-packed record")
+    mat = np.zeros((int(count), 64), dtype=np.uint8)
+    mat[:, :bits] = flat[: count * bits].reshape(-1, bits)
+    return np.packbits(mat, axis=1, bitorder="little").view("<u8").ravel().astype(np.uint64)
+
+
+def _body(records: np.ndarray | bytes, record_bytes: int, packed: bool = False) -> bytes:
     if isinstance(records, np.ndarray):
         if records.dtype.kind in "ui":
+            if packed:
+                return pack_bits(records, record_bytes)
             return pack_records(records, record_bytes).tobytes()
         return records.tobytes()
     return bytes(records)
@@ -236,7 +337,8 @@ def with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
         if mac_key is not None:
             raise ValueError("only mixed batches carry a tag; got a mac_key for a user batch")
         return header
-    return replace(header, flags=FLAG_KEYED if mac_key is not None else 0)
+    keep = header.flags & FLAG_COORD_MAJOR
+    return replace(header, flags=keep | (FLAG_KEYED if mac_key is not None else 0))
 
 
 def _check_tag_mode(header: Header, mac_key: bytes | None) -> None:
@@ -257,11 +359,12 @@ def encode_batch(
     flags bit 0 of the header). Raises ValueError if the records do not match the count.
     """
     header = with_tag_flag(header, mac_key)
-    body = _body(records, header.record_bytes)
+    body = _body(records, header.record_bytes, header.packed)
     if len(body) != header.body_bytes:
+        unit = "bits" if header.packed else "bytes"
         raise ValueError(
             f"records hold {len(body)} bytes, header promises {header.n_records} x "
-            f"{header.record_bytes} = {header.body_bytes}"
+            f"{header.record_bytes} {unit} = {header.body_bytes} bytes"
         )
     head = header.pack()
     if not header.mixed:
@@ -283,8 +386,9 @@ def decode_batch(
     h = Header.unpack(bytes(data[:HEADER_SIZE]))
     if len(data) != h.total_bytes:
         raise WireError(
-            f"batch has {len(data)} bytes, header promises {HEADER_SIZE} + {h.n_records} x "
-            f"{h.record_bytes}{' + 32 (tag)' if h.mixed else ''} = {h.total_bytes}"
+            f"batch has {len(data)} bytes, header promises {HEADER_SIZE} + {h.body_bytes} "
+            f"({h.n_records} x {h.record_bytes} {'bits' if h.packed else 'bytes'})"
+            f"{' + 32 (tag)' if h.mixed else ''} = {h.total_bytes}"
         )
     end = HEADER_SIZE + h.body_bytes
     if h.mixed:
@@ -293,6 +397,8 @@ def decode_batch(
         t.update(bytes(data[:end]))
         if not hmac.compare_digest(t.digest(), bytes(data[end:])):
             raise WireError("mixed batch tag does not verify (altered after the shuffler)")
+    if h.packed:
+        return h, unpack_bits(memoryview(data)[HEADER_SIZE:end], h.record_bytes, h.n_records)
     rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE,
                         count=h.n_records)
     return h, rec
@@ -308,6 +414,9 @@ def iter_records(
 ) -> Iterator[np.ndarray]:
     """Yield the records after ``header`` in chunks of at most ``chunk_records``.
 
+    Raw records for kinds 1-4; uint64 integers for the bit-packed kinds (chunks of a
+    multiple of 8 records, so every chunk is whole bytes).
+
     On a mixed batch the tag is verified after the last record (with ``mac_key`` if the
     header says keyed): a consumer must not act on the records before the iterator is
     exhausted. Raises :class:`WireError` if the file ends early, holds trailing bytes or the
@@ -320,19 +429,24 @@ def iter_records(
         _check_tag_mode(header, mac_key)
         t = tagger(mac_key)
         t.update(header.pack())
-    dt = record_dtype(header.record_bytes)
     left = header.n_records
+    if header.packed:  # whole bytes per chunk: a multiple of 8 records (bits * 8 / 8)
+        chunk_records = max(8, chunk_records - chunk_records % 8)
     while left:
         k = min(left, chunk_records)
-        buf = f.read(k * header.record_bytes)
-        if len(buf) != k * header.record_bytes:
+        size = -(-k * header.record_bytes // 8) if header.packed else k * header.record_bytes
+        buf = f.read(size)
+        if len(buf) != size:
             raise WireError(
-                f"batch truncated: expected {header.n_records} records, "
-                f"{header.n_records - left + len(buf) // header.record_bytes} present"
+                f"batch truncated: expected {header.n_records} records "
+                f"({header.body_bytes} body bytes), the file ends early"
             )
         if t is not None:
             t.update(buf)
-        yield np.frombuffer(buf, dtype=dt)
+        if header.packed:
+            yield unpack_bits(buf, header.record_bytes, k)
+        else:
+            yield np.frombuffer(buf, dtype=record_dtype(header.record_bytes))
         left -= k
     if t is not None:
         tag = f.read(TAG_SIZE)
@@ -355,6 +469,7 @@ class BatchWriter:
         self._f = f
         self.header = with_tag_flag(header, mac_key)
         self._written = 0
+        self._pending = np.zeros(0, dtype=np.uint64)  # bit-packed: < 8 records not yet written
         head = self.header.pack()
         self._tag = None
         if self.header.mixed:
@@ -362,17 +477,39 @@ class BatchWriter:
             self._tag.update(head)
         f.write(head)
 
+    def _emit(self, body: bytes) -> None:
+        if self._tag is not None:
+            self._tag.update(body)
+        self._f.write(body)
+
+    def _write_packed(self, records: np.ndarray) -> None:
+        v = np.asarray(records)
+        if v.dtype.kind not in "ui":
+            raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")
+        self._written += v.size
+        if self._written > self.header.n_records:
+            raise ValueError(f"more than the {self.header.n_records} records the header promises")
+        allv = np.concatenate([self._pending, v.ravel().astype(np.uint64)])
+        cut = allv.size - allv.size % 8
+        self._emit(pack_bits(allv[:cut], self.header.record_bytes))
+        self._pending = allv[cut:]
+
     def write(self, records: np.ndarray | bytes) -> None:
-        """Append records: integers (packed here), raw records, or raw bytes."""
+        """Append records: integers (packed here), raw records, or raw bytes.
+
+        A bit-packed batch takes integer arrays only (any sizes; whole groups of 8 records
+        are written at once, the rest on :meth:`close`).
+        """
+        if self.header.packed:
+            self._write_packed(records)
+            return
         body = _body(records, self.header.record_bytes)
         if len(body) % self.header.record_bytes:
             raise ValueError(f"not a whole number of {self.header.record_bytes}-byte records")
         self._written += len(body) // self.header.record_bytes
         if self._written > self.header.n_records:
             raise ValueError(f"more than the {self.header.n_records} records the header promises")
-        if self._tag is not None:
-            self._tag.update(body)
-        self._f.write(body)
+        self._emit(body)
 
     def close(self) -> None:
         """Check the count and write the tag of a mixed batch."""
@@ -380,6 +517,9 @@ class BatchWriter:
             raise ValueError(
                 f"wrote {self._written} records, header promises {self.header.n_records}"
             )
+        if self._pending.size:
+            self._emit(pack_bits(self._pending, self.header.record_bytes))
+            self._pending = self._pending[:0]
         if self._tag is not None:
             self._f.write(self._tag.digest())
             self._tag = None
