@@ -7,11 +7,15 @@ Polya-difference noise, mod m) and the shard is summed by secure aggregation
 The sums of the survivors are decoded to the centred representative in (-m/2, m/2] and
 added over shards.
 
-Privacy (pure eps, distributed model, the user-level relation of ``neighbour``): each shard's
+Privacy (eps, distributed model, the user-level relation of ``neighbour``): each shard's
 noise is calibrated for n_min = ceil((1 - dropout) S) survivors (the *planned* dropout
 fraction, [Bagdasaryan22]_ Sec. 4 "Handling dropouts"; errata row 6); a shard that ends with
 fewer survivors is refused (``FederatedRefused``), never released with less noise. Shards
-hold disjoint users, so they compose in parallel (eps in total).
+hold disjoint users, so they compose in parallel (eps in total). The Polya tables are exact
+up to ``SAMPLER_TV_MAX`` per draw (:mod:`shuffledp.encoders.polya`), so the release is
+within total variation tau = (draws) x SAMPLER_TV_MAX of the ideal eps-DP mechanism and is
+(eps, (1 + e^eps) tau)-DP (the same charge as :func:`shuffledp.accounting.summation.delta_split`;
+delta < 2e-21 at 10^5 clients x 10^4 entries): reported as such, never as pure eps.
 
 ``aggregation="plain"`` computes the same modular sums of the same survivors' vectors
 directly (the paper's own simulation): the vectors, noise and release are identical, only
@@ -175,6 +179,15 @@ def _simulated_shard(vecs, alive, D, eps, bound, n_min, m, nb, src) -> np.ndarra
     return np.where(s > m // 2, s - m, s)
 
 
+def sampler_delta(epsilon: float, draws: int) -> float:
+    """delta charged to the Polya tables: (1 + e^eps) draws SAMPLER_TV_MAX (a mechanism within
+    total variation tau of an eps-DP one is (eps, (1 + e^eps) tau)-DP)."""
+    from shuffledp.encoders.polya import SAMPLER_TV_MAX
+
+    eps = v.positive("epsilon", epsilon)
+    return (1.0 + math.exp(min(eps, 700.0))) * v.count("draws", draws) * SAMPLER_TV_MAX
+
+
 def federated_sum(
     vectors: Any,
     l1_bound: int,
@@ -271,7 +284,9 @@ def federated_sum(
         total += np.where(s > m // 2, s - m, s)
         shards.append(info)
     notes = (SEEDED_NOTE,) if is_seeded(rng) else ()
-    g = Guarantee(notion="pure", model="distributed", epsilon=eps, delta=0.0, neighbour=nb,
+    draws = 2 * D * (len(shards) if agg == "simulate" else n)
+    g = Guarantee(notion="approximate", model="distributed", epsilon=eps,
+                  delta=sampler_delta(eps, draws), neighbour=nb,
                   theorem=THEOREM,
                   parameters={"length": int(D), "l1_bound": bound, "shard_size": S,
                               "dropout": drop, "modulus": m, "sensitivity": delta,
@@ -281,4 +296,4 @@ def federated_sum(
 
 
 __all__ = ["FederatedHistogram", "FederatedRefused", "federated_histogram",
-           "federated_locations", "federated_sum"]
+           "federated_locations", "federated_sum", "sampler_delta"]

@@ -21,7 +21,9 @@ Each sub-query q ([Bagdasaryan22]_ Alg. 2):
    (deleted; its descendants stay, orphaned).
 
 Privacy: basic composition, sum_q eps_q = eps_total exactly (the last query takes the
-remainder); each sub-query is eps_q-DP by Thm 4.2 with shards of disjoint users, and the tree
+remainder) and delta = sum_q delta_q, each delta_q the Polya tables' charge of
+:func:`shuffledp.analyzers.federated.sampler_delta` (below 1e-20); each sub-query is
+(eps_q, delta_q)-DP by Thm 4.2 with shards of disjoint users, and the tree
 depends only on earlier releases (post-processing). The release is the last sub-query's
 histogram, spread uniformly over each node's owned pixels and normalised.
 
@@ -221,7 +223,7 @@ def adaptive_histogram(
             "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
             "tree_nodes": len(tree.nodes), "users": U,
             "survivors": int(sum(s["survivors"] for s in hist.shards)),
-            "shards": len(hist.shards),
+            "shards": len(hist.shards), "delta": hist.guarantee.delta,
             "secagg_server_seconds": float(sum(s.get("server_seconds", 0.0)
                                                for s in hist.shards)),
         })
@@ -233,7 +235,8 @@ def adaptive_histogram(
     pix = np.bincount(owners.ravel(), minlength=len(vec)).astype(float)
     dens = (mass / np.maximum(pix, 1))[owners]
     est = dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
-    g = Guarantee(notion="pure", model="distributed", epsilon=eps_total, delta=0.0,
+    g = Guarantee(notion="approximate", model="distributed", epsilon=eps_total,
+                  delta=min(1.0, sum(x["delta"] for x in rounds)),
                   neighbour=Neighbour.ADD_REMOVE, theorem=THEOREM,
                   parameters={"depth": L, "queries": len(rounds),
                               "epsilons": [x["epsilon"] for x in rounds],

@@ -43,7 +43,22 @@ def test_secagg_and_plain_give_the_same_release_with_dropouts():
     assert [s["survivors"] for s in a.shards] == [19, 19, 19]
     g0 = a.guarantee
     assert (g0.notion, g0.model, g0.epsilon, g0.neighbour) == (
-        "pure", "distributed", 1.0, Neighbour.ADD_REMOVE)
+        "approximate", "distributed", 1.0, Neighbour.ADD_REMOVE)
+
+
+def test_the_polya_tables_total_variation_is_charged_to_delta():
+    """Not pure eps: 60 clients x 16 entries x 2 table draws, each within SAMPLER_TV_MAX of
+    the ideal Polya law, give (1 + e) 1920 SAMPLER_TV_MAX (the simulated path: 2 draws per
+    entry per shard)."""
+    from shuffledp.encoders.polya import SAMPLER_TV_MAX
+
+    cells = np.arange(60) % 16
+    for agg, draws in (("plain", 2 * 60 * 16), ("simulate", 2 * 3 * 16)):
+        g = federated_histogram(cells, 16, 1.0, shard_size=20, aggregation=agg,
+                                rng=1).guarantee
+        assert g.notion == "approximate"
+        assert g.delta == (1 + math.e) * draws * SAMPLER_TV_MAX
+        assert 0 < g.delta < 1e-26
 
 
 def test_too_many_dropouts_are_refused():

@@ -48,6 +48,7 @@ def test_budget_schedule_spends_exactly_epsilon_and_refines_where_users_are():
     assert sum(eps) == pytest.approx(1.0, rel=1e-12) and all(e > 0 for e in eps)
     assert eps == sorted(eps)  # coarse queries are cheap, the last takes the rest
     assert rel.guarantee.epsilon == 1.0 and rel.guarantee.model == "distributed"
+    assert rel.guarantee.delta == sum(r["delta"] for r in rel.rounds) > 0  # Polya tables
     assert rel.estimate.sum() == pytest.approx(1.0)
     rr, cc = np.mgrid[:32, :32]
     near = (rr - 20) ** 2 + (cc - 10) ** 2 <= 64  # the cluster holds ~99% of the users
