@@ -153,6 +153,8 @@ def adaptive_histogram(
     modulus: int = 1 << 32,
     aggregation: str = "secagg",
     max_queries: int = 30,
+    threshold: float | None = None,
+    schedule: str = "eq9",
     rng: RngLike | SecureRandom = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
@@ -176,6 +178,12 @@ def adaptive_histogram(
         Simulated fraction of clients that drop before sending their masked input.
     max_queries : int
         Safety cap; the last query allowed takes the whole remaining budget.
+    threshold : float, optional
+        Ablations of [Bagdasaryan22]_ Table 3: a fixed split threshold (collapse at a quarter
+        of it) instead of the adaptive sigma~_q of eq. 7.
+    schedule : {"eq9", "even"}
+        The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
+        L + 1 sub-queries (Table 3's "fixed eps").
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
@@ -198,6 +206,10 @@ def adaptive_histogram(
     b = v.positive("b", b)
     rate = v.interval("dropout_rate", dropout_rate, 0.0, 1.0, open_low=False)
     max_q = v.count("max_queries", max_queries)
+    sched = v.choice("schedule", schedule, ("eq9", "even"))
+    if sched == "even":
+        max_q = min(max_q, L + 1)
+    fixed = None if threshold is None else v.positive("threshold", threshold)
     noise = noise_source(rng)
     public = as_generator(rng if is_seeded(rng) else None)
     tree = PartitionTree(L)
@@ -208,7 +220,8 @@ def adaptive_histogram(
         vec = tree.vector_nodes()
         T = len(vec)
         sigma = target_std(c, U, T, shard_size)
-        eps_q = next_query_epsilon(rem, dl_epsilon_for_std(sigma), b)
+        eps_q = (eps_total / max_q if sched == "even"
+                 else next_query_epsilon(rem, dl_epsilon_for_std(sigma), b))
         if len(rounds) + 1 >= max_q:
             eps_q = rem
         rem = rem - eps_q if eps_q < rem else 0.0
@@ -228,7 +241,7 @@ def adaptive_histogram(
                                                for s in hist.shards)),
         })
         if rem > 0:
-            tree.update(counts, sigma)
+            tree.update(counts, sigma if fixed is None else fixed)
     owners = tree.owner_map()
     vec = tree.vector_nodes()
     mass = np.array([max(counts.get(node, 0), 0) for node in vec], dtype=float)
@@ -241,7 +254,8 @@ def adaptive_histogram(
                   parameters={"depth": L, "queries": len(rounds),
                               "epsilons": [x["epsilon"] for x in rounds],
                               "users_per_query": U, "shard_size": shard_size, "c": c, "b": b,
-                              "dropout": dropout, "aggregation": aggregation},
+                              "dropout": dropout, "aggregation": aggregation,
+                              "schedule": sched, "threshold": fixed},
                   notes=hist.guarantee.notes)
     return AdaptiveRelease(estimate=est, counts=counts, tree=tree, rounds=rounds, guarantee=g)
 

@@ -88,5 +88,30 @@ def test_cli_federated_writes_outputs(tmp_path):
     assert sum(r["epsilon"] for r in rep["rounds"]) == pytest.approx(1.0)
     assert np.load(tmp_path / "estimate.npy").shape == (16, 16)
     assert (tmp_path / "tree.png").stat().st_size > 0
+    assert "mse" not in rep and "notes" not in rep  # nothing computed without noise
+    ev = CliRunner().invoke(main, ["federated", "--n", "300", "--depth", "4",
+                                   "--shard-size", "150", "--aggregation", "simulate",
+                                   "--seed", "3", "--report-error", "--out",
+                                   str(tmp_path / "ev")])
+    assert ev.exit_code == 0, ev.output
+    rep = json.loads((tmp_path / "ev" / "report.json").read_text())
+    assert rep["mse"] >= 0 and "without noise" in rep["notes"][0]
     bad = CliRunner().invoke(main, ["federated", "--depth", "0", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_table3_ablations_even_schedule_and_fixed_threshold():
+    """"even": L + 1 sub-queries of eps / (L + 1) each; a fixed threshold replaces eq. 7's
+    sigma~ (a huge one never splits: every sub-query is the root alone)."""
+    rows, cols = _clustered(2000)
+    rel = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                             schedule="even", threshold=10, rng=2)
+    assert [r["epsilon"] for r in rel.rounds] == pytest.approx([1 / 6] * 6, rel=1e-12)
+    assert rel.guarantee.parameters["schedule"] == "even"
+    none = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                              schedule="even", threshold=1e9, rng=2)
+    assert [r["vector_length"] for r in none.rounds] == [1] * 6
+    with pytest.raises(ValueError, match="schedule"):
+        adaptive_histogram(rows, cols, 5, 1.0, schedule="geometric")
+    with pytest.raises(ValueError, match="threshold"):
+        adaptive_histogram(rows, cols, 5, 1.0, threshold=-1.0)
