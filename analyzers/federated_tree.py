@@ -155,6 +155,7 @@ def adaptive_histogram(
     max_queries: int = 30,
     threshold: float | None = None,
     schedule: str = "eq9",
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     rng: RngLike | SecureRandom = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
@@ -184,6 +185,8 @@ def adaptive_histogram(
     schedule : {"eq9", "even"}
         The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
         L + 1 sub-queries (Table 3's "fixed eps").
+    neighbour : Neighbour or str
+        ADD_REMOVE (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
@@ -207,6 +210,7 @@ def adaptive_histogram(
     rate = v.interval("dropout_rate", dropout_rate, 0.0, 1.0, open_low=False)
     max_q = v.count("max_queries", max_queries)
     sched = v.choice("schedule", schedule, ("eq9", "even"))
+    nb = Neighbour.parse(neighbour)
     if sched == "even":
         max_q = min(max_q, L + 1)
     fixed = None if threshold is None else v.positive("threshold", threshold)
@@ -230,7 +234,7 @@ def adaptive_histogram(
         dropped = public.random(U) < rate
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
-                                   rng=noise)
+                                   neighbour=nb, rng=noise)
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append({
             "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
@@ -250,7 +254,7 @@ def adaptive_histogram(
     est = dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
     g = Guarantee(notion="approximate", model="distributed", epsilon=eps_total,
                   delta=min(1.0, sum(x["delta"] for x in rounds)),
-                  neighbour=Neighbour.ADD_REMOVE, theorem=THEOREM,
+                  neighbour=nb, theorem=THEOREM,
                   parameters={"depth": L, "queries": len(rounds),
                               "epsilons": [x["epsilon"] for x in rounds],
                               "users_per_query": U, "shard_size": shard_size, "c": c, "b": b,

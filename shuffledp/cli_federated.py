@@ -96,12 +96,16 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "sum sampled directly (same law, fast).")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
+@click.option("--neighbour", type=click.Choice(["add_remove", "replace"]),
+              default="add_remove", show_default=True,
+              help="Neighbouring users: add/remove one (sensitivity 1) or replace one (2).")
 @click.option("--report-error", "report_error", is_flag=True,
               help="Add the MSE to the true density, the flat baseline's, and the true "
                    "density to the PNG (evaluation only: not private).")
 @out_dir_option(required=True)
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
-                  dropout_rate, c, b, aggregation, seed, report_error, out_dir):
+                  dropout_rate, c, b, aggregation, seed, neighbour, report_error,
+                  out_dir):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
     from shuffledp.analyzers.federated_tree import adaptive_histogram, flat_histogram, mse
     from shuffledp.analyzers.heatmap import render_png
@@ -116,7 +120,8 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         raise click.BadParameter(f"must be >= 2, got {shard_size}", param_hint="--shard-size")
     rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
                              shard_size=shard_size, c=c, b=b, dropout=dropout,
-                             dropout_rate=dropout_rate, aggregation=aggregation, rng=seed)
+                             dropout_rate=dropout_rate, aggregation=aggregation,
+                             neighbour=neighbour, rng=seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", rel.estimate)

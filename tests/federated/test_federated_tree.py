@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.federated_tree import PartitionTree, adaptive_histogram
 
 
@@ -111,6 +112,9 @@ def test_table3_ablations_even_schedule_and_fixed_threshold():
     none = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
                               schedule="even", threshold=1e9, rng=2)
     assert [r["vector_length"] for r in none.rounds] == [1] * 6
+    rep = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                             neighbour="replace", rng=2)
+    assert rep.guarantee.neighbour is Neighbour.REPLACE_ONE
     with pytest.raises(ValueError, match="schedule"):
         adaptive_histogram(rows, cols, 5, 1.0, schedule="geometric")
     with pytest.raises(ValueError, match="threshold"):
