@@ -36,6 +36,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,17 @@ class AdaptiveRelease:
     guarantee: Guarantee
 
 
+def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printed") -> float:
+    """sigma~ of [Bagdasaryan22]_ eq. 7: ``"printed"`` is
+    :func:`shuffledp.accounting.budget.target_std`, c (U/T) sqrt(ceil(S_max/U));
+    ``"shards"`` is the text's meaning, the per-shard target when k = ceil(U/S_max) shards'
+    noise adds up: c (U/T) / sqrt(k). The two agree when U = S_max."""
+    base = target_std(c, users, cells, s_max)
+    if v.choice("form", form, ("printed", "shards")) == "printed":
+        return base
+    return c * users / cells / math.sqrt(math.ceil(users / s_max))
+
+
 def adaptive_histogram(
     rows: Any,
     cols: Any,
@@ -156,6 +168,7 @@ def adaptive_histogram(
     threshold: float | None = None,
     schedule: str = "eq9",
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
@@ -187,6 +200,10 @@ def adaptive_histogram(
         L + 1 sub-queries (Table 3's "fixed eps").
     neighbour : Neighbour or str
         ADD_REMOVE (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+    eq7 : {"printed", "shards"}
+        sigma~ of eq. 7 as printed, c (U/T) sqrt(ceil(S_max/U)) (a factor of 1 once
+        U >= S_max), or as its text explains it, the k = ceil(U/S_max) shards' noise
+        accumulating: c (U/T) / sqrt(k) (docs/errata.md row 11, :func:`eq7_target`).
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
@@ -211,6 +228,7 @@ def adaptive_histogram(
     max_q = v.count("max_queries", max_queries)
     sched = v.choice("schedule", schedule, ("eq9", "even"))
     nb = Neighbour.parse(neighbour)
+    v.choice("eq7", eq7, ("printed", "shards"))
     if sched == "even":
         max_q = min(max_q, L + 1)
     fixed = None if threshold is None else v.positive("threshold", threshold)
@@ -223,7 +241,7 @@ def adaptive_histogram(
     while rem > 1e-12 * eps_total:
         vec = tree.vector_nodes()
         T = len(vec)
-        sigma = target_std(c, U, T, shard_size)
+        sigma = eq7_target(c, U, T, shard_size, eq7)
         eps_q = (eps_total / max_q if sched == "even"
                  else next_query_epsilon(rem, dl_epsilon_for_std(sigma), b))
         if len(rounds) + 1 >= max_q:
@@ -259,7 +277,7 @@ def adaptive_histogram(
                               "epsilons": [x["epsilon"] for x in rounds],
                               "users_per_query": U, "shard_size": shard_size, "c": c, "b": b,
                               "dropout": dropout, "aggregation": aggregation,
-                              "schedule": sched, "threshold": fixed},
+                              "schedule": sched, "threshold": fixed, "eq7": eq7},
                   notes=hist.guarantee.notes)
     return AdaptiveRelease(estimate=est, counts=counts, tree=tree, rounds=rounds, guarantee=g)
 

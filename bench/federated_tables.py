@@ -51,13 +51,16 @@ def _row(rows, cols, depth, n, rep, dropout=0.0, rate=0.0):
     truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side) / n
     kw = dict(shard_size=10_000, dropout=dropout, aggregation="simulate")
     ad = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, **kw)
+    ad7 = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, eq7="shards",
+                             **kw)
     fl = flat_histogram(rows, cols, depth, 1.0, rng=rep + 100, **kw)
     qt = quadtree_histogram(rows, cols, depth, 1.0, rng=rep + 200, **kw)
     return (mse(ad.estimate, truth), mse(fl, truth), mse(qt, truth),
             sum(r["vector_length"] for r in ad.rounds), side * side,
             sum(4 ** lvl for lvl in range(depth + 1)),
             sum(r["vector_length"] * r["users"] for r in ad.rounds),
-            len(ad.rounds), ad.rounds[-1]["vector_length"])
+            len(ad.rounds), ad.rounds[-1]["vector_length"], mse(ad7.estimate, truth),
+            sum(r["vector_length"] for r in ad7.rounds))
 
 
 def main() -> None:
@@ -72,7 +75,7 @@ def main() -> None:
           "entries sent = sum of T x users")
     print(f"{'users':>13} {'mse adapt':>10} {'mse flat':>10} {'mse qtree':>10} "
           f"{'comm adapt':>10} {'comm flat':>10} {'comm qtree':>10} {'entries sent':>13} "
-          f"{'queries':>8} {'final T':>8}")
+          f"{'queries':>8} {'final T':>8} {'mse eq7 sh':>10} {'comm eq7 sh':>11}")
     cases = [(10_000, 0.0, 0.0, "10k"), (100_000, 0.0, 0.0, "100k"),
              (100_000, 0.12, 0.10, "100k 10% drop")]
     for n, plan, rate, label in cases:
@@ -83,9 +86,12 @@ def main() -> None:
             res.append(_row(rows, cols, a.depth, n, rep, plan, rate))
         m = np.mean(res, axis=0)
         print(f"{label:>13} {m[0]:>10.3e} {m[1]:>10.3e} {m[2]:>10.3e} {m[3]:>10.0f} "
-              f"{m[4]:>10.0f} {m[5]:>10.0f} {m[6]:>13.3e} {m[7]:>8.1f} {m[8]:>8.0f}",
+              f"{m[4]:>10.0f} {m[5]:>10.0f} {m[6]:>13.3e} {m[7]:>8.1f} {m[8]:>8.0f} "
+              f"{m[9]:>10.3e} {m[10]:>11.0f}",
               flush=True)
-    print("  (10% drop: noise planned for 12% dropout, 10% of each shard actually dropping)")
+    print("  (10% drop: noise planned for 12% dropout, 10% of each shard actually dropping; "
+          "'eq7 sh': the adaptive run with eq. 7's shard factor as its text means it, "
+          "docs/errata.md row 11)")
     print("\nTable 3 shape: ablations, n = 10000, eps = 1 (MSE, comm = sum of vector sizes)")
     g = np.random.default_rng(11)
     rows, cols = city(10_000, side, g)

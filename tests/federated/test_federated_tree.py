@@ -119,3 +119,23 @@ def test_table3_ablations_even_schedule_and_fixed_threshold():
         adaptive_histogram(rows, cols, 5, 1.0, schedule="geometric")
     with pytest.raises(ValueError, match="threshold"):
         adaptive_histogram(rows, cols, 5, 1.0, threshold=-1.0)
+
+
+def test_eq7_printed_factor_ignores_shards_and_the_texts_meaning_divides_by_sqrt_k():
+    """docs/errata.md row 11: as printed, sqrt(ceil(S_max/U)) is 1 for every U >= S_max, so
+    10 shards (U = 1e5, S_max = 1e4) get the target of one; the text's accumulation gives
+    c (U/T)/sqrt(10). Both agree at U = S_max; U < S_max keeps the printed form's
+    sqrt(ceil(S_max/U)) only in "printed"."""
+    import math
+
+    from shuffledp.analyzers.federated_tree import eq7_target
+
+    assert eq7_target(0.5, 100_000, 100, 10_000) == 0.5 * 1000
+    assert eq7_target(0.5, 100_000, 100, 10_000, "shards") == pytest.approx(
+        0.5 * 1000 / math.sqrt(10), rel=1e-15)
+    assert eq7_target(0.5, 10_000, 100, 10_000) == eq7_target(0.5, 10_000, 100, 10_000,
+                                                                "shards") == 50.0
+    assert eq7_target(1.0, 1000, 10, 10_000) == pytest.approx(100 * math.sqrt(10))
+    assert eq7_target(1.0, 1000, 10, 10_000, "shards") == 100.0
+    with pytest.raises(ValueError, match="form"):
+        eq7_target(1.0, 10, 1, 10, "text")
