@@ -164,3 +164,19 @@ def test_simulate_path_matches_counts_and_guarantee():
     # noise: 5 shards of DL(e^-1), sd ~ 1.4 each: |error| < 6 sqrt(5) 1.4 = 19 per cell
     assert np.abs(r.counts - truth).max() < 19 and r.guarantee.parameters[
         "aggregation"] == "simulate"
+
+
+def test_device_update_is_the_secure_path_and_refuses_a_seed():
+    from shuffledp.crypto import SecureRandom
+    from shuffledp.encoders.federated import device_update
+
+    v = device_update(2, 5, 1.0, 10, 1 << 16)
+    assert v.shape == (5,) and v.dtype == np.int64 and ((v >= 0) & (v < 1 << 16)).all()
+    assert device_update(0, 3, 1.0, 10, 64, source=SecureRandom()).shape == (3,)
+    for seed in (1, np.random.default_rng(1)):
+        with pytest.raises(ValueError, match="refuses a seed, got rng="):
+            device_update(2, 5, 1.0, 10, 1 << 16, rng=seed)
+    with pytest.raises(TypeError, match="source must be a SecureRandom"):
+        device_update(2, 5, 1.0, 10, 1 << 16, source=np.random.default_rng(1))
+    with pytest.raises(ValueError, match="cell"):
+        device_update(5, 5, 1.0, 10, 1 << 16)
