@@ -180,3 +180,19 @@ def test_device_update_is_the_secure_path_and_refuses_a_seed():
         device_update(2, 5, 1.0, 10, 1 << 16, source=np.random.default_rng(1))
     with pytest.raises(ValueError, match="cell"):
         device_update(5, 5, 1.0, 10, 1 << 16)
+
+
+def test_dropouts_in_every_secagg_round_through_real_secure_aggregation():
+    """One client drops in each round 0-3: the three dropping before their masked input are
+    out of the sum, the one dropping during unmasking is in it; SecAgg and the plain sum
+    agree; n_min = ceil(0.2 * 20) = 16 <= 17 survivors."""
+    cells = np.arange(20) % 4
+    rounds = np.full(20, -1)
+    rounds[[1, 5, 9, 13]] = [0, 1, 2, 3]
+    kw = dict(shard_size=20, dropout=0.2, dropped=rounds, rng=7)
+    a = federated_histogram(cells, 4, 1.0, **kw)
+    b = federated_histogram(cells, 4, 1.0, aggregation="plain", **kw)
+    assert np.array_equal(a.counts, b.counts)
+    assert a.shards[0]["survivors"] == 17 and a.shards[0]["dropped_by_round"] == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="rounds in -1..3, got dropped=4"):
+        federated_histogram(cells, 4, 1.0, shard_size=20, dropped=np.full(20, 4), rng=1)
