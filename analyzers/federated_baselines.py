@@ -6,8 +6,10 @@
   basic composition over levels), combined by the two-pass weighted least squares of
   [Hay10]_ generalised to per-level noise variances (bottom-up inverse-variance averaging,
   top-down mean consistency);
-* :func:`central_tree_histogram`: the adaptive algorithm with central noise (one discrete
+* :func:`central_tree_histogram`: the flat histogram with central noise (one discrete
   Laplace draw per cell added to the true counts by a trusted server);
+* :func:`central_adaptive_histogram`: the same adaptive tree (Alg. 2, same schedule and
+  thresholds) with central noise: one discrete Laplace draw per entry of each sub-query;
 * :func:`local_rr_histogram`: local DP: every user sends her cell through eps-k-randomised
   response over the 4^L cells ([KOV16]_), debiased in closed form.
 
@@ -27,6 +29,7 @@ References
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import mpmath
@@ -36,6 +39,7 @@ from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.accounting.budget import dl_std
 from shuffledp.analyzers.federated import federated_histogram
+from shuffledp.analyzers.federated_tree import AdaptiveRelease, adaptive_histogram
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.metric_mechanisms import _shift, uniform_below
 from shuffledp.encoders.noise import discrete_laplace_for
@@ -114,6 +118,31 @@ def central_tree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     return _normalise(noisy.reshape(side, side))
 
 
+def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
+                               rng: RngLike | SecureRandom = None, **kwargs: Any
+                               ) -> AdaptiveRelease:
+    """:func:`shuffledp.analyzers.federated_tree.adaptive_histogram` with central noise.
+
+    Every sub-query is one shard holding all U sampled users, no dropout, and its noise sum
+    is sampled directly (``aggregation="simulate"``): Polya(1, a) - Polya(1, a) per entry,
+    which is exactly DL(a), a = e^{-eps_q} ([Bagdasaryan22]_ Thm 4.2 with one share), i.e.
+    a trusted server adding discrete Laplace noise to the true counts. The thresholds of
+    eq. 7 see one shard (sqrt(ceil(S/U)) = 1). ``kwargs``: ``users_per_query``, ``c``,
+    ``b``, ``max_queries`` of the adaptive algorithm. The guarantee names the central model.
+    """
+    n = np.asarray(rows).size
+    bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)
+    if bad:
+        raise TypeError(f"central_adaptive_histogram fixes {sorted(bad)}, got {kwargs!r}")
+    U = kwargs.get("users_per_query") or max(n, 2)
+    rel = adaptive_histogram(rows, cols, depth, epsilon, shard_size=max(int(U), 2),
+                             aggregation="simulate", rng=rng, **kwargs)
+    g = dataclasses.replace(rel.guarantee, model="central",
+                            theorem="Bagdasaryan et al., PoPETs 2022, Alg. 2 with central "
+                                    "discrete Laplace noise per sub-query, basic composition")
+    return dataclasses.replace(rel, guarantee=g)
+
+
 def local_rr_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
                        rng: RngLike | SecureRandom = None) -> np.ndarray:
     """eps-LDP k-randomised response of every user's cell over k = 4^L cells, exact integer
@@ -139,5 +168,5 @@ def local_rr_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     return _normalise(est.reshape(side, side))
 
 
-__all__ = ["central_tree_histogram", "geometric_budget", "local_rr_histogram",
-           "quadtree_histogram", "tree_least_squares"]
+__all__ = ["central_adaptive_histogram", "central_tree_histogram", "geometric_budget",
+           "local_rr_histogram", "quadtree_histogram", "tree_least_squares"]

@@ -21,7 +21,9 @@ Each sub-query q ([Bagdasaryan22]_ Alg. 2):
    (deleted; its descendants stay, orphaned).
 
 Privacy: basic composition, sum_q eps_q = eps_total exactly (the last query takes the
-remainder); each sub-query is eps_q-DP by Thm 4.2 with shards of disjoint users, and the tree
+remainder) and delta = sum_q delta_q, each delta_q the Polya tables' charge of
+:func:`shuffledp.analyzers.federated.sampler_delta` (below 1e-20); each sub-query is
+(eps_q, delta_q)-DP by Thm 4.2 with shards of disjoint users, and the tree
 depends only on earlier releases (post-processing). The release is the last sub-query's
 histogram, spread uniformly over each node's owned pixels and normalised.
 
@@ -34,6 +36,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +139,17 @@ class AdaptiveRelease:
     guarantee: Guarantee
 
 
+def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printed") -> float:
+    """sigma~ of [Bagdasaryan22]_ eq. 7: ``"printed"`` is
+    :func:`shuffledp.accounting.budget.target_std`, c (U/T) sqrt(ceil(S_max/U));
+    ``"shards"`` is the text's meaning, the per-shard target when k = ceil(U/S_max) shards'
+    noise adds up: c (U/T) / sqrt(k). The two agree when U = S_max."""
+    base = target_std(c, users, cells, s_max)
+    if v.choice("form", form, ("printed", "shards")) == "printed":
+        return base
+    return c * users / cells / math.sqrt(math.ceil(users / s_max))
+
+
 def adaptive_histogram(
     rows: Any,
     cols: Any,
@@ -151,6 +165,10 @@ def adaptive_histogram(
     modulus: int = 1 << 32,
     aggregation: str = "secagg",
     max_queries: int = 30,
+    threshold: float | None = None,
+    schedule: str = "eq9",
+    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
@@ -174,6 +192,18 @@ def adaptive_histogram(
         Simulated fraction of clients that drop before sending their masked input.
     max_queries : int
         Safety cap; the last query allowed takes the whole remaining budget.
+    threshold : float, optional
+        Ablations of [Bagdasaryan22]_ Table 3: a fixed split threshold (collapse at a quarter
+        of it) instead of the adaptive sigma~_q of eq. 7.
+    schedule : {"eq9", "even"}
+        The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
+        L + 1 sub-queries (Table 3's "fixed eps").
+    neighbour : Neighbour or str
+        ADD_REMOVE (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+    eq7 : {"printed", "shards"}
+        sigma~ of eq. 7 as printed, c (U/T) sqrt(ceil(S_max/U)) (a factor of 1 once
+        U >= S_max), or as its text explains it, the k = ceil(U/S_max) shards' noise
+        accumulating: c (U/T) / sqrt(k) (docs/errata.md row 11, :func:`eq7_target`).
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
@@ -196,6 +226,12 @@ def adaptive_histogram(
     b = v.positive("b", b)
     rate = v.interval("dropout_rate", dropout_rate, 0.0, 1.0, open_low=False)
     max_q = v.count("max_queries", max_queries)
+    sched = v.choice("schedule", schedule, ("eq9", "even"))
+    nb = Neighbour.parse(neighbour)
+    v.choice("eq7", eq7, ("printed", "shards"))
+    if sched == "even":
+        max_q = min(max_q, L + 1)
+    fixed = None if threshold is None else v.positive("threshold", threshold)
     noise = noise_source(rng)
     public = as_generator(rng if is_seeded(rng) else None)
     tree = PartitionTree(L)
@@ -205,8 +241,9 @@ def adaptive_histogram(
     while rem > 1e-12 * eps_total:
         vec = tree.vector_nodes()
         T = len(vec)
-        sigma = target_std(c, U, T, shard_size)
-        eps_q = next_query_epsilon(rem, dl_epsilon_for_std(sigma), b)
+        sigma = eq7_target(c, U, T, shard_size, eq7)
+        eps_q = (eps_total / max_q if sched == "even"
+                 else next_query_epsilon(rem, dl_epsilon_for_std(sigma), b))
         if len(rounds) + 1 >= max_q:
             eps_q = rem
         rem = rem - eps_q if eps_q < rem else 0.0
@@ -215,30 +252,32 @@ def adaptive_histogram(
         dropped = public.random(U) < rate
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
-                                   rng=noise)
+                                   neighbour=nb, rng=noise)
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append({
             "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
             "tree_nodes": len(tree.nodes), "users": U,
             "survivors": int(sum(s["survivors"] for s in hist.shards)),
-            "shards": len(hist.shards),
+            "shards": len(hist.shards), "delta": hist.guarantee.delta,
             "secagg_server_seconds": float(sum(s.get("server_seconds", 0.0)
                                                for s in hist.shards)),
         })
         if rem > 0:
-            tree.update(counts, sigma)
+            tree.update(counts, sigma if fixed is None else fixed)
     owners = tree.owner_map()
     vec = tree.vector_nodes()
     mass = np.array([max(counts.get(node, 0), 0) for node in vec], dtype=float)
     pix = np.bincount(owners.ravel(), minlength=len(vec)).astype(float)
     dens = (mass / np.maximum(pix, 1))[owners]
     est = dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
-    g = Guarantee(notion="pure", model="distributed", epsilon=eps_total, delta=0.0,
-                  neighbour=Neighbour.ADD_REMOVE, theorem=THEOREM,
+    g = Guarantee(notion="approximate", model="distributed", epsilon=eps_total,
+                  delta=min(1.0, sum(x["delta"] for x in rounds)),
+                  neighbour=nb, theorem=THEOREM,
                   parameters={"depth": L, "queries": len(rounds),
                               "epsilons": [x["epsilon"] for x in rounds],
                               "users_per_query": U, "shard_size": shard_size, "c": c, "b": b,
-                              "dropout": dropout, "aggregation": aggregation},
+                              "dropout": dropout, "aggregation": aggregation,
+                              "schedule": sched, "threshold": fixed, "eq7": eq7},
                   notes=hist.guarantee.notes)
     return AdaptiveRelease(estimate=est, counts=counts, tree=tree, rounds=rounds, guarantee=g)
 

@@ -2,10 +2,14 @@
 Tables 1 and 3 in shape), and the effect of shard size and modulus (Fig. 8 in shape).
 
 Synthetic city-like data: 30 Gaussian clusters with Zipf(1) weights on a 2^depth grid, one
-location per user. eps = 1, planned dropout 10%, actual dropout 0; aggregation="simulate" (the
-same modular sums as secure aggregation, whose cost bench/secagg_cost.py measures). Mean of
+location per user. eps = 1, no dropout (and a 100k row with 10% of each shard dropping, the
+noise planned for 12%); aggregation="simulate" (each shard's noise sum sampled directly,
+exactly the law of the clients' sum; secure aggregation's cost is measured by
+bench/secagg_cost.py and bench/federated_endtoend.py). The truth is the users' own
+histogram (the paper's is the population image the users are sampled from). Mean of
 ``--reps`` seeded runs (an evaluation, not a release). Communication = total vector entries
-sent by all clients over all sub-queries.
+sent by all clients over all sub-queries; "comm" is the paper's: the sum of the vector
+sizes over sub-queries (levels for the quadtree).
 
 Usage: python bench/federated_tables.py [--reps 3] [--depth 7]
 
@@ -23,6 +27,7 @@ import time
 import numpy as np
 
 from shuffledp.analyzers.federated_baselines import (
+    central_adaptive_histogram,
     central_tree_histogram,
     local_rr_histogram,
     quadtree_histogram,
@@ -41,6 +46,23 @@ def city(n: int, side: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndar
     return pts[:, 0], pts[:, 1]
 
 
+def _row(rows, cols, depth, n, rep, dropout=0.0, rate=0.0):
+    side = 1 << depth
+    truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side) / n
+    kw = dict(shard_size=10_000, dropout=dropout, aggregation="simulate")
+    ad = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, **kw)
+    ad7 = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, eq7="shards",
+                             **kw)
+    fl = flat_histogram(rows, cols, depth, 1.0, rng=rep + 100, **kw)
+    qt = quadtree_histogram(rows, cols, depth, 1.0, rng=rep + 200, **kw)
+    return (mse(ad.estimate, truth), mse(fl, truth), mse(qt, truth),
+            sum(r["vector_length"] for r in ad.rounds), side * side,
+            sum(4 ** lvl for lvl in range(depth + 1)),
+            sum(r["vector_length"] * r["users"] for r in ad.rounds),
+            len(ad.rounds), ad.rounds[-1]["vector_length"], mse(ad7.estimate, truth),
+            sum(r["vector_length"] for r in ad7.rounds))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -48,26 +70,44 @@ def main() -> None:
     a = ap.parse_args()
     side = 1 << a.depth
     t0 = time.perf_counter()
-    print(f"grid {side}x{side}, eps=1, S_max=10000, planned dropout 10%; mean of {a.reps}")
-    print(f"{'users':>7} {'mse adaptive':>13} {'mse flat':>10} {'comm adaptive':>14} "
-          f"{'comm flat':>10} {'queries':>8} {'final T':>8}")
-    for n in (10_000, 100_000):
+    print(f"Table 1 shape: grid {side}x{side}, eps=1, S_max=10000; mean of {a.reps}. "
+          "comm = sum of vector sizes over sub-queries/levels (the paper's measure); "
+          "entries sent = sum of T x users")
+    print(f"{'users':>13} {'mse adapt':>10} {'mse flat':>10} {'mse qtree':>10} "
+          f"{'comm adapt':>10} {'comm flat':>10} {'comm qtree':>10} {'entries sent':>13} "
+          f"{'queries':>8} {'final T':>8} {'mse eq7 sh':>10} {'comm eq7 sh':>11}")
+    cases = [(10_000, 0.0, 0.0, "10k"), (100_000, 0.0, 0.0, "100k"),
+             (100_000, 0.12, 0.10, "100k 10% drop")]
+    for n, plan, rate, label in cases:
         res = []
         for rep in range(a.reps):
             g = np.random.default_rng(1000 * rep + n)
             rows, cols = city(n, side, g)
-            truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
-            truth = truth / n
-            ad = adaptive_histogram(rows, cols, a.depth, 1.0, shard_size=10_000, dropout=0.1,
-                                    aggregation="simulate", rng=rep)
-            fl = flat_histogram(rows, cols, a.depth, 1.0, shard_size=10_000, dropout=0.1,
-                                aggregation="simulate", rng=rep + 100)
-            res.append((mse(ad.estimate, truth), mse(fl, truth),
-                        sum(r["vector_length"] * r["users"] for r in ad.rounds),
-                        side * side * n, len(ad.rounds), ad.rounds[-1]["vector_length"]))
+            res.append(_row(rows, cols, a.depth, n, rep, plan, rate))
         m = np.mean(res, axis=0)
-        print(f"{n:>7} {m[0]:>13.3e} {m[1]:>10.3e} {m[2]:>14.3e} {m[3]:>10.3e} {m[4]:>8.1f} "
-              f"{m[5]:>8.0f}", flush=True)
+        print(f"{label:>13} {m[0]:>10.3e} {m[1]:>10.3e} {m[2]:>10.3e} {m[3]:>10.0f} "
+              f"{m[4]:>10.0f} {m[5]:>10.0f} {m[6]:>13.3e} {m[7]:>8.1f} {m[8]:>8.0f} "
+              f"{m[9]:>10.3e} {m[10]:>11.0f}",
+              flush=True)
+    print("  (10% drop: noise planned for 12% dropout, 10% of each shard actually dropping; "
+          "'eq7 sh': the adaptive run with eq. 7's shard factor as its text means it, "
+          "docs/errata.md row 11)")
+    print("\nTable 3 shape: ablations, n = 10000, eps = 1 (MSE, comm = sum of vector sizes)")
+    g = np.random.default_rng(11)
+    rows, cols = city(10_000, side, g)
+    truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side) / 1e4
+    kw = dict(shard_size=10_000, aggregation="simulate")
+    variants = {
+        "fixed eps, non-adaptive (T=10)": dict(schedule="even", threshold=10.0),
+        "scheduled eps, non-adaptive (T=10)": dict(threshold=10.0),
+        "scheduled eps, adaptive T": {},
+    }
+    for name, extra in variants.items():
+        runs = [adaptive_histogram(rows, cols, a.depth, 1.0, rng=r, **kw, **extra)
+                for r in range(a.reps)]
+        e = np.mean([mse(x.estimate, truth) for x in runs])
+        c = np.mean([sum(r["vector_length"] for r in x.rounds) for x in runs])
+        print(f"  {name:>36}: mse {e:.3e}  comm {c:.0f}", flush=True)
     print("\nFig. 1 shape: every method at n = 10000 (MSE of the normalised density)")
     g = np.random.default_rng(7)
     rows, cols = city(10_000, side, g)
@@ -81,6 +121,8 @@ def main() -> None:
         "quadtree, geometric budget": lambda r: quadtree_histogram(rows, cols, a.depth, 1.0,
                                                                    rng=r, **kw),
         "flat, central DP": lambda r: central_tree_histogram(rows, cols, a.depth, 1.0, rng=r),
+        "adaptive tree, central DP": lambda r: central_adaptive_histogram(
+            rows, cols, a.depth, 1.0, rng=r).estimate,
         "local DP, k-RR": lambda r: local_rr_histogram(rows, cols, a.depth, 1.0, rng=r),
     }
     for name, fn in methods.items():

@@ -75,6 +75,22 @@ def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: 
     return noisy_vector(x, epsilon, 1, n_min, modulus, neighbour=neighbour, rng=rng)
 
 
+def device_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: int, *,
+                  neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+                  source: SecureRandom | None = None, rng: object = None) -> np.ndarray:
+    """Deployment path of :func:`client_update`: the noise comes from the secure generator
+    (``source``, a fresh SecureRandom by default). A seed is refused: ``rng`` exists only to
+    reject it with a clear message (use :func:`client_update` for research simulations)."""
+    if rng is not None:
+        raise ValueError(f"device_update is the deployment path and draws its noise from the "
+                         f"secure generator; it refuses a seed, got rng={rng!r} (use "
+                         "client_update for reproducible research runs)")
+    if source is not None and not isinstance(source, SecureRandom):
+        raise TypeError(f"source must be a SecureRandom, got source={source!r}")
+    return client_update(cell, n_cells, epsilon, n_min, modulus, neighbour=neighbour,
+                         rng=source if source is not None else SecureRandom())
+
+
 def encode_locations(cells: Any, weights: Any, n_cells: int, gamma: int, *,
                      rounding: str = "systematic",
                      rng: RngLike | SecureRandom = None) -> tuple[np.ndarray, int]:
@@ -121,4 +137,5 @@ def encode_locations(cells: Any, weights: Any, n_cells: int, gamma: int, *,
     return (fl + (ups < scaled - fl)).astype(np.int64), g + d
 
 
-__all__ = ["client_update", "encode_locations", "noise_parameters", "noisy_vector"]
+__all__ = ["client_update", "device_update", "encode_locations", "noise_parameters",
+           "noisy_vector"]

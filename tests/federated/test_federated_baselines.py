@@ -53,3 +53,30 @@ def test_baselines_return_densities_and_rr_is_unbiased():
     rr = local_rr_histogram(rows, cols, 3, 4.0, rng=2)
     truth = np.bincount(rows * 8 + cols, minlength=64).reshape(8, 8) / 20000
     assert np.abs(rr - truth).max() < 0.01  # per-cell sd ~ 0.0015 at eps 4: 6 sd
+
+
+def test_central_adaptive_adds_one_discrete_laplace_per_entry():
+    """Same tree algorithm, central model: the last sub-query's counts minus the true node
+    counts are DL(e^{-eps_q}) draws: nonzero somewhere (all-zero has probability
+    ((1-a)/(1+a))^T < 1e-6) and within k = the 1e-6 union-bound quantile (false < 2e-6)."""
+    import math
+
+    from shuffledp.analyzers.federated_baselines import central_adaptive_histogram
+
+    g = np.random.default_rng(3)
+    rows = np.clip(np.round(g.normal(20, 3, 20000)), 0, 31).astype(int)
+    cols = np.clip(np.round(g.normal(10, 3, 20000)), 0, 31).astype(int)
+    rel = central_adaptive_histogram(rows, cols, 5, 1.0, rng=4)
+    assert rel.guarantee.model == "central" and rel.guarantee.epsilon == 1.0
+    assert sum(r["epsilon"] for r in rel.rounds) == pytest.approx(1.0, rel=1e-12)
+    assert all(r["shards"] == 1 for r in rel.rounds)
+    vec = rel.tree.vector_nodes()
+    truth = np.bincount(rel.tree.report_index(rows, cols), minlength=len(vec))
+    noise = np.array([rel.counts[n] for n in vec]) - truth
+    a = math.exp(-rel.rounds[-1]["epsilon"])
+    T = len(vec)
+    assert ((1 - a) / (1 + a)) ** T < 1e-6 and (noise != 0).any()
+    k = math.ceil(math.log(1e-6 * (1 + a) / (2 * T)) / math.log(a))
+    assert np.abs(noise).max() <= k
+    with pytest.raises(TypeError, match="shard_size"):
+        central_adaptive_histogram(rows, cols, 5, 1.0, shard_size=10)

@@ -43,7 +43,22 @@ def test_secagg_and_plain_give_the_same_release_with_dropouts():
     assert [s["survivors"] for s in a.shards] == [19, 19, 19]
     g0 = a.guarantee
     assert (g0.notion, g0.model, g0.epsilon, g0.neighbour) == (
-        "pure", "distributed", 1.0, Neighbour.ADD_REMOVE)
+        "approximate", "distributed", 1.0, Neighbour.ADD_REMOVE)
+
+
+def test_the_polya_tables_total_variation_is_charged_to_delta():
+    """Not pure eps: 60 clients x 16 entries x 2 table draws, each within SAMPLER_TV_MAX of
+    the ideal Polya law, give (1 + e) 1920 SAMPLER_TV_MAX (the simulated path: 2 draws per
+    entry per shard)."""
+    from shuffledp.encoders.polya import SAMPLER_TV_MAX
+
+    cells = np.arange(60) % 16
+    for agg, draws in (("plain", 2 * 60 * 16), ("simulate", 2 * 3 * 16)):
+        g = federated_histogram(cells, 16, 1.0, shard_size=20, aggregation=agg,
+                                rng=1).guarantee
+        assert g.notion == "approximate"
+        assert g.delta == (1 + math.e) * draws * SAMPLER_TV_MAX
+        assert 0 < g.delta < 1e-26
 
 
 def test_too_many_dropouts_are_refused():
@@ -149,3 +164,35 @@ def test_simulate_path_matches_counts_and_guarantee():
     # noise: 5 shards of DL(e^-1), sd ~ 1.4 each: |error| < 6 sqrt(5) 1.4 = 19 per cell
     assert np.abs(r.counts - truth).max() < 19 and r.guarantee.parameters[
         "aggregation"] == "simulate"
+
+
+def test_device_update_is_the_secure_path_and_refuses_a_seed():
+    from shuffledp.crypto import SecureRandom
+    from shuffledp.encoders.federated import device_update
+
+    v = device_update(2, 5, 1.0, 10, 1 << 16)
+    assert v.shape == (5,) and v.dtype == np.int64 and ((v >= 0) & (v < 1 << 16)).all()
+    assert device_update(0, 3, 1.0, 10, 64, source=SecureRandom()).shape == (3,)
+    for seed in (1, np.random.default_rng(1)):
+        with pytest.raises(ValueError, match="refuses a seed, got rng="):
+            device_update(2, 5, 1.0, 10, 1 << 16, rng=seed)
+    with pytest.raises(TypeError, match="source must be a SecureRandom"):
+        device_update(2, 5, 1.0, 10, 1 << 16, source=np.random.default_rng(1))
+    with pytest.raises(ValueError, match="cell"):
+        device_update(5, 5, 1.0, 10, 1 << 16)
+
+
+def test_dropouts_in_every_secagg_round_through_real_secure_aggregation():
+    """One client drops in each round 0-3: the three dropping before their masked input are
+    out of the sum, the one dropping during unmasking is in it; SecAgg and the plain sum
+    agree; n_min = ceil(0.2 * 20) = 16 <= 17 survivors."""
+    cells = np.arange(20) % 4
+    rounds = np.full(20, -1)
+    rounds[[1, 5, 9, 13]] = [0, 1, 2, 3]
+    kw = dict(shard_size=20, dropout=0.2, dropped=rounds, rng=7)
+    a = federated_histogram(cells, 4, 1.0, **kw)
+    b = federated_histogram(cells, 4, 1.0, aggregation="plain", **kw)
+    assert np.array_equal(a.counts, b.counts)
+    assert a.shards[0]["survivors"] == 17 and a.shards[0]["dropped_by_round"] == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="rounds in -1..3, got dropped=4"):
+        federated_histogram(cells, 4, 1.0, shard_size=20, dropped=np.full(20, 4), rng=1)

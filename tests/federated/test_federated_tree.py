@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.federated_tree import PartitionTree, adaptive_histogram
 
 
@@ -48,6 +49,7 @@ def test_budget_schedule_spends_exactly_epsilon_and_refines_where_users_are():
     assert sum(eps) == pytest.approx(1.0, rel=1e-12) and all(e > 0 for e in eps)
     assert eps == sorted(eps)  # coarse queries are cheap, the last takes the rest
     assert rel.guarantee.epsilon == 1.0 and rel.guarantee.model == "distributed"
+    assert rel.guarantee.delta == sum(r["delta"] for r in rel.rounds) > 0  # Polya tables
     assert rel.estimate.sum() == pytest.approx(1.0)
     rr, cc = np.mgrid[:32, :32]
     near = (rr - 20) ** 2 + (cc - 10) ** 2 <= 64  # the cluster holds ~99% of the users
@@ -87,5 +89,53 @@ def test_cli_federated_writes_outputs(tmp_path):
     assert sum(r["epsilon"] for r in rep["rounds"]) == pytest.approx(1.0)
     assert np.load(tmp_path / "estimate.npy").shape == (16, 16)
     assert (tmp_path / "tree.png").stat().st_size > 0
+    assert "mse" not in rep and "notes" not in rep  # nothing computed without noise
+    ev = CliRunner().invoke(main, ["federated", "--n", "300", "--depth", "4",
+                                   "--shard-size", "150", "--aggregation", "simulate",
+                                   "--seed", "3", "--report-error", "--out",
+                                   str(tmp_path / "ev")])
+    assert ev.exit_code == 0, ev.output
+    rep = json.loads((tmp_path / "ev" / "report.json").read_text())
+    assert rep["mse"] >= 0 and "without noise" in rep["notes"][0]
     bad = CliRunner().invoke(main, ["federated", "--depth", "0", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_table3_ablations_even_schedule_and_fixed_threshold():
+    """"even": L + 1 sub-queries of eps / (L + 1) each; a fixed threshold replaces eq. 7's
+    sigma~ (a huge one never splits: every sub-query is the root alone)."""
+    rows, cols = _clustered(2000)
+    rel = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                             schedule="even", threshold=10, rng=2)
+    assert [r["epsilon"] for r in rel.rounds] == pytest.approx([1 / 6] * 6, rel=1e-12)
+    assert rel.guarantee.parameters["schedule"] == "even"
+    none = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                              schedule="even", threshold=1e9, rng=2)
+    assert [r["vector_length"] for r in none.rounds] == [1] * 6
+    rep = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
+                             neighbour="replace", rng=2)
+    assert rep.guarantee.neighbour is Neighbour.REPLACE_ONE
+    with pytest.raises(ValueError, match="schedule"):
+        adaptive_histogram(rows, cols, 5, 1.0, schedule="geometric")
+    with pytest.raises(ValueError, match="threshold"):
+        adaptive_histogram(rows, cols, 5, 1.0, threshold=-1.0)
+
+
+def test_eq7_printed_factor_ignores_shards_and_the_texts_meaning_divides_by_sqrt_k():
+    """docs/errata.md row 11: as printed, sqrt(ceil(S_max/U)) is 1 for every U >= S_max, so
+    10 shards (U = 1e5, S_max = 1e4) get the target of one; the text's accumulation gives
+    c (U/T)/sqrt(10). Both agree at U = S_max; U < S_max keeps the printed form's
+    sqrt(ceil(S_max/U)) only in "printed"."""
+    import math
+
+    from shuffledp.analyzers.federated_tree import eq7_target
+
+    assert eq7_target(0.5, 100_000, 100, 10_000) == 0.5 * 1000
+    assert eq7_target(0.5, 100_000, 100, 10_000, "shards") == pytest.approx(
+        0.5 * 1000 / math.sqrt(10), rel=1e-15)
+    assert eq7_target(0.5, 10_000, 100, 10_000) == eq7_target(0.5, 10_000, 100, 10_000,
+                                                                "shards") == 50.0
+    assert eq7_target(1.0, 1000, 10, 10_000) == pytest.approx(100 * math.sqrt(10))
+    assert eq7_target(1.0, 1000, 10, 10_000, "shards") == 100.0
+    with pytest.raises(ValueError, match="form"):
+        eq7_target(1.0, 10, 1, 10, "text")
