@@ -344,9 +344,25 @@ def _append(path: Path, text: str) -> None:
         os.fsync(fh.fileno())
 
 
+def repair(out_dir: str | os.PathLike[str]) -> None:
+    """Cut a partial last line (a run killed mid-write) from ``runs.jsonl`` and
+    ``runs.csv``; no field holds a newline, so every complete row ends with one."""
+    for name in (JSONL_NAME, CSV_NAME):
+        path = Path(out_dir) / name
+        if not path.exists():
+            continue
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(path, "r+b") as fh:
+                fh.truncate(data.rfind(b"\n") + 1)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
 def append_record(out_dir: str | os.PathLike[str], record: RunRecord) -> None:
-    """Append one record to ``runs.csv`` (header first if new) and ``runs.jsonl``, each
-    flushed and fsynced."""
+    """Append one record to ``runs.jsonl``, then to ``runs.csv`` (header first if new), each
+    flushed and fsynced: a run is done (skipped on resume) once its CSV row is on disk, and
+    its JSON line is there by then."""
     import io
 
     out = Path(out_dir)
@@ -359,8 +375,8 @@ def append_record(out_dir: str | os.PathLike[str], record: RunRecord) -> None:
     row = record.to_dict()
     writer.writerow({k: "" if x is None else repr(x) if isinstance(x, float) else x
                      for k, x in row.items()})
-    _append(path, buf.getvalue())
     _append(out / JSONL_NAME, json.dumps(row, allow_nan=True) + "\n")
+    _append(path, buf.getvalue())
 
 
 def _run_rng(seed: int | None, run: Run) -> int | None:
@@ -407,6 +423,7 @@ def run_sweep(
     if seed is not None:
         seed = v.count("seed", seed, 0)
     runs = plan(param, values, repeats, base)
+    repair(out_dir)
     done = done_keys(out_dir)
     todo = [r for r in runs if r.key not in done]
     if on_plan is not None:
@@ -423,9 +440,15 @@ def run_sweep(
 
 # --------------------------------------------------------------------------- summaries
 def read_runs(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of ``out_dir/runs.jsonl`` as dicts."""
+    """The rows of ``out_dir/runs.jsonl`` as dicts, one per key (the last written: a run
+    interrupted between its JSON line and its CSV row is run again on resume)."""
+    rows: dict[str, dict[str, Any]] = {}
     with open(Path(out_dir) / JSONL_NAME, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                rows[row["key"]] = row
+    return list(rows.values())
 
 
 def t_interval(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:

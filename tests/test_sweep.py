@@ -231,3 +231,22 @@ def test_cli_refuses_before_running_anything(tmp_path, argv, hint):
 def test_config_checks_its_fields(field, value, match):
     with pytest.raises((ValueError, TypeError), match=match):
         sw.SweepConfig(**{field: value})
+
+
+def test_a_run_killed_mid_write_is_run_again(tmp_path, monkeypatch):
+    """A CSV row cut short (no newline) does not count as done; its JSON line, already
+    written, is replaced by the rerun's."""
+    sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
+    path = tmp_path / sw.CSV_NAME
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) == 5  # header + 4 runs
+    path.write_text("".join(lines[:-1]) + lines[-1][:40])
+    calls = []
+    real = sw.run_one
+    monkeypatch.setattr(sw, "run_one", lambda run, rng=None: calls.append(run) or real(run, rng))
+    sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
+    assert len(calls) == 1 and calls[0].key == lines[-1].split(",")[0]
+    rows = _rows(tmp_path)
+    assert len(rows) == 4 and len({r["key"] for r in rows}) == 4
+    assert len((tmp_path / sw.JSONL_NAME).read_text().splitlines()) == 5
+    assert sorted(r["key"] for r in sw.read_runs(tmp_path)) == sorted(r["key"] for r in rows)
