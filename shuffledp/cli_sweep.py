@@ -196,8 +196,9 @@ class _Bar:
 
     def update(self, record: Any) -> None:
         if self.bar is not None:
+            value = getattr(record, record.param)
             self.bar.set_postfix_str(f"{record.model} {record.param}="
-                                     f"{getattr(record, record.param)}", refresh=False)
+                                     f"{'inf' if value is None else value}", refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:

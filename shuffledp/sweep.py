@@ -10,9 +10,10 @@ of Fig. 13), and appends every run as one row of ``runs.csv`` and one line of
 of :func:`shuffledp.analyzers.metrics.all_metrics`. Each row is flushed and fsynced as the run
 finishes.
 
-Resumable: every run has a key made of the parameters its model depends on (the central model
-ignores ``B`` and ``delta``) and the repeat index; runs whose key is already in ``runs.csv``
-are skipped. So a B sweep runs the central mechanism once per repeat, and rerunning an
+Resumable: every run has a key made of the swept parameter's name, the parameters its model
+depends on (the central model ignores ``B`` and ``delta``) and the repeat index; runs whose
+key is already in ``runs.csv`` are skipped (sweeps of different parameters may share a
+directory). So a B sweep runs the central mechanism once per repeat, and rerunning an
 interrupted sweep finishes it.
 
 :func:`summarise` gives mean and 95% Student-t intervals per (model, value) and :func:`plot`
@@ -181,19 +182,31 @@ class Run:
 
     @property
     def key(self) -> str:
-        """Parameters the model depends on, and the repeat index."""
+        """The swept parameter, the parameters the model depends on, the repeat index."""
         c = self.config
-        parts = [f"model={self.model}", f"grid={c.grid}", f"n={c.n}",
+        parts = [f"sweep={self.param}", f"model={self.model}", f"grid={c.grid}", f"n={c.n}",
                  f"epsilon={c.epsilon!r}", f"w={c.w}", f"sigma={c.sigma!r}",
                  f"data_seed={c.data_seed}"]
         if self.model == "shuffle":
-            parts[4:4] = [f"delta={c.delta!r}", f"B={c.B}"]
+            parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
         return "|".join([*parts, f"repeat={self.repeat}"])
 
 
 # --------------------------------------------------------------------------- input checks
 def parse_value(param: str, value: Any) -> Any:
-    """One value of the swept parameter, checked (a ``Grid`` for ``grid``)."""
+    """One value of the swept parameter, checked.
+
+    Parameters
+    ----------
+    param : {"B", "epsilon", "n", "grid", "w"}
+    value : str, number or Grid
+        "16", "0.5", "1e5", "320x240" are parsed.
+
+    Returns
+    -------
+    int, float or Grid
+        An int >= 1 (B, w; >= 2 for n), a finite float > 0 (epsilon), a Grid (grid).
+    """
     if param == "grid":
         try:
             return value if isinstance(value, Grid) else Grid.parse(str(value))

@@ -250,3 +250,11 @@ def test_a_run_killed_mid_write_is_run_again(tmp_path, monkeypatch):
     assert len(rows) == 4 and len({r["key"] for r in rows}) == 4
     assert len((tmp_path / sw.JSONL_NAME).read_text().splitlines()) == 5
     assert sorted(r["key"] for r in sw.read_runs(tmp_path)) == sorted(r["key"] for r in rows)
+
+
+def test_sweeps_of_different_parameters_share_a_directory(tmp_path):
+    sw.run_sweep("B", [4], tmp_path, repeats=1, base=TINY, seed=6)
+    recs = sw.run_sweep("epsilon", [5.0], tmp_path, repeats=1, base=TINY, seed=6)
+    assert {r.model for r in recs} == {"shuffle", "central"}
+    s = sw.summarise(sw.read_runs(tmp_path), "epsilon", "emd")
+    assert [x for x, *_ in s["central"]] == [5.0] and [x for x, *_ in s["shuffle"]] == [5.0]
