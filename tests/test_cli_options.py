@@ -37,7 +37,7 @@ def test_the_tree_holds_every_command():
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
-                             "federated"}
+                             "federated", "sweep"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -89,7 +89,7 @@ def options():
 def test_one_grid_parser():
     grids = [(path, p) for path, p in options() if "--grid" in p.opts]
     assert {path for path, _ in grids} == {"heatmap", "setup", "account summation",
-                                           "metric linear"}
+                                           "metric linear", "sweep"}
     for path, p in grids:
         assert p.type is cli_common.GRID, path
 
@@ -116,7 +116,7 @@ def test_one_spelling_per_concept():
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear", "federated"}
+         "metric linear", "federated", "sweep"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")
@@ -134,6 +134,9 @@ ALIASES = [
     ("shuffle", "--report", "--shuffler-report"),
     ("account summation", "--eps", "--epsilon"),
     ("account shuffle-ldp", "--users", "--n"),
+    ("sweep", "--eps", "--epsilon"),
+    ("sweep", "--users", "--n"),
+    ("sweep", "--out-dir", "--out"),
 ]
 
 

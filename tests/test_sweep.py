@@ -1,0 +1,260 @@
+"""``shuffledp.sweep`` and ``shuffledp sweep``: tidy rows, resume, t-interval bands, bad input.
+
+All sweeps run on a 16x12 grid with 10 users (a fraction of a second per run).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+from click.testing import CliRunner
+
+from shuffledp import sweep as sw
+from shuffledp.cli import main
+from shuffledp.grid import Grid
+from shuffledp.protocol_params import derive_params
+
+TINY = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0)
+
+
+def _rows(out):
+    with open(out / sw.CSV_NAME, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_rows_columns_and_count(tmp_path):
+    recs = sw.run_sweep("B", ["1", 16], tmp_path, repeats=2, base=TINY, seed=5)
+    # 2 B values x 2 repeats shuffle + 2 central repeats (central does not depend on B)
+    assert len(recs) == 6
+    rows = _rows(tmp_path)
+    assert tuple(rows[0]) == sw.COLUMNS and len(rows) == 6
+    for col in ("key", "model", "grid", "n", "epsilon", "delta", "B", "guarantee_epsilon",
+                "guarantee_delta", "bits_per_user", "bytes_per_user", "seconds_mechanism",
+                *sw.METRICS):
+        assert col in sw.COLUMNS
+    shuffle = [r for r in rows if r["model"] == "shuffle"]
+    central = [r for r in rows if r["model"] == "central"]
+    assert sorted(int(r["B"]) for r in shuffle) == [1, 1, 16, 16] and len(central) == 2
+    for r in shuffle:  # bits and bytes are those of the protocol record, exactly
+        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=int(r["B"]))
+        assert int(r["bits_per_user"]) == p.bits_per_user
+        assert int(r["bytes_per_user"]) == p.bytes_per_user
+        assert float(r["guarantee_epsilon"]) == 5.0 and float(r["guarantee_delta"]) == 1e-5
+    for r in central:
+        assert r["B"] == r["delta"] == r["bits_per_user"] == "" and r["guarantee_delta"] == "0.0"
+    assert all(r["release"] == "reproducible evaluation, not a private release" for r in rows)
+    lines = [json.loads(x) for x in (tmp_path / sw.JSONL_NAME).read_text().splitlines()]
+    assert [x["key"] for x in lines] == [r["key"] for r in rows]
+    assert all(0 <= x["emd"] and math.isfinite(x["kl"]) for x in lines)
+
+
+def test_without_seed_runs_are_private_and_independent(tmp_path):
+    recs = sw.run_sweep("epsilon", [2.0], tmp_path, repeats=2, base=TINY)
+    assert {r.release for r in recs} == {"private"} and {r.seed for r in recs} == {None}
+    shuffle = [r.emd for r in recs if r.model == "shuffle"]
+    assert shuffle[0] != shuffle[1]  # fresh entropy: equal EMDs have probability ~0
+
+
+def test_resume_skips_done_runs(tmp_path, monkeypatch):
+    calls = []
+    real = sw.run_one
+
+    def counting(run, rng=None):
+        calls.append(run.key)
+        return real(run, rng)
+
+    monkeypatch.setattr(sw, "run_one", counting)
+    sw.run_sweep("w", [4, 8], tmp_path, repeats=1, base=TINY, seed=1)
+    assert len(calls) == 4
+    calls.clear()
+    recs = sw.run_sweep("w", [4, 8, 16], tmp_path, repeats=2, base=TINY, seed=1)
+    # only w=16 repeat 0 and every repeat 1: 2 models x (1 + 3) runs
+    assert len(calls) == len(recs) == 8 and not any("w=4|" in k and "repeat=0" in k
+                                                    for k in calls)
+    calls.clear()
+    assert sw.run_sweep("w", [4, 8, 16], tmp_path, repeats=2, base=TINY, seed=1) == []
+    assert calls == [] and len(_rows(tmp_path)) == 12
+    keys = [r["key"] for r in _rows(tmp_path)]
+    assert len(set(keys)) == len(keys)
+
+
+def test_a_resumed_seeded_run_gets_the_same_noise(tmp_path):
+    a = sw.run_sweep("B", [4], tmp_path / "a", repeats=1, base=TINY, seed=9)
+    b = sw.run_sweep("B", [2, 4], tmp_path / "b", repeats=1, base=TINY, seed=9)
+    same = {r.key: r.emd for r in b}
+    assert all(same[r.key] == r.emd for r in a)
+
+
+def test_a_foreign_csv_is_refused(tmp_path):
+    (tmp_path / sw.CSV_NAME).write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not those of a sweep"):
+        sw.run_sweep("B", [4], tmp_path, repeats=1, base=TINY)
+
+
+@pytest.mark.parametrize("k", [2, 3, 7, 20])
+def test_t_interval_matches_scipy(k):
+    x = np.random.default_rng(k).normal(3.0, 2.0, size=k)
+    mean, low, high = sw.t_interval(x)
+    ref = scipy.stats.t.interval(0.95, df=k - 1, loc=x.mean(), scale=scipy.stats.sem(x))
+    assert mean == pytest.approx(x.mean(), rel=1e-14)
+    assert (low, high) == pytest.approx(ref, rel=1e-12)
+
+
+def test_t_interval_by_hand():
+    # df = 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2)), so F(t) = 0.975 at t^2 = 2 c^2 / (1 - c^2)
+    # with c = 0.95; samples 1, 2, 3: s = 1, sem = 1/sqrt(3)
+    c = 0.95
+    half = math.sqrt(2 * c * c / (1 - c * c)) / math.sqrt(3)
+    mean, low, high = sw.t_interval([1.0, 2.0, 3.0])
+    assert (mean, low, high) == pytest.approx((2.0, 2.0 - half, 2.0 + half), rel=1e-12)
+    m1, lo1, hi1 = sw.t_interval([5.0])
+    assert m1 == 5.0 and math.isnan(lo1) and math.isnan(hi1)
+
+
+def test_summarise_groups_by_model_and_value(tmp_path):
+    sw.run_sweep("B", [1, 16], tmp_path, repeats=3, base=TINY, seed=2)
+    s = sw.summarise(sw.read_runs(tmp_path), "B", "emd")
+    assert [x for x, *_ in s["shuffle"]] == [1, 16]
+    assert [x for x, *_ in s["central"]] == [None]  # B = inf: one band
+    rows = [r for r in sw.read_runs(tmp_path) if r["model"] == "shuffle" and r["B"] == 16]
+    assert s["shuffle"][1][1:] == pytest.approx(sw.t_interval([r["emd"] for r in rows]))
+
+
+@pytest.mark.parametrize("args,match", [
+    (("dropout", [1]), "param must be one of"),
+    (("B", []), "values must be a non-empty list, got \\[\\]"),
+    (("B", ["a"]), "values must be numbers, got 'a'"),
+    (("B", "16"), "values must be a list, got '16'"),
+    (("B", [0]), "values must be an integer >= 1, got values=0"),
+    (("epsilon", [-1.0]), "values must be a finite number > 0"),
+    (("grid", ["8y"]), "bad grid '8y'"),
+])
+def test_bad_input_names_the_argument(args, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        sw.plan(*args, repeats=1)
+
+
+@pytest.mark.parametrize("repeats", [0, -1, 1.5, True])
+def test_bad_repeats(repeats):
+    with pytest.raises((ValueError, TypeError), match=f"repeats.*got repeats={repeats!r}"):
+        sw.plan("B", [1], repeats)
+
+
+def invoke(*args):
+    res = CliRunner().invoke(main, ["sweep", *map(str, args)])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    return res
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["--param", "dropout", "--values", "1"], "'--param'"),
+    (["--param", "B", "--values", ","], "values must be a non-empty list"),
+    (["--param", "B", "--values", "1,x"], "values must be numbers, got 'x'"),
+    (["--param", "B", "--values", "1", "--repeats", "0"], "'--repeats'"),
+    (["--param", "n", "--values", "1"], "values must be an integer >= 2"),
+    (["--figure", "12", "--values", "1"], "--figure 12 sets --values"),
+    (["--full", "--param", "B", "--values", "1"], "--full only applies to a preset"),
+    (["--values", "1"], "give --param and --values"),
+], ids=["param", "empty", "non-numeric", "repeats", "n", "preset", "full", "missing"])
+def test_cli_bad_input_is_one_line(tmp_path, argv, hint):
+    res = invoke(*argv, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    errors = [x for x in res.output.splitlines() if x.startswith("Error:")]
+    assert len(errors) == 1 and hint in errors[0], res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_writes_rows_and_resumes(tmp_path):
+    argv = ["--param", "B", "--values", "1,4", "--repeats", 2, "--grid", "16x12", "--n", 10,
+            "--seed", 3, "--no-plot", "--quiet", "--out", tmp_path]
+    res = invoke(*argv)
+    assert res.exit_code == 0, res.output
+    assert "6 runs written" in res.output and "(0 already there, skipped)" in res.output
+    res = invoke(*argv)
+    assert "0 runs written" in res.output and "(6 already there, skipped)" in res.output
+    assert len(_rows(tmp_path)) == 6
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_cli_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    res = invoke("--param", "B", "--values", "1,4", "--repeats", 2, "--grid", "16x12",
+                 "--n", 10, "--quiet", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    for name in ("bits_per_user.png", "metrics.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_without_matplotlib_says_how_to_install(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    res = invoke("--param", "grid", "--values", "8x6,16x12", "--repeats", 1, "--n", 10,
+                 "--quiet", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert 'pip install "shuffledp[plot]"' in res.stderr
+    assert len(_rows(tmp_path)) == 4 and not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["--param", "B", "--values", "4", "--grid", "100000x100000"],
+     "refusing --grid 100000x100000"),
+    (["--param", "epsilon", "--values", "1e-300", "--grid", "8"],
+     "no shuffle protocol for --grid 8x8 --n 50 --epsilon 1e-300"),
+], ids=["large", "no-protocol"])
+def test_cli_refuses_before_running_anything(tmp_path, argv, hint):
+    res = invoke(*argv, "--quiet", "--out", tmp_path / "o")
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines() == [res.output.strip()] and hint in res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("n", 1, "n must be an integer >= 2, got n=1"),
+    ("delta", 1.0, "delta must be in \\(0, 1\\), got delta=1.0"),
+    ("sigma", -0.5, "sigma must be a finite number >= 0, got sigma=-0.5"),
+    ("grid", "8x8", "grid must be a Grid, got grid='8x8'"),
+])
+def test_config_checks_its_fields(field, value, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        sw.SweepConfig(**{field: value})
+
+
+def test_a_run_killed_mid_write_is_run_again(tmp_path, monkeypatch):
+    """A CSV row cut short (no newline) does not count as done; its JSON line, already
+    written, is replaced by the rerun's."""
+    sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
+    path = tmp_path / sw.CSV_NAME
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) == 5  # header + 4 runs
+    path.write_text("".join(lines[:-1]) + lines[-1][:40])
+    calls = []
+    real = sw.run_one
+    monkeypatch.setattr(sw, "run_one", lambda run, rng=None: calls.append(run) or real(run, rng))
+    sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
+    assert len(calls) == 1 and calls[0].key == lines[-1].split(",")[0]
+    rows = _rows(tmp_path)
+    assert len(rows) == 4 and len({r["key"] for r in rows}) == 4
+    assert len((tmp_path / sw.JSONL_NAME).read_text().splitlines()) == 5
+    assert sorted(r["key"] for r in sw.read_runs(tmp_path)) == sorted(r["key"] for r in rows)
+
+
+def test_sweeps_of_different_parameters_share_a_directory(tmp_path):
+    sw.run_sweep("B", [4], tmp_path, repeats=1, base=TINY, seed=6)
+    recs = sw.run_sweep("epsilon", [5.0], tmp_path, repeats=1, base=TINY, seed=6)
+    assert {r.model for r in recs} == {"shuffle", "central"}
+    s = sw.summarise(sw.read_runs(tmp_path), "epsilon", "emd")
+    assert [x for x, *_ in s["central"]] == [5.0] and [x for x, *_ in s["shuffle"]] == [5.0]
