@@ -96,8 +96,9 @@ def main() -> None:
 @n_option(default=None,
           help=f"Number of users of the built-in synthetic data set [default: "
                f"{SYNTHETIC_USERS}]; with --input the users are those of the file.")
-@click.option("--data-seed", type=SEED, default=0, show_default=True,
-              help="Seed of the built-in synthetic data set (not of the noise).")
+@click.option("--data-seed", type=SEED, default=None,
+              help="Generate another synthetic data set from this seed (not the noise's)  "
+                   "[default: the built-in data set]")
 @grid_option(default="256")
 @epsilon_option(default=1.0)
 @w_option()
@@ -297,11 +298,14 @@ def _count_points(input_path: str | None, n_users: int) -> int:
         raise click.BadParameter(str(e), param_hint="--input") from None
 
 
-def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int, data_seed: int):
+def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int,
+                data_seed: int | None):
     """The PointTable and a description of its source; loader errors name --input."""
     from shuffledp import datasets
 
     if input_path is None:
+        if data_seed is None:
+            data_seed = datasets.BUILTIN_DATA_SEED
         table = datasets.synthetic_mixture(n_users=n_users, rng=data_seed)
         return table, f"synthetic_mixture(n_users={n_users}, rng={data_seed})"
     try:

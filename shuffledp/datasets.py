@@ -34,7 +34,11 @@ from shuffledp.grid import Grid
 from shuffledp.safe_io import open_regular
 from shuffledp.users import UserDistributions
 
-__all__ = ["PointTable", "load_csv", "load_snap", "synthetic_mixture"]
+__all__ = ["BUILTIN_DATA_SEED", "PointTable", "load_csv", "load_snap", "synthetic_mixture"]
+
+#: Generator seed that *defines* the built-in synthetic data set (the users' points, public
+#: test data). It is never used for a release's noise, which draws fresh entropy.
+BUILTIN_DATA_SEED = 0
 
 
 @dataclass(frozen=True, eq=False)
