@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import mpmath
 import numpy as np
 
 from shuffledp import _validation as v
@@ -41,7 +40,7 @@ from shuffledp.accounting.budget import dl_std
 from shuffledp.analyzers.federated import federated_histogram
 from shuffledp.analyzers.federated_tree import AdaptiveRelease, adaptive_histogram
 from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import _shift, uniform_below
+from shuffledp.encoders.metric_mechanisms import _shift, rr_weights, uniform_below
 from shuffledp.encoders.noise import discrete_laplace_for
 from shuffledp.encoders.words import noise_source, word_source
 
@@ -151,9 +150,7 @@ def local_rr_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     k = side * side
     x = np.asarray(rows) * side + np.asarray(cols)
     eps = v.positive("epsilon", epsilon)
-    with mpmath.workdps(50):
-        w_in = int(mpmath.floor((1 << 24) * mpmath.e ** mpmath.mpf(eps)))
-    w_out = 1 << 24
+    w_in, w_out = rr_weights(eps)
     total = w_in + (k - 1) * w_out
     if total >= 1 << 62:
         raise ValueError(f"epsilon={epsilon!r} too large for the exact k-RR sampler")

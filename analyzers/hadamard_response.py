@@ -45,7 +45,12 @@ from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.metric_freq import BaselineRelease
 from shuffledp.analyzers.metric_itemwise import as_user_items
 from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import _shift, uniform_below
+from shuffledp.encoders.metric_mechanisms import (
+    _shift,
+    one_item_per_user,
+    rr_weights,
+    uniform_below,
+)
 from shuffledp.encoders.words import is_seeded, noise_source, word_source
 
 THEOREM = ("user-level Hadamard response baseline (for Imola et al. Lemma 6.4): one uniformly "
@@ -65,10 +70,7 @@ def _parity(a: np.ndarray) -> np.ndarray:
 
 def hadamard_weights(epsilon: float) -> tuple[int, int]:
     """(w_in, w_out) = (floor(2^24 e^eps), 2^24): realised epsilon ln(w_in/w_out) <= eps."""
-    eps = v.positive("epsilon", epsilon)
-    with mpmath.workdps(50):
-        w_in = int(mpmath.floor(_W_OUT * mpmath.e ** mpmath.mpf(eps)))
-    return w_in, _W_OUT
+    return rr_weights(epsilon, _W_OUT)
 
 
 def hadamard_sample(x: np.ndarray, K: int, epsilon: float,
@@ -119,9 +121,7 @@ def user_level_hadamard(users: Any, k: int, epsilon: float,
     n, m = items.shape
     K = 1 << k.bit_length()  # smallest power of two > k: rows 1..k of H_K
     rng = noise_source(rng)
-    pick = uniform_below(np.full(n, m, dtype=np.uint64),
-                         np.full(n, _shift(m), dtype=np.uint64), word_source(rng))
-    reports = hadamard_sample(items[np.arange(n), pick.astype(np.int64)], K, eps, rng)
+    reports = hadamard_sample(one_item_per_user(items, word_source(rng)), K, eps, rng)
     counts = np.bincount(reports, minlength=K)
     w_in, w_out = hadamard_weights(eps)
     p = w_in / (w_in + w_out)

@@ -60,7 +60,7 @@ from shuffledp.accounting.metric_shuffle import (
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.metric_itemwise import as_user_items, priv_emd_itemwise
 from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import GKRR, _shift, uniform_below
+from shuffledp.encoders.metric_mechanisms import GKRR, one_item_per_user
 from shuffledp.encoders.words import is_seeded, noise_source, word_source
 
 BASELINE_THEOREM = (
@@ -192,9 +192,7 @@ def user_level_krr(users: Any, k: int, epsilon: float,
     n, m = items.shape
     rng = noise_source(rng)
     krr = GKRR(k, 1, 1.0, eps)
-    pick = uniform_below(np.full(n, m, dtype=np.uint64),
-                         np.full(n, _shift(m), dtype=np.uint64), word_source(rng))
-    reports = krr.sample(items[np.arange(n), pick.astype(np.int64)], rng=rng)
+    reports = krr.sample(one_item_per_user(items, word_source(rng)), rng=rng)
     counts = np.bincount(reports, minlength=k)
     p, _, q = krr.probabilities()
     estimate = (counts / n - q) / (p - q)

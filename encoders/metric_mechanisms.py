@@ -148,6 +148,26 @@ class ItemMechanism:
         return out
 
 
+def rr_weights(epsilon: float, unit: int = 1 << 24) -> tuple[int, int]:
+    """(w_in, w_out) = (floor(unit e^eps), unit), floor taken in 50-digit arithmetic.
+
+    The integer weights of a randomised response whose two output probabilities are in
+    ratio w_in / w_out: its realised epsilon ln(w_in / w_out) is <= eps and within
+    1 / unit of it.
+    """
+    eps = v.positive("epsilon", epsilon)
+    with mpmath.workdps(50):
+        return int(mpmath.floor(unit * mpmath.e ** mpmath.mpf(eps))), unit
+
+
+def one_item_per_user(items: np.ndarray, words: WordSource) -> np.ndarray:
+    """One of each user's m items, uniformly (exact integer sampling), shape (n,)."""
+    n, m = items.shape
+    pick = uniform_below(np.full(n, m, dtype=np.uint64),
+                         np.full(n, _shift(m), dtype=np.uint64), words)
+    return items[np.arange(n), pick.astype(np.int64)]
+
+
 def _shift(total: int) -> int:
     """64 - bit length of total - 1: word >> shift is uniform on [0, 2^b) with 2^b >= total."""
     return 64 - (int(total) - 1).bit_length()

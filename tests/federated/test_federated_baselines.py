@@ -80,3 +80,18 @@ def test_central_adaptive_adds_one_discrete_laplace_per_entry():
     assert np.abs(noise).max() <= k
     with pytest.raises(TypeError, match="shard_size"):
         central_adaptive_histogram(rows, cols, 5, 1.0, shard_size=10)
+
+
+@pytest.mark.parametrize("eps", [0.01, 1.0, 7.5])
+def test_rr_weights_realise_at_most_epsilon_exactly(eps):
+    """The one weight helper behind both exact randomised responses (local k-RR here,
+    Hadamard response): ln(w_in / w_out) <= eps in 50-digit arithmetic, and one unit more
+    of w_in would exceed it (the floor is tight)."""
+    import mpmath
+
+    from shuffledp.encoders.metric_mechanisms import rr_weights
+
+    w_in, w_out = rr_weights(eps)
+    with mpmath.workdps(50):
+        assert mpmath.log(mpmath.mpf(w_in) / w_out) <= eps
+        assert mpmath.log(mpmath.mpf(w_in + 1) / w_out) > eps
