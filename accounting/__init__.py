@@ -35,12 +35,14 @@ from shuffledp.accounting.budget import (
 from shuffledp.accounting.clones import (
     LocalParameter,
     ShuffleBound,
+    clone_probability,
     clones_closed_form,
     clones_eps0_for_target,
     clones_numerical,
     clones_validity_limit,
     reduction_divergence,
     shuffle_ldp,
+    variation_ratio_numerical,
 )
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.accounting.metric_shuffle import (
@@ -79,6 +81,7 @@ __all__ = [
     "SummationParameters",
     "asymptotic_alpha0",
     "clones_closed_form",
+    "clone_probability",
     "clones_eps0_for_target",
     "clones_numerical",
     "clones_validity_limit",
@@ -95,6 +98,7 @@ __all__ = [
     "reduction_epsilon",
     "reduction_samples",
     "shuffle_ldp",
+    "variation_ratio_numerical",
     "start_level",
     "summation_parameters",
     "target_std",

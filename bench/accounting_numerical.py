@@ -8,8 +8,11 @@ Two tables:
    digits (``tests/accounting/mp_clones.py``), and printed next to it with the divergence
    one grid step below (``epsilon_lower``), which must exceed the requested delta.
 2. Numerical vs closed form and time per call over n, eps0, delta (``--quick``: fewer n).
+3. ``--compare`` (issue 12): the variation-ratio (stronger clone) bound against the clones
+   bound and the closed form over n in {1e3 .. 1e8}, eps0 in {0.5, 1, 2, 4}, delta = 1e-6,
+   with the time of each call and the saving of variation-ratio over clones.
 
-Run: python bench/accounting_numerical.py [--quick] [--no-timing]
+Run: python bench/accounting_numerical.py [--quick] [--no-timing] [--compare]
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-from shuffledp.accounting.clones import clones_closed_form, clones_numerical
+from shuffledp.accounting.clones import (
+    clones_closed_form,
+    clones_numerical,
+    variation_ratio_numerical,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "accounting"))
 from mp_clones import mp_divergence  # noqa: E402
@@ -63,11 +70,37 @@ def timing_table(quick: bool) -> None:
                       f"{dt:>8.3f}")
 
 
-def main(quick: bool = False, timing: bool = True) -> None:
+def _timed(fn, *args):
+    t = time.perf_counter()
+    b = fn(*args)
+    return b, time.perf_counter() - t
+
+
+def compare_table(delta: float = 1e-6) -> None:
+    print(f"variation-ratio vs clones vs closed form, delta={delta:g} "
+          "(epsilon certified; '-' = closed form not valid)")
+    print(f"{'n':>10} {'eps0':>5} {'var_ratio':>11} {'sec':>6} {'clones':>11} {'sec':>6} "
+          f"{'closed':>9} {'saving':>7}")
+    for eps0 in (0.5, 1.0, 2.0, 4.0):
+        for n in (10**3, 10**4, 10**5, 10**6, 10**7, 10**8):
+            vr, tv = _timed(variation_ratio_numerical, n, eps0, delta)
+            cl, tc = _timed(clones_numerical, n, eps0, delta)
+            cf = clones_closed_form(n, eps0, delta)
+            cfs = f"{cf.epsilon:>9.4g}" if cf.valid else f"{'-':>9}"
+            print(f"{n:>10} {eps0:>5} {vr.epsilon:>11.6g} {tv:>6.2f} {cl.epsilon:>11.6g} "
+                  f"{tc:>6.2f} {cfs} {1 - vr.epsilon / cl.epsilon:>7.1%}")
+    print()
+
+
+def main(quick: bool = False, timing: bool = True, compare: bool = False) -> None:
+    if compare:
+        compare_table()
+        return
     certification_table()
     if timing:
         timing_table(quick)
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv, timing="--no-timing" not in sys.argv)
+    main(quick="--quick" in sys.argv, timing="--no-timing" not in sys.argv,
+         compare="--compare" in sys.argv)

@@ -26,11 +26,20 @@ import mpmath as mp
 
 
 def mp_divergence(n: int, eps0: float, eps: float, d: float = 1.0, *, dps: int = 50,
-                  cut: float = 1e-32) -> tuple[mp.mpf, mp.mpf]:
-    """Bracket (lower, upper) of D_{e^eps}(P || Q) at ``dps`` digits (floats taken exactly)."""
+                  cut: float = 1e-32, reduction: str = "clones") -> tuple[mp.mpf, mp.mpf]:
+    """Bracket (lower, upper) of D_{e^eps}(P || Q) at ``dps`` digits (floats taken exactly).
+
+    ``reduction="variation-ratio"`` uses C ~ Bin(N - 1, 2 r) with r = alpha p / q,
+    alpha = 1/(p + 1), p = e^{alpha0 d}, q = e^{alpha0} (the stronger-clone pair), written
+    from those parameters rather than from the library's simplified expression.
+    """
     with mp.workdps(dps):
         ad = mp.mpf(eps0) * mp.mpf(d)
-        p = mp.exp(-mp.mpf(eps0))
+        if reduction == "clones":
+            p = mp.exp(-mp.mpf(eps0))
+        else:
+            pp, qq = mp.exp(ad), mp.exp(mp.mpf(eps0))
+            p = 2 * (1 / (pp + 1)) * pp / qq
         beta = 1 / (1 + mp.exp(ad))
         rho = 1 / (1 + mp.exp(-ad))
         E = mp.exp(mp.mpf(eps))
