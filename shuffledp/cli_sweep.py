@@ -15,6 +15,15 @@ Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
 ``--figure 13``  every metric vs B in {1, 4, 16, 64, 256, 1024}, central as B = inf
                  ([Ghazi23]_ Fig. 13); small default 80x60 grid, 3 repeats; ``--full``: the
                  paper's 320x240 grid and 20 repeats.
+``--figure 1``   every metric vs epsilon in {0.1, 0.5, 1, 2, 5, 10} for the central
+                 algorithm against the Laplace and top-1% / top-0.1% baselines
+                 ([Ghazi23]_ Sec. 4, Fig. 1-2 trends), n = 200; 64x64 grid and 3 repeats,
+                 ``--full``: 256x256 and 10 repeats.
+``--figure 2``   the same against n in {50, 100, 200, 350, 500} at epsilon = 1.
+
+``--param dropout`` sweeps the fraction of users who drop out of the shuffle protocol (the
+noise is planned for the survivors); ``--models`` picks the models to run (default
+``shuffle,central``; also ``laplace``, ``top_1%``, ``top_0.1%``).
 
 Options given explicitly override the preset. Without ``--seed`` every run draws fresh OS
 entropy; ``--seed`` makes the sweep reproducible research (the rows say so).
@@ -52,19 +61,27 @@ from shuffledp.cli_common import (
 )
 
 PAPER = {"n": 50, "epsilon": 5.0, "delta": 1e-5, "grid": "320x240"}
+CENTRAL_BASELINES = ["central", "laplace", "top_1%", "top_0.1%"]
 FIGURES: dict[str, dict[str, Any]] = {
+    "1": {"param": "epsilon", "values": [0.1, 0.5, 1, 2, 5, 10], "repeats": 3,
+          "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "n": 200,
+          "models": CENTRAL_BASELINES},
+    "2": {"param": "n", "values": [50, 100, 200, 350, 500], "repeats": 3,
+          "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "epsilon": 1.0,
+          "n": 200, "models": CENTRAL_BASELINES},
     "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 1,
            "full_repeats": 20, "grid": "320x240", "full_grid": "320x240"},
     "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 3,
            "full_repeats": 20, "grid": "80x60", "full_grid": "320x240"},
 }
-DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3}
+DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3,
+            "dropout": 0.0, "models": ["shuffle", "central"]}
 
 
 def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str, Any]:
     """The preset (or the defaults) overridden by the options given on the command line."""
     if full and figure is None:
-        raise click.UsageError("--full only applies to a preset: add --figure 12 or 13")
+        raise click.UsageError("--full only applies to a preset: add --figure 1, 2, 12 or 13")
     if figure is None:
         if given["param"] is None or given["values"] is None:
             raise click.UsageError("give --param and --values, or a preset with --figure")
@@ -77,7 +94,8 @@ def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str
                                        f"{given[opt]} or the preset")
         base = {**DEFAULTS, **PAPER, "param": fig["param"], "values": fig["values"],
                 "repeats": fig["full_repeats" if full else "repeats"],
-                "grid": fig["full_grid" if full else "grid"]}
+                "grid": fig["full_grid" if full else "grid"],
+                **{k: fig[k] for k in ("n", "epsilon", "models") if k in fig}}
     return {**base, **{k: x for k, x in given.items() if x is not None}}
 
 
@@ -88,15 +106,21 @@ def _values(text: Any) -> Any:
 
 
 @click.command("sweep", cls=Command)
-@click.option("--param", type=click.Choice(["B", "epsilon", "n", "grid", "w"]), default=None,
-              help="The parameter to sweep.")
+@click.option("--param", type=click.Choice(["B", "epsilon", "n", "grid", "w", "dropout"]),
+              default=None, help="The parameter to sweep.")
 @click.option("--values", default=None,
               help="Comma-separated values of --param, e.g. 1,16,256 or 64x48,128x96.")
 @click.option("--repeats", type=COUNT, default=None,
               help="Independent runs per point and model [default: 3; presets: see above].")
-@click.option("--figure", type=click.Choice(["12", "13"]), default=None,
-              help="Preset of Ghazi et al. (AAAI 2023): 12 = bits per user vs B, 13 = metrics "
-                   "vs B.")
+@click.option("--figure", type=click.Choice(["1", "2", "12", "13"]), default=None,
+              help="Preset of Ghazi et al. (AAAI 2023): 1 = metrics vs epsilon and 2 = vs n "
+                   "(central vs baselines), 12 = bits per user vs B, 13 = metrics vs B.")
+@click.option("--models", default=None,
+              help="Comma-separated models: shuffle, central, laplace, top_1%, top_0.1% "
+                   "[default: shuffle,central; --figure 1/2: the central ones].")
+@click.option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+              help="Shuffle model: fraction of users who drop out, when not swept "
+                   "[default: 0].")
 @click.option("--full", is_flag=True,
               help="With --figure: the paper's size (320x240 grid, 20 repeats).")
 @grid_option(default=None, help="Grid, N or WIDTHxHEIGHT [default: 80x60; --figure 12 and "
@@ -117,8 +141,8 @@ def _values(text: Any) -> Any:
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def sweep(param, values, repeats, figure, full, grid, n, epsilon, delta, B, w, sigma,
-          data_seed, seed, out_dir, no_plot, quiet, allow_large) -> None:
+def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilon, delta, B, w,
+          sigma, data_seed, seed, out_dir, no_plot, quiet, allow_large) -> None:
     """Sweep one parameter; shuffle and central side by side (Ghazi et al., AAAI 2023).
 
     Writes OUT/runs.csv and OUT/runs.jsonl (every run: parameters, guarantee, bits and bytes
@@ -129,20 +153,26 @@ def sweep(param, values, repeats, figure, full, grid, n, epsilon, delta, B, w, s
 
     s = _settings(figure, full, {"param": param, "values": _values(values),
                                  "repeats": repeats, "grid": grid, "n": n,
-                                 "epsilon": epsilon, "delta": delta, "B": B})
+                                 "epsilon": epsilon, "delta": delta, "B": B,
+                                 "dropout": dropout, "models": _values(models)})
     g = s["grid"]
     base = as_usage_error(
         sw.SweepConfig, grid=sw.parse_value("grid", g) if isinstance(g, str) else g,
         n=s["n"], epsilon=s["epsilon"], delta=s["delta"], B=s["B"], w=w, sigma=sigma,
-        data_seed=data_seed)
+        data_seed=data_seed, dropout=s["dropout"])
     try:
-        runs = sw.plan(s["param"], s["values"], s["repeats"], base)
+        sw._iv_models(s["models"])
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--models") from None
+    try:
+        runs = sw.plan(s["param"], s["values"], s["repeats"], base, s["models"])
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(str(exc), param_hint="--values") from None
     _check_sizes(runs, allow_large)
     bar = _Bar(quiet)
     records = sw.run_sweep(s["param"], s["values"], out_dir, repeats=s["repeats"], base=base,
-                           seed=seed, on_plan=bar.start, on_run=bar.update)
+                           seed=seed, models=s["models"], on_plan=bar.start,
+                           on_run=bar.update)
     bar.close()
     out = Path(out_dir)
     click.echo(f"{len(records)} runs written to {out / sw.CSV_NAME} and "
@@ -166,12 +196,14 @@ def _check_sizes(runs: list[Any], allow_large: bool) -> None:
     seen = set()
     for run in runs:
         c = run.config
-        if (c.grid, c.n, c.epsilon, c.delta, c.B, c.w) in seen:
+        key = (run.model == "shuffle", c.grid, c.n, c.epsilon, c.delta, c.B, c.w, c.dropout)
+        if key in seen:
             continue
-        seen.add((c.grid, c.n, c.epsilon, c.delta, c.B, c.w))
+        seen.add(key)
         what = f"--grid {c.grid} --n {c.n} --epsilon {c.epsilon:g} --delta {c.delta:g} --B {c.B}"
-        params = (as_refusal(f"no shuffle protocol for {what}", derive_params, c.grid, c.n,
-                             epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w)
+        params = (as_refusal(f"no shuffle protocol for {what} --dropout {c.dropout:g}",
+                             derive_params, c.grid, c.n, epsilon=c.epsilon, delta=c.delta,
+                             B=c.B, w=c.w, dropout=c.dropout)
                   if run.model == "shuffle" else None)
         refuse_if_large(
             what, memory_bytes=heatmap_memory(

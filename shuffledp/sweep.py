@@ -1,11 +1,12 @@
 """Parameter sweeps of the private heatmap: shuffle and central side by side, tidy outputs.
 
-:func:`run_sweep` varies one parameter (``B``, ``epsilon``, ``n``, ``grid`` or ``w``) over a
-list of values around a base :class:`SweepConfig`, runs each point ``repeats`` times with
-independent randomness, in the shuffle model (:func:`shuffledp.protocol.shuffle_heatmap`,
-[Ghazi23]_ App. F) and in the central model (:func:`shuffledp.analyzers.central.
-central_heatmap`, [Ghazi23]_ Alg. 1-2, under the same replace-one relation: the B = inf limit
-of Fig. 13), and appends every run as one row of ``runs.csv`` and one line of
+:func:`run_sweep` varies one parameter (``B``, ``epsilon``, ``n``, ``grid``, ``w`` or
+``dropout``) over a list of values around a base :class:`SweepConfig`, runs each point
+``repeats`` times with independent randomness, in the shuffle model
+(:func:`shuffledp.protocol.shuffle_heatmap`, [Ghazi23]_ App. F) and in the central model
+(:func:`shuffledp.analyzers.central.central_heatmap`, [Ghazi23]_ Alg. 1-2, under the same replace-one relation: the B = inf limit
+of Fig. 13) -- optionally also the central baselines of Sec. 4 (``models``, Fig. 1-2) --
+and appends every run as one row of ``runs.csv`` and one line of
 ``runs.jsonl``: its parameters, guarantee, bits and bytes per user, timings and every metric
 of :func:`shuffledp.analyzers.metrics.all_metrics`. Each row is flushed and fsynced as the run
 finishes.
@@ -24,6 +25,9 @@ References
 .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
    N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
    (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 4 (dropouts).
 """
 
 from __future__ import annotations
@@ -45,8 +49,13 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
 
-PARAMETERS = ("B", "epsilon", "n", "grid", "w")
-MODELS = ("shuffle", "central")
+PARAMETERS = ("B", "epsilon", "n", "grid", "w", "dropout")
+#: every model a sweep can run: the shuffle protocol, the central Alg. 1-2, and the central
+#: baselines of [Ghazi23]_ Sec. 4 (Laplace per cell, and top-t% of the noisy cells)
+MODELS = ("shuffle", "central", "laplace", "top_1%", "top_0.1%")
+#: the models run when none are named: the shuffle protocol and its central B = inf limit
+DEFAULT_MODELS = ("shuffle", "central")
+_TOP = {"top_1%": 1.0, "top_0.1%": 0.1}
 METRICS = ("emd", "kl", "cc", "sim", "mse", "l1")
 CSV_NAME = "runs.csv"
 JSONL_NAME = "runs.jsonl"
@@ -70,6 +79,11 @@ class SweepConfig:
         ([Ghazi23]_ Sec. 2.3); 0 compares the raw distributions.
     data_seed : int
         Seed of :func:`shuffledp.datasets.synthetic_mixture` (the data, not the noise).
+    dropout : float
+        Shuffle model: the fraction of users, in [0, 1), who drop out. The protocol plans its
+        noise for the ceil((1 - dropout) n) survivors ([Bagdasaryan22]_ Sec. 4) and
+        floor(dropout n) users, drawn at random, never send their batch; the metrics compare
+        with the aggregate of all n users (dropping users is part of the error).
     """
 
     grid: Grid = field(default_factory=lambda: Grid(80, 60))
@@ -80,6 +94,7 @@ class SweepConfig:
     w: int = 20
     sigma: float = 2.0
     data_seed: int = 2023
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.grid, Grid):
@@ -94,6 +109,10 @@ class SweepConfig:
             raise ValueError(f"sigma must be a finite number >= 0, got sigma={self.sigma!r}")
         object.__setattr__(self, "sigma", sigma)
         object.__setattr__(self, "data_seed", v.count("data_seed", self.data_seed, 0))
+        dropout = v.real("dropout", self.dropout)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got dropout={self.dropout!r}")
+        object.__setattr__(self, "dropout", dropout)
 
 
 @dataclass(frozen=True)
@@ -104,7 +123,7 @@ class RunRecord:
     ----------
     key : str
         Parameters the model depends on and the repeat index (the resume key).
-    model : {"shuffle", "central"}
+    model : {"shuffle", "central", "laplace", "top_1%", "top_0.1%"}
     param : str
         The swept parameter.
     repeat : int
@@ -116,7 +135,9 @@ class RunRecord:
     delta : float or None
         Target delta (shuffle); None for central.
     B : int or None
-        Scaling factor (shuffle); None for central.
+        Scaling factor (shuffle); None for the central models.
+    dropout : float or None
+        Dropout fraction (shuffle); None for the central models.
     sigma : float
     data_seed : int
     seed : int or None
@@ -143,6 +164,7 @@ class RunRecord:
     epsilon: float
     delta: float | None
     B: int | None
+    dropout: float | None
     w: int
     sigma: float
     data_seed: int
@@ -189,6 +211,8 @@ class Run:
                  f"data_seed={c.data_seed}"]
         if self.model == "shuffle":
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
+            if c.dropout:  # keys of sweeps without dropout stay as they were
+                parts.insert(7, f"dropout={c.dropout!r}")
         return "|".join([*parts, f"repeat={self.repeat}"])
 
 
@@ -198,14 +222,15 @@ def parse_value(param: str, value: Any) -> Any:
 
     Parameters
     ----------
-    param : {"B", "epsilon", "n", "grid", "w"}
+    param : {"B", "epsilon", "n", "grid", "w", "dropout"}
     value : str, number or Grid
         "16", "0.5", "1e5", "320x240" are parsed.
 
     Returns
     -------
     int, float or Grid
-        An int >= 1 (B, w; >= 2 for n), a finite float > 0 (epsilon), a Grid (grid).
+        An int >= 1 (B, w; >= 2 for n), a finite float > 0 (epsilon), a float in [0, 1)
+        (dropout), a Grid (grid).
     """
     if param == "grid":
         try:
@@ -214,6 +239,11 @@ def parse_value(param: str, value: Any) -> Any:
             raise ValueError(f"values: bad grid {value!r}: {exc}") from None
     if param == "epsilon":
         return v.positive("values", _number(value))
+    if param == "dropout":
+        x = v.real("values", _number(value))
+        if not 0.0 <= x < 1.0:
+            raise ValueError(f"values: dropout must be in [0, 1), got {value!r}")
+        return x
     low = 2 if param == "n" else 1
     return v.count("values", _number(value), low)
 
@@ -228,6 +258,17 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _iv_models(models: Any) -> tuple[str, ...]:
+    if isinstance(models, str) or not isinstance(models, Iterable):
+        raise TypeError(f"models must be a list, got {models!r}")
+    models = tuple(models)
+    if not models:
+        raise ValueError(f"models must be a non-empty list, got {models!r}")
+    for m in models:
+        v.choice("models", m, MODELS)
+    return tuple(dict.fromkeys(models))
+
+
 def _iv(param: Any, values: Any, repeats: Any) -> tuple[str, list[Any], int]:
     param = v.choice("param", param, PARAMETERS)
     if isinstance(values, str) or not isinstance(values, Iterable):
@@ -240,31 +281,35 @@ def _iv(param: Any, values: Any, repeats: Any) -> tuple[str, list[Any], int]:
 
 
 def plan(param: str, values: Sequence[Any], repeats: int,
-         base: SweepConfig | None = None) -> list[Run]:
+         base: SweepConfig | None = None,
+         models: Sequence[str] = DEFAULT_MODELS) -> list[Run]:
     """Every run of the sweep, each key once (central runs independent of the swept
     parameter, e.g. of B, are shared by all points).
 
     Parameters
     ----------
-    param : {"B", "epsilon", "n", "grid", "w"}
+    param : {"B", "epsilon", "n", "grid", "w", "dropout"}
     values : sequence
         Values of ``param`` (strings are parsed: "16", "0.5", "320x240").
     repeats : int
         Independent runs per point and model, >= 1.
     base : SweepConfig, optional
         The fixed parameters.
+    models : sequence of str
+        Any of :data:`MODELS`; default ``("shuffle", "central")``.
 
     Returns
     -------
     list of Run
     """
     param, parsed, repeats = _iv(param, values, repeats)
+    models = _iv_models(models)
     base = base or SweepConfig()
     runs: dict[str, Run] = {}
     for value in parsed:
         config = dataclasses.replace(base, **{param: value})
         for repeat in range(repeats):
-            for model in MODELS:
+            for model in models:
                 r = Run(config, model, param, repeat)
                 runs.setdefault(r.key, r)
     return list(runs.values())
@@ -299,6 +344,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     -------
     RunRecord
     """
+    from shuffledp.analyzers.baselines import laplace_baseline
     from shuffledp.analyzers.central import central_heatmap
     from shuffledp.analyzers.heatmap import gaussian_heatmap
     from shuffledp.analyzers.metrics import all_metrics
@@ -309,9 +355,14 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     users = _users(c)
     t0 = time.perf_counter()
     if run.model == "shuffle":
-        rel = shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w, rng=rng)
-    else:
+        rel = shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w, rng=rng,
+                              dropout=c.dropout,
+                              simulate_dropouts=math.floor(c.dropout * c.n))
+    elif run.model == "central":
         rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
+    else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
+        rel = laplace_baseline(users.aggregate(), c.epsilon, rng=rng,
+                               top_percent=_TOP.get(run.model))
     t1 = time.perf_counter()
     truth = normalise(users.aggregate())
     if c.sigma > 0:
@@ -324,7 +375,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     return RunRecord(
         key=run.key, model=run.model, param=run.param, repeat=run.repeat, grid=str(c.grid),
         n=c.n, epsilon=c.epsilon, delta=c.delta if shuffle else None,
-        B=c.B if shuffle else None, w=c.w, sigma=c.sigma, data_seed=c.data_seed,
+        B=c.B if shuffle else None, dropout=c.dropout if shuffle else None, w=c.w,
+        sigma=c.sigma, data_seed=c.data_seed,
         seed=rng if isinstance(rng, int) else None, release=report["release"],
         guarantee_epsilon=float(rel.guarantee.epsilon),
         guarantee_delta=float(rel.guarantee.delta), neighbour=str(rel.guarantee.neighbour),
@@ -409,6 +461,7 @@ def run_sweep(
     repeats: int = 3,
     base: SweepConfig | None = None,
     seed: int | None = None,
+    models: Sequence[str] = DEFAULT_MODELS,
     on_plan: Callable[[int, int], Any] | None = None,
     on_run: Callable[[RunRecord], Any] | None = None,
 ) -> list[RunRecord]:
@@ -416,7 +469,7 @@ def run_sweep(
 
     Parameters
     ----------
-    param, values, repeats, base
+    param, values, repeats, base, models
         As in :func:`plan`.
     out_dir : path
         Holds ``runs.csv`` and ``runs.jsonl`` (created if missing).
@@ -435,7 +488,7 @@ def run_sweep(
     """
     if seed is not None:
         seed = v.count("seed", seed, 0)
-    runs = plan(param, values, repeats, base)
+    runs = plan(param, values, repeats, base, models)
     repair(out_dir)
     done = done_keys(out_dir)
     todo = [r for r in runs if r.key not in done]

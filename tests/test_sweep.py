@@ -126,7 +126,8 @@ def test_summarise_groups_by_model_and_value(tmp_path):
 
 
 @pytest.mark.parametrize("args,match", [
-    (("dropout", [1]), "param must be one of"),
+    (("gamma", [1]), "param must be one of"),
+    (("dropout", [1.0]), "dropout must be in \\[0, 1\\), got 1.0"),
     (("B", []), "values must be a non-empty list, got \\[\\]"),
     (("B", ["a"]), "values must be numbers, got 'a'"),
     (("B", "16"), "values must be a list, got '16'"),
@@ -153,7 +154,8 @@ def invoke(*args):
 
 
 @pytest.mark.parametrize("argv,hint", [
-    (["--param", "dropout", "--values", "1"], "'--param'"),
+    (["--param", "gamma", "--values", "1"], "'--param'"),
+    (["--param", "B", "--values", "1", "--models", "shuffle,oracle"], "--models: models must be one of"),
     (["--param", "B", "--values", ","], "values must be a non-empty list"),
     (["--param", "B", "--values", "1,x"], "values must be numbers, got 'x'"),
     (["--param", "B", "--values", "1", "--repeats", "0"], "'--repeats'"),
@@ -161,7 +163,8 @@ def invoke(*args):
     (["--figure", "12", "--values", "1"], "--figure 12 sets --values"),
     (["--full", "--param", "B", "--values", "1"], "--full only applies to a preset"),
     (["--values", "1"], "give --param and --values"),
-], ids=["param", "empty", "non-numeric", "repeats", "n", "preset", "full", "missing"])
+], ids=["param", "models", "empty", "non-numeric", "repeats", "n", "preset", "full",
+      "missing"])
 def test_cli_bad_input_is_one_line(tmp_path, argv, hint):
     res = invoke(*argv, "--out", tmp_path / "o")
     assert res.exit_code == 2, res.output
@@ -258,3 +261,63 @@ def test_sweeps_of_different_parameters_share_a_directory(tmp_path):
     assert {r.model for r in recs} == {"shuffle", "central"}
     s = sw.summarise(sw.read_runs(tmp_path), "epsilon", "emd")
     assert [x for x, *_ in s["central"]] == [5.0] and [x for x, *_ in s["shuffle"]] == [5.0]
+
+
+def test_dropout_sweep_plans_noise_for_the_survivors(tmp_path):
+    recs = sw.run_sweep("dropout", [0, 0.3], tmp_path, repeats=1, base=TINY, seed=8)
+    shuffle = {r.dropout: r for r in recs if r.model == "shuffle"}
+    assert set(shuffle) == {0.0, 0.3}
+    for d, r in shuffle.items():
+        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=256, dropout=d)
+        assert r.bits_per_user == p.bits_per_user and r.guarantee_epsilon == 5.0
+    # the noise is planned for 7 survivors: more shares or a wider modulus than for 10
+    assert shuffle[0.3].bits_per_user >= shuffle[0.0].bits_per_user
+    assert "|dropout=0.3|" in shuffle[0.3].key and "|dropout=" not in shuffle[0.0].key
+    central = [r for r in recs if r.model == "central"]
+    assert len(central) == 1 and central[0].dropout is None  # shared by both points
+
+
+def test_dropout_users_really_drop(monkeypatch):
+    import shuffledp.protocol as protocol
+
+    seen = {}
+    real = protocol.shuffle_heatmap
+
+    def spy(users, **kw):
+        seen.update(kw)
+        return real(users, **kw)
+
+    monkeypatch.setattr(protocol, "shuffle_heatmap", spy)
+    run = sw.Run(sw.SweepConfig(grid=Grid(16, 12), n=10, dropout=0.35), "shuffle", "dropout", 0)
+    sw.run_one(run, rng=1)
+    assert seen["dropout"] == 0.35 and seen["simulate_dropouts"] == 3
+
+
+def test_central_baselines_as_models(tmp_path):
+    models = ("central", "laplace", "top_1%", "top_0.1%")
+    recs = sw.run_sweep("epsilon", [1.0, 4.0], tmp_path, repeats=1, base=TINY, seed=2,
+                        models=models)
+    assert sorted({r.model for r in recs}) == sorted(models) and len(recs) == 8
+    for r in recs:
+        assert r.B is None and r.delta is None and r.bits_per_user is None
+        assert r.guarantee_epsilon == r.epsilon and r.guarantee_delta == 0.0
+    assert {r.neighbour for r in recs if r.model != "central"} != {
+        r.neighbour for r in recs if r.model == "central"}  # add/remove vs replace-one
+    with pytest.raises(ValueError, match="models must be one of .*got models='oracle'"):
+        sw.plan("epsilon", [1.0], 1, TINY, models=("central", "oracle"))
+
+
+def test_cli_figure_1_runs_the_central_models(tmp_path):
+    res = invoke("--figure", 1, "--grid", "16x12", "--n", 10, "--repeats", 1, "--no-plot",
+                 "--quiet", "--seed", 1, "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path)
+    assert {r["model"] for r in rows} == {"central", "laplace", "top_1%", "top_0.1%"}
+    assert sorted({float(r["epsilon"]) for r in rows}) == [0.1, 0.5, 1.0, 2.0, 5.0, 10.0]
+    res = invoke("--figure", 2, "--grid", "16x12", "--repeats", 1, "--no-plot", "--quiet",
+                 "--seed", 1, "--models", "central", "--out", tmp_path / "f2")
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path / "f2")
+    assert sorted({int(r["n"]) for r in rows}) == [50, 100, 200, 350, 500]
+    assert {float(r["epsilon"]) for r in rows} == {1.0} and {r["model"] for r in rows} == {
+        "central"}
