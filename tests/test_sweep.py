@@ -155,7 +155,8 @@ def invoke(*args):
 
 @pytest.mark.parametrize("argv,hint", [
     (["--param", "gamma", "--values", "1"], "'--param'"),
-    (["--param", "B", "--values", "1", "--models", "shuffle,oracle"], "--models: models must be one of"),
+    (["--param", "B", "--values", "1", "--models", "shuffle,oracle"],
+     "--models: models must be one of"),
     (["--param", "B", "--values", ","], "values must be a non-empty list"),
     (["--param", "B", "--values", "1,x"], "values must be numbers, got 'x'"),
     (["--param", "B", "--values", "1", "--repeats", "0"], "'--repeats'"),
