@@ -5,9 +5,9 @@
 ``repeats`` times with independent randomness, in the shuffle model
 (:func:`shuffledp.protocol.shuffle_heatmap`, [Ghazi23]_ App. F) and in the central model
 (:func:`shuffledp.analyzers.central.central_heatmap`, [Ghazi23]_ Alg. 1-2, under the same
-replace-one relation: the B = inf limit of Fig. 13) -- optionally also the central
-baselines of Sec. 4 (``models``, Fig. 1-2) -- and appends every run as one row of ``runs.csv`` and one line of
-``runs.jsonl``: its parameters, guarantee, bits and bytes per user, timings and every metric
+replace-one relation: the B = inf limit of Fig. 13) -- optionally also the central baselines of
+Sec. 4 (``models``, Fig. 1-2) -- and appends every run as one row of ``runs.csv`` and one line
+of ``runs.jsonl``: its parameters, guarantee, bits and bytes per user, timings and every metric
 of :func:`shuffledp.analyzers.metrics.all_metrics`. Each row is flushed and fsynced as the run
 finishes.
 
