@@ -20,7 +20,6 @@ References
 from __future__ import annotations
 
 import csv
-import math
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from shuffledp.cli_common import (
     heatmap_memory,
     n_option,
     out_dir_option,
+    parse_bbox,
     refuse_if_large,
     w_option,
     warn,
@@ -63,20 +63,6 @@ class _Progress:
     def __call__(self, msg: str) -> None:
         if not self.quiet:
             click.echo(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", err=True)
-
-
-def _parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
-    if value is None:
-        return None
-    try:
-        parts = tuple(float(v) for v in value.split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 4 or not all(map(math.isfinite, parts)):
-        raise click.BadParameter(
-            f"must be LAT_MIN,LAT_MAX,LON_MIN,LON_MAX, got {value!r}", param_hint="--bbox"
-        )
-    return parts  # type: ignore[return-value]
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -238,7 +224,7 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
 def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,
                          n: int | None) -> Any:
     """--bbox only (and always) with SNAP input; --n is the synthetic data's size."""
-    box = _parse_bbox(bbox)
+    box = parse_bbox(bbox)
     if box is not None and fmt != "snap":
         raise click.BadParameter("only valid with --format snap", param_hint="--bbox")
     if input_path is not None and fmt == "snap" and box is None:

@@ -416,3 +416,18 @@ def protocol_memory(params: Any) -> int:
     encoder = params.messages_per_user * per_message + 32 * params.m
     analyzer = 64 * params.m + params.grid.n_pixels * (PIXEL_BYTES + PIXEL_BYTES_PER_BASELINE)
     return int(BASE_BYTES + max(encoder, analyzer))
+
+
+def parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
+    """--bbox LAT_MIN,LAT_MAX,LON_MIN,LON_MAX as four finite floats (None if not given)."""
+    if value is None:
+        return None
+    try:
+        parts = tuple(float(v) for v in value.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 4 or not all(map(math.isfinite, parts)):
+        raise click.BadParameter(
+            f"must be LAT_MIN,LAT_MAX,LON_MIN,LON_MAX, got {value!r}", param_hint="--bbox"
+        )
+    return parts  # type: ignore[return-value]

@@ -21,6 +21,9 @@ Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
                  ``--full``: 256x256 and 10 repeats.
 ``--figure 2``   the same against n in {50, 100, 200, 350, 500} at epsilon = 1.
 
+``--input FILE`` (``user_id,x,y[,weight]`` CSV, or ``--format snap --bbox ...`` check-ins)
+replaces the synthetic users: ``--n`` of the file's users are drawn (default: all of them).
+
 ``--param dropout`` sweeps the fraction of users who drop out of the shuffle protocol (the
 noise is planned for the survivors); ``--models`` picks the models to run (default
 ``shuffle,central``; also ``laplace``, ``top_1%``, ``top_0.1%``).
@@ -56,6 +59,7 @@ from shuffledp.cli_common import (
     heatmap_memory,
     n_option,
     out_dir_option,
+    parse_bbox,
     refuse_if_large,
     w_option,
 )
@@ -137,12 +141,22 @@ def _values(text: Any) -> Any:
 @click.option("--seed", type=SEED, default=None,
               help="Seed all noise (reproducible research, not private releases); default: "
                    "fresh OS entropy for every run.")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, exists=True),
+              default=None,
+              help="user_id,x,y[,weight] CSV (or --format snap check-ins) instead of the "
+                   "built-in synthetic users; --n (default: every user of the file) users are "
+                   "drawn from it, seeded by --data-seed.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "snap"]), default="csv",
+              show_default=True, help="Format of --input.")
+@click.option("--bbox", default=None,
+              help="With --format snap: LAT_MIN,LAT_MAX,LON_MIN,LON_MAX of the region.")
 @out_dir_option(required=True)
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
 def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilon, delta, B, w,
-          sigma, data_seed, seed, out_dir, no_plot, quiet, allow_large) -> None:
+          sigma, data_seed, seed, input_path, fmt, bbox, out_dir, no_plot, quiet,
+          allow_large) -> None:
     """Sweep one parameter; shuffle and central side by side (Ghazi et al., AAAI 2023).
 
     Writes OUT/runs.csv and OUT/runs.jsonl (every run: parameters, guarantee, bits and bytes
@@ -151,6 +165,9 @@ def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilo
     """
     from shuffledp import sweep as sw
 
+    box, n_input = _input(input_path, fmt, bbox)
+    if n_input is not None and n is None and param != "n":
+        n = n_input
     s = _settings(figure, full, {"param": param, "values": _values(values),
                                  "repeats": repeats, "grid": grid, "n": n,
                                  "epsilon": epsilon, "delta": delta, "B": B,
@@ -159,7 +176,8 @@ def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilo
     base = as_usage_error(
         sw.SweepConfig, grid=sw.parse_value("grid", g) if isinstance(g, str) else g,
         n=s["n"], epsilon=s["epsilon"], delta=s["delta"], B=s["B"], w=w, sigma=sigma,
-        data_seed=data_seed, dropout=s["dropout"])
+        data_seed=data_seed, dropout=s["dropout"], input=input_path, input_format=fmt,
+        bbox=box)
     try:
         sw._iv_models(s["models"])
     except (ValueError, TypeError) as exc:
@@ -168,6 +186,11 @@ def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilo
         runs = sw.plan(s["param"], s["values"], s["repeats"], base, s["models"])
     except (ValueError, TypeError) as exc:
         raise click.BadParameter(str(exc), param_hint="--values") from None
+    if n_input is not None:
+        too_many = sorted({r.config.n for r in runs if r.config.n > n_input})
+        if too_many:
+            raise click.BadParameter(f"--input {input_path} has {n_input} users, fewer than "
+                                     f"n={too_many[-1]}", param_hint="--n/--values")
     _check_sizes(runs, allow_large)
     bar = _Bar(quiet)
     records = sw.run_sweep(s["param"], s["values"], out_dir, repeats=s["repeats"], base=base,
@@ -186,6 +209,23 @@ def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilo
             click.echo(f"wrote {path}")
     except ImportError:
         click.echo(sw.PLOT_HINT, err=True)
+
+
+def _input(input_path: str | None, fmt: str, bbox: str | None) -> tuple[Any, int | None]:
+    """The parsed --bbox and the number of users of --input (None without --input); loader
+    errors exit with one line naming --input."""
+    from shuffledp import sweep as sw
+    box = parse_bbox(bbox)
+    if (box is not None) != (input_path is not None and fmt == "snap"):
+        raise click.BadParameter("needed with --input and --format snap, and only then",
+                                 param_hint="--bbox")
+    if input_path is None:
+        return box, None
+    try:
+        table = sw.load_input(input_path, fmt, box)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"--input {input_path}: {exc}") from None
+    return box, table.n_users
 
 
 def _check_sizes(runs: list[Any], allow_large: bool) -> None:

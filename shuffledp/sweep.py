@@ -79,6 +79,14 @@ class SweepConfig:
         ([Ghazi23]_ Sec. 2.3); 0 compares the raw distributions.
     data_seed : int
         Seed of :func:`shuffledp.datasets.synthetic_mixture` (the data, not the noise).
+    input : str or None
+        A ``user_id,x,y[,weight]`` CSV or SNAP check-ins file (``input_format``) instead of
+        the built-in synthetic users. ``n`` users are then drawn from the file without
+        replacement (seeded by ``data_seed``); ``n`` equal to the file's number of users takes
+        all of them.
+    input_format : {"csv", "snap"}
+    bbox : tuple of 4 floats or None
+        SNAP only: LAT_MIN, LAT_MAX, LON_MIN, LON_MAX of the region kept.
     dropout : float
         Shuffle model: the fraction of users, in [0, 1), who drop out. The protocol plans its
         noise for the ceil((1 - dropout) n) survivors ([Bagdasaryan22]_ Sec. 4) and
@@ -95,6 +103,9 @@ class SweepConfig:
     sigma: float = 2.0
     data_seed: int = 2023
     dropout: float = 0.0
+    input: str | None = None
+    input_format: str = "csv"
+    bbox: tuple[float, float, float, float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.grid, Grid):
@@ -113,6 +124,12 @@ class SweepConfig:
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got dropout={self.dropout!r}")
         object.__setattr__(self, "dropout", dropout)
+        if self.input is not None:
+            object.__setattr__(self, "input", os.fspath(self.input))
+        v.choice("input_format", self.input_format, ("csv", "snap"))
+        if (self.input_format == "snap") != (self.bbox is not None):
+            raise ValueError("bbox is required with input_format='snap' and only valid with "
+                             f"it, got input_format={self.input_format!r}, bbox={self.bbox!r}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,8 @@ class RunRecord:
         Dropout fraction (shuffle); None for the central models.
     sigma : float
     data_seed : int
+    input : str or None
+        The input file (None: the built-in synthetic users).
     seed : int or None
         This run's noise seed (derived from the sweep's seed and the key, so the run can be
         repeated alone); None = fresh entropy (a private release).
@@ -168,6 +187,7 @@ class RunRecord:
     w: int
     sigma: float
     data_seed: int
+    input: str | None
     seed: int | None
     release: str
     guarantee_epsilon: float
@@ -209,6 +229,8 @@ class Run:
         parts = [f"sweep={self.param}", f"model={self.model}", f"grid={c.grid}", f"n={c.n}",
                  f"epsilon={c.epsilon!r}", f"w={c.w}", f"sigma={c.sigma!r}",
                  f"data_seed={c.data_seed}"]
+        if c.input is not None:  # keys of built-in data sweeps stay as they were
+            parts.append(f"input={c.input}:{c.input_format}:{c.bbox}")
         if self.model == "shuffle":
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
             if c.dropout:  # keys of sweeps without dropout stay as they were
@@ -319,13 +341,49 @@ def plan(param: str, values: Sequence[Any], repeats: int,
 _USERS: dict[tuple[Any, ...], Any] = {}
 
 
+_TABLES: dict[tuple[Any, ...], Any] = {}
+
+
+def load_input(path: str, input_format: str = "csv", bbox: Any = None) -> Any:
+    """The :class:`~shuffledp.datasets.PointTable` of an input file (cached per file)."""
+    from shuffledp import datasets
+
+    key = (os.fspath(path), input_format, bbox)
+    if key not in _TABLES:
+        _TABLES.clear()
+        _TABLES[key] = (datasets.load_csv(path) if input_format == "csv"
+                        else datasets.load_snap(path, bbox=bbox))
+    return _TABLES[key]
+
+
+def subsample_users(table: Any, n: int, seed: int) -> Any:
+    """``n`` of the table's users drawn without replacement (all of them if n equals their
+    number); a ValueError names ``n`` if the file has fewer users."""
+    from shuffledp.datasets import PointTable
+
+    labels = np.unique(table.user)
+    if n > labels.size:
+        raise ValueError(f"n must be at most the input's {labels.size} users, got n={n}")
+    if n == labels.size:
+        return table
+    keep = np.random.default_rng(seed).choice(labels.size, size=n, replace=False)
+    mask = np.isin(table.user, labels[keep])
+    return PointTable(table.user[mask], table.x[mask], table.y[mask], table.weight[mask],
+                      info={**table.info, "subsample": f"{n} users, seed {seed}"})
+
+
 def _users(config: SweepConfig) -> Any:
     from shuffledp.datasets import synthetic_mixture
 
-    key = (config.grid.width, config.grid.height, config.n, config.data_seed)
+    key = (config.grid.width, config.grid.height, config.n, config.data_seed, config.input,
+           config.input_format, config.bbox)
     if key not in _USERS:
         _USERS.clear()
-        table = synthetic_mixture(n_users=config.n, rng=config.data_seed)
+        if config.input is None:
+            table = synthetic_mixture(n_users=config.n, rng=config.data_seed)
+        else:
+            table = subsample_users(load_input(config.input, config.input_format, config.bbox),
+                                    config.n, config.data_seed)
         _USERS[key] = table.to_users(config.grid)
     return _USERS[key]
 
@@ -376,7 +434,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         key=run.key, model=run.model, param=run.param, repeat=run.repeat, grid=str(c.grid),
         n=c.n, epsilon=c.epsilon, delta=c.delta if shuffle else None,
         B=c.B if shuffle else None, dropout=c.dropout if shuffle else None, w=c.w,
-        sigma=c.sigma, data_seed=c.data_seed,
+        sigma=c.sigma, data_seed=c.data_seed, input=c.input,
         seed=rng if isinstance(rng, int) else None, release=report["release"],
         guarantee_epsilon=float(rel.guarantee.epsilon),
         guarantee_delta=float(rel.guarantee.delta), neighbour=str(rel.guarantee.neighbour),

@@ -322,3 +322,52 @@ def test_cli_figure_1_runs_the_central_models(tmp_path):
     assert sorted({int(r["n"]) for r in rows}) == [50, 100, 200, 350, 500]
     assert {float(r["epsilon"]) for r in rows} == {1.0} and {r["model"] for r in rows} == {
         "central"}
+
+
+def _write_users(path, n_users, points=3, seed=3):
+    rng = np.random.default_rng(seed)
+    lines = ["user_id,x,y"]
+    for u in range(n_users):
+        lines += [f"u{u},{rng.uniform(0.2, 0.5):.4f},{rng.uniform(0.1, 0.6):.4f}"
+                  for _ in range(points)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_input_file_users_are_subsampled_reproducibly(tmp_path):
+    path = _write_users(tmp_path / "u.csv", 40)
+    base = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0, input=str(path))
+    recs = sw.run_sweep("n", [10, 40], tmp_path / "o", repeats=1, base=base, seed=1,
+                        models=("central",))
+    assert [r.n for r in recs] == [10, 40] and {r.input for r in recs} == {str(path)}
+    assert all(f"input={path}:csv:None" in r.key for r in recs)
+    table = sw.load_input(str(path))
+    a = sw.subsample_users(table, 10, 2023)
+    b = sw.subsample_users(table, 10, 2023)
+    assert a.n_users == 10 and np.array_equal(a.user, b.user)
+    assert sw.subsample_users(table, 40, 2023) is table
+    assert not np.array_equal(sw.subsample_users(table, 10, 1).user, a.user)
+    with pytest.raises(ValueError, match="n must be at most the input's 40 users, got n=41"):
+        sw.subsample_users(table, 41, 0)
+    with pytest.raises(ValueError, match="bbox is required with input_format='snap'"):
+        sw.SweepConfig(input=str(path), input_format="snap")
+
+
+def test_cli_input(tmp_path):
+    path = _write_users(tmp_path / "u.csv", 30)
+    res = invoke("--input", path, "--param", "epsilon", "--values", "2,5", "--repeats", 1,
+                 "--grid", "16x12", "--quiet", "--no-plot", "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path / "o")
+    assert {int(r["n"]) for r in rows} == {30} and {r["input"] for r in rows} == {str(path)}
+    res = invoke("--input", path, "--param", "n", "--values", "10,31", "--grid", "16x12",
+                 "--quiet", "--out", tmp_path / "o2")
+    assert res.exit_code == 2 and "has 30 users, fewer than n=31" in res.output
+    assert not (tmp_path / "o2").exists()
+    res = invoke("--input", path, "--format", "snap", "--param", "B", "--values", "4",
+                 "--out", tmp_path / "o3")
+    assert res.exit_code == 2 and "--bbox" in res.output
+    bad = tmp_path / "bad.csv"
+    bad.write_text("user_id,x,y\nu1,2.0,0.5\n")
+    res = invoke("--input", bad, "--param", "B", "--values", "4", "--out", tmp_path / "o4")
+    assert res.exit_code == 1 and f"--input {bad}" in res.output and "Traceback" not in res.output
