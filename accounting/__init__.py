@@ -6,6 +6,8 @@ guarantee       the :class:`Guarantee` record carried by every release
 budget          per-level split of [Ghazi23]_; noise <-> budget conversions of
                 [Bagdasaryan22]_ (eqs. 5, 7-9)
 clones          amplification by shuffling of eps0-LDP reports: closed form and exact numerics
+                of the clones and variation-ratio (stronger clone) reductions
+krr_shuffle     shuffled k-ary randomized response: exact numerics of its privacy blanket
 metric_shuffle  PrivEMDItemWise ([Imola]_ Thm 4.3/4.4), its inverse and baselines
 summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (q, r, noise,
                 bits)
@@ -45,6 +47,7 @@ from shuffledp.accounting.clones import (
     variation_ratio_numerical,
 )
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.krr_shuffle import krr_blanket_divergence, krr_shuffle_numerical
 from shuffledp.accounting.metric_shuffle import (
     DEFAULT_MAX_DELTA_OUT,
     ItemwiseBound,
@@ -82,6 +85,8 @@ __all__ = [
     "asymptotic_alpha0",
     "clones_closed_form",
     "clone_probability",
+    "krr_blanket_divergence",
+    "krr_shuffle_numerical",
     "clones_eps0_for_target",
     "clones_numerical",
     "clones_validity_limit",

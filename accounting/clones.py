@@ -79,7 +79,9 @@ from scipy.stats import binom
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
-METHODS = ("tightest", "variation-ratio", "numerical", "closed-form")
+METHODS = ("tightest", "variation-ratio", "numerical", "closed-form", "krr-blanket")
+#: what is known of the local randomizer: any eps0-LDP one, or k-ary randomized response
+RANDOMIZERS = ("general", "krr")
 #: the reductions whose exact divergence is computed ("numerical" is the clones reduction)
 REDUCTIONS = ("clones", "variation-ratio")
 
@@ -100,7 +102,7 @@ class ShuffleBound:
         Certified epsilon: the release is (epsilon, delta)-DP under replacement of one
         report. Never above eps0 (shuffling is post-processing of eps0-LDP reports).
     delta : float
-    method : {"closed-form", "numerical", "variation-ratio"}
+    method : {"closed-form", "numerical", "variation-ratio", "krr-blanket"}
         "numerical" is the exact divergence of the clones pair.
     n : int
         Number of shuffled reports.
@@ -614,17 +616,32 @@ def _numerical(n, eps0, delta, *, d, rtol, tail, reduction) -> ShuffleBound:
     )
 
 
-def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest",
-                **kwargs) -> ShuffleBound:
+def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
+                randomizer: str = "general", k: int | None = None, **kwargs) -> ShuffleBound:
     """Amplification by shuffling of n eps0-LDP reports (dispatch on ``method``).
 
-    ``method`` is ``"tightest"`` (every bound below is computed and the smallest certified
-    epsilon is returned; the others are listed in ``notes``), ``"variation-ratio"``
-    (:func:`variation_ratio_numerical`), ``"numerical"`` (:func:`clones_numerical`) or
-    ``"closed-form"`` (:func:`clones_closed_form`). Keyword arguments (``d``, ``rtol``,
-    ``tail``) go to the numerical methods; ``d`` != 1 is not available in closed form.
+    ``method`` is ``"tightest"`` (every bound valid for ``randomizer`` is computed and the
+    smallest certified epsilon is returned; the others are listed in ``notes``),
+    ``"variation-ratio"`` (:func:`variation_ratio_numerical`), ``"numerical"``
+    (:func:`clones_numerical`), ``"closed-form"`` (:func:`clones_closed_form`) or
+    ``"krr-blanket"`` (:func:`shuffledp.accounting.krr_shuffle.krr_shuffle_numerical`, k-RR
+    only). ``randomizer="krr"`` with ``k`` says the reports come from k-ary randomized
+    response, which adds the k-RR bound to "tightest". Keyword arguments (``d``, ``rtol``,
+    ``tail``) go to the numerical methods; ``d`` != 1 is not available in closed form nor
+    for k-RR.
     """
+    from shuffledp.accounting.krr_shuffle import krr_shuffle_numerical
+
     method = v.choice("method", method, METHODS)
+    randomizer = v.choice("randomizer", randomizer, RANDOMIZERS)
+    if randomizer == "krr":
+        k = v.count("k", k, 2)
+        if kwargs.get("d", 1.0) != 1.0:
+            raise ValueError(f"d must be 1 for randomizer='krr', got d={kwargs['d']!r}")
+    elif k is not None:
+        raise ValueError(f"k is only used with randomizer='krr', got k={k!r}")
+    if method == "krr-blanket" and randomizer != "krr":
+        raise ValueError("method='krr-blanket' needs randomizer='krr' and k")
     if method == "closed-form":
         if kwargs:
             raise TypeError(f"closed-form takes no extra arguments, got {sorted(kwargs)}")
@@ -633,10 +650,15 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest",
         return clones_numerical(n, eps0, delta, **kwargs)
     if method == "variation-ratio":
         return variation_ratio_numerical(n, eps0, delta, **kwargs)
+    krr_kw = {key: val for key, val in kwargs.items() if key != "d"}
+    if method == "krr-blanket":
+        return krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw)
     bounds = [variation_ratio_numerical(n, eps0, delta, **kwargs),
               clones_numerical(n, eps0, delta, **kwargs)]
     if kwargs.get("d", 1.0) == 1.0:
         bounds.append(clones_closed_form(n, eps0, delta))
+    if randomizer == "krr":
+        bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw))
     valid = [b for b in bounds if b.valid]
     best = min(valid, key=lambda b: b.epsilon) if valid else bounds[0]
     others = "; ".join(f"{b.method}: {b.epsilon:.6g}" + ("" if b.valid else " (not valid)")

@@ -8,15 +8,19 @@ Two tables:
    digits (``tests/accounting/mp_clones.py``), and printed next to it with the divergence
    one grid step below (``epsilon_lower``), which must exceed the requested delta.
 2. Numerical vs closed form and time per call over n, eps0, delta (``--quick``: fewer n).
+4. ``--krr``: shuffled k-ary randomized response, the exact privacy-blanket bound for
+   k in {2, 3, 10, 100} against the general (variation-ratio) bound, eps0 = 1, delta = 1e-6,
+   n in {1e3, 1e4, 1e5, 1e6}, with times.
 3. ``--compare`` (issue 12): the variation-ratio (stronger clone) bound against the clones
    bound and the closed form over n in {1e3 .. 1e8}, eps0 in {0.5, 1, 2, 4}, delta = 1e-6,
    with the time of each call and the saving of variation-ratio over clones.
 
-Run: python bench/accounting_numerical.py [--quick] [--no-timing] [--compare]
+Run: python bench/accounting_numerical.py [--quick] [--no-timing] [--compare] [--krr]
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -26,6 +30,7 @@ from shuffledp.accounting.clones import (
     clones_numerical,
     variation_ratio_numerical,
 )
+from shuffledp.accounting.krr_shuffle import krr_shuffle_numerical
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "accounting"))
 from mp_clones import mp_divergence  # noqa: E402
@@ -92,7 +97,24 @@ def compare_table(delta: float = 1e-6) -> None:
     print()
 
 
-def main(quick: bool = False, timing: bool = True, compare: bool = False) -> None:
+def krr_table(eps0: float = 1.0, delta: float = 1e-6) -> None:
+    print(f"shuffled k-RR: exact blanket bound vs general eps0-LDP bound, eps0={eps0:g}, "
+          f"delta={delta:g}")
+    print(f"{'n':>9} {'k':>4} {'krr_blanket':>12} {'sec':>6} {'general':>10} {'saving':>7}")
+    for n in (10**3, 10**4, 10**5, 10**6):
+        g = variation_ratio_numerical(n, eps0, delta).epsilon
+        for k in (2, 3, 10, 100):
+            b, t = _timed(functools.partial(krr_shuffle_numerical, n, eps0, delta, k=k))
+            print(f"{n:>9} {k:>4} {b.epsilon:>12.6g} {t:>6.2f} {g:>10.6g} "
+                  f"{1 - b.epsilon / g:>7.1%}", flush=True)
+    print()
+
+
+def main(quick: bool = False, timing: bool = True, compare: bool = False,
+         krr: bool = False) -> None:
+    if krr:
+        krr_table()
+        return
     if compare:
         compare_table()
         return
@@ -103,4 +125,4 @@ def main(quick: bool = False, timing: bool = True, compare: bool = False) -> Non
 
 if __name__ == "__main__":
     main(quick="--quick" in sys.argv, timing="--no-timing" not in sys.argv,
-         compare="--compare" in sys.argv)
+         compare="--compare" in sys.argv, krr="--krr" in sys.argv)

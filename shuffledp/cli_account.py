@@ -158,11 +158,19 @@ def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as
 @click.option("--eps0", type=POSITIVE, required=True, help="Local DP parameter.")
 @delta_option(required=True, help="Target delta, in (0, 1).")
 @click.option("--method", type=click.Choice(["tightest", "variation-ratio", "numerical",
-                                            "closed-form"]),
+                                            "closed-form", "krr-blanket"]),
               default="tightest", show_default=True,
               help="tightest: the smallest certified of the others; variation-ratio: the "
                    "stronger-clone pair (Feldman-McMillan-Talwar 2023); numerical: the exact "
-                   "clones pair (Feldman-McMillan-Talwar 2021); closed-form: FMT21 Thm 3.1.")
+                   "clones pair (Feldman-McMillan-Talwar 2021); closed-form: FMT21 Thm 3.1; "
+                   "krr-blanket: k-ary randomized response's exact privacy blanket "
+                   "(--randomizer krr).")
+@click.option("--randomizer", type=click.Choice(["general", "krr"]), default="general",
+              show_default=True,
+              help="What the reports come from: any eps0-LDP randomizer, or k-ary randomized "
+                   "response (needs --k; tighter for k >= 3).")
+@click.option("--k", "k", type=COUNT, default=None,
+              help="Domain size of k-RR (with --randomizer krr), >= 2.")
 @click.option("--d", "d", type=Real(0.0, 1.0, closed_high=True), default=1.0,
               show_default=True,
               help="Metric randomizer: distance of the changed item as a fraction of the "
@@ -170,13 +178,22 @@ def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as
 @click.option("--rtol", type=Real(0.0, 0.5, closed_high=True), default=1e-3, show_default=True,
               help="Numerical: relative resolution of the epsilon grid, in (0, 0.5].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def shuffle_ldp_cmd(n, eps0, delta, method, d, rtol, as_json):
+def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
     """Amplification by shuffling of n eps0-LDP reports (or alpha0 d_X-DP reports)."""
     if method == "closed-form" and d != 1.0:
         raise click.BadParameter(f"--d {d} needs a numerical method, not closed-form",
                                  param_hint="--d")
+    if (randomizer == "krr") != (k is not None):
+        raise click.BadParameter("--k goes with --randomizer krr, and only with it",
+                                 param_hint="--k")
+    if randomizer == "krr" and d != 1.0:
+        raise click.BadParameter(f"--d {d} is not available for --randomizer krr",
+                                 param_hint="--d")
+    if method == "krr-blanket" and randomizer != "krr":
+        raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
+                                 param_hint="--method")
     kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
-    b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, **kw)
+    b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k, **kw)
     _warn_invalid(b.notes, b.valid)
     _emit(b.to_dict(), as_json,
           ["n", "eps0", "d", "delta", "method", "epsilon", "epsilon_lower", "tolerance",

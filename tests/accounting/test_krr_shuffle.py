@@ -1,0 +1,135 @@
+"""Shuffled k-RR's privacy-blanket bound: the pair's divergence against an independent
+enumeration, domination of exact shuffled k-RR on every small data set, attainment, the k = 2
+identity with the general bound, and the CLI. Every check is deterministic."""
+
+import itertools
+import json
+import math
+from collections import defaultdict
+
+import pytest
+from click.testing import CliRunner
+from exact_shuffle import exact_shuffle_divergence, hockey, krr_row
+
+from shuffledp.accounting.clones import shuffle_ldp, variation_ratio_numerical
+from shuffledp.accounting.krr_shuffle import (
+    krr_blanket_divergence,
+    krr_shuffle_numerical,
+)
+from shuffledp.cli import main
+
+
+def blanket_pair_by_enumeration(n, k, eps0, eps):
+    """D of the blanket pair built from its definition, category by category: every other
+    user is revealed-truthful (1 - lambda) or a uniform blanket report landing on x1^0, x1^1
+    or another value (alpha each, (k - 2) alpha); user 1 is (p alpha, alpha, (k - 2) alpha)
+    on the same three, mirrored under the other input."""
+    p = math.exp(eps0)
+    alpha = 1.0 / (p + k - 1)
+    other = {(1, 0, 0): alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha,
+             (0, 0, 0): 1 - k * alpha}
+
+    def law(first):
+        out = dict(first)
+        for _ in range(n - 1):
+            new = defaultdict(float)
+            for h, w in out.items():
+                for s, q in other.items():
+                    if q > 0:
+                        new[tuple(x + y for x, y in zip(h, s))] += w * q
+            out = new
+        return out
+
+    # the number of revealed users is n - 1 - (a + b + z - 1): a function of (a, b, z)
+    P = law({(1, 0, 0): p * alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha})
+    Q = law({(1, 0, 0): alpha, (0, 1, 0): p * alpha, (0, 0, 1): (k - 2) * alpha})
+    return max(hockey(P, Q, eps), hockey(Q, P, eps))
+
+
+@pytest.mark.parametrize("n,k,eps0,eps", [(1, 3, 1.0, 0.2), (4, 3, 1.0, 0.3), (6, 5, 2.0, 0.5),
+                                          (7, 2, 1.0, 0.1), (5, 10, 0.5, 0.05),
+                                          (6, 4, 3.0, 2.9)])
+def test_divergence_matches_an_independent_enumeration(n, k, eps0, eps):
+    ref = blanket_pair_by_enumeration(n, k, eps0, eps)
+    lo, hi = krr_blanket_divergence(n, k, eps0, eps)
+    assert lo <= ref * (1 + 1e-9) + 1e-15 and ref <= hi * (1 + 1e-9) + 1e-15
+    assert hi - lo <= 1e-6 * ref + 1e-12
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+@pytest.mark.parametrize("k,eps0", [(3, 1.0), (4, 1.0), (5, 2.0), (3, 0.5)])
+def test_dominates_shuffled_krr_on_every_small_data_set(n, k, eps0):
+    R0, R1 = krr_row(k, eps0, 0), krr_row(k, eps0, 1)
+    worst = {}
+    for vals in itertools.combinations_with_replacement(range(k), n - 1):
+        others = [krr_row(k, eps0, x) for x in vals]
+        for eps in (0.05, 0.3, 0.6 * eps0):
+            exact = exact_shuffle_divergence(R0, R1, others, eps)
+            worst[eps] = max(worst.get(eps, 0.0), exact)
+    for eps, exact in worst.items():
+        assert exact <= krr_blanket_divergence(n, k, eps0, eps)[1] + 1e-12, (eps, exact)
+
+
+def test_attained_when_the_others_hold_a_third_value():
+    # 3-RR, eps0 = 2, n = 5, others all at value 2: the exact divergence is the bound's
+    k, eps0, n, eps = 3, 2.0, 5, 0.6
+    exact = exact_shuffle_divergence(krr_row(k, eps0, 0), krr_row(k, eps0, 1),
+                                     [krr_row(k, eps0, 2)] * (n - 1), eps)
+    lo, hi = krr_blanket_divergence(n, k, eps0, eps)
+    assert lo - 1e-12 <= exact <= hi + 1e-12
+
+
+def test_k2_is_the_general_bound():
+    for n, eps0 in ((1000, 1.0), (10**5, 2.0)):
+        a = krr_shuffle_numerical(n, eps0, 1e-6, k=2)
+        b = variation_ratio_numerical(n, eps0, 1e-6)
+        assert abs(a.epsilon - b.epsilon) <= 1.001e-3 * b.epsilon
+
+
+def test_n1e5_certified_and_tighter_than_general():
+    general = variation_ratio_numerical(10**5, 1.0, 1e-6).epsilon
+    prev = general
+    for k, target in ((3, 0.0110), (10, 0.0067), (100, 0.0021)):
+        b = krr_shuffle_numerical(10**5, 1.0, 1e-6, k=k)
+        assert b.valid and b.method == "krr-blanket" and b.epsilon <= target < general
+        assert b.epsilon < prev  # more values, more blanket on the other k - 2
+        prev = b.epsilon
+        assert krr_blanket_divergence(10**5, k, 1.0, b.epsilon, tail=1e-14)[1] <= 1e-6
+        assert krr_blanket_divergence(10**5, k, 1.0, b.epsilon_lower)[0] > 1e-6
+        assert b.guarantee.parameters["k"] == k and "blanket" in b.guarantee.theorem
+
+
+def test_tightest_with_krr_and_argument_errors():
+    b = shuffle_ldp(10**4, 1.0, 1e-6, randomizer="krr", k=10)
+    assert b.method == "krr-blanket" and "tightest of [krr-blanket" in b.notes[-1]
+    assert b.epsilon < shuffle_ldp(10**4, 1.0, 1e-6).epsilon
+    with pytest.raises(ValueError, match="k must be an integer >= 2, got k=1"):
+        shuffle_ldp(100, 1.0, 1e-6, randomizer="krr", k=1)
+    with pytest.raises(ValueError, match="k is only used with randomizer='krr', got k=3"):
+        shuffle_ldp(100, 1.0, 1e-6, k=3)
+    with pytest.raises(ValueError, match="method='krr-blanket' needs randomizer='krr'"):
+        shuffle_ldp(100, 1.0, 1e-6, "krr-blanket")
+    with pytest.raises(ValueError, match="d must be 1 for randomizer='krr', got d=0.5"):
+        shuffle_ldp(100, 1.0, 1e-6, randomizer="krr", k=3, d=0.5)
+    with pytest.raises(ValueError, match="randomizer='general'"):
+        krr_shuffle_numerical(10**9, 1.0, 1e-6, k=3)  # the grid would be too large
+    with pytest.raises(TypeError, match="k must be an integer, got k=1.5"):
+        krr_blanket_divergence(10, 1.5, 1.0, 0.1)
+    assert krr_blanket_divergence(10, 3, 1.0, 1.0) == (0.0, 0.0)  # eps >= eps0
+
+
+def test_cli_randomizer_krr():
+    r = CliRunner().invoke(main, ["account", "shuffle-ldp", "--n", "100000", "--eps0", "1",
+                                  "--delta", "1e-6", "--randomizer", "krr", "--k", "10",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["method"] == "krr-blanket" and d["epsilon"] <= 0.0067
+    assert d["guarantee"]["parameters"]["k"] == 10
+    for argv, hint in ((["--k", "10"], "--k goes with --randomizer krr"),
+                       (["--method", "krr-blanket"], "krr-blanket needs --randomizer krr"),
+                       (["--randomizer", "krr", "--k", "3", "--d", "0.5"], "--d 0.5 is not")):
+        r = CliRunner().invoke(main, ["account", "shuffle-ldp", "--n", "1000", "--eps0", "1",
+                                      "--delta", "1e-6", *argv])
+        assert r.exit_code == 2 and hint in r.output, r.output
+
