@@ -699,8 +699,12 @@ def _band_panel(ax: Any, summary: dict[str, list], param: str, metric: str) -> N
                 ax.axhspan(low, high, alpha=0.15, color=line.get_color())
     if pos:
         ax.set_xticks(range(len(xs_all)), xs_all)
-    elif param in ("B", "n"):
+    elif param in ("B", "n", "epsilon"):
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
+        ax.set_xticks(xs_all, [f"{x:g}" for x in xs_all])  # the swept values, not decades
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set(xlabel=param, ylabel=metric)
     ax.legend(fontsize=7)
 
