@@ -146,10 +146,15 @@ def _divergence(bl: _Blanket, eps: float) -> tuple[float, float]:
     E = math.exp(eps)
     K1 = (p - 1.0) * (1.0 + E)
     cz, cc = (1.0 - E), (1.0 - E * p)  # K0 = cc c + cz z (both < 0)
+    if not (math.isfinite(K1) and math.isfinite(cc)):  # e^{eps0 + eps} overflows
+        return 0.0, math.inf
     c = bl.c
     width = bl.W.shape[1]
     z = bl.z0[:, None] + np.arange(width)[None, :]
-    astar = np.floor(-(cc * c[:, None] + cz * z) / K1).astype(np.int64) + 1
+    x = -(cc * c[:, None] + cz * z) / K1
+    if not np.all(np.isfinite(x)):
+        return 0.0, math.inf
+    astar = np.floor(x).astype(np.int64) + 1
     astar = np.clip(astar, 0, (c + 1)[:, None])
     base = astar[:, 0]
     off = astar - base[:, None]

@@ -116,6 +116,10 @@ def test_tightest_with_krr_and_argument_errors():
     with pytest.raises(TypeError, match="k must be an integer, got k=1.5"):
         krr_blanket_divergence(10, 1.5, 1.0, 0.1)
     assert krr_blanket_divergence(10, 3, 1.0, 1.0) == (0.0, 0.0)  # eps >= eps0
+    # e^{eps0 + eps} overflows: never certified, falls back to the local guarantee
+    assert krr_blanket_divergence(1000, 5, 700.0, 300.0)[1] == math.inf
+    b = krr_shuffle_numerical(1000, 700.0, 1e-6, k=5)
+    assert not b.valid and b.epsilon == 700.0 and b.delta == 0.0
 
 
 def test_cli_randomizer_krr():
