@@ -8,6 +8,7 @@ budget          per-level split of [Ghazi23]_; noise <-> budget conversions of
 clones          amplification by shuffling of eps0-LDP reports: closed form and exact numerics
                 of the clones and variation-ratio (stronger clone) reductions
 krr_shuffle     shuffled k-ary randomized response: exact numerics of its privacy blanket
+krr_lower       exact privacy curves of shuffled k-RR on specific data sets (lower bounds)
 metric_shuffle  PrivEMDItemWise ([Imola]_ Thm 4.3/4.4), its inverse and baselines
 summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (q, r, noise,
                 bits)
@@ -47,6 +48,7 @@ from shuffledp.accounting.clones import (
     variation_ratio_numerical,
 )
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
 from shuffledp.accounting.krr_shuffle import krr_blanket_divergence, krr_shuffle_numerical
 from shuffledp.accounting.metric_shuffle import (
     DEFAULT_MAX_DELTA_OUT,
@@ -86,6 +88,8 @@ __all__ = [
     "clones_closed_form",
     "clone_probability",
     "krr_blanket_divergence",
+    "krr_dataset_divergence",
+    "krr_lower_epsilon",
     "krr_shuffle_numerical",
     "clones_eps0_for_target",
     "clones_numerical",

@@ -194,10 +194,19 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
                                  param_hint="--method")
     kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
     b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k, **kw)
+    rec = b.to_dict()
+    if d == 1.0:
+        # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair
+        # of data sets: no valid bound can certify at or below it
+        from shuffledp.accounting.krr_lower import krr_lower_epsilon
+
+        rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2, rtol=rtol)
+        rec["refuted_by"] = (f"exact shuffled {k or 2}-RR, others holding "
+                             f"{'x1^0' if fam == 'x0' else 'a third value'}" if fam else None)
     _warn_invalid(b.notes, b.valid)
-    _emit(b.to_dict(), as_json,
+    _emit(rec, as_json,
           ["n", "eps0", "d", "delta", "method", "epsilon", "epsilon_lower", "tolerance",
-           "valid"])
+           "valid", "epsilon_refuted"])
 
 
 @account.command("summation")

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from exact_shuffle import exact_shuffle_divergence, hockey, krr_row
 
 from shuffledp.accounting.clones import shuffle_ldp, variation_ratio_numerical
+from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
 from shuffledp.accounting.krr_shuffle import (
     krr_blanket_divergence,
     krr_shuffle_numerical,
@@ -137,3 +138,48 @@ def test_cli_randomizer_krr():
                                       "--delta", "1e-6", *argv])
         assert r.exit_code == 2 and hint in r.output, r.output
 
+
+
+# ------------------------------------------------- exact curves on specific data sets
+@pytest.mark.parametrize("n,k,eps0,eps,family", [
+    (3, 2, 1.0, 0.3, "x0"), (5, 4, 1.0, 0.2, "x0"), (6, 5, 0.5, 0.05, "x0"),
+    (5, 3, 2.0, 0.6, "third"), (4, 3, 1.0, 0.1, "third"), (1, 3, 1.0, 0.2, "third")])
+def test_dataset_divergence_is_the_exact_enumeration(n, k, eps0, eps, family):
+    others = [krr_row(k, eps0, 0 if family == "x0" else 2)] * (n - 1)
+    exact = exact_shuffle_divergence(krr_row(k, eps0, 0), krr_row(k, eps0, 1), others, eps)
+    lo, hi = krr_dataset_divergence(n, k, eps0, eps, family=family)
+    assert lo <= exact * (1 + 1e-9) and exact <= hi * (1 + 1e-9) + 1e-15
+
+
+def test_lower_and_upper_bracket_the_truth_and_meet_for_3rr():
+    for k in (2, 3, 10):
+        lo, fam = krr_lower_epsilon(10**4, 1.0, 1e-6, k=k)
+        up = krr_shuffle_numerical(10**4, 1.0, 1e-6, k=k)
+        assert 0 < lo < up.epsilon and fam in ("x0", "third")
+        # the refuting pair really exceeds delta there
+        assert krr_dataset_divergence(10**4, k, 1.0, lo, family=fam)[0] > 1e-6
+    # 3-RR: others all at a third value attain the blanket bound (within one grid step)
+    lo, fam = krr_lower_epsilon(10**4, 1.0, 1e-6, k=3)
+    assert fam == "third" and krr_shuffle_numerical(10**4, 1.0, 1e-6, k=3).epsilon <= \
+        lo * 1.001 ** 2 * (1 + 1e-12)
+    # binary RR refutes below the general bound, never above it
+    assert krr_lower_epsilon(10**5, 1.0, 1e-6, k=2)[0] < \
+        variation_ratio_numerical(10**5, 1.0, 1e-6).epsilon
+
+
+def test_dataset_divergence_argument_errors():
+    with pytest.raises(ValueError, match="family='third' is computed for k = 3 only, got k=4"):
+        krr_dataset_divergence(10, 4, 1.0, 0.1, family="third")
+    with pytest.raises(ValueError, match="family must be one of .*got family='all'"):
+        krr_dataset_divergence(10, 3, 1.0, 0.1, family="all")
+    with pytest.raises(ValueError, match="e\\^\\(eps0\\+eps\\) overflows"):
+        krr_dataset_divergence(10, 3, 700.0, 100.0)
+
+
+def test_cli_reports_the_refuted_epsilon():
+    r = CliRunner().invoke(main, ["account", "shuffle-ldp", "--n", "10000", "--eps0", "1",
+                                  "--delta", "1e-6", "--randomizer", "krr", "--k", "3",
+                                  "--json"])
+    d = json.loads(r.output)
+    assert d["epsilon_refuted"] < d["epsilon"] <= d["epsilon_refuted"] * 1.001 ** 2 * 1.000001
+    assert "third value" in d["refuted_by"]
