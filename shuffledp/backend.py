@@ -26,8 +26,8 @@ is reproducible for a given seed and partitioning (not across partitionings).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohli, R. Kumar, P. Manurangsi, V. Sivaraman, C. Wang,
-   "Private heatmaps", AAAI 2023, App. F.
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454, App. F.
 .. [Balle20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private summation in the
    multi-message shuffle model", CCS 2020.
 """
