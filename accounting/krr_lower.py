@@ -168,7 +168,10 @@ def krr_lower_epsilon(n: int, eps0: float, delta: float, *, k: int,
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = v.count("k", k, 2)
     families = ("x0", "third") if k == 3 else ("x0",)
-    h = math.log1p(v.positive("rtol", rtol))
+    rtol = v.positive("rtol", rtol)
+    if rtol > 0.5:
+        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    h = math.log1p(rtol)
     laws = {f: _law(n, k, eps0, f, 1e-15) for f in families}
 
     def refuted(eps: float) -> str:

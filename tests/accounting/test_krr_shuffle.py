@@ -172,6 +172,8 @@ def test_dataset_divergence_argument_errors():
         krr_dataset_divergence(10, 4, 1.0, 0.1, family="third")
     with pytest.raises(ValueError, match="family must be one of .*got family='all'"):
         krr_dataset_divergence(10, 3, 1.0, 0.1, family="all")
+    with pytest.raises(ValueError, match="rtol must be in \\(0, 0.5\\], got rtol=2"):
+        krr_lower_epsilon(10, 1.0, 1e-6, k=3, rtol=2)
     with pytest.raises(ValueError, match="e\\^\\(eps0\\+eps\\) overflows"):
         krr_dataset_divergence(10, 3, 700.0, 100.0)
 
