@@ -371,3 +371,23 @@ def test_cli_input(tmp_path):
     bad.write_text("user_id,x,y\nu1,2.0,0.5\n")
     res = invoke("--input", bad, "--param", "B", "--values", "4", "--out", tmp_path / "o4")
     assert res.exit_code == 1 and f"--input {bad}" in res.output and "Traceback" not in res.output
+
+
+def test_cli_input_snap_checkins(tmp_path):
+    rng = np.random.default_rng(5)
+    lines = [f"{u}\t2010-10-{1 + i:02d}T00:00:00Z\t{30 + rng.uniform(0, 1):.5f}\t"
+             f"{-98 + rng.uniform(0, 1):.5f}\t{u * 10 + i}"
+             for u in range(25) for i in range(3)]
+    lines.append("99\t2010-10-01T00:00:00Z\t45.0\t-120.0\t1")  # outside the box: dropped
+    path = tmp_path / "checkins.txt"
+    path.write_text("\n".join(lines) + "\n")
+    res = invoke("--input", path, "--format", "snap", "--bbox", "30,31,-98,-97", "--param", "B",
+                 "--values", "4", "--repeats", 1, "--grid", "16x12", "--quiet", "--no-plot",
+                 "--seed", 3, "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path / "o")
+    assert {int(r["n"]) for r in rows} == {25}  # the user outside the box is not counted
+    assert {r["model"] for r in rows} == {"shuffle", "central"}
+    res = invoke("--input", path, "--param", "B", "--values", "4", "--bbox", "30,31,-98,-97",
+                 "--out", tmp_path / "o2")
+    assert res.exit_code == 2 and "--bbox" in res.output
