@@ -60,7 +60,50 @@ def test_sampling_follows_the_pmf():
 def test_bad_input():
     with pytest.raises(ValueError, match="alpha0"):
         PlanarLaplace(3, 3, -1.0)
-    with pytest.raises(ValueError, match="exceeds 256"):
-        PlanarLaplace(20, 20, 1.0)
+    with pytest.raises(ValueError, match="k = height \\* width = 1089 exceeds 1024"):
+        PlanarLaplace(33, 33, 1.0)
     with pytest.raises(ValueError, match="too large"):
         PlanarLaplace(16, 16, 39.0)
+
+
+def _dblquad_cell(h, w, eps, src, dst):
+    """Independent reference: the density eps^2/(2 pi) e^{-eps r} integrated in Cartesian
+    coordinates by scipy over cell dst (border cells open to infinity: the clamp)."""
+    from scipy.integrate import dblquad
+
+    rs, cs = divmod(src, w)
+    rt, ct = divmod(dst, w)
+    x0 = -np.inf if ct == 0 else ct - cs - 0.5
+    x1 = np.inf if ct == w - 1 else ct - cs + 0.5
+    y0 = -np.inf if rt == 0 else rt - rs - 0.5
+    y1 = np.inf if rt == h - 1 else rt - rs + 0.5
+
+    def dens(y, x):
+        return eps**2 / (2 * np.pi) * np.exp(-eps * np.hypot(x, y))
+
+    val, _ = dblquad(dens, x0, x1, y0, y1, epsabs=1e-13, epsrel=1e-10)
+    return val
+
+
+@pytest.mark.parametrize("eps", [0.03, 0.3, 2.0])
+def test_cell_probabilities_match_scipy_dblquad(eps):
+    """Small eps spreads the mass into the unbounded border cells, where a single
+    Gauss-Legendre piece per angle range was not accurate enough (a 16x16 grid at alpha0 0.5
+    was refused); the composite rule matches scipy's adaptive quadrature."""
+    h, w = 5, 4
+    P = planar_laplace_cell_probabilities(h, w, eps)
+    for src, dst in [(0, 0), (0, 19), (6, 7), (6, 0), (13, 16), (9, 10), (19, 3)]:
+        ref = _dblquad_cell(h, w, eps, src, dst)
+        assert P[src, dst] == pytest.approx(ref, rel=1e-7, abs=1e-14), (src, dst)
+
+
+def test_small_alpha0_on_a_16x16_grid_is_built_and_private():
+    mech = PlanarLaplace(16, 16, 0.5)  # refused before: realised 0.536 > 0.5
+    assert 0.49 < mech.float_alpha0() <= 0.5
+
+
+@pytest.mark.slow
+def test_32x32_grid():
+    mech = PlanarLaplace(32, 32, 2.0)
+    assert mech.weights().shape == (1024, 1024)
+    assert 1.99 < mech.float_alpha0() <= 2.0
