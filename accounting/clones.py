@@ -287,6 +287,10 @@ def clone_probability(alpha0: float, d: float = 1.0, reduction: str = "clones") 
     2 e^{-alpha0} / (1 + e^{-alpha0 d}), which is 2/(e^{alpha0} + 1) for d = 1, the stronger
     clone of [FMT23]_ Lemma 3.2. It is never below e^{-alpha0}.
     """
+    alpha0 = v.positive("alpha0", alpha0)
+    if alpha0 > 700:
+        raise ValueError(f"alpha0 must be <= 700 (e^alpha0 overflows), got alpha0={alpha0!r}")
+    d = _iv_d(d)
     reduction = v.choice("reduction", reduction, REDUCTIONS)
     if reduction == "clones":
         return math.exp(-alpha0)
@@ -630,12 +634,12 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     ``tail``) go to the numerical methods; ``d`` != 1 is not available in closed form nor
     for k-RR.
     """
-    from shuffledp.accounting.krr_shuffle import krr_shuffle_numerical
+    from shuffledp.accounting.krr_shuffle import _iv_k, krr_shuffle_numerical
 
     method = v.choice("method", method, METHODS)
     randomizer = v.choice("randomizer", randomizer, RANDOMIZERS)
     if randomizer == "krr":
-        k = v.count("k", k, 2)
+        k = _iv_k(k)
         if kwargs.get("d", 1.0) != 1.0:
             raise ValueError(f"d must be 1 for randomizer='krr', got d={kwargs['d']!r}")
     elif k is not None:
@@ -657,13 +661,19 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
               clones_numerical(n, eps0, delta, **kwargs)]
     if kwargs.get("d", 1.0) == 1.0:
         bounds.append(clones_closed_form(n, eps0, delta))
+    skipped = ""
     if randomizer == "krr":
-        bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw))
+        try:
+            bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw))
+        except ValueError as exc:  # the exact k-RR grid is too large: the general bounds hold
+            if "cells" not in str(exc):
+                raise
+            skipped = f"; krr-blanket skipped ({exc})"
     valid = [b for b in bounds if b.valid]
     best = min(valid, key=lambda b: b.epsilon) if valid else bounds[0]
     others = "; ".join(f"{b.method}: {b.epsilon:.6g}" + ("" if b.valid else " (not valid)")
                        for b in bounds)
-    return replace(best, notes=best.notes + (f"tightest of [{others}]",))
+    return replace(best, notes=best.notes + (f"tightest of [{others}]{skipped}",))
 
 
 @dataclass(frozen=True)
@@ -774,8 +784,14 @@ def _iv_d(d) -> float:
     return d
 
 
+#: largest n accepted (counts stay exact in float64 and int64)
+MAX_N = 2**53
+
+
 def _iv_shuffle(n, eps0, delta):
     n = v.count("n", n, 1)
+    if n > MAX_N:
+        raise ValueError(f"n must be <= 2^53, got n={n!r}")
     eps0 = v.positive("eps0", eps0)
     if eps0 > 700:
         raise ValueError(f"eps0 must be <= 700 (e^eps0 overflows), got eps0={eps0!r}")

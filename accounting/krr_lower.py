@@ -41,6 +41,7 @@ from scipy.stats import binom
 
 from shuffledp import _validation as v
 from shuffledp.accounting.clones import _iv_shuffle, _support
+from shuffledp.accounting.krr_shuffle import _iv_k
 
 FAMILIES = ("x0", "third")
 _FP_REL = 1e-10
@@ -85,6 +86,7 @@ def _positive_part(c: np.ndarray, theta: float, K0: np.ndarray, K1: float
 class _Law:
     n: int
     p: float
+    eps0: float
     c: np.ndarray
     w: np.ndarray
     theta: float
@@ -96,21 +98,28 @@ def _law(n: int, k: int, eps0: float, family: str, tail: float) -> _Law:
     prob, theta = ((p + 1.0) * alpha, p / (p + 1.0)) if family == "x0" else (2 * alpha, 0.5)
     lo, hi = _support(n, min(prob, 1.0), tail)
     c = np.arange(lo, hi + 1, dtype=np.int64)
-    return _Law(n, p, c, binom.pmf(c, n, min(prob, 1.0)), theta)
+    return _Law(n, p, eps0, c, binom.pmf(c, n, min(prob, 1.0)), theta)
 
 
 def _one_direction(law: _Law, eps: float, family: str, forward: bool) -> tuple[float, float]:
     n, p, c = law.n, law.p, law.c.astype(float)
+    e0 = law.eps0
+    if eps + e0 > 700.0:  # e^{eps0 + eps} overflows: nothing is refuted
+        return 0.0, math.inf
     E = math.exp(eps)
+    # every constant in expm1 / sinh form: no cancellation when eps0 or eps is tiny
     if family == "x0":
-        # P = M, Q = M (n - c + a/p + p (c - a))/n; forward = D(P||Q)
-        q0, q1 = (n - c + p * c) / n, (1.0 / p - p) / n  # Q/M = q0 + q1 a
-        K0, K1 = ((1.0 - E * q0), -E * q1) if forward else ((q0 - E), q1)
+        # P = M, Q = M (n - c + a/p + p (c - a))/n = M (q0 + q1 a); forward = D(P||Q)
+        q1 = -2.0 * math.sinh(e0) / n  # (1/p - p)/n
+        if forward:  # 1 - E q0 = -(e^eps - 1) - E (p - 1) c / n
+            K0, K1 = -math.expm1(eps) - E * math.expm1(e0) * c / n, -E * q1
+        else:  # q0 - E = (p - 1) c / n - (e^eps - 1)
+            K0, K1 = math.expm1(e0) * c / n - math.expm1(eps), q1
     else:
-        # P/M = (p a + (c - a) + (n - c)/p)/n, Q/M = (a + p (c - a) + (n - c)/p)/n (mirror)
-        p0, p1 = (c + (n - c) / p) / n, (p - 1.0) / n
-        q0, q1 = (p * c + (n - c) / p) / n, (1.0 - p) / n
-        K0, K1 = p0 - E * q0, p1 - E * q1
+        # P/M = (p a + (c - a) + (n - c)/p)/n, Q/M = (a + p (c - a) + (n - c)/p)/n (mirror):
+        # K0 = (c (1 - E p) + (n - c)(1 - E)/p)/n, K1 = (p - 1)(1 + E)/n
+        K0 = (-math.expm1(eps + e0) * c - math.expm1(eps) * (n - c) / p) / n
+        K1 = math.expm1(e0) * (1.0 + E) / n
     val, err = _positive_part(law.c, law.theta, K0, K1)
     lo = float(np.dot(law.w, np.maximum(val - err, 0.0)))
     hi = float(np.dot(law.w, np.maximum(val + err, 0.0)))
@@ -141,14 +150,14 @@ def krr_dataset_divergence(n: int, k: int, eps0: float, eps: float, *,
         Mass of c ~ Binomial left out.
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
-    k = v.count("k", k, 2)
+    k = _iv_k(k)
     eps = v.real("eps", eps)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got eps={eps!r}")
     family = v.choice("family", family, FAMILIES)
     if family == "third" and k != 3:
         raise ValueError(f"family='third' is computed for k = 3 only, got k={k}")
-    if not math.isfinite(math.exp(eps0) * math.exp(eps)):
+    if eps0 + eps > 700.0:
         raise ValueError(f"eps0 + eps must be below ~700 (e^(eps0+eps) overflows), got "
                          f"eps0={eps0}, eps={eps}")
     law = _law(n, k, eps0, family, v.probability("tail", tail))
@@ -166,7 +175,7 @@ def krr_lower_epsilon(n: int, eps0: float, delta: float, *, k: int,
     epsilon at or below it. Returns (0.0, "") if even tiny epsilons are not refuted.
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
-    k = v.count("k", k, 2)
+    k = _iv_k(k)
     families = ("x0", "third") if k == 3 else ("x0",)
     rtol = v.positive("rtol", rtol)
     if rtol > 0.5:

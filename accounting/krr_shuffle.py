@@ -68,8 +68,8 @@ from shuffledp.accounting.clones import (
 )
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
-#: largest number of (c, z) cells kept (two float64 grids: about 16 bytes per cell, ~1 GB)
-MAX_CELLS = 60_000_000
+#: largest number of (c, z) cells kept (about 60 bytes per cell at peak: ~3 GB at the cap)
+MAX_CELLS = 50_000_000
 _FP_REL = 1e-10
 _FP_ABS = 1e-290
 
@@ -80,6 +80,7 @@ class _Blanket:
 
     n: int
     p: float
+    eps0: float
     c: np.ndarray  # (C,) values of c
     z0: np.ndarray  # (C,) first z of each row
     W: np.ndarray  # (C, Z) weights, W[i, j] = W(c[i], z0[i] + j)
@@ -118,14 +119,14 @@ def _blanket(n: int, k: int, eps0: float, tail: float) -> _Blanket:
             "exact k-RR blanket; use randomizer='general'")
     z = zl[:, None] + np.arange(width, dtype=np.int64)[None, :]
     inside = z <= zh[:, None]
-    cond = np.where(inside, binom.pmf(z, (n - c)[:, None], rho), 0.0)
-    # mass left out of each row, plus a bound on the (pairwise) summation error of the row
-    row_out = np.clip(1.0 - cond.sum(axis=1), 0.0, 1.0) + 1e-14
-    dropped += float(np.dot(wc, row_out))
-    W = wc[:, None] * cond
-    del cond
+    W = np.where(inside, wc[:, None] * binom.pmf(z, (n - c)[:, None], rho), 0.0)
+    if rho > 0.0:
+        # mass of z left out of each row, measured directly (never as 1 - sum of the kept)
+        out_lo = np.where(zl > 0, binom.cdf(zl - 1, n - c, rho), 0.0)
+        out_hi = np.where(zh < n - c, binom.sf(zh, n - c, rho), 0.0)
+        dropped += float(np.dot(wc, out_lo + out_hi))
     mass_ok = bool(np.all(np.isfinite(W))) and abs(float(W.sum()) + dropped - 1.0) <= 1e-9
-    return _Blanket(n, p, c, zl, W, W * z, dropped, mass_ok)
+    return _Blanket(n, p, eps0, c, zl, W, W * z, dropped, mass_ok)
 
 
 def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -141,12 +142,15 @@ def _divergence(bl: _Blanket, eps: float) -> tuple[float, float]:
     if not bl.mass_ok:
         return 0.0, math.inf
     p, n = bl.p, bl.n
-    if eps >= math.log(p):
+    if eps >= bl.eps0:
         return 0.0, 0.0
+    if eps + bl.eps0 > 700.0:  # e^{eps0 + eps} overflows: never certify
+        return 0.0, math.inf
     E = math.exp(eps)
-    K1 = (p - 1.0) * (1.0 + E)
-    cz, cc = (1.0 - E), (1.0 - E * p)  # K0 = cc c + cz z (both < 0)
-    if not (math.isfinite(K1) and math.isfinite(cc)):  # e^{eps0 + eps} overflows
+    # expm1 forms: no cancellation of numbers close to 1 when eps0 or eps is tiny
+    K1 = math.expm1(bl.eps0) * (1.0 + E)
+    cz, cc = -math.expm1(eps), -math.expm1(eps + bl.eps0)  # K0 = cc c + cz z (both < 0)
+    if not (math.isfinite(K1) and math.isfinite(cc)):
         return 0.0, math.inf
     c = bl.c
     width = bl.W.shape[1]
@@ -201,7 +205,7 @@ def krr_blanket_divergence(n: int, k: int, eps0: float, eps: float,
     (lower, upper) : tuple of float
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
-    k = v.count("k", k, 2)
+    k = _iv_k(k)
     eps = v.real("eps", eps)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got eps={eps!r}")
@@ -247,7 +251,7 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
         for k = 3, more for larger k): use the general bound.
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
-    k = v.count("k", k, 2)
+    k = _iv_k(k)
     rtol = v.positive("rtol", rtol)
     if rtol > 0.5:
         raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
@@ -284,6 +288,13 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
         epsilon=eps_up, delta=delta_out, method="krr-blanket", n=n, eps0=eps0,
         epsilon_lower=min(eps_low, eps_up), tolerance=eps_up - min(eps_low, eps_up),
         valid=valid, guarantee=guarantee, notes=tuple(notes))
+
+
+def _iv_k(k) -> int:
+    k = v.count("k", k, 2)
+    if k > 2**53:
+        raise ValueError(f"k must be <= 2^53, got k={k!r}")
+    return k
 
 
 __all__ = ["MAX_CELLS", "krr_blanket_divergence", "krr_shuffle_numerical"]

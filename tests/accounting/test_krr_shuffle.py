@@ -185,3 +185,62 @@ def test_cli_reports_the_refuted_epsilon():
     d = json.loads(r.output)
     assert d["epsilon_refuted"] < d["epsilon"] <= d["epsilon_refuted"] * 1.001 ** 2 * 1.000001
     assert "third value" in d["refuted_by"]
+
+
+# ------------------------------------------------------- review fixes (small delta, tiny eps0)
+def _mp_blanket_pair(n, k, eps0, eps, dps=60):
+    """The blanket pair enumerated category by category in mpmath (as
+    blanket_pair_by_enumeration, at 60 digits)."""
+    import mpmath as mp
+
+    with mp.workdps(dps):
+        p = mp.e ** mp.mpf(eps0)
+        alpha = 1 / (p + k - 1)
+        other = {(1, 0, 0): alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha,
+                 (0, 0, 0): 1 - k * alpha}
+
+        def law(first):
+            out = dict(first)
+            for _ in range(n - 1):
+                new = defaultdict(lambda: mp.mpf(0))
+                for h, w in out.items():
+                    for s, q in other.items():
+                        new[tuple(x + y for x, y in zip(h, s))] += w * q
+                out = new
+            return out
+
+        P = law({(1, 0, 0): p * alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha})
+        Q = law({(1, 0, 0): alpha, (0, 1, 0): p * alpha, (0, 0, 1): (k - 2) * alpha})
+        E = mp.e ** mp.mpf(eps)
+        return sum(max(mp.mpf(0), w - E * Q.get(h, 0)) for h, w in P.items())
+
+
+def test_tiny_eps0_is_bracketed():
+    # review finding: exp(eps0) - 1 by subtraction put the lower estimate above the truth
+    ref = _mp_blanket_pair(20, 3, 1e-9, 3e-11)
+    lo, hi = krr_blanket_divergence(20, 3, 1e-9, 3e-11)
+    assert lo <= ref <= hi and hi - lo <= 1e-6 * ref
+
+
+def test_small_delta_is_certified():
+    # review finding: a fixed 1e-14 per row of dropped mass blocked every delta below ~1e-14
+    b = krr_shuffle_numerical(10**4, 1.0, 1e-14, k=3)
+    assert b.valid and b.epsilon < variation_ratio_numerical(10**4, 1.0, 1e-14).epsilon
+    assert krr_blanket_divergence(10**4, 3, 1.0, b.epsilon, tail=1e-20)[1] <= 1e-14
+
+
+def test_input_limits_and_fallbacks():
+    from shuffledp.accounting.clones import clone_probability
+
+    with pytest.raises(ValueError, match="alpha0 must be a finite number > 0, got alpha0=-1"):
+        clone_probability(-1)
+    with pytest.raises(ValueError, match="d must be in \\(0, 1\\], got d=5"):
+        clone_probability(1.0, 5)
+    with pytest.raises(ValueError, match="k must be <= 2\\^53"):
+        krr_blanket_divergence(10, 10**400, 1.0, 0.1)
+    with pytest.raises(ValueError, match="n must be <= 2\\^53, got n=9223372036854775808"):
+        shuffle_ldp(2**63, 1.0, 1e-6)
+    # "tightest" for k-RR beyond the exact grid returns the general bounds, and says so
+    b = shuffle_ldp(10**7, 1.0, 1e-6, randomizer="krr", k=3)
+    assert b.method == "variation-ratio" and "krr-blanket skipped" in b.notes[-1]
+    assert krr_lower_epsilon(10, 700.0, 1e-6, k=3) == (0.0, "")  # e^{eps0+eps} overflows
