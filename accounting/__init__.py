@@ -9,6 +9,7 @@ clones          amplification by shuffling of eps0-LDP reports: closed form and 
                 of the clones and variation-ratio (stronger clone) reductions
 krr_shuffle     shuffled k-ary randomized response: exact numerics of its privacy blanket
 krr_lower       exact privacy curves of shuffled k-RR on specific data sets (lower bounds)
+binary_rr       shuffled binary randomized response: exact worst case over every data set
 metric_shuffle  PrivEMDItemWise ([Imola]_ Thm 4.3/4.4), its inverse and baselines
 summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (q, r, noise,
                 bits)
@@ -26,6 +27,7 @@ References
    User-Level" (preprint).
 """
 
+from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
 from shuffledp.accounting.budget import (
     dl_epsilon_for_std,
     dl_std,
@@ -86,6 +88,7 @@ __all__ = [
     "SummationParameters",
     "asymptotic_alpha0",
     "clones_closed_form",
+    "binary_rr_shuffle_exact",
     "clone_probability",
     "krr_blanket_divergence",
     "krr_dataset_divergence",

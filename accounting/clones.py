@@ -79,7 +79,8 @@ from scipy.stats import binom
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
-METHODS = ("tightest", "variation-ratio", "numerical", "closed-form", "krr-blanket")
+METHODS = ("tightest", "variation-ratio", "numerical", "closed-form", "krr-blanket",
+           "binary-rr-exact")
 #: what is known of the local randomizer: any eps0-LDP one, or k-ary randomized response
 RANDOMIZERS = ("general", "krr")
 #: the reductions whose exact divergence is computed ("numerical" is the clones reduction)
@@ -102,7 +103,7 @@ class ShuffleBound:
         Certified epsilon: the release is (epsilon, delta)-DP under replacement of one
         report. Never above eps0 (shuffling is post-processing of eps0-LDP reports).
     delta : float
-    method : {"closed-form", "numerical", "variation-ratio", "krr-blanket"}
+    method : {"closed-form", "numerical", "variation-ratio", "krr-blanket", "binary-rr-exact"}
         "numerical" is the exact divergence of the clones pair.
     n : int
         Number of shuffled reports.
@@ -629,11 +630,15 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     ``"variation-ratio"`` (:func:`variation_ratio_numerical`), ``"numerical"``
     (:func:`clones_numerical`), ``"closed-form"`` (:func:`clones_closed_form`) or
     ``"krr-blanket"`` (:func:`shuffledp.accounting.krr_shuffle.krr_shuffle_numerical`, k-RR
-    only). ``randomizer="krr"`` with ``k`` says the reports come from k-ary randomized
-    response, which adds the k-RR bound to "tightest". Keyword arguments (``d``, ``rtol``,
-    ``tail``) go to the numerical methods; ``d`` != 1 is not available in closed form nor
-    for k-RR.
+    only) or ``"binary-rr-exact"`` (:func:`shuffledp.accounting.binary_rr.
+    binary_rr_shuffle_exact`: binary RR's exact worst case over every data set, k = 2 and n <=
+    2e5; about 30 s at n = 1e5). ``randomizer="krr"`` with ``k`` says the reports come from
+    k-ary randomized response, which adds the k-RR bounds to "tightest". Keyword arguments
+    (``d``, ``rtol``, ``tail``) go to the numerical methods; ``d`` != 1 is not available in
+    closed form nor for k-RR.
     """
+    from shuffledp.accounting.binary_rr import MAX_N as BINARY_RR_MAX_N
+    from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
     from shuffledp.accounting.krr_shuffle import _iv_k, krr_shuffle_numerical
 
     method = v.choice("method", method, METHODS)
@@ -646,6 +651,8 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
         raise ValueError(f"k is only used with randomizer='krr', got k={k!r}")
     if method == "krr-blanket" and randomizer != "krr":
         raise ValueError("method='krr-blanket' needs randomizer='krr' and k")
+    if method == "binary-rr-exact" and (randomizer != "krr" or k != 2):
+        raise ValueError("method='binary-rr-exact' needs randomizer='krr' and k=2")
     if method == "closed-form":
         if kwargs:
             raise TypeError(f"closed-form takes no extra arguments, got {sorted(kwargs)}")
@@ -655,8 +662,11 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     if method == "variation-ratio":
         return variation_ratio_numerical(n, eps0, delta, **kwargs)
     krr_kw = {key: val for key, val in kwargs.items() if key != "d"}
+    exact_kw = {key: val for key, val in krr_kw.items() if key == "rtol"}
     if method == "krr-blanket":
         return krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw)
+    if method == "binary-rr-exact":
+        return binary_rr_shuffle_exact(n, eps0, delta, **exact_kw)
     bounds = [variation_ratio_numerical(n, eps0, delta, **kwargs),
               clones_numerical(n, eps0, delta, **kwargs)]
     if kwargs.get("d", 1.0) == 1.0:
@@ -669,6 +679,8 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
             if "cells" not in str(exc):
                 raise
             skipped = f"; krr-blanket skipped ({exc})"
+        if k == 2 and n <= BINARY_RR_MAX_N:
+            bounds.insert(0, binary_rr_shuffle_exact(n, eps0, delta, **exact_kw))
     valid = [b for b in bounds if b.valid]
     best = min(valid, key=lambda b: b.epsilon) if valid else bounds[0]
     others = "; ".join(f"{b.method}: {b.epsilon:.6g}" + ("" if b.valid else " (not valid)")

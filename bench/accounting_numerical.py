@@ -10,7 +10,7 @@ Two tables:
 2. Numerical vs closed form and time per call over n, eps0, delta (``--quick``: fewer n).
 4. ``--krr``: shuffled k-ary randomized response, the exact privacy-blanket bound for
    k in {2, 3, 10, 100} against the general (variation-ratio) bound, eps0 = 1, delta = 1e-6,
-   n in {1e3, 1e4, 1e5, 1e6}, with times.
+   n in {1e3, 1e4, 1e5, 1e6}, with times; then binary RR's exact worst case (n <= 1e5).
 3. ``--compare`` (issue 12): the variation-ratio (stronger clone) bound against the clones
    bound and the closed form over n in {1e3 .. 1e8}, eps0 in {0.5, 1, 2, 4}, delta = 1e-6,
    with the time of each call and the saving of variation-ratio over clones.
@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
 from shuffledp.accounting.clones import (
     clones_closed_form,
     clones_numerical,
@@ -112,6 +113,14 @@ def krr_table(eps0: float = 1.0, delta: float = 1e-6) -> None:
             lo, fam = krr_lower_epsilon(n, eps0, delta, k=k)
             print(f"{n:>9} {k:>4} {b.epsilon:>12.6g} {t:>6.2f} {lo:>10.6g} {fam:>5} "
                   f"{g:>10.6g} {1 - b.epsilon / g:>7.1%}", flush=True)
+    print()
+    print("binary RR, exact worst case over every data set (binary_rr_shuffle_exact)")
+    print(f"{'n':>9} {'exact':>12} {'refuted':>12} {'sec':>6} {'general':>10} {'saving':>7}")
+    for n in (10**3, 10**4, 10**5):
+        b, t = _timed(functools.partial(binary_rr_shuffle_exact, n, eps0, delta))
+        g = variation_ratio_numerical(n, eps0, delta).epsilon
+        print(f"{n:>9} {b.epsilon:>12.6g} {b.epsilon_lower:>12.6g} {t:>6.2f} {g:>10.6g} "
+              f"{1 - b.epsilon / g:>7.1%}", flush=True)
     print()
 
 

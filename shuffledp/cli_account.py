@@ -158,13 +158,14 @@ def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as
 @click.option("--eps0", type=POSITIVE, required=True, help="Local DP parameter.")
 @delta_option(required=True, help="Target delta, in (0, 1).")
 @click.option("--method", type=click.Choice(["tightest", "variation-ratio", "numerical",
-                                            "closed-form", "krr-blanket"]),
+                                            "closed-form", "krr-blanket", "binary-rr-exact"]),
               default="tightest", show_default=True,
               help="tightest: the smallest certified of the others; variation-ratio: the "
                    "stronger-clone pair (Feldman-McMillan-Talwar 2023); numerical: the exact "
                    "clones pair (Feldman-McMillan-Talwar 2021); closed-form: FMT21 Thm 3.1; "
                    "krr-blanket: k-ary randomized response's exact privacy blanket "
-                   "(--randomizer krr).")
+                   "(--randomizer krr); binary-rr-exact: binary RR's exact worst case "
+                   "(--randomizer krr --k 2, n <= 2e5).")
 @click.option("--randomizer", type=click.Choice(["general", "krr"]), default="general",
               show_default=True,
               help="What the reports come from: any eps0-LDP randomizer, or k-ary randomized "
