@@ -40,8 +40,7 @@ import numpy as np
 from scipy.signal import fftconvolve
 from scipy.stats import binom
 
-from shuffledp import _validation as v
-from shuffledp.accounting.clones import ShuffleBound, _iv_shuffle
+from shuffledp.accounting.clones import ShuffleBound, _iv_rtol, _iv_shuffle
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
 #: largest n (one FFT per data set m, each on a window of O(sqrt n))
@@ -127,9 +126,7 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
     if n > MAX_N:
         raise ValueError(f"n must be <= {MAX_N} for the exact binary-RR curve (one convolution "
                          f"per data set), got n={n}; use the general bound")
-    rtol = v.positive("rtol", rtol)
-    if rtol > 0.5:
-        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    rtol = _iv_rtol(rtol)
     h = math.log1p(rtol)
     ends = np.array([0, n - 1])
 

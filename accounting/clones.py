@@ -324,12 +324,17 @@ def _mixture(N: int, alpha0: float, d: float, tail: float,
     return _Mixture(c, w, dropped, ad, beta, rho, mass_ok)
 
 
-def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """P[Bin(c, 1/2) >= j], elementwise, exact at the ends (j <= 0 -> 1, j > c -> 0)."""
+def _binom_sf(j: np.ndarray, c: np.ndarray, theta: float) -> np.ndarray:
+    """P[Bin(c, theta) >= j], elementwise, exact at the ends (j <= 0 -> 1, j > c -> 0)."""
     jj = np.clip(j, 1, np.maximum(c, 1))
-    out = betainc(jj.astype(float), (c - jj + 1).astype(float), 0.5)
+    out = betainc(jj.astype(float), (c - jj + 1).astype(float), theta)
     out = np.where(j <= 0, 1.0, out)
     return np.where(j > c, 0.0, out)
+
+
+def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """P[Bin(c, 1/2) >= j] (:func:`_binom_sf` at theta = 1/2)."""
+    return _binom_sf(j, c, 0.5)
 
 
 def _cut_estimate(c: np.ndarray, A: float, negB: float) -> np.ndarray:
@@ -486,6 +491,42 @@ def _grid_search(div, top: float, guess: float, h: float, delta: float):
     return k_hi, cache
 
 
+#: note added to a bound whose search met a failed floating-point self-check
+SELF_CHECK_NOTE = ("the floating-point self-check failed at some epsilon; those points were "
+                   "treated as not certified")
+
+
+@dataclass(frozen=True)
+class _Certified:
+    """Outcome of :func:`_certify`: the released (epsilon, delta) and what the search saw."""
+
+    epsilon: float  # certified grid point, or ``top`` when nothing below it is
+    delta: float  # delta, or 0 with the local fallback
+    epsilon_lower: float  # largest grid point seen whose lower divergence exceeds delta
+    valid: bool
+    self_check_failed: bool
+
+
+def _certify(div, top: float, guess: float, h: float, delta: float) -> _Certified:
+    """The grid search of :func:`_grid_search` turned into a release: the certified grid
+    point (or the local guarantee (top, 0) when none is below ``top``) and the refuted one."""
+    k_ok, seen = _grid_search(div, top, guess, h, delta)
+    lows = [j for j, (lo_, _) in seen.items() if lo_ > delta]
+    eps_low = math.exp(max(lows) * h) if lows else 0.0
+    failed = any(math.isinf(up) for _, up in seen.values())
+    if k_ok is None:
+        return _Certified(top, 0.0, min(eps_low, top), False, failed)
+    eps_up = math.exp(k_ok * h)
+    return _Certified(eps_up, delta, min(eps_low, eps_up), True, failed)
+
+
+def _iv_rtol(rtol) -> float:
+    rtol = v.positive("rtol", rtol)
+    if rtol > 0.5:
+        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    return rtol
+
+
 def clones_numerical(
     n: int,
     eps0: float,
@@ -583,40 +624,30 @@ def variation_ratio_numerical(
 def _numerical(n, eps0, delta, *, d, rtol, tail, reduction) -> ShuffleBound:
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     d = _iv_d(d)
-    rtol = v.positive("rtol", rtol)
-    if rtol > 0.5:
-        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    rtol = _iv_rtol(rtol)
     tail = max(min(1e-4 * delta, 1e-10), 1e-300) if tail is None else v.probability("tail", tail)
     mix = _mixture(n, eps0, d, tail, reduction)
     h = math.log1p(rtol)
     top = mix.ad
     guess = min(top, clones_formula(n, eps0, delta, d) / 4.0) if n > 1 else top
-    k_ok, seen = _grid_search(lambda e: _divergence(mix, e), top, guess, h, delta)
+    r = _certify(lambda e: _divergence(mix, e), top, guess, h, delta)
     notes = [
         f"binomial tail mass {tail:.3g} of C charged to the upper bound; "
         f"grid resolution rtol={rtol:g}",
     ]
-    if any(math.isinf(up) for _, up in seen.values()):
-        notes.append("the floating-point self-check failed at some epsilon; those points "
-                     "were treated as not certified")
-    lows = [k for k, (lo_, _) in seen.items() if lo_ > delta]
-    eps_low = math.exp(max(lows) * h) if lows else 0.0
-    valid = k_ok is not None
-    if valid:
-        eps_up, delta_out = math.exp(k_ok * h), delta
-    else:
-        eps_up, delta_out = top, 0.0
+    if r.self_check_failed:
+        notes.append(SELF_CHECK_NOTE)
+    if not r.valid:
         notes.append(
             f"no amplification: no epsilon below eps0 d = {top:.6g} is certified at "
             f"delta={delta:g} for n={n} (the bound is vacuous); falling back to the local "
             f"guarantee ({top:.6g}, 0), which shuffling (post-processing) preserves"
         )
-    eps_low = min(eps_low, eps_up)
     method = "numerical" if reduction == "clones" else reduction
     return ShuffleBound(
-        epsilon=eps_up, delta=delta_out, method=method, n=n, eps0=eps0, d=d,
-        epsilon_lower=eps_low, tolerance=eps_up - eps_low, valid=valid,
-        guarantee=_guarantee(eps_up, delta_out, n, eps0, method, d=d),
+        epsilon=r.epsilon, delta=r.delta, method=method, n=n, eps0=eps0, d=d,
+        epsilon_lower=r.epsilon_lower, tolerance=r.epsilon - r.epsilon_lower, valid=r.valid,
+        guarantee=_guarantee(r.epsilon, r.delta, n, eps0, method, d=d),
         notes=tuple(notes),
     )
 
@@ -729,9 +760,7 @@ def clones_eps0_for_target(
     n = v.count("n", n, 1)
     target = v.positive("target_epsilon", target_epsilon)
     delta = v.probability("delta", delta)
-    rtol = v.positive("rtol", rtol)
-    if rtol > 0.5:
-        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    rtol = _iv_rtol(rtol)
     eps0_max = v.positive("eps0_max", eps0_max)
     if eps0_max > 700:
         raise ValueError(f"eps0_max must be <= 700, got eps0_max={eps0_max!r}")

@@ -36,23 +36,15 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc, betaincc
+from scipy.special import betaincc
 from scipy.stats import binom
 
 from shuffledp import _validation as v
-from shuffledp.accounting.clones import _iv_shuffle, _support
+from shuffledp.accounting.clones import _binom_sf, _iv_rtol, _iv_shuffle, _support
 from shuffledp.accounting.krr_shuffle import _iv_k
 
 FAMILIES = ("x0", "third")
 _FP_REL = 1e-10
-
-
-def _tail(j: np.ndarray, c: np.ndarray, theta: float) -> np.ndarray:
-    """P[Bin(c, theta) >= j], exact at the ends."""
-    jj = np.clip(j, 1, np.maximum(c, 1))
-    out = betainc(jj.astype(float), (c - jj + 1).astype(float), theta)
-    out = np.where(j <= 0, 1.0, out)
-    return np.where(j > c, 0.0, out)
 
 
 def _head(j: np.ndarray, c: np.ndarray, theta: float) -> np.ndarray:
@@ -70,8 +62,8 @@ def _positive_part(c: np.ndarray, theta: float, K0: np.ndarray, K1: float
     """
     if K1 > 0:  # positive from a* = floor(-K0/K1) + 1 on
         j = np.clip(np.floor(-K0 / K1).astype(np.int64) + 1, 0, c + 1)
-        S0 = _tail(j, c, theta)
-        S1 = np.where(c > 0, _tail(j - 1, np.maximum(c - 1, 0), theta), 0.0)
+        S0 = _binom_sf(j, c, theta)
+        S1 = np.where(c > 0, _binom_sf(j - 1, np.maximum(c - 1, 0), theta), 0.0)
         first, second = K0 * S0, K1 * c * theta * S1
     else:  # K1 < 0: positive up to a** = ceil(-K0/K1) - 1; use the complement tails
         j = np.clip(np.ceil(-K0 / K1).astype(np.int64) - 1, -1, c)
@@ -85,7 +77,6 @@ def _positive_part(c: np.ndarray, theta: float, K0: np.ndarray, K1: float
 @dataclass(frozen=True)
 class _Law:
     n: int
-    p: float
     eps0: float
     c: np.ndarray
     w: np.ndarray
@@ -98,12 +89,13 @@ def _law(n: int, k: int, eps0: float, family: str, tail: float) -> _Law:
     prob, theta = ((p + 1.0) * alpha, p / (p + 1.0)) if family == "x0" else (2 * alpha, 0.5)
     lo, hi = _support(n, min(prob, 1.0), tail)
     c = np.arange(lo, hi + 1, dtype=np.int64)
-    return _Law(n, p, eps0, c, binom.pmf(c, n, min(prob, 1.0)), theta)
+    return _Law(n, eps0, c, binom.pmf(c, n, min(prob, 1.0)), theta)
 
 
 def _one_direction(law: _Law, eps: float, family: str, forward: bool) -> tuple[float, float]:
-    n, p, c = law.n, law.p, law.c.astype(float)
+    n, c = law.n, law.c.astype(float)
     e0 = law.eps0
+    p = math.exp(e0)
     if eps + e0 > 700.0:  # e^{eps0 + eps} overflows: nothing is refuted
         return 0.0, math.inf
     E = math.exp(eps)
@@ -177,10 +169,7 @@ def krr_lower_epsilon(n: int, eps0: float, delta: float, *, k: int,
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = _iv_k(k)
     families = ("x0", "third") if k == 3 else ("x0",)
-    rtol = v.positive("rtol", rtol)
-    if rtol > 0.5:
-        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
-    h = math.log1p(rtol)
+    h = math.log1p(_iv_rtol(rtol))
     laws = {f: _law(n, k, eps0, f, 1e-15) for f in families}
 
     def refuted(eps: float) -> str:

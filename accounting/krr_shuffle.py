@@ -55,14 +55,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc
 from scipy.stats import binom
 
 from shuffledp import _validation as v
 from shuffledp.accounting.clones import (
+    SELF_CHECK_NOTE,
     ShuffleBound,
-    _grid_search,
+    _certify,
+    _iv_rtol,
     _iv_shuffle,
+    _sf_half,
     _support,
     clones_formula,
 )
@@ -79,7 +81,6 @@ class _Blanket:
     """The grid W(c, z) of the blanket pair and its constants (computed once per n, k, eps0)."""
 
     n: int
-    p: float
     eps0: float
     c: np.ndarray  # (C,) values of c
     z0: np.ndarray  # (C,) first z of each row
@@ -126,22 +127,14 @@ def _blanket(n: int, k: int, eps0: float, tail: float) -> _Blanket:
         out_hi = np.where(zh < n - c, binom.sf(zh, n - c, rho), 0.0)
         dropped += float(np.dot(wc, out_lo + out_hi))
     mass_ok = bool(np.all(np.isfinite(W))) and abs(float(W.sum()) + dropped - 1.0) <= 1e-9
-    return _Blanket(n, p, eps0, c, zl, W, W * z, dropped, mass_ok)
-
-
-def _sf_half(j: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """P[Bin(c, 1/2) >= j], exact at the ends (j <= 0 -> 1, j > c -> 0)."""
-    jj = np.clip(j, 1, np.maximum(c, 1))
-    out = betainc(jj.astype(float), (c - jj + 1).astype(float), 0.5)
-    out = np.where(j <= 0, 1.0, out)
-    return np.where(j > c, 0.0, out)
+    return _Blanket(n, eps0, c, zl, W, W * z, dropped, mass_ok)
 
 
 def _divergence(bl: _Blanket, eps: float) -> tuple[float, float]:
     """(lower, upper) estimates of D_{e^eps}(P || Q); upper is inf if not trustworthy."""
     if not bl.mass_ok:
         return 0.0, math.inf
-    p, n = bl.p, bl.n
+    n = bl.n
     if eps >= bl.eps0:
         return 0.0, 0.0
     if eps + bl.eps0 > 700.0:  # e^{eps0 + eps} overflows: never certify
@@ -178,7 +171,8 @@ def _divergence(bl: _Blanket, eps: float) -> tuple[float, float]:
         return 0.0, math.inf
     core_up = float(np.maximum(term + err, 0.0).sum()) / n
     core_lo = float(np.maximum(term - err, 0.0).sum()) / n
-    upper = core_up * (1.0 + _FP_REL) + bl.dropped * (p + 1.0) / 2.0 + _FP_ABS
+    # a dropped cell's divergence is at most its P-mass, W (((p + 1)/2) c + z)/n <= W (p + 1)/2
+    upper = core_up * (1.0 + _FP_REL) + bl.dropped * (math.exp(bl.eps0) + 1.0) / 2.0 + _FP_ABS
     lower = max(0.0, core_lo * (1.0 - _FP_REL) - _FP_ABS)
     return lower, upper
 
@@ -252,9 +246,7 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = _iv_k(k)
-    rtol = v.positive("rtol", rtol)
-    if rtol > 0.5:
-        raise ValueError(f"rtol must be in (0, 0.5], got rtol={rtol!r}")
+    rtol = _iv_rtol(rtol)
     if tail is None:
         tail = max(min(1e-4 * delta, 1e-10) * 2.0 / (math.exp(eps0) + 1.0), 1e-300)
     else:
@@ -262,32 +254,25 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     bl = _blanket(n, k, eps0, tail)
     h = math.log1p(rtol)
     guess = min(eps0, clones_formula(n, eps0, delta) / 8.0) if n > 1 else eps0
-    k_ok, seen = _grid_search(lambda e: _divergence(bl, e), eps0, guess, h, delta)
+    r = _certify(lambda e: _divergence(bl, e), eps0, guess, h, delta)
     notes = [f"exact blanket pair of {k}-RR; W tail mass {tail:.3g} charged to the upper "
              f"bound; grid resolution rtol={rtol:g}"]
-    if any(math.isinf(up) for _, up in seen.values()):
-        notes.append("the floating-point self-check failed at some epsilon; those points "
-                     "were treated as not certified")
-    lows = [j for j, (lo_, _) in seen.items() if lo_ > delta]
-    eps_low = math.exp(max(lows) * h) if lows else 0.0
-    valid = k_ok is not None
-    if valid:
-        eps_up, delta_out = math.exp(k_ok * h), delta
-    else:
-        eps_up, delta_out = eps0, 0.0
+    if r.self_check_failed:
+        notes.append(SELF_CHECK_NOTE)
+    if not r.valid:
         notes.append(f"no amplification certified below eps0 = {eps0:.6g} at delta={delta:g} "
                      f"for n={n}; falling back to the local guarantee ({eps0:.6g}, 0)")
     guarantee = Guarantee(
-        notion="approximate", model="shuffle", epsilon=eps_up, delta=delta_out,
+        notion="approximate", model="shuffle", epsilon=r.epsilon, delta=r.delta,
         neighbour=REPLACE_ONE,
         theorem=("exact hockey-stick divergence of the privacy-blanket pair of k-ary "
                  "randomized response (Balle-Bell-Gascon-Nissim 2019, The privacy blanket of "
                  "the shuffle model, Sec. 3; reduction in shuffledp.accounting.krr_shuffle)"),
         parameters={"n": n, "eps0": eps0, "k": k, "method": "krr-blanket"})
     return ShuffleBound(
-        epsilon=eps_up, delta=delta_out, method="krr-blanket", n=n, eps0=eps0,
-        epsilon_lower=min(eps_low, eps_up), tolerance=eps_up - min(eps_low, eps_up),
-        valid=valid, guarantee=guarantee, notes=tuple(notes))
+        epsilon=r.epsilon, delta=r.delta, method="krr-blanket", n=n, eps0=eps0,
+        epsilon_lower=r.epsilon_lower, tolerance=r.epsilon - r.epsilon_lower,
+        valid=r.valid, guarantee=guarantee, notes=tuple(notes))
 
 
 def _iv_k(k) -> int:
