@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 from click.testing import CliRunner
-from exact_shuffle import exact_shuffle_divergence, hockey, krr_row
+from exact_shuffle import exact_shuffle_divergence, krr_row
 
 from shuffledp.accounting.clones import shuffle_ldp, variation_ratio_numerical
 from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
@@ -20,31 +20,40 @@ from shuffledp.accounting.krr_shuffle import (
 from shuffledp.cli import main
 
 
-def blanket_pair_by_enumeration(n, k, eps0, eps):
+def blanket_pair_by_enumeration(n, k, eps0, eps, dps=None):
     """D of the blanket pair built from its definition, category by category: every other
     user is revealed-truthful (1 - lambda) or a uniform blanket report landing on x1^0, x1^1
     or another value (alpha each, (k - 2) alpha); user 1 is (p alpha, alpha, (k - 2) alpha)
-    on the same three, mirrored under the other input."""
-    p = math.exp(eps0)
-    alpha = 1.0 / (p + k - 1)
-    other = {(1, 0, 0): alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha,
-             (0, 0, 0): 1 - k * alpha}
+    on the same three, mirrored under the other input. In floats, or at ``dps`` digits in
+    mpmath (both directions, the larger)."""
+    import mpmath as mp
 
-    def law(first):
-        out = dict(first)
-        for _ in range(n - 1):
-            new = defaultdict(float)
-            for h, w in out.items():
-                for s, q in other.items():
-                    if q > 0:
-                        new[tuple(x + y for x, y in zip(h, s))] += w * q
-            out = new
-        return out
+    with mp.workdps(dps or 15):
+        num = mp.mpf if dps else float
+        p = mp.exp(num(eps0)) if dps else math.exp(eps0)
+        E = mp.exp(num(eps)) if dps else math.exp(eps)
+        alpha = 1 / (p + k - 1)
+        other = {(1, 0, 0): alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha,
+                 (0, 0, 0): 1 - k * alpha}
 
-    # the number of revealed users is n - 1 - (a + b + z - 1): a function of (a, b, z)
-    P = law({(1, 0, 0): p * alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha})
-    Q = law({(1, 0, 0): alpha, (0, 1, 0): p * alpha, (0, 0, 1): (k - 2) * alpha})
-    return max(hockey(P, Q, eps), hockey(Q, P, eps))
+        def law(first):
+            out = dict(first)
+            for _ in range(n - 1):
+                new = defaultdict(lambda: num(0))
+                for h, w in out.items():
+                    for s, q in other.items():
+                        if q > 0:
+                            new[tuple(x + y for x, y in zip(h, s))] += w * q
+                out = new
+            return out
+
+        def hs(A, B):
+            return sum(max(num(0), w - E * B.get(h, num(0))) for h, w in A.items())
+
+        # the number of revealed users is n - 1 - (a + b + z - 1): a function of (a, b, z)
+        P = law({(1, 0, 0): p * alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha})
+        Q = law({(1, 0, 0): alpha, (0, 1, 0): p * alpha, (0, 0, 1): (k - 2) * alpha})
+        return max(hs(P, Q), hs(Q, P))
 
 
 @pytest.mark.parametrize("n,k,eps0,eps", [(1, 3, 1.0, 0.2), (4, 3, 1.0, 0.3), (6, 5, 2.0, 0.5),
@@ -188,36 +197,9 @@ def test_cli_reports_the_refuted_epsilon():
 
 
 # ------------------------------------------------------- review fixes (small delta, tiny eps0)
-def _mp_blanket_pair(n, k, eps0, eps, dps=60):
-    """The blanket pair enumerated category by category in mpmath (as
-    blanket_pair_by_enumeration, at 60 digits)."""
-    import mpmath as mp
-
-    with mp.workdps(dps):
-        p = mp.e ** mp.mpf(eps0)
-        alpha = 1 / (p + k - 1)
-        other = {(1, 0, 0): alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha,
-                 (0, 0, 0): 1 - k * alpha}
-
-        def law(first):
-            out = dict(first)
-            for _ in range(n - 1):
-                new = defaultdict(lambda: mp.mpf(0))
-                for h, w in out.items():
-                    for s, q in other.items():
-                        new[tuple(x + y for x, y in zip(h, s))] += w * q
-                out = new
-            return out
-
-        P = law({(1, 0, 0): p * alpha, (0, 1, 0): alpha, (0, 0, 1): (k - 2) * alpha})
-        Q = law({(1, 0, 0): alpha, (0, 1, 0): p * alpha, (0, 0, 1): (k - 2) * alpha})
-        E = mp.e ** mp.mpf(eps)
-        return sum(max(mp.mpf(0), w - E * Q.get(h, 0)) for h, w in P.items())
-
-
 def test_tiny_eps0_is_bracketed():
     # review finding: exp(eps0) - 1 by subtraction put the lower estimate above the truth
-    ref = _mp_blanket_pair(20, 3, 1e-9, 3e-11)
+    ref = blanket_pair_by_enumeration(20, 3, 1e-9, 3e-11, dps=60)
     lo, hi = krr_blanket_divergence(20, 3, 1e-9, 3e-11)
     assert lo <= ref <= hi and hi - lo <= 1e-6 * ref
 
