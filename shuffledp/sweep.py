@@ -411,6 +411,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
 
     c = run.config
     users = _users(c)
+    aggregate = users.aggregate()
     t0 = time.perf_counter()
     if run.model == "shuffle":
         rel = shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w, rng=rng,
@@ -419,10 +420,9 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     elif run.model == "central":
         rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
     else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
-        rel = laplace_baseline(users.aggregate(), c.epsilon, rng=rng,
-                               top_percent=_TOP.get(run.model))
+        rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
     t1 = time.perf_counter()
-    truth = normalise(users.aggregate())
+    truth = normalise(aggregate)
     if c.sigma > 0:
         truth, est = gaussian_heatmap(truth, c.sigma), gaussian_heatmap(rel.estimate, c.sigma)
     else:
