@@ -226,3 +226,12 @@ def test_input_limits_and_fallbacks():
     b = shuffle_ldp(10**7, 1.0, 1e-6, randomizer="krr", k=3)
     assert b.method == "variation-ratio" and "krr-blanket skipped" in b.notes[-1]
     assert krr_lower_epsilon(10, 700.0, 1e-6, k=3) == (0.0, "")  # e^{eps0+eps} overflows
+
+
+def test_left_out_mass_is_charged_enough():
+    # a coarse window (tail 0.05) leaves real divergence out: the (p + 1)/2 charge per unit of
+    # dropped mass must still cover it, and the bound stays above the exact pair
+    for eps0, eps in ((1.0, 0.2), (3.0, 0.5)):
+        ref = blanket_pair_by_enumeration(30, 3, eps0, eps)
+        lo, hi = krr_blanket_divergence(30, 3, eps0, eps, tail=0.05)
+        assert hi >= ref and lo <= ref * (1 + 1e-9)
