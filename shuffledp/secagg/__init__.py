@@ -3,7 +3,10 @@
 :func:`secure_sum` runs the four rounds of :class:`SecAggClient` and :class:`SecAggServer`
 in one process, passing the real byte messages (a research runner; a deployment runs the
 same two classes in separate processes and moves the bytes over any channel). ``dropouts``
-says which clients stop answering at which round, so every dropout case can be exercised.
+says which clients stop answering at which round, and ``intercept`` stands for the network
+between each client and the server (it may alter, replace or drop any client message), so
+every dropout and fault case can be exercised. A client that refuses a server message
+(:class:`SecAggRefused`) leaves the run, as its process would in a deployment.
 
 References
 ----------
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +47,14 @@ class SecAggResult:
     threshold, n_clients, vector_length, modulus : int
     rejected : dict
         Reason -> number of messages the server rejected.
+    excluded : dict
+        Client -> why its round-3 message was rejected after the fact (a Shamir share off
+        the polynomial that every other share and the secret's commitment agree on).
+    suspects : dict
+        Client -> a share off the accepted polynomial where the naming is not certain
+        (:class:`shamir.Reconstruction`); the sum is right, the client is not excluded.
+    refused : dict
+        Client -> why it refused a server message and left the run.
     client_seconds_mean, client_seconds_max, server_seconds : float
         CPU-bound time of the four rounds (wall clock, one process).
     bytes_up_per_client, bytes_down_per_client : float
@@ -58,6 +69,9 @@ class SecAggResult:
     vector_length: int
     modulus: int
     rejected: dict[str, int] = field(default_factory=dict)
+    excluded: dict[int, str] = field(default_factory=dict)
+    suspects: dict[int, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
     client_seconds_mean: float = 0.0
     client_seconds_max: float = 0.0
     server_seconds: float = 0.0
@@ -67,6 +81,8 @@ class SecAggResult:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "total"}
         d["survivors"] = list(self.survivors)
+        for k in ("excluded", "suspects", "refused"):
+            d[k] = {str(c): why for c, why in sorted(d[k].items())}
         return d
 
 
@@ -109,8 +125,12 @@ def _iv(vectors: Sequence[Any], modulus: int, threshold: int | None,
     return arrs, m, t, drops
 
 
+Intercept = Callable[[int, int, bytes], "bytes | None"]
+
+
 def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = None,
-               dropouts: Mapping[int, Collection[int]] | None = None) -> SecAggResult:
+               dropouts: Mapping[int, Collection[int]] | None = None,
+               intercept: Intercept | None = None) -> SecAggResult:
     """Sum integer vectors mod ``modulus`` by secure aggregation, with dropouts.
 
     Parameters
@@ -125,11 +145,16 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
     dropouts : mapping round -> client ids, optional
         Clients that send nothing from that round on (0 advertise keys, 1 share keys,
         2 masked input, 3 unmasking).
+    intercept : callable (round, client, message) -> bytes or None, optional
+        The channel from client to server: returns the bytes the server receives on that
+        client's channel (the message, an altered one, another client's...) or None for
+        nothing. For fault-injection tests and benchmarks; default: the message unchanged.
 
     Raises
     ------
     SecAggAborted
-        Fewer than t clients in some round (the message names it).
+        Fewer than t clients in some round, or a secret that fewer than t correct shares
+        hold (the message names it and the suspects). Never a wrong sum.
     ValueError
         Bad input (naming the argument and the value).
     """
@@ -145,6 +170,7 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
     gone: set[int] = set()
     dropped: dict[str, tuple[int, ...]] = {}
     incoming: dict[int, bytes] = {}
+    refused: dict[int, str] = {}
     steps = [lambda c, _: c.advertise(), SecAggClient.share_keys, SecAggClient.masked_input,
              SecAggClient.unmask]
     result = None
@@ -156,11 +182,21 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
             if i in gone or (r > 0 and i not in incoming):
                 continue
             t0 = time.perf_counter()
-            out = steps[r](c, incoming.get(i))
-            spent[i] += time.perf_counter() - t0
+            try:
+                out = steps[r](c, incoming.get(i))
+            except (SecAggRefused, MessageError) as e:  # the client leaves the run
+                refused[i] = str(e)
+                gone.add(i)
+                continue
+            finally:
+                spent[i] += time.perf_counter() - t0
+            if intercept is not None:
+                out = intercept(r, i, out)
+                if out is None:
+                    continue
             up[i] += len(out)
             t0 = time.perf_counter()
-            server.receive(out)
+            server.receive(out, channel=i)
             server_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         reply = server.close_round()
@@ -178,7 +214,8 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
     return SecAggResult(
         total=result, survivors=tuple(sorted(server.members[3])), dropped=dropped,
         threshold=t, n_clients=n, vector_length=arrs[0].size, modulus=m,
-        rejected=dict(server.rejected), client_seconds_mean=float(times.mean()),
+        rejected=dict(server.rejected), excluded=dict(server.excluded),
+        suspects=dict(server.suspects), refused=refused, client_seconds_mean=float(times.mean()),
         client_seconds_max=float(times.max()), server_seconds=server_s,
         bytes_up_per_client=float(np.mean(list(up.values()))),
         bytes_down_per_client=float(np.mean(list(down.values()))),

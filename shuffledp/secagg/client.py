@@ -7,7 +7,11 @@ last message into the client's next one (bytes in, bytes out, :mod:`.messages`):
    (s_pk, s_sk) for the pairwise masks;
 1. share keys: draw the self-mask seed b; Shamir-share s_sk and b (threshold t) among the
    clients U1 of round 0 and send each one its two shares, encrypted with ChaCha20-Poly1305
-   under a key derived (HKDF-SHA256) from the X25519 agreement of the c keys;
+   under a key derived (HKDF-SHA256) from the X25519 agreement of the c keys; the message
+   also carries the commitment H(b) = SHA-256(label || session || u || b) (:func:`commit_b`),
+   against which the server checks the b it reconstructs in round 4 (s_sk is already
+   committed to by s_pk). b is 255 uniform bits, so H(b) tells the server nothing about b
+   (random-oracle model) while binding it: a wrong share cannot pass for a right one;
 2. masked input: y = x + PRG(b) + sum_{v in U2, v != u} sign(u, v) PRG(s_uv) mod m, with
    s_uv derived from the agreement of the s keys (sign +1 when u < v, -1 otherwise, so each
    pair cancels in the sum) and U2 the clients whose shares it received;
@@ -61,6 +65,14 @@ def mask_seed(sk: X25519PrivateKey, pk: bytes, session: bytes, u: int, v: int) -
     """The pairwise mask seed s_uv (symmetric in u, v)."""
     shared = sk.exchange(X25519PublicKey.from_public_bytes(pk))
     return derive(shared, b"mask", session, min(u, v), max(u, v))
+
+
+def commit_b(b: int, session: bytes, uid: int) -> bytes:
+    """The commitment to client ``uid``'s self-mask seed b (32 bytes)."""
+    h = hashes.Hash(hashes.SHA256())
+    h.update(b"shuffledp secagg b-commit" + session + struct.pack("<I", uid)
+             + b.to_bytes(32, "little"))
+    return h.finalize()
 
 
 def pair_sign(u: int, v: int) -> int:
@@ -129,7 +141,7 @@ class SecAggClient:
         xs = [v + 1 for v in ids]
         s_sh = shamir.share(self._s_sk_int, xs, self.t, self._rng)
         b_sh = shamir.share(self._b, xs, self.t, self._rng)
-        out = [struct.pack("<I", len(ids) - 1)]
+        out = [commit_b(self._b, self.session, self.uid), struct.pack("<I", len(ids) - 1)]
         for v, s_v, b_v in zip(ids, s_sh, b_sh):
             if v == self.uid:
                 self._held[v] = (s_v, b_v)

@@ -10,10 +10,37 @@ enough shares to remove the masks of exactly the clients whose masked input it h
 
 Then sum_{u in U3} y_u - PRG(b_u) - sum_{v dropped} sign(u, v) PRG(s_uv) = sum_{u in U3} x_u
 mod m. Each round needs at least t messages; with fewer the run aborts with
-:class:`SecAggAborted` naming the round, never a wrong sum. Malformed messages, messages of
-another session or round, messages from clients that are not in the previous round's set
-and second messages from one client (replays) are rejected and counted; their sender counts
-as dropped at that round.
+:class:`SecAggAborted` naming the round, never a wrong sum.
+
+Faulty and hostile clients
+--------------------------
+Every message is checked before it is accepted, and a rejected message is counted by reason
+(``rejected``) and its sender counts as dropped at that round:
+
+* malformed, of another session or round, a sender field that differs from the channel it
+  arrived on, a sender not in the previous round's set, a second message of one client;
+* round 0: public keys already advertised by another client (a copy);
+* round 1: a share list whose recipients are not exactly the other clients of round 0, each
+  once, in order (a share withheld from one peer would make the pairwise masks asymmetric);
+* round 2: a vector of the wrong length or with entries outside [0, m);
+* round 3: an entry list that is not exactly one b-share per survivor and one s_sk-share per
+  dropped client (a repeated, missing, extra or mislabelled entry), or a share >= P.
+
+The server uses *every* share it holds, not the first t. All shares of one secret are
+checked at once against the dual Reed-Solomon code (:class:`~.shamir.ShareChecker`, one
+random parity check, soundness 1/P) and the secret against its commitment: H(b_u), sent by
+u in round 1, or s_pk_v, advertised in round 0. A secret that fails goes to
+:func:`~.shamir.robust_reconstruct`, which decodes or searches for t shares that verify;
+holders whose shares are off the accepted polynomial are named in ``excluded`` (their
+round-3 message is rejected and counted) when the naming is certain, in ``suspects``
+otherwise. The sum is released only if every secret verified, so it is the right sum
+whenever at least t holders of every secret sent correct shares; otherwise
+:class:`SecAggAborted` names the secret and the suspects. A wrong sum is never released.
+
+What a hostile client can still do (as in [Bonawitz17]_'s semi-honest protocol): choose its
+own input freely (no range proof), and abort the run -- a share it encrypts wrongly makes
+its recipients refuse, a wrong commitment makes its own seed unverifiable. Denial of service
+is outside what this protocol prevents; a silently wrong sum is not.
 
 References
 ----------
@@ -28,12 +55,15 @@ import struct
 from collections import Counter
 
 import numpy as np
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from shuffledp.crypto import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
 from shuffledp.secagg.client import (
     SHARE_CT,
+    commit_b,
     key_list,
     mask_seed,
     pair_sign,
@@ -41,6 +71,9 @@ from shuffledp.secagg.client import (
     unmask_request,
 )
 from shuffledp.secagg.prg import expand
+
+COMMIT_BYTES = 32
+REVEAL = struct.Struct("<IB32s")  # user, kind (0 b-share, 1 s_sk-share), share
 
 ROUND_NAMES = ("advertise keys", "share keys", "masked input", "unmasking")
 
@@ -66,7 +99,10 @@ class SecAggServer:
         self._keys: dict[int, tuple[bytes, bytes]] = {}
         self._shares: dict[int, bytes] = {}
         self._y: dict[int, np.ndarray] = {}
+        self._commits: dict[int, bytes] = {}
         self._reveals: dict[int, bytes] = {}
+        self.excluded: dict[int, str] = {}
+        self.suspects: dict[int, str] = {}
         self.total: np.ndarray | None = None
 
     @property
@@ -74,12 +110,20 @@ class SecAggServer:
         """Clients whose message of the current round was accepted so far."""
         return set(self._inbox)
 
-    def receive(self, data: bytes) -> bool:
-        """Accept one client message of the current round; False (and counted) if rejected."""
+    def receive(self, data: bytes, channel: int | None = None) -> bool:
+        """Accept one client message of the current round; False (and counted) if rejected.
+
+        ``channel`` is the identity of the connection or mailbox file the message came
+        through (an authenticated channel in a deployment); a message whose sender field
+        names another client is rejected.
+        """
         try:
             m = msg.parse(data, self.session, round_=self.round)
         except msg.MessageError as e:
             self.rejected[f"round {self.round}: {type(e).__name__}"] += 1
+            return False
+        if channel is not None and m.sender != channel:
+            self.rejected[f"round {self.round}: sender field differs from the channel"] += 1
             return False
         if m.sender not in self.members[-1]:
             self.rejected[f"round {self.round}: sender not in the previous round"] += 1
@@ -87,27 +131,50 @@ class SecAggServer:
         if m.sender in self._inbox:
             self.rejected[f"round {self.round}: replayed (second message of a client)"] += 1
             return False
-        if not self._valid_payload(m):
-            self.rejected[f"round {self.round}: malformed payload"] += 1
+        reason = self._payload_error(m)
+        if reason:
+            self.rejected[f"round {self.round}: {reason}"] += 1
             return False
         self._inbox[m.sender] = m.payload
         return True
 
-    def _valid_payload(self, m: msg.Message) -> bool:
+    def _payload_error(self, m: msg.Message) -> str:
+        """Why the payload is unacceptable ('' if it is acceptable)."""
         p = m.payload
         if self.round == 0:
-            return len(p) == 64
+            if len(p) != 64:
+                return "malformed payload"
+            seen = {k for q in self._inbox.values() for k in (q[:32], q[32:])}
+            if p[:32] in seen or p[32:] in seen or p[:32] == p[32:]:
+                return "keys already advertised by another client"
+            return ""
         if self.round == 1:
-            if len(p) < 4:
-                return False
-            k = struct.unpack_from("<I", p)[0]
-            return len(p) == 4 + k * (4 + SHARE_CT) and k == len(self.members[1]) - 1
+            if len(p) < COMMIT_BYTES + 4:
+                return "malformed payload"
+            try:
+                entries = parse_bundle(p[COMMIT_BYTES:])
+            except msg.MessageError:
+                return "malformed payload"
+            if [v for v, _ in entries] != sorted(self.members[1] - {m.sender}):
+                return "share recipients are not exactly the other clients of round 0"
+            return ""
         if self.round == 2:
             if len(p) != 8 * self.length:
-                return False
+                return "malformed payload"
             y = np.frombuffer(p, dtype="<i8")
-            return bool(((y >= 0) & (y < self.m)).all())
-        return len(p) >= 4 and len(p) == 4 + 37 * struct.unpack_from("<I", p)[0]
+            return "" if bool(((y >= 0) & (y < self.m)).all()) else "entry outside [0, m)"
+        if len(p) < 4 or len(p) != 4 + REVEAL.size * struct.unpack_from("<I", p)[0]:
+            return "malformed payload"
+        survivors = sorted(self.members[3])
+        expected = [(v, 0) for v in survivors] + [(v, 1) for v in
+                                                  sorted(self.members[2] - self.members[3])]
+        got = [REVEAL.unpack_from(p, 4 + REVEAL.size * i)
+               for i in range(struct.unpack_from("<I", p)[0])]
+        if [(v, kind) for v, kind, _ in got] != expected:
+            return "unmasking entries are not exactly one share per survivor and dropped client"
+        if any(int.from_bytes(y, "little") >= shamir.P for _, _, y in got):
+            return "share outside the field"
+        return ""
 
     def _close(self) -> set[int]:
         got = set(self._inbox)
@@ -128,10 +195,11 @@ class SecAggServer:
             self._keys = {u: (p[:32], p[32:]) for u, p in inbox.items()}
             return msg.frame(16, msg.SERVER, self.session, key_list(self._keys))
         if r == 1:
+            self._commits = {u: p[:COMMIT_BYTES] for u, p in inbox.items()}
             bundles: dict[int, list[bytes]] = {v: [] for v in got}
             for u, p in inbox.items():
-                for v, ct in parse_bundle(p):
-                    if v in bundles and v != u:
+                for v, ct in parse_bundle(p[COMMIT_BYTES:]):
+                    if v in bundles:
                         bundles[v].append(struct.pack("<I", u) + ct)
             return {v: msg.frame(17, msg.SERVER, self.session,
                                  struct.pack("<I", len(b)) + b"".join(b))
@@ -149,24 +217,46 @@ class SecAggServer:
     def _unmask(self) -> np.ndarray:
         survivors = sorted(self.members[3])
         dropped = sorted(self.members[2] - self.members[3])
-        b_pts: dict[int, list[tuple[int, int]]] = {u: [] for u in survivors}
-        s_pts: dict[int, list[tuple[int, int]]] = {v: [] for v in dropped}
-        for w, p in self._reveals.items():
-            k = struct.unpack_from("<I", p)[0]
-            for i in range(k):
-                v, kind = struct.unpack_from("<IB", p, 4 + 37 * i)
-                y = int.from_bytes(p[9 + 37 * i:41 + 37 * i], "little")
-                target = b_pts if kind == 0 else s_pts
-                if v in target:
-                    target[v].append((w + 1, y))
+        holders = sorted(self._reveals)
+        xs = [w + 1 for w in holders]
+        # validated in receive: every holder sent one share per survivor, then per dropped
+        shares = {w: [int.from_bytes(p[9 + REVEAL.size * i:4 + REVEAL.size * (i + 1)],
+                                     "little") for i in range(len(survivors) + len(dropped))]
+                  for w, p in self._reveals.items()}
+        checker = shamir.ShareChecker(xs, self.t, SecureRandom())
+        secrets: list[int] = []
+        wrong: dict[int, list[str]] = {}
+        unsure: dict[int, list[str]] = {}
+        for j, (v, kind) in enumerate([(u, 0) for u in survivors] + [(u, 1) for u in dropped]):
+            ys = [shares[w][j] for w in holders]
+            what = (f"self-mask seed of client {v}" if kind == 0
+                    else f"mask key of dropped client {v}")
+            verify = self._b_check(v) if kind == 0 else self._s_check(v)
+            if checker.consistent(ys) and verify(checker.secret(ys)):
+                secrets.append(checker.secret(ys))
+                continue
+            try:
+                rec = shamir.robust_reconstruct(list(zip(xs, ys)), self.t, verify)
+            except shamir.ShareError as e:
+                names = sorted(x - 1 for x in e.suspects)
+                raise SecAggAborted(f"round 3 (unmasking): the {what} cannot be recovered: {e}"
+                                    f"; clients whose shares disagree with the first "
+                                    f"t={self.t}: {names}; no sum is released") from None
+            secrets.append(rec.secret)
+            for x in rec.wrong:
+                (wrong if rec.certain else unsure).setdefault(x - 1, []).append(what)
+        for w, whats in sorted(wrong.items()):
+            self.excluded[w] = f"wrong Shamir share of the {', '.join(whats[:3])}"
+            self.rejected["round 3: wrong Shamir share"] += 1
+        for w, whats in sorted(unsure.items()):
+            if w not in self.excluded:
+                self.suspects[w] = f"share off the accepted polynomial ({whats[0]})"
+        self.members[-1] = self.members[-1] - set(self.excluded)
         total = np.zeros(self.length, dtype=np.int64)
-        cache: dict[tuple[int, ...], list[int]] = {}
-        for u in survivors:
+        for u, b in zip(survivors, secrets):
             total = (total + self._y[u]) % self.m
-            b = _reconstruct(b_pts[u], self.t, f"self-mask seed of client {u}", cache)
             total = (total - expand(b.to_bytes(32, "little"), self.length, self.m)) % self.m
-        for v in dropped:
-            s_sk = _reconstruct(s_pts[v], self.t, f"mask key of dropped client {v}", cache)
+        for v, s_sk in zip(dropped, secrets[len(survivors):]):
             key = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little"))
             for u in survivors:
                 p = expand(mask_seed(key, self._keys[u][1], self.session, v, u), self.length,
@@ -174,17 +264,18 @@ class SecAggServer:
                 total = (total - pair_sign(u, v) * p) % self.m
         return total
 
+    def _b_check(self, u: int):
+        want = self._commits[u]
+        return lambda b: commit_b(b, self.session, u) == want
 
-def _reconstruct(points: list[tuple[int, int]], t: int, what: str,
-                 cache: dict[tuple[int, ...], list[int]]) -> int:
-    """f(0) from the first t shares; the Lagrange coefficients of a set of share holders
-    are computed once (O(t^2)) and reused for every secret they hold shares of (O(t))."""
-    if len(points) < t:
-        raise SecAggAborted(f"{len(points)} shares of the {what}, fewer than t={t}")
-    xs = tuple(x for x, _ in points[:t])
-    if xs not in cache:
-        cache[xs] = shamir.lagrange_at_zero(xs)
-    return sum(c * y for c, (_, y) in zip(cache[xs], points[:t])) % shamir.P
+    def _s_check(self, v: int):
+        want = self._keys[v][1]
+
+        def check(s_sk: int) -> bool:
+            pub = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little")).public_key()
+            return pub.public_bytes(serialization.Encoding.Raw,
+                                    serialization.PublicFormat.Raw) == want
+        return check
 
 
 __all__ = ["ROUND_NAMES", "SecAggAborted", "SecAggServer"]

@@ -9,14 +9,39 @@ code, :func:`share` and :func:`reconstruct` take the prime as a parameter). Coef
 come from the cryptographically secure generator (rejection sampling below P, no modulo
 bias).
 
+Robust reconstruction (:func:`robust_reconstruct`): a holder may reveal a wrong share (a
+faulty or hostile client). Any t shares interpolate *some* polynomial, so taking the first t
+and ignoring the rest ([Bonawitz17]_'s semi-honest server) turns one flipped bit into a wrong
+secret and a silently wrong sum. Here every share is used:
+
+1. interpolate from t shares and check that every other share lies on that polynomial and
+   that f(0) passes the caller's ``verify`` (a commitment to the secret); if so, done;
+2. otherwise decode the Reed-Solomon code the shares form ([Gao03]_): with k shares and
+   threshold t, up to floor((k - t) / 2) wrong shares are corrected without any help;
+3. otherwise search subsets that leave out 1, 2, ... shares, accepting a reconstruction only
+   if ``verify`` passes. A subset that contains a wrong share reconstructs a wrong secret
+   (f(0) = sum_i l_i y_i with every Lagrange coefficient l_i != 0, so an error e in one share
+   moves f(0) by l_i e != 0), so with a binding commitment t correct shares suffice.
+
+The holders whose shares are off the accepted polynomial are returned by name. When no
+polynomial verifies, :class:`ShareError` says so and no secret is returned.
+
 References
 ----------
 .. [Shamir79] A. Shamir, "How to Share a Secret", Communications of the ACM 22(11), 1979.
+.. [Gao03] S. Gao, "A New Algorithm for Decoding Reed-Solomon Codes", in Communications,
+   Information and Network Security, Springer, 2003, Sec. 2 (Algorithm 1).
+.. [MacWilliams77] F. J. MacWilliams, N. J. A. Sloane, "The Theory of Error-Correcting
+   Codes", North-Holland, 1977.
+.. [Bonawitz17] K. Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving
+   Machine Learning", CCS 2017, Fig. 4 (round 4, "Unmasking").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from shuffledp.crypto import SecureRandom
 
@@ -80,4 +105,251 @@ def reconstruct(points: Sequence[tuple[int, int]], prime: int = P) -> int:
     return sum(c * y for c, (_, y) in zip(lagrange_at_zero(xs, prime), points)) % prime
 
 
-__all__ = ["P", "SECRET_BYTES", "lagrange_at_zero", "random_secret", "reconstruct", "share"]
+# ----------------------------------------------------------------------------- polynomials
+# Coefficient lists, lowest degree first, entries in [0, prime); [] is the zero polynomial.
+def _trim(a: list[int]) -> list[int]:
+    while a and a[-1] == 0:
+        a.pop()
+    return a
+
+
+def _sub(a: list[int], b: list[int], prime: int) -> list[int]:
+    n = max(len(a), len(b))
+    return _trim([((a[i] if i < len(a) else 0) - (b[i] if i < len(b) else 0)) % prime
+                  for i in range(n)])
+
+
+def _mul(a: list[int], b: list[int], prime: int) -> list[int]:
+    if not a or not b:
+        return []
+    out = [0] * (len(a) + len(b) - 1)
+    for i, ai in enumerate(a):
+        if ai:
+            for j, bj in enumerate(b):
+                out[i + j] += ai * bj
+    return _trim([c % prime for c in out])
+
+
+def _divmod(a: list[int], b: list[int], prime: int) -> tuple[list[int], list[int]]:
+    r = list(a)
+    if len(r) < len(b):
+        return [], r
+    inv = pow(b[-1], -1, prime)
+    q = [0] * (len(r) - len(b) + 1)
+    for k in range(len(q) - 1, -1, -1):
+        c = r[k + len(b) - 1] * inv % prime
+        q[k] = c
+        if c:
+            for j, bj in enumerate(b):
+                r[k + j] = (r[k + j] - c * bj) % prime
+    return _trim(q), _trim(r[:len(b) - 1])
+
+
+def _horner(a: Sequence[int], x: int, prime: int) -> int:
+    y = 0
+    for c in reversed(a):
+        y = (y * x + c) % prime
+    return y
+
+
+def interpolate(points: Sequence[tuple[int, int]], prime: int = P) -> list[int]:
+    """Coefficients (lowest degree first) of the polynomial of degree < len(points) through
+    ``points`` (Newton's divided differences, O(k^2) field operations)."""
+    xs = [x for x, _ in points]
+    if len(set(x % prime for x in xs)) != len(xs):
+        raise ValueError(f"interpolation points must be distinct, got {xs[:10]}")
+    coef = [y % prime for _, y in points]
+    k = len(points)
+    for j in range(1, k):
+        for i in range(k - 1, j - 1, -1):
+            coef[i] = (coef[i] - coef[i - 1]) * pow(xs[i] - xs[i - j], -1, prime) % prime
+    poly: list[int] = []
+    for i in range(k - 1, -1, -1):  # Horner on the Newton form
+        poly = _mul(poly, [(-xs[i]) % prime, 1], prime) if poly else []
+        poly = _sub(poly, [(-coef[i]) % prime], prime)
+    return poly
+
+
+def gao_decode(points: Sequence[tuple[int, int]], t: int,
+               prime: int = P) -> list[int] | None:
+    """The polynomial of degree < t agreeing with all but at most floor((k - t) / 2) of the
+    k points, or None if there is none ([Gao03]_ Algorithm 1: interpolate, partial extended
+    Euclid on (prod (x - x_i), interpolant), one division)."""
+    k = len(points)
+    if k < t:
+        return None
+    g0 = [1]
+    for x, _ in points:
+        g0 = _mul(g0, [(-x) % prime, 1], prime)
+    g1 = interpolate(points, prime)
+    stop = (k + t) // 2 if (k + t) % 2 == 0 else (k + t + 1) // 2  # deg g < (k + t) / 2
+    r0, r1, v0, v1 = g0, g1, [], [1]
+    while len(r1) - 1 >= stop:
+        q, r = _divmod(r0, r1, prime)
+        r0, r1 = r1, r
+        v0, v1 = v1, _sub(v0, _mul(q, v1, prime), prime)
+    if not v1:
+        return None
+    f, rem = _divmod(r1, v1, prime)
+    if rem or len(f) > t:
+        return None
+    return f
+
+
+class ShareChecker:
+    """Fast check that shares held by one set of holders lie on one polynomial of degree < t.
+
+    For points x_1..x_k, sum_i u_i h(x_i) = 0 for every polynomial h of degree <= k - 2,
+    where u_i = 1 / prod_{j != i} (x_i - x_j) (the leading coefficient of the interpolant
+    of h). So shares y_i = f(x_i) with deg f < t satisfy sum_i u_i g(x_i) y_i = 0 for every
+    g of degree < k - t (the dual of the Reed-Solomon code; [MacWilliams77]_ Ch. 10 Sec. 8).
+    With g drawn uniformly *after* the shares are fixed, shares that are not on one such
+    polynomial pass with probability 1 / prime (the map g -> sum_i u_i g(x_i) y_i is a
+    non-zero linear form). One check costs k multiplications; the coefficients
+    c_i = u_i g(x_i) and the Lagrange weights at 0 of the first t points are computed once
+    per holder set (O(k^2)).
+    """
+
+    def __init__(self, xs: Sequence[int], t: int, rng: SecureRandom, prime: int = P) -> None:
+        self.xs = tuple(int(x) for x in xs)
+        self.t = int(t)
+        self.prime = prime
+        k = len(self.xs)
+        if k < t:
+            raise ValueError(f"{k} share points, fewer than t={t}")
+        self.lagrange0 = lagrange_at_zero(self.xs[:t], prime)
+        g = [random_secret(rng, prime) for _ in range(k - t)]
+        self.check = []
+        for i, xi in enumerate(self.xs):
+            den = 1
+            for j, xj in enumerate(self.xs):
+                if j != i:
+                    den = den * (xi - xj) % prime
+            self.check.append(pow(den, -1, prime) * _horner(g, xi, prime) % prime)
+
+    def consistent(self, ys: Sequence[int]) -> bool:
+        """Whether the shares (in the order of ``xs``) pass the random parity check."""
+        return sum(c * y for c, y in zip(self.check, ys)) % self.prime == 0
+
+    def secret(self, ys: Sequence[int]) -> int:
+        """f(0) from the first t shares."""
+        return sum(c * y for c, y in zip(self.lagrange0, ys)) % self.prime
+
+
+class ShareError(ValueError):
+    """No polynomial of degree < t through enough shares passes the secret's check."""
+
+    def __init__(self, message: str, suspects: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.suspects = tuple(suspects)
+
+
+@dataclass(frozen=True)
+class Reconstruction:
+    """Output of :func:`robust_reconstruct`.
+
+    Attributes
+    ----------
+    secret : int
+        f(0) of the accepted polynomial (it passed ``verify``, so it is the committed secret
+        whichever shares were wrong).
+    wrong : tuple of int
+        Share points x whose y is off the accepted polynomial.
+    certain : bool
+        True when the accepted polynomial agrees with A > (k + t - 2) / 2 of the k shares.
+        Two distinct polynomials of degree < t that both pass through (0, secret) share at
+        most t - 2 of the points, so then every other verified polynomial agrees with fewer
+        shares, and if fewer than (k - t + 2) / 2 holders sent wrong shares the accepted one
+        is the dealer's: ``wrong`` names exactly the faulty holders. Otherwise the secret is
+        still right but a coalition of faulty holders could have framed honest ones, and
+        ``wrong`` lists suspects only.
+    method : str
+        ``"consistent"`` (every share on one polynomial), ``"decoded"`` (Reed-Solomon
+        decoding) or ``"search"`` (commitment-checked subsets).
+    """
+
+    secret: int
+    wrong: tuple[int, ...]
+    certain: bool
+    method: str
+
+
+SEARCH_BUDGET = 4096  # subsets tried by the commitment-checked search before refusing
+
+
+def _accept(pts: list[tuple[int, int]], f: list[int], t: int, prime: int,
+            method: str) -> Reconstruction:
+    wrong = tuple(x for x, y in pts if _horner(f, x, prime) != y)
+    agree = len(pts) - len(wrong)
+    return Reconstruction(_horner(f, 0, prime), wrong, 2 * agree > len(pts) + t - 2, method)
+
+
+def robust_reconstruct(points: Sequence[tuple[int, int]], t: int,
+                       verify: Callable[[int], bool], *, prime: int = P,
+                       budget: int = SEARCH_BUDGET) -> Reconstruction:
+    """The secret behind ``points`` using every share, naming the wrong ones.
+
+    Parameters
+    ----------
+    points : sequence of (x, y)
+        Shares with distinct non-zero x (any order; processed sorted by x).
+    t : int
+        Threshold: the polynomial has degree < t.
+    verify : callable int -> bool
+        Checks a candidate secret against a binding commitment (a hash, or a public key
+        derived from it). Only a candidate that passes is returned.
+    budget : int
+        Subsets the search of step 3 may try before giving up.
+
+    Returns
+    -------
+    Reconstruction
+        The verified secret, the points off the accepted polynomial and whether that
+        naming is certain (see :class:`Reconstruction`).
+
+    Raises
+    ------
+    ShareError
+        Fewer than t shares, repeated points, or no polynomial through t of them verifies
+        within the budget; ``suspects`` lists the points off the polynomial of the first t.
+    """
+    pts = sorted((int(x), int(y) % prime) for x, y in points)
+    k = len(pts)
+    if k < t:
+        raise ShareError(f"{k} shares, fewer than t={t}")
+    if len({x for x, _ in pts}) != k or any(x % prime == 0 for x, _ in pts):
+        raise ShareError(f"share points must be distinct and non-zero, got "
+                         f"{[x for x, _ in pts][:10]}")
+    f = interpolate(pts[:t], prime)
+    first = _accept(pts, f, t, prime, "consistent")
+    if verify(first.secret) and (not first.wrong or first.certain):
+        return first if not first.wrong else Reconstruction(first.secret, first.wrong,
+                                                            True, "search")
+    if k - t >= 2:
+        g = gao_decode(pts, t, prime)
+        if g is not None and verify(_horner(g, 0, prime)):
+            return _accept(pts, g, t, prime, "decoded")
+    best = _accept(pts, f, t, prime, "search") if verify(first.secret) else None
+    tried = 0
+    for e in range(1, k - t + 1):
+        for left_out in itertools.combinations(range(k), e):
+            if tried >= budget:
+                break
+            tried += 1
+            skip = set(left_out)
+            g = interpolate([pts[i] for i in range(k) if i not in skip][:t], prime)
+            if not verify(_horner(g, 0, prime)):
+                continue
+            cand = _accept(pts, g, t, prime, "search")
+            if cand.certain:
+                return cand
+            if best is None or len(cand.wrong) < len(best.wrong):
+                best = cand
+    if best is not None:
+        return best
+    raise ShareError(f"{k} shares (t={t}): no polynomial through t of them matches the "
+                     f"secret's commitment (tried {tried} subsets)", first.wrong)
+
+
+__all__ = ["P", "SECRET_BYTES", "Reconstruction", "ShareChecker", "ShareError", "gao_decode", "interpolate",
+           "lagrange_at_zero", "random_secret", "reconstruct", "robust_reconstruct", "share"]
