@@ -1,57 +1,164 @@
 """A directory as the network: server and clients of secure aggregation as separate processes.
 
 Each message is one file, written to a temporary name and renamed into place (atomic on
-POSIX), so a reader never sees half a message::
+POSIX), so a reader never sees half a message. Every run has its own folder, named after
+its 16-byte session id, so nothing of an earlier run can be taken for this one::
 
-    DIR/session                   the run's 16-byte id (written by the server)
-    DIR/round{k}/client-{i}.msg   client i's message of round k
-    DIR/round{k}/server.msg       the server's broadcast after round k (k = 0, 2)
-    DIR/round1/to-{i}.msg         the shares addressed to client i (after round 1)
-    DIR/result.npy, report.json   the sum and the server's report
+    DIR/session                          the current run's session id (written by the server)
+    DIR/run-{session hex}/round{k}/client-{i}.msg    client i's message of round k
+    DIR/run-{session hex}/round{k}/client-{i}.leave  client i leaves before round k
+    DIR/run-{session hex}/round{k}/server.msg        the server's broadcast (k = 0, 2)
+    DIR/run-{session hex}/round1/to-{i}.msg          the shares addressed to client i
+    DIR/run-{session hex}/aborted                    why the run stopped without a sum
+    DIR/result.npy, DIR/report.json      the outcome of the run the report names
 
-The server waits for every client of the previous round until ``round_timeout`` seconds pass
-and then closes the round with whoever answered (a late or missing client is a dropout);
-clients wait for the server's message of each round up to their own timeout.
+When the server starts it removes the previous run's ``session``, ``result.npy``,
+``report.json`` and run folders (:func:`clear`), so an aborted run never leaves an old
+result looking current: ``result.npy`` exists only if the run named in ``report.json``
+released a sum, and ``report.json`` says ``"status": "released"`` or ``"aborted"``.
+
+Files are read with :mod:`shuffledp.safe_io`: regular files only (a directory, FIFO or
+device at a message's name is rejected and counted, never blocks) and at most the size the
+round allows. The server closes a round when every expected client has posted a message or
+a leave marker, or when ``round_timeout`` seconds have passed (a silent client is a
+dropout); clients wait for the server's messages up to their own timeout and stop at once
+when the run is marked aborted.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import time
 from pathlib import Path
 
+from shuffledp.safe_io import UnsafeFileError, read_regular, write_atomic
+
 POLL = 0.02
+SESSION_BYTES = 16
+MAX_CLIENTS = 1 << 16
+MAX_SERVER_MESSAGE = 16 << 20  # bounds a client's read of any server message
+SESSION_FILE = "session"
+RESULT_FILES = ("result.npy", "report.json")
+
+
+class RunAborted(RuntimeError):
+    """The server marked the run aborted (the message says why)."""
+
+
+def run_dir(box: Path, session: bytes) -> Path:
+    """The folder of the run with this session id."""
+    return box / f"run-{session.hex()}"
 
 
 def post(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + rename)."""
+    """Write ``data`` to ``path`` atomically (a fresh temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, data)
 
 
-def wait_for(path: Path, timeout: float) -> bytes:
-    """The contents of ``path`` once it exists; TimeoutError after ``timeout`` seconds."""
+def _remove(path: Path) -> None:
+    """Remove a file, link or directory tree at ``path`` (a link is removed, not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def clear(box: Path) -> None:
+    """Remove what an earlier run left in ``box``: session, results and run folders."""
+    box.mkdir(parents=True, exist_ok=True)
+    for name in (SESSION_FILE, *RESULT_FILES):
+        _remove(box / name)
+    for entry in box.iterdir():
+        if entry.name.startswith("run-") or (entry.name.startswith("round")
+                                             and entry.name[5:].isdigit()):
+            _remove(entry)
+
+
+def read_message(path: Path, limit: int) -> bytes:
+    """The bytes of one message file (a regular file of at most ``limit`` bytes).
+
+    Raises
+    ------
+    shuffledp.safe_io.UnsafeFileError
+        Not a regular file (directory, FIFO, device), unreadable or too large.
+    """
+    return read_regular(path, limit, what="message")
+
+
+def _present(path: Path) -> bool:
+    try:
+        os.lstat(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(path: Path, timeout: float, *, limit: int = MAX_SERVER_MESSAGE,
+             abort_marker: Path | None = None) -> bytes:
+    """The contents of ``path`` once it exists.
+
+    Raises
+    ------
+    TimeoutError
+        Nothing at ``path`` after ``timeout`` seconds.
+    RunAborted
+        ``abort_marker`` appeared first (the server gave up on the run).
+    shuffledp.safe_io.UnsafeFileError
+        What appeared is not a regular file of at most ``limit`` bytes.
+    """
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not _present(path):
+        if abort_marker is not None and _present(abort_marker):
+            try:
+                why = read_regular(abort_marker, 4096).decode("utf-8", "replace")
+            except UnsafeFileError as e:
+                why = str(e)
+            raise RunAborted(f"the server aborted the run: {why}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"no message at {path} after {timeout:g} s")
         time.sleep(POLL)
-    return path.read_bytes()
+    return read_message(path, limit)
 
 
-def collect(folder: Path, expected: set[int], timeout: float) -> dict[int, bytes]:
-    """client-{i}.msg of every expected client present within ``timeout`` seconds."""
+def collect(folder: Path, expected: set[int], timeout: float,
+            limit: int) -> tuple[dict[int, bytes], dict[int, str], set[int]]:
+    """Messages of the expected clients of one round.
+
+    Waits until every expected client has posted ``client-{i}.msg`` or
+    ``client-{i}.leave``, or ``timeout`` seconds have passed.
+
+    Returns
+    -------
+    messages : dict
+        Client -> bytes of its message file.
+    unreadable : dict
+        Client -> why its message file was refused (not a regular file, too large).
+    left : set
+        Clients that posted a leave marker and no message.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        got = {i for i in expected if (folder / f"client-{i}.msg").exists()}
-        if got == expected or time.monotonic() > deadline:
-            return {i: (folder / f"client-{i}.msg").read_bytes() for i in sorted(got)}
+        sent = {i for i in expected if _present(folder / f"client-{i}.msg")}
+        left = {i for i in expected - sent if _present(folder / f"client-{i}.leave")}
+        if sent | left == expected or time.monotonic() > deadline:
+            break
         time.sleep(POLL)
+    messages: dict[int, bytes] = {}
+    unreadable: dict[int, str] = {}
+    for i in sorted(sent):
+        try:
+            messages[i] = read_message(folder / f"client-{i}.msg", limit)
+        except UnsafeFileError as e:
+            unreadable[i] = str(e)
+    return messages, unreadable, left
 
 
-__all__ = ["collect", "post", "wait_for"]
+__all__ = ["MAX_CLIENTS", "MAX_SERVER_MESSAGE", "RunAborted", "clear", "collect", "post",
+           "read_message", "run_dir", "wait_for"]

@@ -62,7 +62,6 @@ from shuffledp.crypto import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
 from shuffledp.secagg.client import (
-    SHARE_CT,
     commit_b,
     key_list,
     mask_seed,
@@ -238,10 +237,8 @@ class SecAggServer:
             try:
                 rec = shamir.robust_reconstruct(list(zip(xs, ys)), self.t, verify)
             except shamir.ShareError as e:
-                names = sorted(x - 1 for x in e.suspects)
-                raise SecAggAborted(f"round 3 (unmasking): the {what} cannot be recovered: {e}"
-                                    f"; clients whose shares disagree with the first "
-                                    f"t={self.t}: {names}; no sum is released") from None
+                raise SecAggAborted(f"round 3 (unmasking): the {what} cannot be recovered: "
+                                    f"{e}; no sum is released") from None
             secrets.append(rec.secret)
             for x in rec.wrong:
                 (wrong if rec.certain else unsure).setdefault(x - 1, []).append(what)

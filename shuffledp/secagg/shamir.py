@@ -196,6 +196,19 @@ def gao_decode(points: Sequence[tuple[int, int]], t: int,
     return f
 
 
+def parity_check(xs: Sequence[int], g: Sequence[int], prime: int = P) -> list[int]:
+    """c_i = g(x_i) / prod_{j != i} (x_i - x_j): sum_i c_i f(x_i) = 0 whenever
+    deg f + deg g <= len(xs) - 2 (see :class:`ShareChecker`)."""
+    out = []
+    for i, xi in enumerate(xs):
+        den = 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                den = den * (xi - xj) % prime
+        out.append(pow(den, -1, prime) * _horner(g, xi, prime) % prime)
+    return out
+
+
 class ShareChecker:
     """Fast check that shares held by one set of holders lie on one polynomial of degree < t.
 
@@ -218,14 +231,8 @@ class ShareChecker:
         if k < t:
             raise ValueError(f"{k} share points, fewer than t={t}")
         self.lagrange0 = lagrange_at_zero(self.xs[:t], prime)
-        g = [random_secret(rng, prime) for _ in range(k - t)]
-        self.check = []
-        for i, xi in enumerate(self.xs):
-            den = 1
-            for j, xj in enumerate(self.xs):
-                if j != i:
-                    den = den * (xi - xj) % prime
-            self.check.append(pow(den, -1, prime) * _horner(g, xi, prime) % prime)
+        self.check = parity_check(self.xs, [random_secret(rng, prime) for _ in range(k - t)],
+                                  prime)
 
     def consistent(self, ys: Sequence[int]) -> bool:
         """Whether the shares (in the order of ``xs``) pass the random parity check."""
@@ -238,10 +245,6 @@ class ShareChecker:
 
 class ShareError(ValueError):
     """No polynomial of degree < t through enough shares passes the secret's check."""
-
-    def __init__(self, message: str, suspects: Sequence[int] = ()) -> None:
-        super().__init__(message)
-        self.suspects = tuple(suspects)
 
 
 @dataclass(frozen=True)
@@ -311,7 +314,8 @@ def robust_reconstruct(points: Sequence[tuple[int, int]], t: int,
     ------
     ShareError
         Fewer than t shares, repeated points, or no polynomial through t of them verifies
-        within the budget; ``suspects`` lists the points off the polynomial of the first t.
+        within the budget. It names nobody: the shares that disagree with some t others
+        may be the right ones.
     """
     pts = sorted((int(x), int(y) % prime) for x, y in points)
     k = len(pts)
@@ -348,8 +352,10 @@ def robust_reconstruct(points: Sequence[tuple[int, int]], t: int,
     if best is not None:
         return best
     raise ShareError(f"{k} shares (t={t}): no polynomial through t of them matches the "
-                     f"secret's commitment (tried {tried} subsets)", first.wrong)
+                     f"secret's commitment (tried {tried} subsets); fewer than t shares are "
+                     "right, or the commitment is, and which cannot be told")
 
 
-__all__ = ["P", "SECRET_BYTES", "Reconstruction", "ShareChecker", "ShareError", "gao_decode", "interpolate",
-           "lagrange_at_zero", "random_secret", "reconstruct", "robust_reconstruct", "share"]
+__all__ = ["P", "SECRET_BYTES", "Reconstruction", "ShareChecker", "ShareError", "gao_decode",
+           "interpolate", "parity_check", "lagrange_at_zero", "random_secret", "reconstruct",
+           "robust_reconstruct", "share"]
