@@ -3,7 +3,8 @@
 Each fault is injected on a client's channel (``secure_sum(intercept=...)``). The regression
 cases of the trust review (a flipped share bit gave a silently wrong sum; a repeated round-3
 entry aborted the whole run with no culprit; a share list with a wrong recipient made an
-honest peer refuse) fail on the server that used only the first t shares and checked only the length of a share list.
+honest peer refuse) fail on the server that used only the first t shares and checked only
+the length of a share list.
 """
 
 import itertools
