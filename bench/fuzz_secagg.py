@@ -33,7 +33,8 @@ be exactly the clients that sent a valid round-2 message. Outcomes:
 - ``hangs``: a trial that does not finish within ``--trial-timeout`` seconds;
 - ``withheld``: no release although the oracle requires one.
 
-Run: ``python bench/fuzz_secagg.py [--trials 3500] [--seed 0]`` (about 45 s on 2 cores; 3,500 trials deliver about 2,300 mutated round-2/3 messages).
+Run: ``python bench/fuzz_secagg.py [--trials 3500] [--seed 0]`` (about 45 s on 2 cores;
+3,500 trials deliver about 2,300 mutated round-2/3 messages).
 Exit status 1 if any silent wrong sum, crash, hang or withheld release occurred.
 """
 
