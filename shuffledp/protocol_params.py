@@ -48,6 +48,15 @@ from shuffledp.encoders.rounding import check_rounding, check_scale
 from shuffledp.grid import Grid
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
+#: Declared dropout fraction when none is given: the Polya noise is planned for
+#: n_min = ceil((1 - DEFAULT_DROPOUT) n) users, so the analyzer still releases when up to
+#: n - n_min admitted users are dropped (a lost upload, a batch removed by the shuffler)
+#: instead of refusing the round for one missing user. Cost when all n users are present:
+#: the summed noise has Polya shape n / n_min, variance about 1 / (1 - 0.05) = 1.053 times the
+#: discrete Laplace of dropout 0 (standard deviation +2.6%); r (from n_min users) grows
+#: by at most one share near the thresholds of its formula. Below n = 20 users the ceiling
+#: leaves n_min = n: no headroom; declare a larger fraction for small rounds.
+DEFAULT_DROPOUT = 0.05
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 ROUND_ID_BYTES = 16
 #: numbers a ProtocolParams reads from its accounting record (SummationParameters)
@@ -417,7 +426,7 @@ def derive_params(
     w: int = 20,
     gamma: float | None = None,
     rounding: str = "largest_remainder",
-    dropout: float = 0.0,
+    dropout: float = DEFAULT_DROPOUT,
     wrap_target: float = 1e-12,
     neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
     round_id: bytes | None = None,
@@ -432,6 +441,14 @@ def derive_params(
     :meth:`Grid.measured_levels`, as for the central mechanism). ``round_id``
     (16 bytes) names the run; by default a fresh one from ``os.urandom``, so two setups with
     the same numbers have different digests and cannot mix their batches.
+
+    ``dropout`` is the declared dropout fraction in [0, 1), :data:`DEFAULT_DROPOUT` (0.05)
+    unless given: the noise is planned for n_min = ceil((1 - dropout) n) users
+    ([Bagdasaryan22]_ Sec. 4), and the analyzer refuses a round with fewer. With dropout 0
+    a single lost or removed user makes the round unreleasable; the default's price is
+    noise variance about 1 / (1 - dropout) times larger when all n users are present
+    (+2.6% standard deviation at 0.05) and, near a threshold of the shares formula, one
+    more share per coordinate. Pass ``dropout=0.0`` to plan for exactly n users.
     """
     from shuffledp.accounting.budget import DEFAULT_GAMMA
     from shuffledp.accounting.summation import summation_parameters

@@ -430,3 +430,16 @@ def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_pat
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["rejected"] == {"incomplete": 1, "truncated": 1}
     assert rep["n_dropped"] == sum(rep["rejected"].values()) == 2
+
+
+def test_setup_declares_a_nonzero_dropout_by_default(tmp_path):
+    # issue 18, item 1: `setup` planned the noise for all n users unless told otherwise, so
+    # one lost user sank the round; the default (documented in --help) leaves headroom
+    from shuffledp.protocol_params import DEFAULT_DROPOUT
+
+    res = run("setup", "--grid", "4x4", "--n", 40, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
+              "--out", tmp_path, "--plaintext-simulation", "--no-keys")
+    figures = json.loads(res.stdout)
+    assert figures["dropout"] == DEFAULT_DROPOUT > 0 and figures["n_min"] == 38
+    assert float(json.loads((tmp_path / "params.json").read_text())["dropout"]) == 0.05
+    assert "[default: 0.05]" in " ".join(run("setup", "--help").output.split())

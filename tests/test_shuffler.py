@@ -22,6 +22,7 @@ from shuffledp.crypto import (
 )
 from shuffledp.encoders.encoder import encode_shares, messages
 from shuffledp.protocol import user_batches
+from shuffledp.protocol_params import derive_params
 from shuffledp.shuffler import Shuffler, secure_permutation, secure_shuffle, shuffle_batches
 from shuffledp.wire import (
     KIND_USER,
@@ -617,3 +618,28 @@ def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
     assert all(k in REJECT_REASONS and k for k in rep["rejected"])
     assert sum(rep["rejected"].values()) == len(bad) == rep["n_dropped"]
     assert (h.n_users, h.n_dropped) == (1, len(bad))
+
+
+def test_default_dropout_leaves_headroom_so_one_lost_user_does_not_sink_the_round():
+    # issue 18, item 1: the default declared dropout was 0, so a single user lost or removed
+    # by the shuffler made the analyzer refuse the round (noise planned for all n users)
+    from shuffledp.analyzer_io import release_mixed
+    from shuffledp.protocol_params import DEFAULT_DROPOUT
+
+    grid = Grid(3, 2)
+    p = derive_params(grid, 20, epsilon=2.0, delta=1e-5, B=2)
+    assert DEFAULT_DROPOUT > 0 and p.dropout == DEFAULT_DROPOUT
+    assert p.n_min == 19 < p.n
+    assert derive_params(grid, 20, epsilon=2.0, delta=1e-5, B=2, dropout=0.0).n_min == 20
+    batches = list(user_batches(p, random_users(grid, 20), np.arange(20), rng=4))
+    s = Shuffler(p)
+    for k, b in enumerate(batches[:19]):
+        assert s.submit(b, sender=k)
+    s.missing(1)
+    import io
+
+    buf = io.BytesIO()
+    s.mix_to(buf)
+    rel = release_mixed(p, buf.getvalue())
+    assert (rel.protocol["n_users"], rel.protocol["n_dropped"]) == (19, 1)
+    assert rel.protocol["dropout"] == DEFAULT_DROPOUT
