@@ -43,20 +43,11 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.summation import SummationParameters
+from shuffledp.accounting.summation import DEFAULT_DROPOUT, SummationParameters
 from shuffledp.encoders.rounding import check_rounding, check_scale
 from shuffledp.grid import Grid
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
-#: Declared dropout fraction when none is given: the Polya noise is planned for
-#: n_min = ceil((1 - DEFAULT_DROPOUT) n) users, so the analyzer still releases when up to
-#: n - n_min admitted users are dropped (a lost upload, a batch removed by the shuffler)
-#: instead of refusing the round for one missing user. Cost when all n users are present:
-#: the summed noise has Polya shape n / n_min, variance about 1 / (1 - 0.05) = 1.053 times the
-#: discrete Laplace of dropout 0 (standard deviation +2.6%); r (from n_min users) grows
-#: by at most one share near the thresholds of its formula. Below n = 20 users the ceiling
-#: leaves n_min = n: no headroom; declare a larger fraction for small rounds.
-DEFAULT_DROPOUT = 0.05
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 ROUND_ID_BYTES = 16
 #: numbers a ProtocolParams reads from its accounting record (SummationParameters)
