@@ -49,10 +49,13 @@ Trust model and what the checks buy
   copy) without knocking out the honest original (see "Copied records"); records of
   another run or another coordinate fail the analyzer's AEAD check (associated data =
   parameter digest || round id || coordinate); any change to the mixed batch after the
-  shuffler fails its keyed tag. Nothing corrupt is released: the analyzer refuses when
-  any message fails or any coordinate misses r * n_users messages, and when fewer than
-  n_min users were forwarded (the declared dropout fraction,
-  :data:`shuffledp.protocol_params.DEFAULT_DROPOUT` by default, is the headroom).
+  shuffler fails its keyed tag. Nothing that fails authentication or the counts is
+  released: the analyzer refuses when any message fails or any coordinate misses
+  r * n_users messages, and when fewer than n_min users were forwarded (the declared
+  dropout fraction, :data:`shuffledp.protocol_params.DEFAULT_DROPOUT` by default, is the
+  headroom). A user batch carries no sender authentication, so whoever can edit one in
+  transit can as well replace it by a batch of its own (encrypting to the analyzer's
+  public key needs no secret): that is input substitution, treated as poisoning below.
 - A malicious user can always make the release fail (a ciphertext that does not open
   cannot be traced back to its sender: unlinkability) and can shift its own contribution
   arbitrarily within Z_q (there is no range proof): denial of service and input poisoning
@@ -91,8 +94,8 @@ computes exactly this from the conflict groups pass 2 finds). Why that is safe:
   removed (``copied_record``), a dropout the declared dropout fraction absorbs. The copied
   records that survive are some of the honest user's shares, never two copies of one, so
   the honest user's influence on every coordinate is at most its own noisy value, once:
-  the sensitivity is unchanged (and fewer than r shares of a coordinate are jointly
-  uniform, so a partial copy reveals nothing by itself).
+  the sensitivity is unchanged (and any r - 1 of the r shares of a coordinate are jointly
+  uniform, so copying fewer than all of them reveals nothing by itself).
 - The decision depends only on the record contents and the acceptance order, not on the
   bucket labels, so the kept records keep i.i.d. labels and the shuffle stays uniform.
 
