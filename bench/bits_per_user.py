@@ -71,7 +71,7 @@ def main() -> None:
           f"{'v2':>6} {'packed':>6} {'coord-major':>11} {'Fig.12':>6}")
     for k in range(11):
         B = 1 << k
-        p = derive_params(grid, N, epsilon=EPS, delta=DELTA, B=B)
+        p = derive_params(grid, N, epsilon=EPS, delta=DELTA, B=B, dropout=0.0)  # as the paper
         rp, mbp = paper_mb(p.m, B)
         fig = "~10" if B == 256 else ""
         print(f"{B:>5} {rp:>5} {mbp:>6.2f} {p.q:>8} {p.r:>3} {p.record_bits:>4} "

@@ -11,8 +11,16 @@ the mixed batch on its way to the analyzer, runs :class:`shuffledp.shuffler.Shuf
   and the release is exactly that of the honest users forwarded;
 - ``benign``: released, exact, and nothing was dropped (the mutation did not change the
   data, e.g. records swapped at one coordinate, or a resubmission after a bad upload);
-- ``silent``: released, but the sums are not those of any set of honest users of that size,
-  or the header counts differ from the shuffler's (silent acceptance of corrupt data);
+- ``kept_edit``: released, and the sums are those of n_users - 1 honest users plus the
+  edited batch itself, decrypted: the edit reached the shuffler as a complete, valid batch
+  and was kept as its sender's input. Expected only for ``copy_from_other`` when the edited
+  batch arrives before the batch it copied from (the shuffler keeps the first of two
+  batches sharing a record, :mod:`shuffledp.shuffler` "Copied records"): an attacker who
+  can edit a batch in transit can as well replace it by one encrypted to the analyzer's
+  public key, so this is input substitution, which a user batch without sender
+  authentication cannot prevent;
+- ``silent``: released, but the sums are none of the above, or the header counts differ
+  from the shuffler's (silent acceptance of corrupt data);
 - ``crash``: any other exception.
 
 Oracle: the shares of every honest user are known, so a release is exact iff its modular
@@ -78,6 +86,7 @@ _HEADER_FIELDS = {  # name: (offset, size)
     "digest": (8, 16), "n_records": (24, 8), "n_users": (32, 8), "n_dropped": (40, 8),
     "flags": (48, 1), "reserved": (49, 15),
 }
+OUTCOMES = ("rejected", "dropped", "benign", "kept_edit", "silent", "crash")
 
 
 @dataclass
@@ -275,18 +284,54 @@ def _shuffle(w: World, p, path: str, subs) -> tuple[bytes, object]:
     return f.getvalue(), s.report
 
 
-def _exact(w: World, sums: np.ndarray, n_users: int) -> bool:
-    for t in itertools.combinations(range(N_USERS), n_users):
-        if np.array_equal(w.sums[list(t)].sum(axis=0) % w.p.q, sums):
+def _exact(w: World, sums: np.ndarray, n_users: int, extra: np.ndarray | None = None) -> bool:
+    """Sums of n_users honest users, or of n_users - 1 and the ``extra`` share sums."""
+    k = n_users if extra is None else n_users - 1
+    base = np.zeros(w.p.m, dtype=np.int64) if extra is None else extra
+    for t in itertools.combinations(range(N_USERS), k):
+        if np.array_equal((w.sums[list(t)].sum(axis=0) + base) % w.p.q, sums):
             return True
     return False
 
 
+def _edited_sums(w: World, path: str, subs) -> list[np.ndarray]:
+    """Share sums of the submitted batches that are not honest ones but open completely."""
+    from shuffledp.crypto import decrypt_records
+    from shuffledp.wire import unpack_records
+
+    honest = set(w.batches[(path, "this")])
+    out = []
+    for data, _ in subs:
+        if data in honest or len(data) <= HEADER_SIZE:
+            continue
+        body = data[HEADER_SIZE:]
+        if path == "enc":
+            if len(body) % _rb(w, True):
+                continue
+            c, sh, failed = decrypt_records(w.p, body, w.key)
+            if failed:
+                continue
+        else:
+            if len(body) % w.p.record_bytes:
+                continue
+            v = unpack_records(np.frombuffer(body, np.uint8), w.p.record_bytes)
+            c = (v >> np.uint64(w.p.share_bits)).astype(np.int64)
+            sh = v & np.uint64((1 << w.p.share_bits) - 1)
+            if c.size and c.max() >= w.p.m:
+                continue
+        tot = np.zeros(w.p.m, dtype=np.int64)
+        np.add.at(tot, np.asarray(c, dtype=np.int64), np.asarray(sh, dtype=np.int64))
+        out.append(tot % w.p.q)
+    return out
+
+
 def run_case(rng, w: World, path: str, side: str, kind: str) -> str:
     enc = path == "enc"
+    subs: list = []
     try:
         if side == "user":
-            mixed, report = _shuffle(w, w.p, path, mutate_user(rng, w, path, kind))
+            subs = mutate_user(rng, w, path, kind)
+            mixed, report = _shuffle(w, w.p, path, subs)
         else:
             mixed, report = _shuffle(w, w.p, path, [(d, u) for u, d in
                                                     enumerate(w.batches[(path, "this")])])
@@ -307,8 +352,11 @@ def run_case(rng, w: World, path: str, side: str, kind: str) -> str:
         return "rejected"
     except Exception as e:
         return f"crash:{type(e).__name__}:{e}"
-    if not _exact(w, sums, h.n_users) or (h.n_users, h.n_dropped) != (
-            report.n_forwarded, report.n_dropped):
+    if (h.n_users, h.n_dropped) != (report.n_forwarded, report.n_dropped):
+        return "silent"
+    if not _exact(w, sums, h.n_users):
+        if any(_exact(w, sums, h.n_users, e) for e in _edited_sums(w, path, subs)):
+            return "kept_edit"
         return "silent"
     if report.n_dropped or report.n_rejected or report.n_incomplete:
         return "dropped"
@@ -348,18 +396,18 @@ def main() -> None:
     out = run(args.cases, args.seed)
     dt = time.perf_counter() - t
     print(f"{args.cases} mutated batches in {dt:.0f} s (seed {args.seed})")
-    print(f"{'path':6} {'side':6} {'mutation':22} " + " ".join(
-        f"{o:>9}" for o in ("rejected", "dropped", "benign", "silent", "crash")))
+    print(f"{'path':6} {'side':6} {'mutation':22} " + " ".join(f"{o:>9}" for o in OUTCOMES))
     for key in sorted(k for k in out if k != "crashes"):
         c = out[key]
         flag = " (undetectable on plaintext by design)" if (
             key[0] == "plain" and key[1] == "user" and key[2] in PLAINTEXT_UNDETECTABLE) else ""
         print(f"{key[0]:6} {key[1]:6} {key[2]:22} " + " ".join(
-            f"{c[o]:9d}" for o in ("rejected", "dropped", "benign", "silent", "crash")) + flag)
+            f"{c[o]:9d}" for o in OUTCOMES) + flag)
     for path, c in summarise(out).items():
         print(f"TOTAL {path:5}: {sum(c.values())} cases, rejected {c['rejected']}, "
               f"counted-and-dropped {c['dropped']}, benign {c['benign']}, "
-              f"silent acceptance {c['silent']}, crash {c['crash']}")
+              f"kept edit {c['kept_edit']}, silent acceptance {c['silent']}, "
+              f"crash {c['crash']}")
     for cr in out.get("crashes", [])[:10]:
         print("crash:", cr)
 

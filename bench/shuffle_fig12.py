@@ -25,7 +25,7 @@ def main() -> None:
           f"{'paper MB/user':>13} {'wire MB/user':>12} {'wrap prob':>9}")
     for k in range(11):
         B = 1 << k
-        p = derive_params(grid, 50, epsilon=5.0, delta=1e-5, B=B)
+        p = derive_params(grid, 50, epsilon=5.0, delta=1e-5, B=B, dropout=0.0)  # paper: no dropout
         print(f"{B:>5} {p.q:>9} {p.r:>3} {p.m:>7} {p.messages_per_user:>10} "
               f"{p.bits_per_message:>8} {p.bits_per_user / 8e6:>13.2f} "
               f"{p.bytes_per_user / 1e6:>12.2f} {p.wrap_probability:>9.1e}")

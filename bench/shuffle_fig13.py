@@ -59,12 +59,13 @@ def main() -> None:
 
     print(f"Fig. 13: {grid}, n={users.n_users}, eps={eps}, delta={delta}, runs={args.runs}")
     for B in (int(b) for b in args.Bs.split(",")):
-        run(f"B={B}", lambda g, B=B: shuffle_heatmap(users, epsilon=eps, delta=delta, B=B, rng=g))
+        run(f"B={B}", lambda g, B=B: shuffle_heatmap(users, epsilon=eps, delta=delta, B=B, rng=g,
+                                                     dropout=0.0))  # as the paper
     n_replace = len(rows)
     b_max = max(int(b) for b in args.Bs.split(","))
     run(f"B={b_max} zero-out",
         lambda g: shuffle_heatmap(users, epsilon=eps, delta=delta, B=b_max, rng=g,
-                                  neighbour="zero_out"))
+                                  neighbour="zero_out", dropout=0.0))
     run("B=inf central (replace)",
         lambda g: central_heatmap(users, eps, neighbour="replace", rng=g))
     run("central (add/remove)", lambda g: central_heatmap(users, eps, rng=g))

@@ -42,7 +42,7 @@ from shuffledp.accounting.metric_shuffle import (
     emd_itemwise,
     emd_itemwise_alpha0,
 )
-from shuffledp.accounting.summation import summation_parameters
+from shuffledp.accounting.summation import DEFAULT_DROPOUT, summation_parameters
 from shuffledp.cli_common import (
     COUNT,
     POSITIVE,
@@ -222,8 +222,9 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
               default="largest_remainder", show_default=True)
 @click.option("--neighbour", type=click.Choice(["replace", "add_remove"]),
               default="replace", show_default=True)
-@click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.0, show_default=True,
-              help="Declared dropout fraction.")
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
+              help="Declared dropout fraction: the noise is planned for n_min = "
+                   "ceil((1 - dropout) n) users (as `shuffledp setup --dropout`).")
 @click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True)
 @click.option("--decoding", type=click.Choice(["shifted", "centred"]), default="shifted",
               show_default=True)

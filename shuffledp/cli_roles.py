@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,12 @@ from shuffledp.cli_common import (
     write_npy,
     write_report,
 )
+from shuffledp.protocol_params import DEFAULT_DROPOUT
 from shuffledp.safe_io import (
     NotRegularFileError,
     UnsafeFileError,
     atomic_output,
+    check_regular,
     create_private,
     open_regular,
     read_regular,
@@ -262,8 +265,12 @@ _params_option = click.option(
 @w_option()
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True)
-@click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.0, show_default=True,
-              help="Declared dropout fraction, in [0, 1).")
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
+              help="Declared dropout fraction, in [0, 1): the noise is planned for "
+                   "n_min = ceil((1 - dropout) n) users and the analyzer releases with any "
+                   "n_min of them (0 refuses the round if one user is lost or removed; the "
+                   "default costs about 2.6% more noise standard deviation when all n are "
+                   "present, and leaves no headroom below n = 20).")
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
               show_default=True,
               help="Neighbour relation of the guarantee (n public): replace one user's input "
@@ -396,13 +403,32 @@ def _batch_kind(data: bytes) -> int | None:
         return None
 
 
-def _read_batch(path: Path, limit: int) -> bytes:
-    """A user batch: regular file only, at most ``limit + 1`` bytes read."""
+def _read_batch(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """A user batch: regular file only, at most ``limit + 1`` bytes read.
+
+    Returns (data, None), or (None, reason) for an entry that is not a batch (it became a
+    directory, FIFO or device since the listing, is empty, or cannot be opened).
+    """
     try:
         with open_regular(path, what="--in-dir entry") as f:
-            return read_up_to(f, limit + 1)
-    except UnsafeFileError as e:
-        raise click.ClickException(str(e)) from None
+            data = read_up_to(f, limit + 1)
+    except NotRegularFileError:
+        return None, "unreadable" if path.is_file() else "not_a_regular_file"
+    except OSError:
+        return None, "unreadable"
+    return (data, None) if data else (None, "empty")
+
+
+def _classify_entry(path: Path) -> str | None:
+    """Why a ``*.bin`` entry of ``--in-dir`` is not a batch file (a
+    :data:`shuffledp.shuffler.IGNORED_REASONS` name), or None if it is a non-empty regular
+    file. Opens it through :func:`shuffledp.safe_io.check_regular` (never blocks on a FIFO;
+    links are followed, so a link to a device is not a regular file)."""
+    try:
+        size = check_regular(path, what="--in-dir entry")
+    except NotRegularFileError:
+        return "unreadable" if path.is_file() else "not_a_regular_file"
+    return "empty" if size == 0 else None
 
 
 def _kind_name(encrypted: bool) -> str:
@@ -417,21 +443,42 @@ _WRONG_DIGEST_HINT = ("encoded under another params.json: other parameters, or a
                       "setup (each setup draws a fresh round id)")
 
 
-def _batch_files(p: Any, in_dir: str, out_path: str, expected_users: int | None) -> list[Path]:
-    """The ``*.bin`` user batches of ``--in-dir``, after checking ``--out`` and the count."""
+def _batch_files(p: Any, in_dir: str, out_path: str,
+                 expected_users: int | None) -> tuple[list[Path], Counter, list[str]]:
+    """The ``*.bin`` user batches of ``--in-dir``, after checking ``--out`` and the count.
+
+    Returns (batch files, ignored entries by reason, their names): a directory, FIFO,
+    socket, device (or a link to one), a dangling link, an unreadable or an empty file named
+    like a batch is nobody's submission; it is skipped and counted, never read as a batch
+    nor counted as a user.
+    """
     if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
             Path(in_dir).resolve():
         raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
                                  "read the mixed batch as a user batch", param_hint="--out")
-    files = sorted(Path(in_dir).glob("*.bin"))
+    files, ignored, names = [], Counter(), []
+    for path in sorted(Path(in_dir).glob("*.bin")):
+        reason = _classify_entry(path)
+        if reason is None:
+            files.append(path)
+        else:
+            ignored[reason] += 1
+            names.append(path.name)
     if not files:
-        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files)")
+        skipped = (f" ({sum(ignored.values())} entries named *.bin are not batch files: "
+                   f"{_ignored_text(ignored, names)})" if ignored else "")
+        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files){skipped}")
     if expected_users is not None and not len(files) <= expected_users <= p.n:
         raise click.BadParameter(
             f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
             f"the n = {p.n} users the parameters are provisioned for",
             param_hint="--expected-users")
-    return files
+    return files, ignored, names
+
+
+def _ignored_text(ignored: Counter, names: list[str], most: int = 5) -> str:
+    shown = ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+    return ", ".join(f"{k}: {v}" for k, v in sorted(ignored.items())) + f" [{shown}]"
 
 
 def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
@@ -444,26 +491,36 @@ def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
     return _load_mac_key(path)
 
 
-def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool) -> int:
-    """Read every batch (bounded) and submit it; returns how many are of the other kind."""
+def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
+                names: list[str]) -> tuple[int, int]:
+    """Read every batch (bounded) and submit it; returns (batches submitted, how many are of
+    the other kind). An entry that stopped being a batch file since the listing is counted
+    in ``s.report.ignored`` (its name appended to ``names``) and skipped."""
     from shuffledp.crypto import encrypted_record_bytes
     from shuffledp.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC
 
     limit = HEADER_SIZE + p.messages_per_user * (
         encrypted_record_bytes(p) if encrypted else p.record_bytes)
     other = KIND_USER if encrypted else KIND_USER_ENC
-    n_other = 0
+    n_other = n_read = 0
     for k, f in enumerate(files):
-        data = _read_batch(f, limit)
+        data, reason = _read_batch(f, limit)
+        if reason is not None:
+            s.report.ignored[reason] += 1
+            names.append(f.name)
+            continue
+        n_read += 1
         n_other += _batch_kind(data) == other
         s.submit(data, sender=k)
-    return n_other
+    return n_read, n_other
 
 
 @click.command("shuffle", cls=Command)
 @_params_option
 @click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
-              help="Directory of user batches (*.bin, regular files only).")
+              help="Directory of user batches (*.bin). Entries named *.bin that are not "
+                   "non-empty regular files (directories, FIFOs, devices, empty files) are "
+                   "skipped and counted in the report's 'ignored'.")
 @out_file_option(required=True,
                  help="The mixed batch to write (one file; its report goes next to it, "
                       "OUT.report.json, unless --shuffler-report).")
@@ -488,14 +545,17 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
             memory_limit, encrypted, allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
 
-    Batches of other parameters or of another setup (round id), replays, copies and
-    incomplete batches are rejected and counted in the report. The mixed batch streams
+    Batches of other parameters or of another setup (round id), replays (in any record
+    order), truncated and incomplete batches are rejected, each counted under a named reason
+    in the report's 'rejected'; of two batches sharing an encrypted record the first kept
+    stays and the later one is removed ('copied_record'). Entries of --in-dir named *.bin
+    that are not batch files are skipped and counted under 'ignored'. The mixed batch streams
     through bucket files (memory bounded by --memory-limit) and is written atomically.
     """
     from shuffledp.shuffler import Shuffler
 
     p = _load_params(params_path, allow_large)
-    files = _batch_files(p, in_dir, out_path, expected_users)
+    files, ignored, names = _batch_files(p, in_dir, out_path, expected_users)
     mac_key = _shuffler_mac_key(mac_key_path, encrypted)
     if not encrypted:
         warn(PLAINTEXT_WARNING)
@@ -503,17 +563,21 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
     out.parent.mkdir(parents=True, exist_ok=True)
     with Shuffler(p, encrypted=encrypted, mac_key=mac_key, workdir=os.fspath(out.parent),
                   memory_limit=memory_limit << 20) as s:
-        n_other = _submit_all(s, p, files, encrypted)
+        s.report.ignored.update(ignored)
+        n_read, n_other = _submit_all(s, p, files, encrypted, names)
         if expected_users is not None:
             s.missing(max(0, expected_users - s.n_users_seen))
         if s.report.n_forwarded == 0:
-            raise click.ClickException(_no_batch_cause(in_dir, len(files), n_other, encrypted,
-                                                       s.report.to_dict()))
-        _warn_rejected(in_dir, len(files), n_other, encrypted, s.report.rejected)
+            raise click.ClickException(_no_batch_cause(in_dir, n_read, n_other, encrypted,
+                                                       s.report.to_dict(), names))
+        if names:
+            warn(f"skipped {len(names)} entries of {in_dir} named *.bin that are not batch "
+                 f"files ({_ignored_text(s.report.ignored, names)})")
+        _warn_rejected(in_dir, n_read, n_other, encrypted, s.report.rejected)
         with atomic_output(out) as fh:
             header = s.mix_to(fh)
     report = s.report.to_dict()
-    report.update(path=_kind_name(encrypted), n_batch_files=len(files),
+    report.update(path=_kind_name(encrypted), n_batch_files=n_read,
                   mixed_batch=os.fspath(out_path), digest=p.digest.hex(),
                   round_id=p.round_id.hex(), authenticated=header.keyed)
     text = json.dumps(report)
@@ -532,17 +596,21 @@ def _warn_rejected(in_dir: str, n_files: int, n_other: int, encrypted: bool,
 
 
 def _no_batch_cause(in_dir: str, n_files: int, n_other: int, encrypted: bool,
-                    report: dict) -> str:
+                    report: dict, names: list[str]) -> str:
+    ignored = (f"; skipped {len(names)} entries that are not batch files "
+               f"({_ignored_text(Counter(report['ignored']), names)})" if names else "")
+    if n_files == 0:
+        return f"no user batch read from {in_dir}{ignored}"
     if n_other == n_files:
         return (f"no batch accepted: the {n_files} batches in {in_dir} are "
-                f"{_kind_name(not encrypted)}; pass {_flag(not encrypted)}")
+                f"{_kind_name(not encrypted)}; pass {_flag(not encrypted)}{ignored}")
     reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report["rejected"].items()))
     hint = (f" ({n_other} are {_kind_name(not encrypted)}: pass {_flag(not encrypted)}?)"
             if n_other else "")
     if report["rejected"].get("wrong_digest"):
         hint += f" (wrong_digest: {_WRONG_DIGEST_HINT})"
-    return (f"no batch accepted from {in_dir}: {n_files} batches, rejected {{{reasons}}}, "
-            f"incomplete {report['n_incomplete']}{hint}")
+    return (f"no batch accepted from {in_dir}: {n_files} batches, rejected {{{reasons}}}"
+            f"{hint}{ignored}")
 
 
 # --------------------------------------------------------------------------- analyze

@@ -39,7 +39,7 @@ from shuffledp.analyzers.modular import ModularAccumulator, analyze
 from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
 from shuffledp.encoders.words import noise_source
-from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.protocol_params import DEFAULT_DROPOUT, ProtocolParams, derive_params
 from shuffledp.release import HeatmapRelease
 from shuffledp.users import UserDistributions
 
@@ -145,7 +145,7 @@ def shuffle_heatmap(
     w: int = 20,
     gamma: float = DEFAULT_GAMMA,
     rounding: str = "largest_remainder",
-    dropout: float = 0.0,
+    dropout: float = DEFAULT_DROPOUT,
     rng: RngLike = None,
     encrypt: bool = False,
     wire: bool = False,
@@ -170,8 +170,10 @@ def shuffle_heatmap(
         Reconstruct's top-w and the per-level budget decay (same split as the central model).
     rounding : {"largest_remainder", "floor"}
     dropout : float
-        Declared dropout fraction; the Polya noise is over-provisioned for it
-        ([Bagdasaryan22]_ Sec. 4).
+        Declared dropout fraction (default
+        :data:`~shuffledp.protocol_params.DEFAULT_DROPOUT`, 0.05); the Polya noise is
+        over-provisioned for it ([Bagdasaryan22]_ Sec. 4), so up to n - ceil((1 - dropout) n)
+        users may drop without the release being refused.
     rng : int, Generator or None
         ``None`` (default): the Polya noise, shares and permutations all come from the
         cryptographically secure generator (a private release). A seed or Generator drives the

@@ -5,16 +5,19 @@ forget who sent what. :class:`Shuffler`:
 
 1. validates each user's batch as it arrives (:mod:`shuffledp.wire` header, parameter
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
-   batches share < q, no ephemeral key twice in an encrypted batch, not a replay of an
-   accepted batch); a bad batch is rejected and counted by reason, never forwarded, and does
-   not burn its sender id, so the user can resubmit;
+   batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
+   accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
+   records reordered is a replay too); a bad batch is rejected and counted by a named
+   reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
+   user can resubmit;
 2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
    partial batch would leave a share-sum that is not the user's noisy value;
 3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
-   bucket at a time, removes every batch that shares an encrypted record with another
-   batch (copier and original alike: the shuffler cannot tell which is which), permutes
-   the bucket uniformly and appends it to the output (pass 2): a uniformly
-   random permutation of all accepted records in memory bounded by ``memory_limit``;
+   bucket at a time to find the batches that share an encrypted record, removes a batch
+   iff it shares a record with an *earlier kept* batch (first accepted wins, see "Copied
+   records" below), permutes each bucket uniformly and appends it to the output (pass 2):
+   a uniformly random permutation of all kept records in memory bounded by
+   ``memory_limit``;
 4. writes one mixed batch whose header (counts) and records are covered by a tag, an
    HMAC-SHA256 under a key it shares with the analyzer.
 
@@ -42,15 +45,24 @@ Trust model and what the checks buy
 -----------------------------------
 - A network attacker or any party without keys can replay, truncate, splice, duplicate or
   edit users' batches and the mixed batch. Replays and copied encrypted records are
-  rejected by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
-  copy); records of another run or another coordinate fail the analyzer's AEAD check
-  (associated data = parameter digest || round id || coordinate); any change to the mixed
-  batch after the shuffler fails its keyed tag. Nothing corrupt is released: the analyzer
-  refuses when any message fails or any coordinate misses r * n_users messages.
+  caught by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
+  copy) without knocking out the honest original (see "Copied records"); records of
+  another run or another coordinate fail the analyzer's AEAD check (associated data =
+  parameter digest || round id || coordinate); any change to the mixed batch after the
+  shuffler fails its keyed tag. Nothing that fails authentication or the counts is
+  released: the analyzer refuses when any message fails or any coordinate misses
+  r * n_users messages, and when fewer than n_min users were forwarded (the declared
+  dropout fraction, :data:`shuffledp.protocol_params.DEFAULT_DROPOUT` by default, is the
+  headroom). A user batch carries no sender authentication, so whoever can edit one in
+  transit can as well replace it by a batch of its own (encrypting to the analyzer's
+  public key needs no secret): that is input substitution, treated as poisoning below.
 - A malicious user can always make the release fail (a ciphertext that does not open
   cannot be traced back to its sender: unlinkability) and can shift its own contribution
   arbitrarily within Z_q (there is no range proof): denial of service and input poisoning
-  are outside what this protocol prevents.
+  are outside what this protocol prevents. Like every distributed-noise protocol, the
+  guarantee counts the noise of honest users' batches: a malicious user who adds less noise
+  (or a splice kept ahead of the batch it copied from) is counted among the n_users
+  forwarded without supplying its share of the noise.
 - The shuffler is trusted for integrity: it holds the tag key, so a malicious shuffler can
   drop users, forward partial batches or misstate n_dropped. The analyzer still checks that
   every coordinate holds exactly r * n_users authentic messages of this run, so a shuffler
@@ -59,6 +71,33 @@ Trust model and what the checks buy
 - The plaintext path (``encrypted=False``) is a simulation aid: the shuffler reads every
   share, and a user batch has no integrity protection (a flipped share bit is a valid
   share; a checksum would not stop anyone who can edit the batch). Do not deploy it.
+
+Copied records
+--------------
+Two honest batches never share an ephemeral key (32 fresh random bytes per message), so a
+key seen in two accepted batches means one of them holds a copy. The shuffler cannot tell
+copy from original, and removing both (as an earlier version did) let one attacker with
+one copied batch veto every release. The rule is sequential: in acceptance order, batch i
+is kept iff it shares no record with an earlier *kept* batch (:meth:`Shuffler._copied_batches`
+computes exactly this from the conflict groups pass 2 finds). Why that is safe:
+
+- No record is ever counted twice: of any group of batches holding one record, at most one
+  is kept. Counting an honest user's records twice would double its contribution, hence
+  the sensitivity the noise is calibrated for: that is the privacy reason copies must go.
+- A whole copy (the records reordered, under another sender id) has the same sorted
+  fingerprint and is rejected on arrival as ``replayed_batch`` whichever comes first; if
+  the copy came first, it carries exactly the honest user's records, once, so the sum is
+  the same as with the original. It never takes one of the n places either.
+- A partial copy (a splice of copied and own records) kept because it came first is a
+  batch whose share-sum is not anyone's noisy value: input poisoning by whoever sent it,
+  which this protocol does not prevent (below). The honest batch it copied from is then
+  removed (``copied_record``), a dropout the declared dropout fraction absorbs. The copied
+  records that survive are some of the honest user's shares, never two copies of one, so
+  the honest user's influence on every coordinate is at most its own noisy value, once:
+  the sensitivity is unchanged (and any r - 1 of the r shares of a coordinate are jointly
+  uniform, so copying fewer than all of them reveals nothing by itself).
+- The decision depends only on the record contents and the acceptance order, not on the
+  bucket labels, so the kept records keep i.i.d. labels and the shuffle stays uniform.
 
 Deployment path: every message is encrypted to the analyzer's X25519 public key
 (:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message,
@@ -111,16 +150,26 @@ from shuffledp.wire import (
 )
 
 REJECT_REASONS = (
-    "malformed",  # header or length does not follow the wire format
+    "malformed",  # header does not parse, or the batch is longer than its header promises
+    "truncated",  # the header parses but fewer bytes follow than it promises
     "wrong_digest",  # produced under other protocol parameters or in another run
     "wrong_kind",  # not a user batch, or encrypted when plaintext expected (or vice versa)
     "wrong_record_size",
     "coordinate_out_of_range",
     "share_out_of_range",
+    "incomplete",  # well formed, but not exactly r messages for every coordinate
     "duplicate_sender",  # a sender whose batch was already accepted submitted again
-    "replayed_batch",  # byte-identical to an accepted batch (whatever the sender id)
-    "duplicate_record",  # an ephemeral key twice in one batch, or shared with another batch
+    "replayed_batch",  # the same records as an accepted batch, in any order, any sender id
+    "duplicate_record",  # an ephemeral key twice in one batch
+    "copied_record",  # shares an encrypted record with an earlier kept batch (pass 2)
     "over_capacity",  # more users than the n the parameters provision for
+)
+#: why a directory entry named like a batch was not read as one (``ShuffleReport.ignored``);
+#: such entries are no user's submission and are not counted as dropped users
+IGNORED_REASONS = (
+    "not_a_regular_file",  # a directory, FIFO, socket, device, or a link to one (or dangling)
+    "empty",  # a regular file of 0 bytes
+    "unreadable",  # a regular file that cannot be opened (permissions)
 )
 DEFAULT_MEMORY_LIMIT = 256 << 20
 _MIN_MEMORY_LIMIT = 1 << 20
@@ -224,19 +273,29 @@ def duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
 class ShuffleReport:
     """What the shuffler did.
 
-    ``rejected`` and ``n_incomplete`` count submissions (a user who resubmits after a bad
-    upload is counted once per bad upload); ``n_dropped`` counts users: senders none of
-    whose submissions was forwarded (anonymous submissions count one each), accepted batches
-    removed for sharing a record with another batch (``n_removed``), and users admitted
-    but absent (``n_missing``).
+    ``rejected`` counts submissions by named reason (:data:`REJECT_REASONS`; a user who
+    resubmits after a bad upload is counted once per bad upload), including ``incomplete``
+    batches and the accepted batches removed at mixing for sharing a record with an earlier
+    kept batch (``copied_record``, also ``n_removed``): every submission not forwarded has
+    exactly one named reason there. ``n_dropped`` counts users: senders none of whose
+    submissions was forwarded (anonymous submissions count one each), removed batches
+    (``n_removed``), and users admitted but absent (``n_missing``). ``ignored`` counts
+    directory entries named like a batch that were not read as one
+    (:data:`IGNORED_REASONS`, filled by the ``shuffle`` command); they are no user's
+    submission and not counted as dropped.
     """
 
     n_forwarded: int = 0
-    n_incomplete: int = 0
     n_missing: int = 0
     n_failed_users: int = 0
     n_removed: int = 0
     rejected: Counter = field(default_factory=Counter)
+    ignored: Counter = field(default_factory=Counter)
+
+    @property
+    def n_incomplete(self) -> int:
+        """Submissions rejected as incomplete (``rejected["incomplete"]``)."""
+        return int(self.rejected["incomplete"])
 
     @property
     def n_rejected(self) -> int:
@@ -254,7 +313,8 @@ class ShuffleReport:
             "n_incomplete": self.n_incomplete,
             "n_missing": self.n_missing,
             "n_removed": self.n_removed,
-            "rejected": dict(self.rejected),
+            "rejected": {k: v for k, v in self.rejected.items() if v},
+            "ignored": {k: v for k, v in self.ignored.items() if v},
         }
 
 
@@ -384,10 +444,7 @@ class Shuffler:
 
     # ----- pass 1: validation and bucketing -----
     def _fail(self, sender: Hashable | None, reason: str) -> bool:
-        if reason == "incomplete":
-            self.report.n_incomplete += 1
-        else:
-            self.report.rejected[reason] += 1
+        self.report.rejected[reason] += 1
         if sender is None:
             self.report.n_failed_users += 1
         elif sender not in self._failed and sender not in self._accepted:
@@ -409,6 +466,8 @@ class Shuffler:
             return "wrong_kind", None
         if h.record_bytes != self._rb:
             return "wrong_record_size", None
+        if len(data) < h.total_bytes:
+            return "truncated", None
         if len(data) != h.total_bytes:
             return "malformed", None
         rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
@@ -444,7 +503,7 @@ class Shuffler:
         reason, rows = self._validate(data)
         if reason is not None:
             return self._fail(sender, reason)
-        fingerprint = hashlib.sha256(rows).digest()
+        fingerprint = self._fingerprint(rows)
         if fingerprint in self._batch_hashes:
             return self._fail(sender, "replayed_batch")
         if self._n_accepted >= self.params.n:
@@ -459,6 +518,18 @@ class Shuffler:
                 self._failed.discard(sender)
                 self.report.n_failed_users -= 1
         return True
+
+    @staticmethod
+    def _fingerprint(rows: np.ndarray) -> bytes:
+        """SHA-256 of the batch's records in sorted order: the same for any reordering.
+
+        A copy of an accepted batch with its records permuted is thus a replay, refused on
+        arrival (before it can take one of the n places); two honest batches never share an
+        encrypted record (fresh ephemeral keys), and two plaintext ones hold the same
+        multiset of r m uniform shares with negligible probability.
+        """
+        flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+        return hashlib.sha256(np.sort(flat).tobytes()).digest()
 
     def _labels(self, rows: np.ndarray) -> np.ndarray:
         mask = np.uint64(self.n_buckets - 1)
@@ -501,21 +572,38 @@ class Shuffler:
         return np.ascontiguousarray(rows[:, self._rb :]).view("<u4").ravel()
 
     def _copied_batches(self) -> set[int]:
-        """Batches sharing an ephemeral key with another batch: all of them are removed.
+        """Accepted batches to remove: those sharing an encrypted record with an earlier kept
+        batch.
 
-        The shuffler cannot tell the copy from the original (keeping the first one would
-        keep a copier's batch, whose share-sum is corrupt, if it came first), so every
-        batch involved goes; an honest user whose record was copied is dropped with it.
+        Exactly the sequential rule "in acceptance order, keep batch i iff it shares no
+        ephemeral key with an earlier kept batch" (module docstring, "Copied records"):
+        pass 2 finds every group of batches holding one key (bucket by bucket, the equal keys
+        share a bucket); the batches are then visited in increasing index, and a batch is
+        kept iff none of its groups already has a kept member. O(total group size) time and
+        memory, whatever the number of copies of one record.
         """
-        bad: set[int] = set()
         if not self.encrypted:
-            return bad
+            return set()
+        groups: list[np.ndarray] = []
         for i in range(self.n_buckets):
             rows = self._rows(self._buckets.load(i))
             idx = self._batch_index(rows)
-            for g in duplicate_groups(rows[:, 4:36]):
-                bad.update(int(j) for j in idx[g])
-        return bad
+            groups.extend(np.unique(idx[g]) for g in duplicate_groups(rows[:, 4:36]))
+        if not groups:
+            return set()
+        member_of: dict[int, list[int]] = {}
+        for gid, members in enumerate(groups):
+            for j in members.tolist():
+                member_of.setdefault(j, []).append(gid)
+        taken = np.zeros(len(groups), dtype=bool)  # the group already has a kept batch
+        removed: set[int] = set()
+        for j in sorted(member_of):
+            gids = member_of[j]
+            if taken[gids].any():
+                removed.add(j)
+            else:
+                taken[gids] = True
+        return removed
 
     def mix_to(self, f: BinaryIO) -> Header:
         """Write the mixed batch (header, uniformly permuted records, tag) to a binary file.
@@ -531,7 +619,7 @@ class Shuffler:
             bad = self._copied_batches()
             rep = self.report
             if bad:
-                rep.rejected["duplicate_record"] += len(bad)
+                rep.rejected["copied_record"] += len(bad)
                 rep.n_removed += len(bad)
                 rep.n_forwarded -= len(bad)
             p = self.params

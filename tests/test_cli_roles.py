@@ -368,3 +368,78 @@ def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
     p = ProtocolParams.from_json(params.read_text())
     assert str(p.neighbour) == text
     assert p.level_sensitivities[0] == (8 if nb == "replace" else 4)  # 2B or B, B = 4
+
+
+# --------------------------------------------------------------------------- issue 18: the
+# input directory and the named reasons
+_NOT_BATCHES = {
+    "directory": (lambda p: p.mkdir(), "not_a_regular_file"),
+    "fifo": (os.mkfifo, "not_a_regular_file"),
+    "empty-file": (lambda p: p.write_bytes(b""), "empty"),
+    "link-to-dev-zero": (lambda p: p.symlink_to("/dev/zero"), "not_a_regular_file"),
+    "dangling-link": (lambda p: p.symlink_to(p.parent / "nowhere"), "not_a_regular_file"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_NOT_BATCHES))
+def test_shuffle_ignores_and_counts_entries_that_are_not_batch_files(plain_run, tmp_path, kind):
+    # issue 18, item 2: a directory, FIFO or empty file named like a batch counted as a batch
+    # and blocked the round (an error exit, or a wrong --expected-users count); it is now
+    # skipped, counted under a named reason, and not a dropped user
+    d = plain_run
+    bdir = _copy_batches(d / "b", tmp_path / "b", 3)
+    make, reason = _NOT_BATCHES[kind]
+    make(bdir / "x.bin")
+    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+              tmp_path / "m.bin", "--plaintext-simulation", "--expected-users", 3)
+    rep = json.loads(res.stderr.strip().splitlines()[-1])
+    assert rep["ignored"] == {reason: 1} and "x.bin" in res.stderr
+    assert (rep["n_forwarded"], rep["n_dropped"], rep["rejected"]) == (3, 0, {})
+    assert rep["n_batch_files"] == 3
+    run("analyze", "--params", d / "params.json", "--in", tmp_path / "m.bin", "--out",
+        tmp_path / "o", "--plaintext-simulation")
+
+
+def test_shuffle_with_only_non_batch_entries_names_them(plain_run, tmp_path):
+    d = plain_run
+    bdir = tmp_path / "b"
+    bdir.mkdir()
+    (bdir / "a.bin").mkdir()
+    (bdir / "b.bin").write_bytes(b"")
+    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+              tmp_path / "m.bin", "--plaintext-simulation", code=1)
+    assert "no user batches" in res.output and "a.bin" in res.output and "b.bin" in res.output
+    assert "empty: 1" in res.output and "not_a_regular_file: 1" in res.output
+
+
+def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_path):
+    # issue 18, item 3: a batch whose header counts fewer records than r m was dropped with
+    # an empty `rejected` in the report; it is `incomplete` now, a cut one `truncated`
+    from shuffledp.wire import HEADER_SIZE, Header
+
+    d = plain_run
+    bdir = _copy_batches(d / "b", tmp_path / "b", 3)
+    good = (d / "b" / "0.bin").read_bytes()
+    h = Header.unpack(good[:HEADER_SIZE])
+    rb = h.record_bytes
+    short = Header(h.kind, rb, h.digest, h.n_records - 1, 1, 0).pack() + good[HEADER_SIZE:-rb]
+    (bdir / "short.bin").write_bytes(short)
+    (bdir / "cut.bin").write_bytes(good[: len(good) // 2])
+    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+              tmp_path / "m.bin", "--plaintext-simulation")
+    rep = json.loads(res.stderr.strip().splitlines()[-1])
+    assert rep["rejected"] == {"incomplete": 1, "truncated": 1}
+    assert rep["n_dropped"] == sum(rep["rejected"].values()) == 2
+
+
+def test_setup_declares_a_nonzero_dropout_by_default(tmp_path):
+    # issue 18, item 1: `setup` planned the noise for all n users unless told otherwise, so
+    # one lost user sank the round; the default (documented in --help) leaves headroom
+    from shuffledp.protocol_params import DEFAULT_DROPOUT
+
+    res = run("setup", "--grid", "4x4", "--n", 40, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
+              "--out", tmp_path, "--plaintext-simulation", "--no-keys")
+    figures = json.loads(res.stdout)
+    assert figures["dropout"] == DEFAULT_DROPOUT > 0 and figures["n_min"] == 38
+    assert float(json.loads((tmp_path / "params.json").read_text())["dropout"]) == 0.05
+    assert "[default: 0.05]" in " ".join(run("setup", "--help").output.split())

@@ -22,6 +22,7 @@ from shuffledp.crypto import (
 )
 from shuffledp.encoders.encoder import encode_shares, messages
 from shuffledp.protocol import user_batches
+from shuffledp.protocol_params import derive_params
 from shuffledp.shuffler import Shuffler, secure_permutation, secure_shuffle, shuffle_batches
 from shuffledp.wire import (
     KIND_USER,
@@ -91,14 +92,16 @@ def test_malformed_and_incomplete_batches_are_rejected_and_counted(setup):
     enc_kind = encode_batch(Header(KIND_USER_ENC, p.record_bytes, p.digest, rec.size), rec)
     assert not s.submit(enc_kind)
     r = s.report
-    assert r.rejected["malformed"] == 2
+    assert r.rejected["truncated"] == 1  # good[:-4]
+    assert r.rejected["malformed"] == 1  # b"garbage"
     assert r.rejected["coordinate_out_of_range"] == 1
     assert r.rejected["wrong_digest"] == 1
     assert r.rejected["wrong_kind"] == 1
-    assert r.n_incomplete == 2
+    assert r.rejected["incomplete"] == r.n_incomplete == 2
     assert r.n_forwarded == 1
     h, out = s.mix()
-    assert h.n_users == 1 and h.n_dropped == r.n_dropped == r.n_rejected + 2
+    # every anonymous submission that was not forwarded is one dropped user with one reason
+    assert h.n_users == 1 and h.n_dropped == r.n_dropped == r.n_rejected
     assert out.size == p.r * p.m
 
 
@@ -188,7 +191,7 @@ def test_encrypted_shuffle_checks_envelope_and_drops_incomplete():
     rb = encrypted_record_bytes(p)
     truncated_user = batches[1][:64]  # header says r*m records but none follow
     h, rec, report = shuffle_batches(p, [batches[0], truncated_user], encrypted=True)
-    assert report.n_forwarded == 1 and report.rejected["malformed"] == 1
+    assert report.n_forwarded == 1 and report.rejected == {"truncated": 1}
     h, rec, report = shuffle_batches(p, batches, encrypted=True)
     assert report.n_forwarded == 2
     c, s, failed = decrypt_records(p, rec.tobytes(), key)
@@ -239,7 +242,7 @@ def test_sender_may_resubmit_after_a_malformed_upload(setup):
     assert s.submit(batches[1], sender="bob")
     h, _ = s.mix()
     assert (h.n_users, h.n_dropped) == (2, 0)
-    assert s.report.rejected["malformed"] == 2
+    assert s.report.rejected == {"truncated": 2}
     # a sender who never gets through counts as one dropped user, however many tries
     s = Shuffler(p)
     for _ in range(3):
@@ -254,29 +257,64 @@ def _enc_records(p, batch):
     return [body[i : i + rb] for i in range(0, len(body), rb)]
 
 
-def test_encrypted_record_copied_from_another_batch_removes_both(enc_setup):
-    # regression: a record swapped in from another batch (same coordinate) passed the old
-    # shuffler and the analyzer's AEAD check, corrupting the sum silently
-    from shuffledp.analyzer_io import accumulate_mixed
-
-    p, key, batches = enc_setup
+def _spliced(p, batches):
+    """Batch 0 with its first record swapped for batch 1's record of the same coordinate."""
     a, b = _enc_records(p, batches[0]), _enc_records(p, batches[1])
     j = next(j for j, r in enumerate(b) if r[:4] == a[0][:4])
-    forged = batches[0][:64] + b[j] + b"".join(a[1:])
+    return batches[0][:64] + b[j] + b"".join(a[1:])
+
+
+def _sums(p, key, order):
+    from shuffledp.analyzer_io import accumulate_mixed
+
     s = Shuffler(p, encrypted=True)
-    assert s.submit(forged, sender=0)  # the shuffler cannot see it yet: envelope is fine
-    for k in (1, 2, 3):
-        assert s.submit(batches[k], sender=k)
-    mixed = _mix_bytes(s)
-    assert s.report.n_removed == 2 and s.report.rejected["duplicate_record"] == 2
-    res = accumulate_mixed(p, mixed, key=key, workers=1)
-    assert (res.header.n_users, res.header.n_dropped) == (2, 2)
-    ref = Shuffler(p, encrypted=True)
-    for k in (2, 3):
-        ref.submit(batches[k])
-    want = accumulate_mixed(p, _mix_bytes(ref), key=key, workers=1)
-    np.testing.assert_array_equal(res.accumulator.modular_sums(2),
-                                  want.accumulator.modular_sums(2))
+    for k, b in enumerate(order):
+        s.submit(b, sender=k)
+    res = accumulate_mixed(p, _mix_bytes(s), key=key, workers=1)
+    return s.report, res
+
+
+def test_encrypted_record_copied_from_another_batch_first_kept_wins(enc_setup):
+    # regression: a record swapped in from another batch (same coordinate) passed the old
+    # shuffler and the analyzer's AEAD check, corrupting the sum silently; later (issue 18)
+    # the shuffler removed both batches, so a copier knocked out the honest original
+    p, key, batches = enc_setup
+    forged = _spliced(p, batches)
+    # the honest batch first: the splice goes, the sum is exactly the honest users'
+    rep, res = _sums(p, key, [batches[1], forged, batches[2], batches[3]])
+    assert rep.n_removed == 1 and rep.rejected == {"copied_record": 1}
+    assert (res.header.n_users, res.header.n_dropped) == (3, 1)
+    _, want = _sums(p, key, [batches[1], batches[2], batches[3]])
+    np.testing.assert_array_equal(res.accumulator.modular_sums(3),
+                                  want.accumulator.modular_sums(3))
+    # the splice first: it is kept (input poisoning by its sender, out of scope), the batch
+    # it copied from goes, and no record is counted twice
+    rep, res = _sums(p, key, [forged, batches[1], batches[2], batches[3]])
+    assert rep.n_removed == 1 and rep.rejected == {"copied_record": 1}
+    assert (res.header.n_users, res.header.n_dropped) == (3, 1)
+    _, want = _sums(p, key, [forged, batches[2], batches[3]])
+    np.testing.assert_array_equal(res.accumulator.modular_sums(3),
+                                  want.accumulator.modular_sums(3))
+
+
+def test_copied_batches_is_exactly_first_kept_wins(enc_setup):
+    # a chain 0-1, 1-2 (batch 1 shares a record with 0 and another with 2): sequential
+    # first-kept-wins keeps 0 and 2 (2 only conflicts with the removed 1); removing every
+    # batch in a conflict would drop all three
+    p, key, batches = enc_setup
+    a = [_enc_records(p, b) for b in batches[:3]]
+    c0 = a[0][0][:4]
+    j1 = next(j for j, r in enumerate(a[1]) if r[:4] == c0)
+    k1 = next(j for j, r in enumerate(a[1]) if r[:4] == c0 and j != j1)
+    j2 = next(j for j, r in enumerate(a[2]) if r[:4] == c0)
+    mid = list(a[1])
+    mid[j1], mid[k1] = a[0][0], a[2][j2]
+    chain = [batches[0], batches[1][:64] + b"".join(mid), batches[2]]
+    s = Shuffler(p, encrypted=True)
+    for k, b in enumerate(chain):
+        assert s.submit(b, sender=k)
+    assert s._copied_batches() == {1}
+    s.close()
 
 
 def test_duplicate_ephemeral_key_within_a_batch_is_rejected(enc_setup):
@@ -457,5 +495,151 @@ def test_fuzz_quick_slice():
     for (path_, side, kind), cnt in ((k, v) for k, v in out.items() if k != "crashes"):
         if path_ == "enc" or side == "mixed" or kind not in fz.PLAINTEXT_UNDETECTABLE:
             assert cnt["silent"] == 0, (path_, side, kind, cnt)
+        if kind != "copy_from_other" and (path_ == "enc" or side == "mixed"
+                                           or kind not in fz.PLAINTEXT_UNDETECTABLE):
+            # only a splice kept because it reached the shuffler before the batch it copied
+            # from is taken as its sender's input (first kept wins, issue 18)
+            assert cnt["kept_edit"] == 0, (path_, side, kind, cnt)
     tot = fz.summarise(out)
     assert tot["enc"]["rejected"] > 0 and tot["enc"]["dropped"] > 0
+
+
+# ----- issue 18 (trust, part 2): copies cannot veto a release; every drop names its reason
+@pytest.fixture(scope="module")
+def enc_no_headroom():
+    """Encrypted batches of 4 users under dropout 0: one lost honest user refuses the round."""
+    p = params_for(Grid(3, 2), n=4, B=2, dropout=0.0)
+    key = generate_analyzer_key()
+    batches = list(user_batches(p, random_users(Grid(3, 2), 4, seed=2), np.arange(4), rng=3,
+                                analyzer_public=public_bytes(key)))
+    return p, key, batches
+
+
+def _reordered(p, batch, seed=0):
+    recs = _enc_records(p, batch)
+    order = np.random.default_rng(seed).permutation(len(recs))
+    return batch[:64] + b"".join(recs[i] for i in order)
+
+
+@pytest.mark.parametrize("when", ["after", "before", "before-last"])
+def test_reordered_copy_under_another_sender_cannot_veto_the_release(enc_no_headroom, when):
+    # issue 18, item 1: a copy of an honest batch with its records reordered, submitted under
+    # another id, made the shuffler drop both as duplicate_record, and the analyzer (noise
+    # planned for all n users) then refused the whole round. Now the copy is a replay
+    # whichever comes first, never takes one of the n places, and the release is exact.
+    from shuffledp.analyzer_io import accumulate_mixed, release_mixed
+
+    p, key, batches = enc_no_headroom
+    copy = _reordered(p, batches[0])
+    assert copy != batches[0]
+    subs = [(b, f"user{k}") for k, b in enumerate(batches)]
+    pos = {"after": 1, "before": 0, "before-last": 3}[when]
+    subs.insert(pos, (copy, "mallory"))
+    s = Shuffler(p, encrypted=True)
+    for data, sender in subs:
+        s.submit(data, sender=sender)
+    assert s.report.rejected == {"replayed_batch": 1}
+    assert s.report.n_forwarded == 4 and s.report.n_removed == 0
+    mixed = _mix_bytes(s)
+    release_mixed(p, mixed, key=key, workers=1)  # not refused
+    ref = Shuffler(p, encrypted=True)
+    for b in batches:
+        ref.submit(b)
+    want = accumulate_mixed(p, _mix_bytes(ref), key=key, workers=1)
+    got = accumulate_mixed(p, mixed, key=key, workers=1)
+    assert got.header.n_users == 4
+    np.testing.assert_array_equal(got.accumulator.modular_sums(4),
+                                  want.accumulator.modular_sums(4))
+
+
+def test_partial_copy_after_the_original_cannot_knock_it_out(enc_no_headroom):
+    # issue 18, item 1: one record of an honest batch copied into an attacker's otherwise
+    # valid batch, submitted later: the attacker's batch goes, the honest one stays, and the
+    # honest users' release is exact (the old rule removed both and the round was refused)
+    from shuffledp.analyzer_io import accumulate_mixed, release_mixed
+
+    p, key, batches = enc_no_headroom
+    forged = _spliced(p, [batches[3], batches[0]])  # batch 3 with one record of batch 0
+    s = Shuffler(p, encrypted=True)
+    for k in range(3):
+        assert s.submit(batches[k], sender=k)
+    assert s.submit(forged, sender="mallory")  # envelope fine: caught at mixing
+    mixed = _mix_bytes(s)
+    assert s.report.rejected == {"copied_record": 1} and s.report.n_removed == 1
+    ref = Shuffler(p, encrypted=True)
+    for k in range(3):
+        ref.submit(batches[k])
+    want = accumulate_mixed(p, _mix_bytes(ref), key=key, workers=1)
+    got = accumulate_mixed(p, mixed, key=key, workers=1)
+    np.testing.assert_array_equal(got.accumulator.modular_sums(3),
+                                  want.accumulator.modular_sums(3))
+    p_headroom = params_for(Grid(3, 2), n=4, B=2, dropout=0.25)
+    assert p_headroom.n_min == 3  # with a declared dropout the honest three are released
+    from shuffledp.analyzers.modular import ReleaseRefused
+
+    with pytest.raises(ReleaseRefused, match="n_min = 4"):  # dropout 0: no headroom at all
+        release_mixed(p, mixed, key=key, workers=1)
+
+
+def _too_short(p, batch, rb, k=1):
+    """A well-formed batch whose header counts k fewer records (the last k cut off)."""
+    h = Header.unpack(batch[:64])
+    return Header(h.kind, rb, h.digest, h.n_records - k, 1, 0).pack() + batch[64 : -k * rb]
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
+def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
+    # issue 18, item 3: a too-short batch (well-formed header counting fewer records) was
+    # dropped with nothing in `rejected`; every submission not forwarded now has exactly one
+    # named reason there
+    from shuffledp.shuffler import REJECT_REASONS
+
+    p, batches = (enc_setup[0], enc_setup[2]) if encrypted else (setup[0], setup[2])
+    rb = encrypted_record_bytes(p) if encrypted else p.record_bytes
+    good = batches[0]
+    bad = {
+        "too_short": (_too_short(p, good, rb), "incomplete"),
+        "header_only": (good[:64], "truncated"),
+        "cut_mid_record": (good[: 64 + rb + rb // 2], "truncated"),
+        "cut_last_byte": (good[:-1], "truncated"),
+        "shorter_than_header": (good[:10], "malformed"),
+        "empty": (b"", "malformed"),
+        "trailing_byte": (good + b"\0", "malformed"),
+    }
+    s = Shuffler(p, encrypted=encrypted)
+    for name, (data, reason) in bad.items():
+        before = s.report.rejected.copy()
+        assert not s.submit(data, sender=name)
+        delta = s.report.rejected - before
+        assert dict(delta) == {reason: 1}, name
+    assert s.submit(good, sender="honest")
+    h, _ = s.mix()
+    rep = s.report.to_dict()
+    assert all(k in REJECT_REASONS and k for k in rep["rejected"])
+    assert sum(rep["rejected"].values()) == len(bad) == rep["n_dropped"]
+    assert (h.n_users, h.n_dropped) == (1, len(bad))
+
+
+def test_default_dropout_leaves_headroom_so_one_lost_user_does_not_sink_the_round():
+    # issue 18, item 1: the default declared dropout was 0, so a single user lost or removed
+    # by the shuffler made the analyzer refuse the round (noise planned for all n users)
+    from shuffledp.analyzer_io import release_mixed
+    from shuffledp.protocol_params import DEFAULT_DROPOUT
+
+    grid = Grid(3, 2)
+    p = derive_params(grid, 20, epsilon=2.0, delta=1e-5, B=2)
+    assert DEFAULT_DROPOUT > 0 and p.dropout == DEFAULT_DROPOUT
+    assert p.n_min == 19 < p.n
+    assert derive_params(grid, 20, epsilon=2.0, delta=1e-5, B=2, dropout=0.0).n_min == 20
+    batches = list(user_batches(p, random_users(grid, 20), np.arange(20), rng=4))
+    s = Shuffler(p)
+    for k, b in enumerate(batches[:19]):
+        assert s.submit(b, sender=k)
+    s.missing(1)
+    import io
+
+    buf = io.BytesIO()
+    s.mix_to(buf)
+    rel = release_mixed(p, buf.getvalue())
+    assert (rel.protocol["n_users"], rel.protocol["n_dropped"]) == (19, 1)
+    assert rel.protocol["dropout"] == DEFAULT_DROPOUT

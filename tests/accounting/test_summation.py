@@ -44,7 +44,9 @@ def test_paper_setting_320x240():
 
 
 def test_headroom_is_minimal_and_wrap_bounded():
-    p = summation_parameters(n=200, epsilon=1, delta=1e-6, B=100, level_sizes=[4, 16, 64])
+    # dropout 0: the noise sum is exactly DL(a) (shape 1); with dropout see below
+    p = summation_parameters(n=200, epsilon=1, delta=1e-6, B=100, level_sizes=[4, 16, 64],
+                             dropout=0.0)
     per = p.wrap_target / p.m
     tails = [dl_tail(a, p.headroom) for a in p.dl_parameters]
     assert max(tails) <= per
@@ -108,7 +110,9 @@ def test_dropout_over_provisioning():
     assert p.n_min == 950 and p.polya_shape == 1 / 950
     # r uses n_min users, headroom covers all n present (shape n / n_min)
     assert p.r == shares_needed(1.0, 1e-6, p.m, p.q, 950)
-    full = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16])
+    full = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16],
+                                dropout=0.0)
+    assert full.n_min == 1000
     assert p.headroom >= full.headroom
     assert any("n_min=950" in s for s in p.guarantee.notes)
     # n_min = ceil((1 - d) n) is exact at representable fractions
