@@ -187,7 +187,7 @@ def event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
         raise ValueError(f"{kind} event has no field(s) {sorted(unknown)}")
     for f in fields(cls):
         val = kwargs.get(f.name)
-        if f.name in ("levels", "branches") and val is not None:
+        if f.name in ("levels", "branches", "steps") and val is not None:
             kwargs[f.name] = tuple(event_from_dict(e) for e in val)
     return cls(**kwargs)
 
@@ -624,6 +624,48 @@ class Parallel(PrivacyEvent):
         return PLDView(pld, "max of branches")
 
 
+@_register
+@dataclass(frozen=True)
+class Sequential(PrivacyEvent):
+    """Steps run one after the other on the same users (one release made of several
+    mechanisms, e.g. PrivHist's steps or the federated tree's rounds); later steps may
+    depend on earlier outputs (adaptive composition)."""
+
+    kind: ClassVar[str] = "sequential"
+    steps: tuple[PrivacyEvent, ...] = ()
+    neighbour: Neighbour = Neighbour.ADD_REMOVE
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        st = tuple(self.steps)
+        if not st or not all(isinstance(e, PrivacyEvent) for e in st):
+            raise ValueError(f"steps must be a non-empty sequence of events, got "
+                             f"steps={self.steps!r}")
+        for e in st:
+            check_same_neighbour(self.neighbour, e.neighbour, "sequential steps")
+            check_same_notion(st[0], e)
+        object.__setattr__(self, "steps", st)
+
+    @property
+    def event_notion(self) -> str:
+        return event_notion(self.steps[0])
+
+    def certified(self) -> tuple[float, float]:
+        pairs = [e.certified() for e in self.steps]
+        return math.fsum(p[0] for p in pairs), min(1.0, math.fsum(p[1] for p in pairs))
+
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView | None:
+        h = _iv_h(discretization)
+        views = [e.pld(h) for e in self.steps]
+        if any(w is None for w in views):
+            return None
+        pld = views[0].pld
+        for w in views[1:]:
+            pld = pld.compose(w.pld)
+        return PLDView(pld, "+".join(sorted({w.curve for w in views})))
+
+
 # ----------------------------------------------------------------------- helpers
 def event_notion(e: PrivacyEvent) -> str:
     return getattr(e, "event_notion", e.notion)
@@ -692,6 +734,21 @@ def _with_infinity(pld: Any, tau: float) -> Any:
     return pld_mod.PrivacyLossDistribution(out[0], None if len(out) == 1 else out[1])
 
 
+def polya_sum_event(level_epsilons: Sequence[float], sensitivities: Sequence[int],
+                    dimensions: Sequence[int], delta: float, neighbour: Neighbour | str,
+                    model: str = "shuffle") -> PolyaSum:
+    """The :class:`PolyaSum` event of a release whose per-level noise sums to DL(e^{-eps_i /
+    Delta_i}) and whose delta is (1 + e^eps) tau ([BBGN20]_; the sampler's and split-and-mix's
+    statistical distances), eps = sum eps_i: tv = delta / (1 + e^eps)."""
+    nb = Neighbour.parse(neighbour)
+    levels = tuple(DiscreteLaplace(parameter=float(e) / int(s), sensitivity=int(s),
+                                   dimension=int(m), neighbour=nb)
+                   for e, s, m in zip(level_epsilons, sensitivities, dimensions, strict=True))
+    eps = math.fsum(float(e) for e in level_epsilons)
+    tv = float(delta) / (1.0 + math.exp(min(eps, 700.0)))
+    return PolyaSum(levels=levels, tv=tv, delta=float(delta), model=model, neighbour=nb)
+
+
 def sequence(events: Sequence[PrivacyEvent]) -> tuple[PrivacyEvent, ...]:
     """Validate a sequence of events (non-empty, all PrivacyEvent)."""
     ev = tuple(events)
@@ -712,8 +769,10 @@ __all__ = [
     "PrivacyEvent",
     "ShuffledKRR",
     "ShuffledLDP",
+    "Sequential",
     "check_same_neighbour",
     "convexify",
     "event_from_dict",
     "pld_from_curve",
+    "polya_sum_event",
 ]
