@@ -24,8 +24,8 @@ Privacy: basic composition by :class:`~shuffledp.accounting.compose.Accountant` 
 rounds' events, sum_q eps_q = eps_total exactly (the last query takes the
 remainder) and delta = sum_q delta_q (the guarantee's event is the rounds' ``Sequential``
 event, which the accountant composes more tightly with other releases), each delta_q the
-Polya tables' charge of :func:`shuffledp.analyzers.federated.sampler_delta` (below 1e-20); each sub-query is
-(eps_q, delta_q)-DP by Thm 4.2 with shards of disjoint users, and the tree
+Polya tables' charge of :func:`shuffledp.analyzers.federated.sampler_delta` (below 1e-20);
+each sub-query is (eps_q, delta_q)-DP by Thm 4.2 with shards of disjoint users, and the tree
 depends only on earlier releases (post-processing). The release is the last sub-query's
 histogram, spread uniformly over each node's owned pixels and normalised.
 
