@@ -94,6 +94,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -475,14 +476,8 @@ class ShuffledLDP(PrivacyEvent):
         return self.epsilon, self.delta
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
-        from shuffledp.accounting.clones import _divergence as div
-        from shuffledp.accounting.clones import _mixture
-
-        h = _iv_h(discretization)
-        mix = _mixture(self.n, self.eps0, self.d, 1e-16, self.reduction)
-        pld = pld_from_curve(lambda e: div(mix, e)[1], h, mix.ad,
-                             label=f"{self.reduction} pair")
-        return PLDView(pld, "dominating pair")
+        return PLDView(_clone_pld(self.n, self.eps0, self.d, self.reduction,
+                                  _iv_h(discretization)), "dominating pair")
 
 
 @_register
@@ -521,17 +516,9 @@ class ShuffledKRR(PrivacyEvent):
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
         h = _iv_h(discretization)
         if self.k == 2:
-            return ShuffledLDP(n=self.n, eps0=self.eps0, epsilon=self.epsilon,
-                               delta=self.delta, neighbour=self.neighbour).pld(h)
-        from shuffledp.accounting.krr_shuffle import _blanket
-        from shuffledp.accounting.krr_shuffle import _divergence as div
-
-        tail = 1e-16 * 2.0 / (math.exp(self.eps0) + 1.0)
-        bl = _blanket(self.n, self.k, self.eps0, tail)
-        pld = pld_from_curve(lambda e: div(bl, e)[1], h, self.eps0,
-                             floor=max(CURVE_FLOOR, 4 * tail * (math.exp(self.eps0) + 1)),
-                             label=f"{self.k}-RR blanket pair")
-        return PLDView(pld, "dominating pair")
+            return PLDView(_clone_pld(self.n, self.eps0, 1.0, "variation-ratio", h),
+                           "dominating pair")
+        return PLDView(_krr_pld(self.n, self.k, self.eps0, h), "dominating pair")
 
 
 @_register
@@ -667,6 +654,29 @@ class Sequential(PrivacyEvent):
 
 
 # ----------------------------------------------------------------------- helpers
+@lru_cache(maxsize=16)
+def _clone_pld(n: int, eps0: float, d: float, reduction: str, h: float) -> Any:
+    """PLD of the clones / variation-ratio pair (cached: it depends on the pair only)."""
+    from shuffledp.accounting.clones import _divergence as div
+    from shuffledp.accounting.clones import _mixture
+
+    mix = _mixture(n, eps0, d, 1e-16, reduction)
+    return pld_from_curve(lambda e: div(mix, e)[1], h, mix.ad, label=f"{reduction} pair")
+
+
+@lru_cache(maxsize=16)
+def _krr_pld(n: int, k: int, eps0: float, h: float) -> Any:
+    """PLD of the k-RR privacy-blanket pair (cached)."""
+    from shuffledp.accounting.krr_shuffle import _blanket
+    from shuffledp.accounting.krr_shuffle import _divergence as div
+
+    tail = 1e-16 * 2.0 / (math.exp(eps0) + 1.0)
+    bl = _blanket(n, k, eps0, tail)
+    return pld_from_curve(lambda e: div(bl, e)[1], h, eps0,
+                          floor=max(CURVE_FLOOR, 4 * tail * (math.exp(eps0) + 1)),
+                          label=f"{k}-RR blanket pair")
+
+
 def event_notion(e: PrivacyEvent) -> str:
     return getattr(e, "event_notion", e.notion)
 
