@@ -606,8 +606,10 @@ class Parallel(PrivacyEvent):
         def worst(eps: float) -> float:
             return max(float(p.get_delta_for_epsilon(eps)) for p in plds)
 
-        pld = pld_from_curve(worst, h, top, floor=max(_inf_mass(p) for p in plds) + 1e-300,
-                             label="parallel branches")
+        # every curve is >= its infinity mass: the grid stops at the largest one (or the
+        # largest finite loss); what lies beyond is charged as infinity mass
+        floor = max(CURVE_FLOOR, max(_inf_mass(p) for p in plds))
+        pld = pld_from_curve(worst, h, top, floor=floor, label="parallel branches")
         return PLDView(pld, "max of branches")
 
 
