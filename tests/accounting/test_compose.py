@@ -18,6 +18,7 @@ from shuffledp.accounting.events import (
     ShuffledLDP,
     event_from_dict,
 )
+from shuffledp.accounting.guarantee import Neighbour
 
 
 def _dl_exact_delta(t: float, sens: int, k: int, eps: float) -> float:
@@ -198,3 +199,24 @@ def test_365_shuffled_binary_rr_against_independent_computation() -> None:
     assert _composed_curve(L, P, h, k, "up")(r.epsilon - 2e-3) > delta
     # and far below basic composition of even the exact single-release epsilon
     assert r.epsilon < 0.1 * k * 0.010146
+
+
+def test_every_release_carries_its_event() -> None:
+    from shuffledp.accounting.clones import shuffle_ldp
+    from shuffledp.accounting.summation import summation_parameters
+    from shuffledp.analyzers.privhist import AnonHistogram, privhist
+
+    p = summation_parameters(n=100, epsilon=1.0, delta=1e-6, B=16, grid="16x16")
+    ev = p.guarantee.event
+    assert isinstance(ev, PolyaSum) and ev.neighbour is Neighbour.REPLACE_ONE
+    assert ev.certified() == pytest.approx((1.0, 1e-6))
+    assert ev.tv == pytest.approx(1e-6 / (1 + math.e))
+    b = shuffle_ldp(1000, 1.0, 1e-6)
+    assert isinstance(b.guarantee.event, ShuffledLDP) and b.guarantee.event.epsilon == b.epsilon
+    rel = privhist(AnonHistogram.from_counts([1, 1, 2, 5]), 2.0, rng=1)
+    steps = rel.guarantee.event
+    assert steps.neighbour is Neighbour.SORTED_L1
+    assert steps.certified()[0] == pytest.approx(rel.parameters["epsilon_effective"])
+    assert steps.certified()[0] <= rel.guarantee.epsilon
+    # the guarantee's dict carries the event, and it reads back
+    assert event_from_dict(p.guarantee.to_dict()["event"]) == ev
