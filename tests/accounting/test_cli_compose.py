@@ -39,7 +39,7 @@ def test_compose_reports_and_times(tmp_path):
 def test_compose_spec_and_refusals(tmp_path):
     _report(tmp_path / "day.json", DiscreteLaplace(parameter=0.05, neighbour="replace"),
             neighbour="replace")
-    spec = {"delta": 1e-6, "releases": [
+    spec = {"delta": 1e-6, "discretization": 1e-3, "releases": [
         {"report": "day.json", "count": 30},
         {"event": ShuffledKRR(n=1000, k=3, eps0=1.0, epsilon=0.3, delta=1e-8,
                               neighbour="replace").to_dict(), "count": 2},
