@@ -15,6 +15,9 @@ summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (
                 bits)
 reductions      BoundedEMDReduction ([Imola]_ Thm 5.3)
 zcdp            zCDP of the discrete Gaussian and its (eps, delta) / metric conversion
+events          every released mechanism as a composable event with its dominating pair
+compose         the Accountant: basic, advanced and PLD composition (dp_accounting)
+ledger          releases from report.json files / specs, and the budget ledger
 
 References
 ----------
@@ -49,6 +52,19 @@ from shuffledp.accounting.clones import (
     shuffle_ldp,
     variation_ratio_numerical,
 )
+from shuffledp.accounting.compose import Accountant, Composition, compose
+from shuffledp.accounting.events import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    EpsDelta,
+    Parallel,
+    PolyaSum,
+    PrivacyEvent,
+    Sequential,
+    ShuffledKRR,
+    ShuffledLDP,
+    event_from_dict,
+)
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
 from shuffledp.accounting.krr_shuffle import krr_blanket_divergence, krr_shuffle_numerical
@@ -76,6 +92,19 @@ from shuffledp.accounting.summation import (
 )
 
 __all__ = [
+    "Accountant",
+    "Composition",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "EpsDelta",
+    "Parallel",
+    "PolyaSum",
+    "PrivacyEvent",
+    "Sequential",
+    "ShuffledKRR",
+    "ShuffledLDP",
+    "compose",
+    "event_from_dict",
     "DEFAULT_MAX_DELTA_OUT",
     "MAX_Q",
     "MAX_RECORD_BITS",

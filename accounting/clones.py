@@ -807,10 +807,16 @@ def _guarantee(eps: float, delta: float, n: int, eps0: float, method: str,
         "Talwar 2023 Lemma 3.2; Wang et al. 2024, Privacy amplification via shuffling: "
         "unified, simplified, and tightened, Lemma 4.5 and Thm 4.8)",
     }[method]
+    from shuffledp.accounting.events import ShuffledLDP
+
+    # composition uses the variation-ratio pair whatever bound certified this release: it
+    # dominates every shuffled eps0-LDP (alpha0 d_X-DP) randomizer
     return Guarantee(
         notion="approximate", model="shuffle", epsilon=eps, delta=delta,
         neighbour=REPLACE_ONE, theorem=theorem,
         parameters={"n": n, "eps0": eps0, "d": d, "method": method},
+        event=ShuffledLDP(n=n, eps0=eps0, d=d, epsilon=eps, delta=delta,
+                          reduction="variation-ratio", neighbour=REPLACE_ONE),
     )
 
 

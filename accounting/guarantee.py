@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -137,6 +137,10 @@ class Guarantee:
         The parameters that produced the guarantee (read-only).
     notes : tuple of str
         Conditions and caveats (e.g. "holds while at least n_min users survive").
+    event : PrivacyEvent or None
+        The mechanism as a composable event (:mod:`shuffledp.accounting.events`), which an
+        :class:`~shuffledp.accounting.compose.Accountant` composes with other releases; not
+        part of ``==``. Serialised under ``"event"`` by :meth:`to_dict` when present.
 
     Notes
     -----
@@ -152,6 +156,7 @@ class Guarantee:
     theorem: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    event: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.notion not in NOTIONS:
@@ -217,4 +222,12 @@ class Guarantee:
             "theorem": self.theorem,
             "parameters": dict(self.parameters),
             "notes": list(self.notes),
+            **({} if self.event is None else {"event": self.event.to_dict()}),
         }
+
+    def with_event(self, event: Any) -> Guarantee:
+        """This guarantee carrying ``event``, whose neighbour relation must be the same."""
+        if event is not None and event.neighbour is not self.neighbour:
+            raise ValueError(f"the event is stated for {event.neighbour.token!r}, the "
+                             f"guarantee for {self.neighbour.token!r}")
+        return replace(self, event=event)

@@ -68,6 +68,7 @@ from shuffledp.accounting.clones import (
     _support,
     clones_formula,
 )
+from shuffledp.accounting.events import ShuffledKRR
 from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
 
 #: largest number of (c, z) cells kept (about 60 bytes per cell at peak: ~3 GB at the cap)
@@ -268,7 +269,9 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
         theorem=("exact hockey-stick divergence of the privacy-blanket pair of k-ary "
                  "randomized response (Balle-Bell-Gascon-Nissim 2019, The privacy blanket of "
                  "the shuffle model, Sec. 3; reduction in shuffledp.accounting.krr_shuffle)"),
-        parameters={"n": n, "eps0": eps0, "k": k, "method": "krr-blanket"})
+        parameters={"n": n, "eps0": eps0, "k": k, "method": "krr-blanket"},
+        event=ShuffledKRR(n=n, k=k, eps0=eps0, epsilon=r.epsilon, delta=r.delta,
+                          neighbour=REPLACE_ONE))
     return ShuffleBound(
         epsilon=r.epsilon, delta=r.delta, method="krr-blanket", n=n, eps0=eps0,
         epsilon_lower=r.epsilon_lower, tolerance=r.epsilon - r.epsilon_lower,

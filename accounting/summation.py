@@ -59,6 +59,7 @@ from scipy.stats import nbinom
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
+from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.encoders.polya import SAMPLER_TV_MAX
 
@@ -437,6 +438,9 @@ def summation_parameters(
                     "level_epsilons": list(budgets), "dl_parameters": list(a)},
         notes=tuple(notes),
     )
+    # the release as a composable event: per level DL(a_i) at sensitivity Delta_i, plus the
+    # statistical distance delta / (1 + e^eps) of split-and-mix and the sampler tables
+    g = g.with_event(polya_sum_event(budgets, sens, sizes, delta, neighbour, "shuffle"))
     return SummationParameters(
         n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
         levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,

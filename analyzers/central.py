@@ -42,6 +42,7 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
+from shuffledp.accounting.events import DiscreteLaplace, PolyaSum
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
@@ -180,5 +181,10 @@ def central_heatmap(
         theorem=THEOREM,
         parameters=params,
         notes=(SEEDED_NOTE,) if seeded else (),
+        event=PolyaSum(levels=tuple(
+            DiscreteLaplace(parameter=e / sens, sensitivity=sens,
+                            dimension=grid.level_size(i), neighbour=nb)
+            for i, e in zip(range(start, top + 1), effective, strict=True)),
+            model="central", neighbour=nb),
     )
     return HeatmapRelease(grid, normalise(raw), raw, guarantee, params)

@@ -41,6 +41,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
+from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.crypto import SecureRandom
@@ -314,6 +315,9 @@ def federated_sum(
                               "dropout": drop, "modulus": m, "sensitivity": delta,
                               "aggregation": agg},
                   notes=notes)
+    # shards hold disjoint users and each draws the full DL(a): parallel composition of one
+    # event, i.e. the event itself
+    g = g.with_event(polya_sum_event([eps], [delta], [D], g.delta, nb, "distributed"))
     return FederatedHistogram(counts=total, guarantee=g, shards=shards)
 
 

@@ -32,10 +32,14 @@ import numpy as np
 from shuffledp.cli_common import (
     NONNEGATIVE,
     PERCENT,
+    POSITIVE,
     SEED,
+    UNIT,
     B_option,
     Group,
     allow_large_option,
+    as_refusal,
+    as_usage_error,
     delta_option,
     epsilon_option,
     grid_option,
@@ -115,9 +119,17 @@ def main() -> None:
               help="--backend dask: scheduler ADDRESS (default: a LocalCluster, one worker "
                    "per core).")
 @allow_large_option
+@click.option("--budget-ledger", "budget_ledger", type=click.Path(dir_okay=False), default=None,
+              help="Append this release to a budget ledger (JSON) and refuse it (exit 1, "
+                   "nothing written) if all the ledger's releases would compose past its "
+                   "total; see shuffledp account compose.")
+@click.option("--budget-epsilon", "budget_epsilon", type=POSITIVE, default=None,
+              help="Total epsilon of a new --budget-ledger.")
+@click.option("--budget-delta", "budget_delta", type=UNIT, default=None,
+              help="Total delta of a new --budget-ledger.")
 def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, delta, sigma,
             top_percent, neighbour, seed, out_dir, no_metrics, quiet, backend, scheduler,
-            allow_large) -> None:
+            allow_large, budget_ledger=None, budget_epsilon=None, budget_delta=None) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
     Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
@@ -137,6 +149,13 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
         raise click.UsageError(f"--backend {backend} --scheduler {scheduler!r}: the dask "
                                "backend (and --scheduler) need --model shuffle --backend dask")
     box = _check_input_options(input_path, fmt, bbox, n)
+    ledger = None
+    if budget_ledger is not None:
+        from shuffledp.accounting.ledger import BudgetLedger
+
+        ledger = as_usage_error(BudgetLedger.open, budget_ledger, budget_epsilon, budget_delta)
+    elif budget_epsilon is not None or budget_delta is not None:
+        raise click.UsageError("--budget-epsilon/--budget-delta need --budget-ledger FILE")
     n = SYNTHETIC_USERS if n is None else n
     n_points = _count_points(input_path, n)
     what = (f"--n {n} ({n_points:,} points)" if input_path is None
@@ -165,6 +184,13 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
                                 n_points, len(top_percent), allow_large, backend, scheduler)
     seconds_ours = time.perf_counter() - t_ours
+    if ledger is not None:  # recorded before anything is written; refused: nothing is
+        _, spent = as_refusal(f"--budget-ledger {budget_ledger}", ledger.append,
+                              ours.guarantee.event or _plain_event(ours.guarantee),
+                              f"heatmap --out {out_dir}")
+        progress(f"budget ledger {budget_ledger}: {spent.releases} releases compose to "
+                 f"epsilon={spent.epsilon:.6g} at delta={spent.delta:g} ({spent.method}; "
+                 f"total {ledger.epsilon:g})")
 
     from shuffledp.analyzers.baselines import laplace_baseline
 
@@ -219,6 +245,12 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
         for name, m in metrics.items():
             click.echo(f"{name:24s}{m['emd']:10.4f}{m['kl']:10.4f}{m['cc']:8.3f}{m['sim']:8.3f}",
                        err=True)
+
+
+def _plain_event(guarantee: Any) -> Any:
+    from shuffledp.accounting.events import EpsDelta
+
+    return EpsDelta.from_guarantee(guarantee)
 
 
 def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,

@@ -8,6 +8,8 @@ shuffle-ldp    amplification by shuffling of n eps0-LDP reports (the clones boun
                and its exact numerical counterpart)
 summation      parameters of the App. F shuffle summation protocol of [Ghazi23]_, with the
                number of shares of [BBGN20]_
+compose        the total of several releases (their report.json files, or a JSON spec):
+               basic, advanced and PLD composition (:mod:`shuffledp.accounting.compose`)
 
 Every subcommand prints a short table, or one JSON object with ``--json``. Errors follow
 :mod:`shuffledp.cli_common`: an option value the accountant does not accept is a usage error
@@ -248,6 +250,55 @@ def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dro
     _emit(rec, as_json,
           ["grid", "n", "n_min", "epsilon", "delta", "B", "m", "levels", "q", "decode_low", "r",
            "messages_per_user", "bits_per_message", "bits_per_user", "wrap_probability"])
+
+
+@account.command("compose")
+@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--spec", type=click.Path(dir_okay=False), default=None,
+              help="JSON spec of releases (reports with counts, events, parallel groups).")
+@click.option("--times", type=COUNT, default=1, show_default=True,
+              help="Each REPORT counts this many times (e.g. 365 daily releases alike).")
+@delta_option(default=None, help="Total delta of the composition (default: the spec's).")
+@click.option("--discretization", type=Real(0.0, 0.1, closed_high=True), default=None,
+              help="PLD grid interval (default 1e-4; pessimistic rounding).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def compose_cmd(reports, spec, times, delta, discretization, as_json):
+    """Total (epsilon, delta) of several releases: each REPORT is a release's report.json
+    (its guarantee's event), or give --spec FILE.
+
+    Prints basic composition, advanced composition (Kairouz-Oh-Viswanath 2015, Thm 3.5) and
+    the PLD composition of the releases' dominating pairs (dp_accounting), and the smallest
+    with the method that gave it. Releases must share one neighbour relation.
+    """
+    from shuffledp.accounting.ledger import accountant_from_reports, accountant_from_spec
+    from shuffledp.safe_io import read_regular_text
+
+    if bool(reports) == bool(spec):
+        raise click.UsageError("give REPORT files or --spec FILE (one of them)")
+    if spec:
+        import os
+
+        data = as_usage_error(lambda: json.loads(read_regular_text(spec, 64 << 20,
+                                                                   what="spec")))
+        acc, notes = as_usage_error(accountant_from_spec, data, os.path.dirname(spec) or ".",
+                                    discretization)
+        delta = delta if delta is not None else data.get("delta") if isinstance(data, dict) \
+            else None
+    else:
+        acc, notes = as_usage_error(accountant_from_reports, list(reports),
+                                    discretization or 1e-4)
+        if times > 1:
+            for ev, k in list(acc.events):
+                acc.compose(ev, k * (times - 1))
+    if delta is None:
+        raise click.UsageError("give the total --delta (or 'delta' in the spec)")
+    res = as_refusal("no certified composition", acc.epsilon, delta)
+    for note in notes:
+        warn(note)
+    rec = res.to_dict()
+    rec["neighbour"] = str(res.neighbour)
+    _emit(rec, as_json, ["releases", "neighbour", "delta", "epsilon", "method", "basic",
+                         "advanced", "pld", "discretization"])
 
 
 __all__ = ["account"]

@@ -35,6 +35,7 @@ def invoke(*args):
 def test_the_tree_holds_every_command():
     assert set(COMMANDS) == {"heatmap", "setup", "encode", "shuffle", "analyze", "account",
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
+                             "account compose",
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
                              "federated", "sweep"}

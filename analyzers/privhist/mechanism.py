@@ -61,6 +61,8 @@ from scipy.optimize import isotonic_regression
 
 from shuffledp import _validation as v
 from shuffledp._rng import RngLike
+from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.events import DiscreteLaplace, EpsDelta, Sequential
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
@@ -315,6 +317,22 @@ class PrivHistRelease:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
 
 
+def privhist_steps(spent: list[float]) -> Sequential:
+    """PrivHist's steps as one event: N by the geometric mechanism (DL, sensitivity 1: its
+    exact pair), the split (steps 2-4, eps2-DP given N, [Suresh19]_ Lemma 8) and, in the
+    high-privacy regime, H4 (eps3-DP, Lemma 9) as pure events; ``spent`` holds the effective
+    epsilons of the exact samplers."""
+    nb = Neighbour.SORTED_L1
+    steps: list = [DiscreteLaplace(parameter=spent[0], neighbour=nb,
+                                   label="PrivHist step 1: N (geometric mechanism)"),
+                   EpsDelta(epsilon=spent[1], neighbour=nb,
+                            label="PrivHist steps 2-4 (Suresh 2019, Lemma 8)")]
+    if len(spent) > 2:
+        steps.append(EpsDelta(epsilon=spent[2], neighbour=nb,
+                              label="PrivHist-HighPrivacy H4 (Suresh 2019, Lemma 9)"))
+    return Sequential(steps=tuple(steps), neighbour=nb, label="PrivHist")
+
+
 def _effective(eps: float, sensitivity: int) -> float:
     s, t = dl_rational(eps, sensitivity)
     return sensitivity * s / t
@@ -385,10 +403,11 @@ def privhist(
             out = low_privacy(noisy, T, M)
     if high:
         spent.append(_effective(e3, R))
-    params["epsilon_effective"] = float(sum(spent))
+    steps = privhist_steps(spent)
+    params["epsilon_effective"] = Accountant().compose(steps).basic()[0]
     guarantee = Guarantee(
         notion="pure", model="central", epsilon=e1 + e2 + (e3 if high else 0.0),
         neighbour=Neighbour.SORTED_L1, theorem=THEOREM, parameters=params,
-        notes=(SEEDED_NOTE,) if seeded else (),
+        notes=(SEEDED_NOTE,) if seeded else (), event=steps,
     )
     return PrivHistRelease(out, int(N), guarantee, params)
