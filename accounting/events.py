@@ -576,14 +576,7 @@ class Parallel(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        br = tuple(self.branches)
-        if not br or not all(isinstance(e, PrivacyEvent) for e in br):
-            raise ValueError(f"branches must be a non-empty sequence of events, got "
-                             f"branches={self.branches!r}")
-        for e in br:
-            check_same_neighbour(self.neighbour, e.neighbour, "parallel branches")
-            check_same_notion(self, e)
-        object.__setattr__(self, "branches", br)
+        _iv_children(self, "branches", "parallel branches")
 
     @property
     def event_notion(self) -> str:
@@ -627,14 +620,7 @@ class Sequential(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        st = tuple(self.steps)
-        if not st or not all(isinstance(e, PrivacyEvent) for e in st):
-            raise ValueError(f"steps must be a non-empty sequence of events, got "
-                             f"steps={self.steps!r}")
-        for e in st:
-            check_same_neighbour(self.neighbour, e.neighbour, "sequential steps")
-            check_same_notion(st[0], e)
-        object.__setattr__(self, "steps", st)
+        _iv_children(self, "steps", "sequential steps")
 
     @property
     def event_notion(self) -> str:
@@ -694,6 +680,19 @@ def check_same_notion(a: PrivacyEvent, b: PrivacyEvent) -> None:
     na, nb = event_notion(a), event_notion(b)
     if na != nb:
         raise ValueError(f"cannot compose a {na} event with a {nb} event")
+
+
+def _iv_children(owner: PrivacyEvent, name: str, what: str) -> None:
+    """Check a composite event's children (``branches`` or ``steps``) and freeze them as a
+    tuple: a non-empty sequence of events of one neighbour relation and one notion."""
+    given = getattr(owner, name)
+    items = tuple(given)
+    if not items or not all(isinstance(e, PrivacyEvent) for e in items):
+        raise ValueError(f"{name} must be a non-empty sequence of events, got {name}={given!r}")
+    for e in items:
+        check_same_neighbour(owner.neighbour, e.neighbour, what)
+        check_same_notion(items[0], e)
+    object.__setattr__(owner, name, items)
 
 
 def _iv_pair(e: Any) -> None:
