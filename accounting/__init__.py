@@ -30,7 +30,6 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
 from shuffledp.accounting.budget import (
     dl_epsilon_for_std,
     dl_std,
@@ -39,18 +38,6 @@ from shuffledp.accounting.budget import (
     polya_shape,
     start_level,
     target_std,
-)
-from shuffledp.accounting.clones import (
-    LocalParameter,
-    ShuffleBound,
-    clone_probability,
-    clones_closed_form,
-    clones_eps0_for_target,
-    clones_numerical,
-    clones_validity_limit,
-    reduction_divergence,
-    shuffle_ldp,
-    variation_ratio_numerical,
 )
 from shuffledp.accounting.compose import Accountant, Composition, compose
 from shuffledp.accounting.events import (
@@ -66,9 +53,13 @@ from shuffledp.accounting.events import (
     event_from_dict,
 )
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
-from shuffledp.accounting.krr_shuffle import krr_blanket_divergence, krr_shuffle_numerical
-from shuffledp.accounting.metric_shuffle import (
+from shuffledp.accounting.metric.reductions import (
+    ReductionBound,
+    reduction_alpha,
+    reduction_epsilon,
+    reduction_samples,
+)
+from shuffledp.accounting.metric.shuffle import (
     DEFAULT_MAX_DELTA_OUT,
     ItemwiseBound,
     ItemwiseInverse,
@@ -78,11 +69,23 @@ from shuffledp.accounting.metric_shuffle import (
     emd_itemwise_alpha0,
     thm43_validity_limit,
 )
-from shuffledp.accounting.reductions import (
-    ReductionBound,
-    reduction_alpha,
-    reduction_epsilon,
-    reduction_samples,
+from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.shuffle_ldp.clones import (
+    LocalParameter,
+    ShuffleBound,
+    clone_probability,
+    clones_closed_form,
+    clones_eps0_for_target,
+    clones_numerical,
+    clones_validity_limit,
+    reduction_divergence,
+    shuffle_ldp,
+    variation_ratio_numerical,
+)
+from shuffledp.accounting.shuffle_ldp.krr_lower import krr_dataset_divergence, krr_lower_epsilon
+from shuffledp.accounting.shuffle_ldp.krr_shuffle import (
+    krr_blanket_divergence,
+    krr_shuffle_numerical,
 )
 from shuffledp.accounting.summation import (
     MAX_Q,

@@ -49,10 +49,10 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
     neighbouring data sets is a post-processing of it, for every epsilon at once. Its curve
     is computed by the toolkit's certified divergence and discretised by Connect-the-Dots.
 ``ShuffledKRR``
-    k-RR (k >= 3): the exact privacy-blanket pair of :mod:`shuffledp.accounting.krr_shuffle`
+    k-RR (k >= 3): the exact privacy-blanket pair of :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle`
     (a post-processing argument, so again one pair for every data set). k = 2 (binary RR):
     the blanket pair for k = 2 is the stronger-clone pair, used for composition. The exact
-    worst case of :mod:`shuffledp.accounting.binary_rr` is a maximum over data sets m taken
+    worst case of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` is a maximum over data sets m taken
     *per epsilon*; no single data set is proven worst for every epsilon in both directions,
     and a deployment's data sets change from release to release, so that per-epsilon maximum
     is not a dominating pair. It gives the event's certified single-release epsilon (used by
@@ -101,6 +101,16 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.shuffle_ldp._common import (
+    REDUCTIONS,
+    _blanket,
+    _blanket_divergence,
+    _divergence,
+    _iv_d,
+    _iv_k,
+    _iv_shuffle,
+    _mixture,
+)
 
 #: default PLD discretisation interval (the accountant's ``discretization``)
 DEFAULT_DISCRETIZATION = 1e-4
@@ -447,7 +457,7 @@ class ShuffledLDP(PrivacyEvent):
     """n shuffled reports of an eps0-LDP (or alpha0 d_X-DP with distance d) randomizer.
 
     ``epsilon``/``delta`` are the release's certified pair (from
-    :func:`shuffledp.accounting.clones.shuffle_ldp`); ``reduction`` picks the dominating pair
+    :func:`shuffledp.accounting.shuffle_ldp.clones.shuffle_ldp`); ``reduction`` picks the dominating pair
     used for composition ("variation-ratio", the tighter, or "clones").
     """
 
@@ -463,7 +473,6 @@ class ShuffledLDP(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from shuffledp.accounting.clones import REDUCTIONS, _iv_d, _iv_shuffle
 
         n, eps0, _ = _iv_shuffle(self.n, self.eps0, 0.5)
         object.__setattr__(self, "n", n)
@@ -486,7 +495,7 @@ class ShuffledKRR(PrivacyEvent):
     """n shuffled k-ary randomized-response reports (binary RR for k = 2).
 
     ``epsilon``/``delta``: the release's certified pair (for k = 2 possibly the exact worst
-    case over data sets of :mod:`shuffledp.accounting.binary_rr`). Composition uses the
+    case over data sets of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr`). Composition uses the
     privacy-blanket pair (k >= 3) or the stronger-clone pair (k = 2), see the module notes.
     """
 
@@ -501,8 +510,6 @@ class ShuffledKRR(PrivacyEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from shuffledp.accounting.clones import _iv_shuffle
-        from shuffledp.accounting.krr_shuffle import _iv_k
 
         n, eps0, _ = _iv_shuffle(self.n, self.eps0, 0.5)
         object.__setattr__(self, "n", n)
@@ -645,22 +652,16 @@ class Sequential(PrivacyEvent):
 @lru_cache(maxsize=16)
 def _clone_pld(n: int, eps0: float, d: float, reduction: str, h: float) -> Any:
     """PLD of the clones / variation-ratio pair (cached: it depends on the pair only)."""
-    from shuffledp.accounting.clones import _divergence as div
-    from shuffledp.accounting.clones import _mixture
-
     mix = _mixture(n, eps0, d, 1e-16, reduction)
-    return pld_from_curve(lambda e: div(mix, e)[1], h, mix.ad, label=f"{reduction} pair")
+    return pld_from_curve(lambda e: _divergence(mix, e)[1], h, mix.ad, label=f"{reduction} pair")
 
 
 @lru_cache(maxsize=16)
 def _krr_pld(n: int, k: int, eps0: float, h: float) -> Any:
     """PLD of the k-RR privacy-blanket pair (cached)."""
-    from shuffledp.accounting.krr_shuffle import _blanket
-    from shuffledp.accounting.krr_shuffle import _divergence as div
-
     tail = 1e-16 * 2.0 / (math.exp(eps0) + 1.0)
     bl = _blanket(n, k, eps0, tail)
-    return pld_from_curve(lambda e: div(bl, e)[1], h, eps0,
+    return pld_from_curve(lambda e: _blanket_divergence(bl, e)[1], h, eps0,
                           floor=max(CURVE_FLOOR, 4 * tail * (math.exp(eps0) + 1)),
                           label=f"{k}-RR blanket pair")
 

@@ -39,13 +39,13 @@ from shuffledp.accounting.events import (
     event_from_dict,
 )
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.safe_io import read_regular_text, write_atomic
 
 #: largest JSON file read (reports and specs)
 MAX_JSON_BYTES = 64 << 20
 
 
 def _read_json(path: str | os.PathLike[str], what: str) -> Any:
-    from shuffledp.safe_io import read_regular_text
 
     text = read_regular_text(path, MAX_JSON_BYTES, what=what)
     try:
@@ -187,7 +187,6 @@ class BudgetLedger:
 
     def append(self, event: PrivacyEvent, label: str = "") -> tuple[BudgetLedger, Composition]:
         """Check and record ``event``; the file is replaced atomically."""
-        from shuffledp.safe_io import write_atomic
 
         res = self.check(event)
         rec = {"event": event.to_dict(), "label": label,

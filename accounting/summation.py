@@ -61,9 +61,32 @@ from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.encoders.polya import SAMPLER_TV_MAX
+from shuffledp.grid import Grid
 
 ROUNDING_RULES = ("floor", "largest_remainder")
+#: the exact Polya sampler's table (:mod:`shuffledp.encoders.noise.polya`) stops once the
+#: remaining tail is provably <= 2^-POLYA_TAIL_BITS, and holds at most POLYA_MAX_TABLE entries
+POLYA_TAIL_BITS = 120
+POLYA_MAX_TABLE = 1 << 24
+#: Bound on the total variation of one table draw for any shape <= 1 (tables are capped at
+#: POLYA_MAX_TABLE entries): 2 (2^-120 + (K + 2) 2^-127 + (K + 2)^2 2^-190) at K = 2^24;
+#: every delta split charges it per draw.
+SAMPLER_TV_MAX = 2.0 * (2.0**-POLYA_TAIL_BITS + (POLYA_MAX_TABLE + 2) * 2.0**-127
+                        + (POLYA_MAX_TABLE + 2) ** 2 * 2.0**-190)
+
+
+def check_rounding(rounding: str) -> str:
+    """Validate a rounding rule name."""
+    if rounding not in ROUNDING_RULES:
+        raise ValueError(f"rounding must be one of {ROUNDING_RULES}, got rounding={rounding!r}")
+    return rounding
+
+
+def check_scale(B: int) -> int:
+    """Validate the integer scaling factor B >= 1."""
+    return v.count("B", B, 1)
+
+
 #: largest modulus the protocol record and wire format accept (ProtocolParams: q <= 2^32)
 MAX_Q = 1 << 32
 #: largest message, ceil(log2 m) + ceil(log2 q) bits (one unsigned 64-bit word on the wire)
@@ -74,7 +97,7 @@ DECODINGS = ("shifted", "centred")
 
 
 #: Declared dropout fraction when none is given (shuffle protocol: ``summation_parameters``,
-#: :func:`shuffledp.protocol_params.derive_params`, ``shuffledp setup`` and ``shuffledp
+#: :func:`shuffledp.protocol.params.derive_params`, ``shuffledp setup`` and ``shuffledp
 #: account summation``). The noise is planned for n_min = ceil((1 - 0.05) n) users, so up to
 #: n - n_min lost or removed users do not make the release refused; when all n are present
 #: the summed noise has Polya shape n / n_min, variance about 1.053 times that of dropout 0
@@ -284,7 +307,7 @@ def delta_split(epsilon: float, delta: float, n: int, m: int) -> tuple[float, fl
     charged to the Polya sampler.
 
     The Polya noise comes from exact tables whose law is within ``SAMPLER_TV_MAX`` of the
-    ideal per draw (:mod:`shuffledp.encoders.polya`; two draws per coordinate, at most n
+    ideal per draw (:mod:`shuffledp.encoders.noise.polya`; two draws per coordinate, at most n
     users, m coordinates). If a mechanism is (eps, delta_mix)-DP and another is within total
     variation tau of it on every input, the latter is (eps, delta_mix + (1 + e^eps) tau)-DP;
     here tau <= 2 n m SAMPLER_TV_MAX by coupling. Raises ValueError if that part is not
@@ -476,7 +499,6 @@ def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, n
         )
     levels = None
     if grid is not None:
-        from shuffledp.grid import Grid
 
         if not isinstance(grid, Grid):
             try:

@@ -10,7 +10,7 @@ References
 
 from __future__ import annotations
 
-from shuffledp.accounting.metric_shuffle import (
+from shuffledp.accounting.metric.shuffle import (
     emd_itemwise,
     emd_itemwise_alpha0,
     thm43_validity_limit,

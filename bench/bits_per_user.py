@@ -31,12 +31,12 @@ import numpy as np
 
 from shuffledp import Grid
 from shuffledp.accounting.summation import shares_needed
-from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
-from shuffledp.packed_round import frame_user
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.packed import frame_user
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.wire import pack_bits, unpack_bits
+from shuffledp.randomness import SecureRandom
 from shuffledp.users import UserDistributions
-from shuffledp.wire import pack_bits, unpack_bits
 
 N, EPS, DELTA = 50, 5.0, 1e-5
 

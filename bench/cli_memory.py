@@ -1,7 +1,7 @@
 """Peak memory of `shuffledp heatmap` against the estimate that its size refusal uses.
 
 Runs each configuration in a fresh process and prints the measured peak resident set size
-next to :func:`shuffledp.cli_common.heatmap_memory`; the estimate should stay above the
+next to :func:`shuffledp.cli.common.heatmap_memory`; the estimate should stay above the
 measurement (it is what `--allow-large` guards). Takes about a minute.
 
     python bench/cli_memory.py
@@ -16,9 +16,9 @@ import tempfile
 
 import numpy as np
 
-from shuffledp.cli_common import heatmap_memory
+from shuffledp.cli.common import heatmap_memory
 from shuffledp.grid import Grid
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.params import derive_params
 
 WRAPPER = (
     "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "

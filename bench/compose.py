@@ -24,9 +24,9 @@ from __future__ import annotations
 import sys
 import time
 
-from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
 from shuffledp.accounting.compose import Accountant
-from shuffledp.accounting.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
 from shuffledp.accounting.summation import summation_parameters
 
 DELTA = 1e-6

@@ -19,10 +19,10 @@ import time
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.backend import default_partitioning, shuffle_and_sum
 from shuffledp.datasets import synthetic_mixture
-from shuffledp.protocol import shuffle_heatmap
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.dask_backend import default_partitioning, shuffle_and_sum
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.runner import shuffle_heatmap
 
 
 def _peak_rss_mb() -> float:

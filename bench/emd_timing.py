@@ -1,4 +1,4 @@
-"""Time the exact grid EMD (shuffledp.analyzers.metrics.emd) at several grid sizes.
+"""Time the exact grid EMD (shuffledp.analyzers.heatmap.metrics.emd) at several grid sizes.
 
 Two kinds of inputs per size N x N:
 
@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from shuffledp.analyzers.heatmap import gaussian_heatmap
-from shuffledp.analyzers.metrics import EMD_METHODS, emd
+from shuffledp.analyzers.heatmap.metrics import EMD_METHODS, emd
+from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.grid import Grid
 

@@ -8,7 +8,7 @@ and the extrapolation to the full run.
    the release) gives the number of sub-queries, each one's vector length T and shard count.
 2. For shard sizes s in ``--sizes`` the *real* secure aggregation runs on the first s users of
    the largest sub-query (their one-hot + Polya vectors, mod 2^32, 10% dropping in round 2):
-   :func:`shuffledp.analyzers.federated.federated_histogram` with ``aggregation="secagg"``,
+   :func:`shuffledp.protocol.federated.federated_histogram` with ``aggregation="secagg"``,
    all clients and the server simulated in this one process.
 3. Cost model (from a profile at s = 400): a client does O(s) X25519 agreements, HKDF
    derivations and ChaCha20 masks of T words, plus Shamir sharing of its two secrets to s
@@ -40,9 +40,8 @@ import numpy as np
 from federated_tables import city
 from scipy.optimize import nnls
 
-from shuffledp.analyzers.federated import federated_histogram
-from shuffledp.analyzers.federated_tree import adaptive_histogram
-from shuffledp.crypto import SecureRandom
+from shuffledp.protocol.federated import adaptive_histogram, federated_histogram
+from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import shamir
 
 N, S_MAX, DROP, EPS = 100_000, 10_000, 0.10, 1.0

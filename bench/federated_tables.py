@@ -26,13 +26,14 @@ import time
 
 import numpy as np
 
-from shuffledp.analyzers.federated_baselines import (
+from shuffledp.analyzers.federated.baselines import central_tree_histogram, local_rr_histogram
+from shuffledp.analyzers.federated.tree import mse
+from shuffledp.protocol.federated import (
+    adaptive_histogram,
     central_adaptive_histogram,
-    central_tree_histogram,
-    local_rr_histogram,
+    flat_histogram,
     quadtree_histogram,
 )
-from shuffledp.analyzers.federated_tree import adaptive_histogram, flat_histogram, mse
 
 
 def city(n: int, side: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

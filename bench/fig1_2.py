@@ -18,13 +18,13 @@ import argparse
 
 import numpy as np
 
-from shuffledp.analyzers.baselines import laplace_baseline
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.heatmap import gaussian_heatmap
-from shuffledp.analyzers.metrics import all_metrics
+from shuffledp.analyzers.heatmap.baselines import laplace_baseline
+from shuffledp.analyzers.heatmap.central import central_heatmap
+from shuffledp.analyzers.heatmap.metrics import all_metrics
+from shuffledp.analyzers.heatmap.release import normalise
+from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 from shuffledp.datasets import synthetic_mixture
 from shuffledp.grid import Grid
-from shuffledp.release import normalise
 
 METHODS = ("ours", "laplace", "top_1%", "top_0.1%")
 

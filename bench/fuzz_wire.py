@@ -2,9 +2,9 @@
 
 Every case builds the honest batches of 4 users (2x2 grid, n = 4, declared dropout 0.5 so a
 release needs >= 2 users), mutates either one user's batch on its way to the shuffler or
-the mixed batch on its way to the analyzer, runs :class:`shuffledp.shuffler.Shuffler` and
-:func:`shuffledp.analyzer_io.accumulate_mixed` with the count check of
-:meth:`~shuffledp.analyzers.modular.ModularAccumulator.modular_sums`, and classifies:
+the mixed batch on its way to the analyzer, runs :class:`shuffledp.protocol.shuffler.Shuffler` and
+:func:`shuffledp.protocol.analyzer_input.accumulate_mixed` with the count check of
+:meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`, and classifies:
 
 - ``rejected``: the analyzer refused (WireError / ReleaseRefused), nothing released;
 - ``dropped``: the shuffler rejected or dropped the mutated batch (counted in its report)
@@ -15,7 +15,7 @@ the mixed batch on its way to the analyzer, runs :class:`shuffledp.shuffler.Shuf
   edited batch itself, decrypted: the edit reached the shuffler as a complete, valid batch
   and was kept as its sender's input. Expected only for ``copy_from_other`` when the edited
   batch arrives before the batch it copied from (the shuffler keeps the first of two
-  batches sharing a record, :mod:`shuffledp.shuffler` "Copied records"): an attacker who
+  batches sharing a record, :mod:`shuffledp.protocol.shuffler` "Copied records"): an attacker who
   can edit a batch in transit can as well replace it by one encrypted to the analyzer's
   public key, so this is input substitution, which a user batch without sender
   authentication cannot prevent;
@@ -44,18 +44,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.analyzer_io import accumulate_mixed
-from shuffledp.analyzers.modular import ReleaseRefused, check_participation
-from shuffledp.crypto import (
+from shuffledp.analyzers.heatmap.modular import ReleaseRefused, check_participation
+from shuffledp.protocol.analyzer_input import accumulate_mixed
+from shuffledp.protocol.crypto import (
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     generate_mac_key,
     public_bytes,
 )
-from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import Shuffler
-from shuffledp.wire import (
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.wire import (
     HEADER_SIZE,
     KIND_USER,
     KIND_USER_ENC,
@@ -296,8 +296,8 @@ def _exact(w: World, sums: np.ndarray, n_users: int, extra: np.ndarray | None = 
 
 def _edited_sums(w: World, path: str, subs) -> list[np.ndarray]:
     """Share sums of the submitted batches that are not honest ones but open completely."""
-    from shuffledp.crypto import decrypt_records
-    from shuffledp.wire import unpack_records
+    from shuffledp.protocol.crypto import decrypt_records
+    from shuffledp.protocol.wire import unpack_records
 
     honest = set(w.batches[(path, "this")])
     out = []

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from shuffledp.encoders.metric_mechanisms import GKRR
+from shuffledp.encoders.metric.mechanisms import GKRR
 
 
 def main() -> None:

@@ -41,8 +41,8 @@ import time
 
 import numpy as np
 
-from shuffledp.analyzers.metric_linear import priv_emd_linear, query_value
-from shuffledp.encoders.metric_spaces import sphere_space
+from shuffledp.analyzers.metric.linear import priv_emd_linear, query_value
+from shuffledp.encoders.metric.spaces import sphere_space
 
 MILES = math.pi * 3958.8
 

@@ -5,9 +5,9 @@ t items, distance r inside a cluster, 1 across), runs
 
 * metric: :func:`shuffledp.analyzers.freq_est_local` with GKRR, alpha0 the largest value
   whose Thm 4.4 alpha does not exceed the target (local: Thm 6.6; central: Cor. 6.8),
-* baselines, local model: :func:`shuffledp.analyzers.metric_freq.user_level_krr` (one
+* baselines, local model: :func:`shuffledp.analyzers.metric.user_level.user_level_krr` (one
   sampled item per user through epsilon-k-RR; ``err_base``) and
-  :func:`shuffledp.analyzers.hadamard_response.user_level_hadamard` (one sampled item
+  :func:`shuffledp.analyzers.metric.hadamard_response.user_level_hadamard` (one sampled item
   through epsilon-Hadamard response, the mechanism family of Lemma 6.4; ``err_hr``),
 * baseline, central model: the Laplace mechanism of Lemma 6.7 on the pooled normalised
   histogram, calibrated HERE as Lap(2 / (n epsilon)) per cell (replacing one user's m items
@@ -49,8 +49,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shuffledp.analyzers.hadamard_response import user_level_hadamard
-from shuffledp.analyzers.metric_freq import freq_est_local, product_emd
+from shuffledp.analyzers.metric.freq import freq_est_local, product_emd
+from shuffledp.analyzers.metric.hadamard_response import user_level_hadamard
 
 
 @dataclass(frozen=True)

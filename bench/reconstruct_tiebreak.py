@@ -40,9 +40,9 @@ import scipy.optimize
 import scipy.sparse as sp
 
 from shuffledp.accounting.budget import level_budgets
-from shuffledp.analyzers.central import measured_levels, noisy_counts
-from shuffledp.analyzers.metrics import emd
-from shuffledp.analyzers.reconstruct import reconstruct_details
+from shuffledp.analyzers.heatmap.central import measured_levels, noisy_counts
+from shuffledp.analyzers.heatmap.metrics import emd
+from shuffledp.analyzers.heatmap.reconstruct import reconstruct_details
 from shuffledp.datasets import PointTable, load_snap, synthetic_mixture
 from shuffledp.grid import Grid
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from shuffledp.accounting.budget import level_budgets
-from shuffledp.analyzers.central import measured_levels, noisy_counts
-from shuffledp.analyzers.reconstruct import reconstruct_details
+from shuffledp.analyzers.heatmap.central import measured_levels, noisy_counts
+from shuffledp.analyzers.heatmap.reconstruct import reconstruct_details
 from shuffledp.grid import Grid
 from shuffledp.users import UserDistributions
 

@@ -1,7 +1,7 @@
 """Cost of the deployment path: per-message X25519 + ChaCha20-Poly1305 encryption to the analyzer.
 
 Each message gets a fresh ephemeral X25519 key (so ciphertexts of one user are unlinkable),
-HKDF-SHA256 and a ChaCha20-Poly1305 seal of the share (shuffledp.shuffler.encrypt_records);
+HKDF-SHA256 and a ChaCha20-Poly1305 seal of the share (shuffledp.protocol.shuffler.encrypt_records);
 the analyzer does one X25519 exchange per message to open it. Prints the measured cost per
 message (encrypt, decrypt, envelope check by the shuffler), the bytes per encrypted message,
 and the extrapolation to one user at the Fig. 12 setting (320x240, n=50, eps=5, delta=1e-5).
@@ -17,16 +17,16 @@ import time
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.crypto import (
+from shuffledp.protocol.crypto import (
     decrypt_records,
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     public_bytes,
 )
-from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import Shuffler
-from shuffledp.wire import KIND_USER_ENC, Header, encode_batch
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ References
 from __future__ import annotations
 
 from shuffledp import Grid
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.params import derive_params
 
 
 def main() -> None:

@@ -24,10 +24,10 @@ import argparse
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.metrics import all_metrics
+from shuffledp.analyzers.heatmap.central import central_heatmap
+from shuffledp.analyzers.heatmap.metrics import all_metrics
 from shuffledp.datasets import synthetic_mixture
-from shuffledp.protocol import shuffle_heatmap
+from shuffledp.protocol.runner import shuffle_heatmap
 
 
 def main() -> None:

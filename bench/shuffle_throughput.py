@@ -44,7 +44,7 @@ import json, resource, sys, time
 import numpy as np
 from shuffledp import Grid
 from shuffledp.datasets import synthetic_mixture
-from shuffledp.protocol import shuffle_heatmap
+from shuffledp.protocol.runner import shuffle_heatmap
 B, n, wire = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "wire"
 users = synthetic_mixture(n, rng=0).to_users(Grid(320, 240))
 t = time.perf_counter()
@@ -68,12 +68,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from shuffledp import Grid
-    from shuffledp.analyzers.modular import ModularAccumulator
-    from shuffledp.crypto import SecureRandom
+    from shuffledp.analyzers.heatmap.modular import ModularAccumulator
     from shuffledp.datasets import synthetic_mixture
     from shuffledp.encoders.encoder import encode_shares, messages
-    from shuffledp.protocol_params import derive_params
-    from shuffledp.shuffler import secure_shuffle
+    from shuffledp.protocol.params import derive_params
+    from shuffledp.randomness import SecureRandom, secure_shuffle
 
     grid = Grid(320, 240)
     users = synthetic_mixture(args.n, rng=0).to_users(grid)

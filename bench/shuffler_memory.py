@@ -1,6 +1,6 @@
 """Shuffler peak memory at 2000 users (64x64, B=256, encrypted) and analyzer decryption speed.
 
-1. Shuffler: a fresh subprocess builds a :class:`shuffledp.shuffler.Shuffler` (encrypted,
+1. Shuffler: a fresh subprocess builds a :class:`shuffledp.protocol.shuffler.Shuffler` (encrypted,
    ``memory_limit`` 512 MiB, bucket files under ``--workdir``), submits ``--users`` synthetic
    encrypted user batches and streams the mixed batch to /dev/null, then prints its peak
    resident set size (``ru_maxrss``). The batches are SYNTHETIC: valid headers and exactly r
@@ -10,7 +10,7 @@
    are the same. The mixed batch is ~12.5 GB and the bucket files take as much in
    ``--workdir`` while it runs.
 2. Analyzer: real encrypted messages, decrypted by
-   :func:`shuffledp.analyzer_io.accumulate_mixed` with 1 and 2 worker processes, against
+   :func:`shuffledp.protocol.analyzer_input.accumulate_mixed` with 1 and 2 worker processes, against
    the pre-change single-thread loop (``decrypt_records`` of commit c15f5af, HKDF objects
    per message) when git can show it. Wall-clock figures depend on the machine being idle.
 
@@ -34,10 +34,10 @@ SHUFFLER = r"""
 import json, os, resource, sys, time
 import numpy as np
 from shuffledp import Grid
-from shuffledp.protocol_params import derive_params
-from shuffledp.crypto import encrypted_record_bytes, generate_mac_key
-from shuffledp.shuffler import Shuffler
-from shuffledp.wire import KIND_USER_ENC, Header
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.crypto import encrypted_record_bytes, generate_mac_key
+from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.wire import KIND_USER_ENC, Header
 users, workdir, limit = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 p = derive_params(Grid(64, 64), 2000, epsilon=5.0, delta=1e-5, B=256)
 rb = encrypted_record_bytes(p)
@@ -84,15 +84,15 @@ def _old_module():
 
 def analyzer(messages: int) -> None:
     from shuffledp import Grid
-    from shuffledp.analyzer_io import accumulate_mixed
-    from shuffledp.crypto import (
+    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.protocol.crypto import (
         encrypt_records,
         encrypted_record_bytes,
         generate_analyzer_key,
         public_bytes,
     )
-    from shuffledp.protocol_params import derive_params
-    from shuffledp.wire import KIND_MIXED_ENC, Header, encode_batch
+    from shuffledp.protocol.params import derive_params
+    from shuffledp.protocol.wire import KIND_MIXED_ENC, Header, encode_batch
 
     p = derive_params(Grid(4, 4), 1000, epsilon=5.0, delta=1e-5, B=256)
     key = generate_analyzer_key()

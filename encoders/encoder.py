@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from shuffledp._rng import RngLike
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.polya import polya_difference
+from shuffledp.encoders.noise.polya import polya_difference
 from shuffledp.encoders.rounding import level_entries
 from shuffledp.encoders.sharing import share
-from shuffledp.encoders.words import noise_source
-from shuffledp.protocol_params import ProtocolParams
+from shuffledp.protocol.crypto import encrypt_records, encrypted_record_bytes
+from shuffledp.protocol.params import ProtocolParams
+from shuffledp.protocol.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
+from shuffledp.randomness import RngLike, SecureRandom, noise_source
 from shuffledp.users import UserDistributions
 
 
@@ -78,7 +78,7 @@ def noisy_vectors(
     """Dense z'^j = z^j + (X - Y) for the selected users, shape (len(select), m), int64 (step 3).
 
     The Polya noise comes from the exact table sampler
-    (:func:`shuffledp.encoders.polya.polya_difference`): ``rng=None`` or a SecureRandom draws
+    (:func:`shuffledp.encoders.noise.polya.polya_difference`): ``rng=None`` or a SecureRandom draws
     it from the cryptographically secure generator; a seed or Generator makes a reproducible
     research run. ``noise=False`` returns z^j (for tests and diagnostics only; not private).
     """
@@ -168,8 +168,6 @@ def frame_messages(
     encrypted to the analyzer (deployment path); without it the batch is plaintext, a
     simulation aid only (whoever relays it reads every share).
     """
-    from shuffledp.crypto import encrypt_records, encrypted_record_bytes
-    from shuffledp.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
 
     if analyzer_public is None:
         h = Header(KIND_USER, params.record_bytes, params.digest, records.size)

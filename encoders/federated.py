@@ -10,7 +10,7 @@ would fall short of the calibration). The mod-m reduction commutes with the modu
 the l1 sensitivity of one user's one-hot vector under the neighbour relation: 1 (add/remove
 a user), 2 (replace).
 
-Noise is drawn by the exact Polya table sampler of :mod:`shuffledp.encoders.polya` from the
+Noise is drawn by the exact Polya table sampler of :mod:`shuffledp.encoders.noise.polya` from the
 cryptographically secure generator unless ``rng`` is a seed (research simulation).
 
 References
@@ -28,11 +28,9 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp._rng import RngLike
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.polya import polya_difference
-from shuffledp.encoders.words import noise_source
+from shuffledp.encoders.noise.polya import polya_difference
+from shuffledp.randomness import RngLike, SecureRandom, noise_source
 
 
 def noise_parameters(epsilon: float, neighbour: Neighbour | str,

@@ -34,21 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shuffledp import _validation as v
-
-ROUNDING_RULES = ("floor", "largest_remainder")
-
-
-def check_rounding(rounding: str) -> str:
-    """Validate a rounding rule name."""
-    if rounding not in ROUNDING_RULES:
-        raise ValueError(f"rounding must be one of {ROUNDING_RULES}, got rounding={rounding!r}")
-    return rounding
-
-
-def check_scale(B: int) -> int:
-    """Validate the integer scaling factor B >= 1."""
-    return v.count("B", B, 1)
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.summation import ROUNDING_RULES, check_rounding, check_scale  # noqa: F401
 
 
 def sensitivity(B: int, neighbour: str = "replace") -> int:
@@ -57,7 +44,6 @@ def sensitivity(B: int, neighbour: str = "replace") -> int:
     ``neighbour`` is a :class:`~shuffledp.accounting.guarantee.Neighbour` or its token:
     2B for replace-one (n public), B for zero-out and add/remove.
     """
-    from shuffledp.accounting.guarantee import Neighbour
 
     return Neighbour.parse(neighbour).level_sensitivity(check_scale(B))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from shuffledp.crypto import SecureRandom, check_modulus  # noqa: F401  (re-exported)
+from shuffledp.randomness import SecureRandom, check_modulus
 
 
 def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None) -> np.ndarray:

@@ -42,23 +42,23 @@ from shuffledp.accounting import (
     summation_parameters,
 )
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzer_io import release_mixed
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.metric_freq import freq_est_local
-from shuffledp.analyzers.metric_itemwise import priv_emd_itemwise
-from shuffledp.analyzers.metric_linear import priv_emd_linear
-from shuffledp.analyzers.metric_reduction import bounded_emd_reduction
-from shuffledp.analyzers.modular import ReleaseRefused
+from shuffledp.analyzers.heatmap.central import central_heatmap
+from shuffledp.analyzers.heatmap.modular import ReleaseRefused
+from shuffledp.analyzers.heatmap.release import HeatmapRelease
+from shuffledp.analyzers.metric.freq import freq_est_local
+from shuffledp.analyzers.metric.itemwise import priv_emd_itemwise
+from shuffledp.analyzers.metric.linear import priv_emd_linear
+from shuffledp.analyzers.metric.reduction import bounded_emd_reduction
 from shuffledp.analyzers.privhist import AnonHistogram, privhist
-from shuffledp.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.encoders.encoder import user_batch
 from shuffledp.grid import Grid
-from shuffledp.protocol import shuffle_heatmap
-from shuffledp.protocol_params import ProtocolParams, derive_params
-from shuffledp.release import HeatmapRelease
-from shuffledp.shuffler import Shuffler
+from shuffledp.protocol.analyzer_input import release_mixed
+from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
+from shuffledp.protocol.params import ProtocolParams, derive_params
+from shuffledp.protocol.runner import shuffle_heatmap
+from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.wire import WireError
 from shuffledp.users import UserDistributions
-from shuffledp.wire import WireError
 
 __version__ = "0.1.0"
 __all__ = [

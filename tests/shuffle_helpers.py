@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from shuffledp import Grid, UserDistributions
-from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.protocol.params import ProtocolParams, derive_params
 
 
 def params_for(

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 from shuffledp import Grid, UserDistributions
-from shuffledp.backend import (
+from shuffledp.encoders.encoder import noisy_vectors
+from shuffledp.protocol.dask_backend import (
     Partitioning,
     coordinate_blocks,
     local_partitioned_sums,
     partition_streams,
 )
-from shuffledp.encoders.encoder import noisy_vectors
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.params import derive_params
 
 
 def _setup(n=40):
@@ -46,7 +46,7 @@ def test_local_plan_sums_equal_the_noisy_vectors_exactly():
 
 def test_dask_backend_equals_local_plan_on_a_local_cluster():
     distributed = pytest.importorskip("distributed")
-    from shuffledp.backend import dask_sums
+    from shuffledp.protocol.dask_backend import dask_sums
 
     params, users = _setup()
     part = Partitioning(3, 5)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from shuffledp.analyzers.baselines import laplace_baseline
-from shuffledp.analyzers.metrics import emd
+from shuffledp.analyzers.heatmap.baselines import laplace_baseline
+from shuffledp.analyzers.heatmap.metrics import emd
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])

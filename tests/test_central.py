@@ -9,8 +9,8 @@ import scipy.stats
 from shuffledp import Grid, UserDistributions
 from shuffledp.accounting.budget import level_budgets, start_level
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.central import central_heatmap, measured_levels, noisy_counts
-from shuffledp.encoders.noise import (
+from shuffledp.analyzers.heatmap.central import central_heatmap, measured_levels, noisy_counts
+from shuffledp.encoders.noise.laplace import (
     discrete_laplace,
     discrete_laplace_parameter,
     discrete_laplace_pmf,

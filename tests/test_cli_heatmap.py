@@ -138,7 +138,7 @@ def test_absurd_sizes_are_refused_before_allocating(tmp_path, args, msg):
 
 
 def test_allow_large_overrides_the_refusal(tmp_path, monkeypatch):
-    from shuffledp import cli_common
+    from shuffledp.cli import common as cli_common
 
     monkeypatch.setattr(cli_common, "MAX_MEMORY_BYTES", 1)
     args = ["heatmap", "--grid", "8", "--n", "20", "--no-metrics", "--quiet",

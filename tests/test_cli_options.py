@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from shuffledp import cli_common
+from shuffledp.cli import common as cli_common
 from shuffledp.cli import main
 
 
@@ -50,7 +50,7 @@ def test_every_command_goes_through_the_one_error_path():
 
 
 def test_an_unexpected_error_in_account_is_one_line(monkeypatch):
-    from shuffledp import cli_account
+    from shuffledp.cli import account as cli_account
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")

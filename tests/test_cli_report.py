@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.cli import main
 from shuffledp.grid import Grid
-from shuffledp.release import HeatmapRelease
 
 COMMON = {"model", "release", "epsilon", "delta", "neighbour", "grid", "guarantee",
           "parameters", "protocol"}

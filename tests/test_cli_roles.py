@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from shuffledp.cli import main
-from shuffledp.cli_roles import PLAINTEXT_WARNING
+from shuffledp.cli.roles import PLAINTEXT_WARNING
 
 
 def run(*args: str, code: int = 0):
@@ -362,7 +362,7 @@ def test_readme_role_commands_run_as_written(tmp_path, monkeypatch):
                                      ("zero_out", "zero out one user's contribution (n public)")],
                          ids=["replace", "zero_out"])
 def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
-    from shuffledp.protocol_params import ProtocolParams
+    from shuffledp.protocol.params import ProtocolParams
 
     params = _setup(tmp_path, "--neighbour", nb)
     p = ProtocolParams.from_json(params.read_text())
@@ -415,7 +415,7 @@ def test_shuffle_with_only_non_batch_entries_names_them(plain_run, tmp_path):
 def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_path):
     # issue 18, item 3: a batch whose header counts fewer records than r m was dropped with
     # an empty `rejected` in the report; it is `incomplete` now, a cut one `truncated`
-    from shuffledp.wire import HEADER_SIZE, Header
+    from shuffledp.protocol.wire import HEADER_SIZE, Header
 
     d = plain_run
     bdir = _copy_batches(d / "b", tmp_path / "b", 3)
@@ -435,7 +435,7 @@ def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_pat
 def test_setup_declares_a_nonzero_dropout_by_default(tmp_path):
     # issue 18, item 1: `setup` planned the noise for all n users unless told otherwise, so
     # one lost user sank the round; the default (documented in --help) leaves headroom
-    from shuffledp.protocol_params import DEFAULT_DROPOUT
+    from shuffledp.protocol.params import DEFAULT_DROPOUT
 
     res = run("setup", "--grid", "4x4", "--n", 40, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
               "--out", tmp_path, "--plaintext-simulation", "--no-keys")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shuffledp.analyzers.heatmap import COLORMAP, gaussian_heatmap, render_png
+from shuffledp.analyzers.heatmap.render import COLORMAP, gaussian_heatmap, render_png
 
 
 def brute_force_heatmap(p: np.ndarray, sigma: float) -> np.ndarray:

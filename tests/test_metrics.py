@@ -16,7 +16,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shuffledp.analyzers.metrics import EMD_METHODS, KL_EPS, all_metrics, cc, emd, kl, l1, mse, sim
+from shuffledp.analyzers.heatmap.metrics import (
+    EMD_METHODS,
+    KL_EPS,
+    all_metrics,
+    cc,
+    emd,
+    kl,
+    l1,
+    mse,
+    sim,
+)
 from shuffledp.grid import Grid
 
 
@@ -80,7 +90,7 @@ def test_network_simplex_with_ties_and_degenerate_supplies():
 
 
 def test_network_simplex_agrees_with_highs_on_a_larger_grid():
-    from shuffledp.analyzers.heatmap import gaussian_heatmap
+    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 
     rng = np.random.default_rng(4)
     p, q = random_pair(rng, 40, 48, power=8.0)
@@ -91,7 +101,7 @@ def test_network_simplex_agrees_with_highs_on_a_larger_grid():
 
 @pytest.mark.slow
 def test_emd_matches_pot_32x24_gaussian_filtered():
-    from shuffledp.analyzers.heatmap import gaussian_heatmap
+    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 
     rng = np.random.default_rng(3)
     p, q = random_pair(rng, 24, 32, power=8.0)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from shuffledp import Grid
-from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.encoder import encode_shares
-from shuffledp.packed_round import LAYOUTS, accumulate, frame_user, mix, user_batch_bytes
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.packed import LAYOUTS, accumulate, frame_user, mix, user_batch_bytes
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.wire import WireError, decode_batch
+from shuffledp.randomness import SecureRandom
 from shuffledp.users import UserDistributions
-from shuffledp.wire import WireError, decode_batch
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_fig12_point_b256_headline_sizes():
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_shuffle_heatmap_over_packed_layouts_matches_v2_and_reports_written_bytes(layout):
-    from shuffledp.protocol import shuffle_heatmap
+    from shuffledp.protocol.runner import shuffle_heatmap
 
     rng = np.random.default_rng(7)
     users = UserDistributions.from_pixels(Grid(16, 12), np.arange(8),

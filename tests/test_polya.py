@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from shuffledp.encoders.noise import discrete_laplace_pmf
-from shuffledp.encoders.polya import (
+from shuffledp.encoders.noise.laplace import discrete_laplace_pmf
+from shuffledp.encoders.noise.polya import (
     polya,
     polya_difference,
     polya_difference_sum_pmf,

@@ -18,7 +18,7 @@ from shuffledp.analyzers.privhist import (
     write_frequency_list,
 )
 from shuffledp.analyzers.privhist.mechanism import low_privacy, split_parameters
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 
 
 def test_forms_round_trip():

@@ -29,7 +29,7 @@ from shuffledp.analyzers.privhist import (
     sorted_l1,
 )
 from shuffledp.analyzers.privhist import baselines as bl
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 
 
 def partitions(n, largest=None):

@@ -33,7 +33,7 @@ import pytest
 
 from shuffledp.analyzers.privhist import AnonHistogram, sorted_l1, split_histogram
 from shuffledp.analyzers.privhist.mechanism import budget_split, split_parameters
-from shuffledp.encoders.noise import dl_rational
+from shuffledp.encoders.noise.laplace import dl_rational
 
 ZMAX = 60
 EPS = 10.0  # low-privacy regime; paper split eps1 = eps2 = eps/3 keeps M small (3-4)

@@ -11,16 +11,16 @@ import pytest
 from shuffle_helpers import params_for, random_users
 
 from shuffledp import Grid, UserDistributions
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.modular import (
+from shuffledp.analyzers.heatmap.central import central_heatmap
+from shuffledp.analyzers.heatmap.modular import (
     ModularAccumulator,
     ReleaseRefused,
     decode_centred,
     level_counts_from_sums,
 )
 from shuffledp.encoders.encoder import encode_shares, noisy_vectors
-from shuffledp.protocol import shuffle_heatmap
-from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.protocol.params import ProtocolParams, derive_params
+from shuffledp.protocol.runner import shuffle_heatmap
 from shuffledp.pyramid import flatten, level_counts
 
 
@@ -174,7 +174,7 @@ def test_noise_converges_to_the_central_laplace_and_estimates_agree():
     for c, t in zip(counts, truth, strict=True):
         assert np.abs(c - t).max() <= n / B
 
-    from shuffledp.analyzers.metrics import emd
+    from shuffledp.analyzers.heatmap.metrics import emd
 
     truth_map = users.aggregate() / n
     e_shuffle, e_central = [], []

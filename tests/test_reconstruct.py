@@ -13,7 +13,11 @@ import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shuffledp.analyzers.reconstruct import effective_start, reconstruct, reconstruct_details
+from shuffledp.analyzers.heatmap.reconstruct import (
+    effective_start,
+    reconstruct,
+    reconstruct_details,
+)
 from shuffledp.grid import Grid
 from shuffledp.pyramid import level_counts
 

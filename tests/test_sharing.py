@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from shuffledp.crypto import SecureRandom
 from shuffledp.encoders.sharing import reconstruct_shares, share
+from shuffledp.randomness import SecureRandom
 
 # Statistical tests use SecureRandom.for_testing(seed): a fixed ChaCha20 key, so each test is
 # deterministic; with a fresh key each would fail with probability ALPHA.
@@ -132,8 +132,8 @@ def test_secure_random_rekeys_after_fork():
 
 def test_keystream_counter_starts_at_zero(monkeypatch):
     # Regression: a random 32-bit block counter could overflow before the 2^30-byte re-key.
-    import shuffledp.crypto as crypto
+    import shuffledp.randomness as randomness
 
-    monkeypatch.setattr(crypto.os, "urandom", lambda n: b"\xff" * n)
-    src = crypto.SecureRandom()
+    monkeypatch.setattr(randomness.os, "urandom", lambda n: b"\xff" * n)
+    src = randomness.SecureRandom()
     assert len(src.bytes(1 << 20)) == 1 << 20

@@ -11,20 +11,19 @@ from scipy import stats
 from shuffle_helpers import params_for, random_users
 
 from shuffledp import Grid
-from shuffledp.analyzers.modular import ModularAccumulator
-from shuffledp.crypto import (
-    SecureRandom,
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+from shuffledp.encoders.encoder import encode_shares, messages
+from shuffledp.protocol.crypto import (
     decrypt_records,
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     public_bytes,
 )
-from shuffledp.encoders.encoder import encode_shares, messages
-from shuffledp.protocol import user_batches
-from shuffledp.protocol_params import derive_params
-from shuffledp.shuffler import Shuffler, secure_permutation, secure_shuffle, shuffle_batches
-from shuffledp.wire import (
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.runner import user_batches
+from shuffledp.protocol.shuffler import Shuffler, shuffle_batches
+from shuffledp.protocol.wire import (
     KIND_USER,
     KIND_USER_ENC,
     Header,
@@ -32,6 +31,7 @@ from shuffledp.wire import (
     encode_batch,
     unpack_records,
 )
+from shuffledp.randomness import SecureRandom, secure_permutation, secure_shuffle
 
 GRID = Grid(6, 5)
 
@@ -127,7 +127,7 @@ def test_analyzer_rejects_out_of_range_messages(setup):
     rec[0] = (p.m + 3) << p.share_bits
     assert acc.add_records(rec) == 1
     assert acc.rejected == 1
-    from shuffledp.analyzers.modular import ReleaseRefused
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
 
     with pytest.raises(ReleaseRefused, match="did not receive"):
         acc.modular_sums(1)
@@ -265,7 +265,7 @@ def _spliced(p, batches):
 
 
 def _sums(p, key, order):
-    from shuffledp.analyzer_io import accumulate_mixed
+    from shuffledp.protocol.analyzer_input import accumulate_mixed
 
     s = Shuffler(p, encrypted=True)
     for k, b in enumerate(order):
@@ -331,8 +331,8 @@ def test_duplicate_ephemeral_key_within_a_batch_is_rejected(enc_setup):
 def test_record_from_another_run_fails_authentication(enc_setup):
     # regression: two runs with the same numbers had the same digest, so a ciphertext of one
     # run decrypted fine in the other
-    from shuffledp.analyzer_io import release_mixed
-    from shuffledp.analyzers.modular import ReleaseRefused
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
+    from shuffledp.protocol.analyzer_input import release_mixed
 
     p, key, batches = enc_setup
     other = params_for(Grid(3, 2), n=4, B=2, dropout=0.5)
@@ -355,9 +355,9 @@ def test_record_from_another_run_fails_authentication(enc_setup):
 
 
 def test_mixed_batch_counts_are_authenticated(enc_setup):
-    from shuffledp.analyzer_io import accumulate_mixed
-    from shuffledp.crypto import generate_mac_key
-    from shuffledp.wire import WireError
+    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.protocol.crypto import generate_mac_key
+    from shuffledp.protocol.wire import WireError
 
     p, key, batches = enc_setup
     mk = generate_mac_key()
@@ -378,7 +378,7 @@ def test_mixed_batch_counts_are_authenticated(enc_setup):
     with pytest.raises(ValueError, match="32 raw bytes"):
         accumulate_mixed(p, mixed, key=b"short", mac_key=mk)
     # a header whose n_users disagrees with its n_records is refused before any decryption
-    from shuffledp.wire import Header, encode_batch
+    from shuffledp.protocol.wire import Header, encode_batch
 
     h = Header(4, encrypted_record_bytes(p), p.digest, p.messages_per_user, 2, 0)
     with pytest.raises(WireError, match="header counts disagree"):
@@ -399,7 +399,7 @@ def test_streaming_shuffle_spills_to_files_and_returns_a_permutation(setup, tmp_
                                                                     monkeypatch):
     import os
 
-    import shuffledp.shuffler as sh
+    import shuffledp.protocol.shuffler as sh
 
     p, _, batches = setup
     monkeypatch.setattr(sh, "_MIN_MEMORY_LIMIT", 64)
@@ -419,7 +419,7 @@ def test_bucket_shuffle_is_uniform(setup, monkeypatch):
     # position of one marked record over 2000 mixes with 8+ buckets: chi-square over 16 bins
     # at p > 1e-6 (false-failure rate 1e-6), fixed test key; buckets kept in memory here
     # (the spill to files is tested above)
-    import shuffledp.shuffler as sh
+    import shuffledp.protocol.shuffler as sh
 
     p, _, batches = setup
     monkeypatch.setattr(sh, "_MIN_MEMORY_LIMIT", 64)
@@ -443,7 +443,7 @@ def test_bucket_shuffle_is_uniform(setup, monkeypatch):
 
 
 def test_siphash_matches_published_vectors():
-    from shuffledp.crypto import siphash24
+    from shuffledp.protocol.crypto import siphash24
 
     key = bytes(range(16))
     msg = np.frombuffer(bytes(range(15)), np.uint8).reshape(1, -1)
@@ -455,7 +455,7 @@ def test_message_key_is_rfc5869_hkdf():
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    from shuffledp.crypto import _INFO, _message_key
+    from shuffledp.protocol.crypto import _INFO, _message_key
 
     shared, eph, rec = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 96))
     ref = HKDF(hashes.SHA256(), 32, salt=None, info=_INFO + eph + rec).derive(shared)
@@ -463,7 +463,7 @@ def test_message_key_is_rfc5869_hkdf():
 
 
 def test_parallel_decryption_gives_the_same_exact_sums(enc_setup):
-    from shuffledp.analyzer_io import accumulate_mixed
+    from shuffledp.protocol.analyzer_input import accumulate_mixed
 
     p, key, batches = enc_setup
     s = Shuffler(p, encrypted=True)
@@ -527,7 +527,7 @@ def test_reordered_copy_under_another_sender_cannot_veto_the_release(enc_no_head
     # another id, made the shuffler drop both as duplicate_record, and the analyzer (noise
     # planned for all n users) then refused the whole round. Now the copy is a replay
     # whichever comes first, never takes one of the n places, and the release is exact.
-    from shuffledp.analyzer_io import accumulate_mixed, release_mixed
+    from shuffledp.protocol.analyzer_input import accumulate_mixed, release_mixed
 
     p, key, batches = enc_no_headroom
     copy = _reordered(p, batches[0])
@@ -556,7 +556,7 @@ def test_partial_copy_after_the_original_cannot_knock_it_out(enc_no_headroom):
     # issue 18, item 1: one record of an honest batch copied into an attacker's otherwise
     # valid batch, submitted later: the attacker's batch goes, the honest one stays, and the
     # honest users' release is exact (the old rule removed both and the round was refused)
-    from shuffledp.analyzer_io import accumulate_mixed, release_mixed
+    from shuffledp.protocol.analyzer_input import accumulate_mixed, release_mixed
 
     p, key, batches = enc_no_headroom
     forged = _spliced(p, [batches[3], batches[0]])  # batch 3 with one record of batch 0
@@ -575,7 +575,7 @@ def test_partial_copy_after_the_original_cannot_knock_it_out(enc_no_headroom):
                                   want.accumulator.modular_sums(3))
     p_headroom = params_for(Grid(3, 2), n=4, B=2, dropout=0.25)
     assert p_headroom.n_min == 3  # with a declared dropout the honest three are released
-    from shuffledp.analyzers.modular import ReleaseRefused
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
 
     with pytest.raises(ReleaseRefused, match="n_min = 4"):  # dropout 0: no headroom at all
         release_mixed(p, mixed, key=key, workers=1)
@@ -592,7 +592,7 @@ def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
     # issue 18, item 3: a too-short batch (well-formed header counting fewer records) was
     # dropped with nothing in `rejected`; every submission not forwarded now has exactly one
     # named reason there
-    from shuffledp.shuffler import REJECT_REASONS
+    from shuffledp.protocol.shuffler import REJECT_REASONS
 
     p, batches = (enc_setup[0], enc_setup[2]) if encrypted else (setup[0], setup[2])
     rb = encrypted_record_bytes(p) if encrypted else p.record_bytes
@@ -623,8 +623,8 @@ def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
 def test_default_dropout_leaves_headroom_so_one_lost_user_does_not_sink_the_round():
     # issue 18, item 1: the default declared dropout was 0, so a single user lost or removed
     # by the shuffler made the analyzer refuse the round (noise planned for all n users)
-    from shuffledp.analyzer_io import release_mixed
-    from shuffledp.protocol_params import DEFAULT_DROPOUT
+    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.protocol.params import DEFAULT_DROPOUT
 
     grid = Grid(3, 2)
     p = derive_params(grid, 20, epsilon=2.0, delta=1e-5, B=2)

@@ -15,9 +15,10 @@ import scipy.stats
 from click.testing import CliRunner
 
 from shuffledp import sweep as sw
+from shuffledp.sweep import run as sweep_run
 from shuffledp.cli import main
 from shuffledp.grid import Grid
-from shuffledp.protocol_params import derive_params
+from shuffledp.protocol.params import derive_params
 
 TINY = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0)
 
@@ -68,7 +69,7 @@ def test_resume_skips_done_runs(tmp_path, monkeypatch):
         calls.append(run.key)
         return real(run, rng)
 
-    monkeypatch.setattr(sw, "run_one", counting)
+    monkeypatch.setattr(sweep_run, "run_one", counting)
     sw.run_sweep("w", [4, 8], tmp_path, repeats=1, base=TINY, seed=1)
     assert len(calls) == 4
     calls.clear()
@@ -247,7 +248,7 @@ def test_a_run_killed_mid_write_is_run_again(tmp_path, monkeypatch):
     path.write_text("".join(lines[:-1]) + lines[-1][:40])
     calls = []
     real = sw.run_one
-    monkeypatch.setattr(sw, "run_one", lambda run, rng=None: calls.append(run) or real(run, rng))
+    monkeypatch.setattr(sweep_run, "run_one", lambda run, rng=None: calls.append(run) or real(run, rng))
     sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
     assert len(calls) == 1 and calls[0].key == lines[-1].split(",")[0]
     rows = _rows(tmp_path)
@@ -279,7 +280,7 @@ def test_dropout_sweep_plans_noise_for_the_survivors(tmp_path):
 
 
 def test_dropout_users_really_drop(monkeypatch):
-    import shuffledp.protocol as protocol
+    import shuffledp.protocol.runner as protocol
 
     seen = {}
     real = protocol.shuffle_heatmap

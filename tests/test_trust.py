@@ -21,17 +21,17 @@ from shuffle_helpers import params_for, random_users
 from shuffledp import Grid
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.summation import delta_split, shares_needed
-from shuffledp.analyzers.central import central_heatmap
-from shuffledp.analyzers.modular import ModularAccumulator, analyze
-from shuffledp.crypto import SecureRandom
+from shuffledp.analyzers.heatmap.central import central_heatmap
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator, analyze
 from shuffledp.encoders.encoder import encode_shares, encode_user
-from shuffledp.encoders.noise import (
+from shuffledp.encoders.noise.laplace import (
     discrete_laplace_exact,
     discrete_laplace_pmf,
     dl_rational,
 )
-from shuffledp.encoders.polya import SAMPLER_TV_MAX, polya_difference, polya_table
-from shuffledp.protocol_params import ProtocolParams, derive_params
+from shuffledp.encoders.noise.polya import SAMPLER_TV_MAX, polya_difference, polya_table
+from shuffledp.protocol.params import ProtocolParams, derive_params
+from shuffledp.randomness import SecureRandom
 
 
 # ----------------------------------------------------------------- r vs split-and-mix
@@ -166,7 +166,7 @@ def test_zero_out_shuffle_matches_central_add_remove_like_for_like():
 def test_every_shuffle_release_names_its_relation():
     grid = Grid(8, 8)
     users = random_users(grid, 6)
-    from shuffledp.protocol import shuffle_heatmap
+    from shuffledp.protocol.runner import shuffle_heatmap
 
     for nb in (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT):
         p = derive_params(grid, 6, epsilon=2.0, delta=1e-5, B=8, neighbour=nb)
@@ -202,7 +202,7 @@ def test_shares_split_the_noisy_vector_not_the_rounded_one():
 
 
 def test_shuffle_release_without_seed_is_private_and_with_seed_is_marked():
-    from shuffledp.protocol import shuffle_heatmap
+    from shuffledp.protocol.runner import shuffle_heatmap
 
     grid = Grid(8, 8)
     users = random_users(grid, 6)

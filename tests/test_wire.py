@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shuffledp.wire import (
+from shuffledp.protocol.wire import (
     HEADER_SIZE,
     KIND_MIXED,
     KIND_USER,
@@ -113,7 +113,7 @@ def test_header_validation():
 @given(st.integers(min_value=1, max_value=8), st.data())
 @settings(max_examples=100, deadline=None)
 def test_pack_unpack_any_record_width(rb, data):
-    from shuffledp.wire import pack_records, unpack_records
+    from shuffledp.protocol.wire import pack_records, unpack_records
 
     vals = np.asarray(
         data.draw(st.lists(st.integers(min_value=0, max_value=2 ** (8 * rb) - 1), max_size=50)),
@@ -131,7 +131,7 @@ def test_pack_unpack_any_record_width(rb, data):
 
 
 def test_mixed_batch_tag_keyed_and_unkeyed():
-    from shuffledp.wire import KIND_MIXED_ENC
+    from shuffledp.protocol.wire import KIND_MIXED_ENC
 
     key = bytes(range(32))
     rec = np.arange(6, dtype=np.uint32)

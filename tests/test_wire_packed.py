@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuffledp import Grid
-from shuffledp.protocol_params import derive_params
-from shuffledp.wire import (
+from shuffledp.protocol.params import derive_params
+from shuffledp.protocol.wire import (
     HEADER_SIZE,
     KIND_MIXED_PACKED,
     KIND_USER,
@@ -128,7 +128,7 @@ def test_packed_bytes_per_user_is_what_the_wire_writes():
 
 
 def test_coordinate_major_flag_only_on_packed_kinds_and_survives_tagging():
-    from shuffledp.wire import FLAG_COORD_MAJOR, KIND_MIXED
+    from shuffledp.protocol.wire import FLAG_COORD_MAJOR, KIND_MIXED
 
     with pytest.raises(ValueError, match="flags=2 on kind 2"):
         Header(KIND_MIXED, 4, DIGEST, 1, flags=FLAG_COORD_MAJOR)

@@ -47,15 +47,14 @@ from scipy.optimize import isotonic_regression
 
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
 from shuffledp.analyzers.privhist.mechanism import (
     PrivHistRelease,
     _effective,
     geometric,
 )
-from shuffledp.encoders.noise import discrete_laplace_for
-from shuffledp.encoders.words import is_seeded, noise_source
+from shuffledp.encoders.noise.laplace import discrete_laplace_for
+from shuffledp.randomness import SEEDED_NOTE, is_seeded, noise_source
 
 TOTAL_SHARE = 0.1  # eps1 / eps when the public length is derived from the noisy total
 MAX_LENGTH = 1 << 26  # K or C above this would need > 0.5 GB: use privhist() instead

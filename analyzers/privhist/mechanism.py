@@ -22,7 +22,7 @@ run on the prevalence form so that no step touches the n items one by one:
    isotonic regression (weights (s_i - s_{i-1})^2), rounding.
 
 Exact noise. Every geometric variable is the exact discrete Laplace sampler of [CKS20]_
-(:func:`shuffledp.encoders.noise.discrete_laplace_for`, parameter exp(-s/t) with
+(:func:`shuffledp.encoders.noise.laplace.discrete_laplace_for`, parameter exp(-s/t) with
 s/t <= eps_i). The Laplace of step H4 runs on an integer query: d_i phi^{v}_{s_i+} =
 d_i phi^u_{s_i+} + sum_{s_{i-1} < j < s_i} phi^u_j (j - s_{i-1}) (d_i = s_i - s_{i-1}) is an
 integer whose value moves by exactly 1 (one coordinate) between neighbours. It is scaled by a
@@ -60,15 +60,12 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from shuffledp import _validation as v
-from shuffledp._rng import RngLike
 from shuffledp.accounting.compose import Accountant
 from shuffledp.accounting.events import DiscreteLaplace, EpsDelta, Sequential
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.central import SEEDED_NOTE
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.noise import discrete_laplace_for, dl_rational
-from shuffledp.encoders.words import is_seeded, noise_source
+from shuffledp.encoders.noise.laplace import discrete_laplace_for, dl_rational
+from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, is_seeded, noise_source
 
 THEOREM = (
     "Suresh, Differentially private anonymized histograms, NeurIPS 2019: PrivHist, Thm 1, "

@@ -51,6 +51,7 @@ from scipy.special import gammaln
 
 from shuffledp import _validation as v
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram
+from shuffledp.analyzers.privhist.linear import miller_madow_entropy, sgt_unseen
 from shuffledp.analyzers.privhist.mechanism import PrivHistRelease
 
 
@@ -104,7 +105,6 @@ def distance_to_uniformity(h: AnonHistogram, n: int, k: int) -> float:
 def entropy_miller_madow(h: AnonHistogram, n: int) -> float:
     """Plug-in entropy + (S - 1) / (2n) in nats ([Miller55]_), S = labels seen (0 if empty);
     :func:`shuffledp.analyzers.privhist.linear.miller_madow_entropy`."""
-    from shuffledp.analyzers.privhist.linear import miller_madow_entropy
 
     return miller_madow_entropy(as_histogram("h", h), v.count("n", n))
 
@@ -113,7 +113,6 @@ def coverage_unbiased(h: AnonHistogram, n: int, m: int) -> float:
     """Support coverage at m samples: exactly unbiased for m <= n; for m > n the (smoothed,
     t > 1) Good-Toulmin extrapolation of :func:`shuffledp.analyzers.privhist.linear.sgt_unseen`.
     """
-    from shuffledp.analyzers.privhist.linear import sgt_unseen
 
     h = as_histogram("h", h)
     n = v.count("n", n)

@@ -20,7 +20,7 @@ last message into the client's next one (bytes in, bytes out, :mod:`.messages`):
    in both lists, a user not in U2, fewer survivors than t, or omits the client itself:
    revealing both shares of one user would let the server unmask that user's input.
 
-Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.crypto.SecureRandom`
+Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.randomness.SecureRandom`
 (there is no seed parameter).
 
 References
@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
 from shuffledp.secagg.prg import expand

@@ -58,7 +58,7 @@ import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
 from shuffledp.secagg.client import (

@@ -43,7 +43,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 
 P = 2**255 - 19
 SECRET_BYTES = 32

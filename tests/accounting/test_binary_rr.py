@@ -7,9 +7,9 @@ import math
 import pytest
 from exact_shuffle import exact_shuffle_divergence, krr_row
 
-from shuffledp.accounting.binary_rr import _worst, binary_rr_shuffle_exact
-from shuffledp.accounting.clones import shuffle_ldp, variation_ratio_numerical
-from shuffledp.accounting.krr_lower import krr_lower_epsilon
+from shuffledp.accounting.shuffle_ldp.binary_rr import _worst, binary_rr_shuffle_exact
+from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp, variation_ratio_numerical
+from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
 
 
 def enumerated_worst(n, eps0, eps):

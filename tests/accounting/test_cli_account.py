@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from shuffledp.cli_account import account
+from shuffledp.cli.account import account
 
 
 def run(*args):
@@ -193,7 +193,7 @@ def test_emd_itemwise_delta_out_cap():
 def test_summation_refuses_what_protocol_params_refuses(args, reason):
     # issue 7 item 4: these printed parameter sets that ProtocolParams rejects (or crashed)
     from shuffledp.grid import Grid
-    from shuffledp.protocol_params import derive_params
+    from shuffledp.protocol.params import derive_params
 
     kw = {"--epsilon": "1", "--delta": "1e-12"}
     kw.update(dict(zip(args[::2], args[1::2])))

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from shuffledp.accounting.events import DiscreteLaplace, ShuffledKRR
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.cli import main as _main  # noqa: F401  (registers the commands)
-from shuffledp.cli_account import account
+from shuffledp.cli.account import account
 
 
 def _report(path, event=None, **g):

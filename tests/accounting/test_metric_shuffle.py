@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shuffledp.accounting.metric_shuffle import (
+from shuffledp.accounting.metric.shuffle import (
     alpha_sup_numeric,
     asymptotic_alpha0,
     composition_alpha,

@@ -24,7 +24,7 @@ from shuffledp.accounting.budget import (
     target_std,
 )
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.reductions import (
+from shuffledp.accounting.metric.reductions import (
     discrete_group_privacy,
     reduction_alpha,
     reduction_epsilon,

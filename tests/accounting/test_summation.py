@@ -172,7 +172,7 @@ SWEEP = [
 
 
 def test_summation_accepts_iff_protocol_params_accept():
-    from shuffledp.protocol_params import derive_params
+    from shuffledp.protocol.params import derive_params
 
     reasons = []
     for kw in SWEEP:
@@ -189,7 +189,7 @@ def test_summation_accepts_iff_protocol_params_accept():
 
 def test_headroom_at_least_one():
     # t = 0 (ProtocolParams needs decode_low >= 1) became t = 1: accepted by both
-    from shuffledp.protocol_params import derive_params
+    from shuffledp.protocol.params import derive_params
 
     p = summation_parameters(n=2, epsilon=60.0, delta=1e-3, B=1, grid="1x1")
     assert p.headroom == 1 and p.decode_low == 1 and p.q == 2 * 1 + 2 * 1 + 1

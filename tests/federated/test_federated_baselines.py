@@ -4,13 +4,13 @@ local randomised response."""
 import numpy as np
 import pytest
 
-from shuffledp.analyzers.federated_baselines import (
+from shuffledp.analyzers.federated.baselines import (
     central_tree_histogram,
     geometric_budget,
     local_rr_histogram,
-    quadtree_histogram,
     tree_least_squares,
 )
+from shuffledp.protocol.federated import quadtree_histogram
 
 
 def test_geometric_budget_sums_to_epsilon_and_grows_by_cube_root_two():
@@ -61,7 +61,7 @@ def test_central_adaptive_adds_one_discrete_laplace_per_entry():
     ((1-a)/(1+a))^T < 1e-6) and within k = the 1e-6 union-bound quantile (false < 2e-6)."""
     import math
 
-    from shuffledp.analyzers.federated_baselines import central_adaptive_histogram
+    from shuffledp.protocol.federated import central_adaptive_histogram
 
     g = np.random.default_rng(3)
     rows = np.clip(np.round(g.normal(20, 3, 20000)), 0, 31).astype(int)
@@ -89,7 +89,7 @@ def test_rr_weights_realise_at_most_epsilon_exactly(eps):
     of w_in would exceed it (the floor is tight)."""
     import mpmath
 
-    from shuffledp.encoders.metric_mechanisms import rr_weights
+    from shuffledp.encoders.metric.mechanisms import rr_weights
 
     w_in, w_out = rr_weights(eps)
     with mpmath.workdps(50):

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.federated import FederatedRefused, federated_histogram
+from shuffledp.analyzers.federated.histogram import FederatedRefused
 from shuffledp.encoders.federated import client_update, noise_parameters
-from shuffledp.encoders.noise import discrete_laplace_pmf
-from shuffledp.encoders.polya import polya_difference_sum_pmf
+from shuffledp.encoders.noise.laplace import discrete_laplace_pmf
+from shuffledp.encoders.noise.polya import polya_difference_sum_pmf
+from shuffledp.protocol.federated import federated_histogram
 
 
 @pytest.mark.parametrize("n_min,eps,nb", [(5, 1.0, "add_remove"), (20, 0.5, "replace")])
@@ -50,7 +51,7 @@ def test_the_polya_tables_total_variation_is_charged_to_delta():
     """Not pure eps: 60 clients x 16 entries x 2 table draws, each within SAMPLER_TV_MAX of
     the ideal Polya law, give (1 + e) 1920 SAMPLER_TV_MAX (the simulated path: 2 draws per
     entry per shard)."""
-    from shuffledp.encoders.polya import SAMPLER_TV_MAX
+    from shuffledp.encoders.noise.polya import SAMPLER_TV_MAX
 
     cells = np.arange(60) % 16
     for agg, draws in (("plain", 2 * 60 * 16), ("simulate", 2 * 3 * 16)):
@@ -128,7 +129,7 @@ def test_multi_location_rounding_is_unbiased_with_its_l1_bound(rounding):
 
 
 def test_federated_locations_end_to_end():
-    from shuffledp.analyzers.federated import federated_locations
+    from shuffledp.protocol.federated import federated_locations
 
     g = np.random.default_rng(2)
     users = [(g.integers(0, 16, 5), g.random(5) + 0.1) for _ in range(400)]
@@ -145,7 +146,7 @@ def test_simulated_shard_noise_has_the_law_of_the_clients_sum():
     """Polya variables with one a add their shapes: the sum of k clients' X - Y with
     X, Y ~ Polya(1/n_min, a) equals Polya(k/n_min, a) - Polya(k/n_min, a) in law, exactly
     (explicit convolutions, k = 7 survivors of n_min = 5)."""
-    from shuffledp.encoders.polya import polya_pmf
+    from shuffledp.encoders.noise.polya import polya_pmf
 
     k, n_min, a = 7, 5, float(np.exp(-0.5))
     _, clients = polya_difference_sum_pmf(k, 1.0 / n_min, a, 300)
@@ -167,8 +168,8 @@ def test_simulate_path_matches_counts_and_guarantee():
 
 
 def test_device_update_is_the_secure_path_and_refuses_a_seed():
-    from shuffledp.crypto import SecureRandom
     from shuffledp.encoders.federated import device_update
+    from shuffledp.randomness import SecureRandom
 
     v = device_update(2, 5, 1.0, 10, 1 << 16)
     assert v.shape == (5,) and v.dtype == np.int64 and ((v >= 0) & (v < 1 << 16)).all()

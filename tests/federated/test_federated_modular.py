@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from shuffledp.encoders.federated import noise_parameters
-from shuffledp.encoders.polya import polya_difference_sum_pmf
+from shuffledp.encoders.noise.polya import polya_difference_sum_pmf
 
 
 def _residue_pmf(x: int, m: int, a: mpmath.mpf) -> list:

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.federated_tree import PartitionTree, adaptive_histogram
+from shuffledp.analyzers.federated.tree import PartitionTree
+from shuffledp.protocol.federated import adaptive_histogram
 
 
 def test_longest_matching_prefix_with_partial_and_orphaned_nodes():
@@ -128,7 +129,7 @@ def test_eq7_printed_factor_ignores_shards_and_the_texts_meaning_divides_by_sqrt
     sqrt(ceil(S_max/U)) only in "printed"."""
     import math
 
-    from shuffledp.analyzers.federated_tree import eq7_target
+    from shuffledp.analyzers.federated.tree import eq7_target
 
     assert eq7_target(0.5, 100_000, 100, 10_000) == 0.5 * 1000
     assert eq7_target(0.5, 100_000, 100, 10_000, "shards") == pytest.approx(

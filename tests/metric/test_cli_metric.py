@@ -44,7 +44,7 @@ def test_freq_writes_release_and_report(data, tmp_path):
         rep["guarantee"]["epsilon"] * 0.25)
     assert rep["release"] == "reproducible evaluation" and (rep["n"], rep["m"]) == (200, 1000)
     # the reported error is the exact d_EM between the release and the input's histogram
-    from shuffledp.analyzers.metric_freq import product_emd
+    from shuffledp.analyzers.metric.freq import product_emd
 
     truth = np.bincount(users.ravel(), minlength=K) / users.size
     assert rep["errors"]["gkrr"]["emd"] == pytest.approx(
@@ -126,7 +126,7 @@ def points(tmp_path):
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_linear_writes_release_and_report(points, tmp_path, noise):
-    from shuffledp.encoders.metric_spaces import grid_space
+    from shuffledp.encoders.metric.spaces import grid_space
 
     path, xy = points
     out = tmp_path / noise

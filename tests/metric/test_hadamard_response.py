@@ -14,12 +14,12 @@ import pytest
 from scipy.stats import chisquare
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.hadamard_response import (
+from shuffledp.analyzers.metric.freq import freq_est_local
+from shuffledp.analyzers.metric.hadamard_response import (
     hadamard_sample,
     hadamard_weights,
     user_level_hadamard,
 )
-from shuffledp.analyzers.metric_freq import freq_est_local
 
 
 def _members(K, k):

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.metric_shuffle import emd_itemwise
-from shuffledp.analyzers.central import SEEDED_NOTE
-from shuffledp.analyzers.metric_freq import freq_est_local, product_emd, user_level_krr
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import GKRR, realised_alpha0
-from shuffledp.encoders.metric_spaces import emd_histograms, product_space
+from shuffledp.accounting.metric.shuffle import emd_itemwise
+from shuffledp.analyzers.metric.freq import freq_est_local, product_emd
+from shuffledp.analyzers.metric.user_level import user_level_krr
+from shuffledp.encoders.metric.mechanisms import GKRR, realised_alpha0
+from shuffledp.encoders.metric.spaces import emd_histograms, product_space
+from shuffledp.randomness import SEEDED_NOTE, SecureRandom
 
 S, T, R_DIST = 3, 4, 0.25
 K = S * T

@@ -16,10 +16,10 @@ import pytest
 from scipy.stats import chisquare, norm
 
 from shuffledp.accounting.zcdp import metric_gaussian_delta, metric_gaussian_sigma2, zcdp_delta
-from shuffledp.analyzers.metric_linear import priv_emd_linear, query_value
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.gaussian import discrete_gaussian_exact, discrete_gaussian_pmf
-from shuffledp.encoders.metric_spaces import grid_space
+from shuffledp.analyzers.metric.linear import priv_emd_linear, query_value
+from shuffledp.encoders.metric.spaces import grid_space
+from shuffledp.encoders.noise.gaussian import discrete_gaussian_exact, discrete_gaussian_pmf
+from shuffledp.randomness import SecureRandom
 
 
 def test_discrete_gaussian_matches_its_pmf():

@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
-from shuffledp.accounting.metric_shuffle import emd_itemwise
-from shuffledp.analyzers.central import SEEDED_NOTE
-from shuffledp.analyzers.metric_itemwise import priv_emd_itemwise
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import GKRR, ExponentialMechanism
-from shuffledp.encoders.metric_spaces import grid_space
+from shuffledp.accounting.metric.shuffle import emd_itemwise
+from shuffledp.analyzers.metric.itemwise import priv_emd_itemwise
+from shuffledp.encoders.metric.mechanisms import GKRR, ExponentialMechanism
+from shuffledp.encoders.metric.spaces import grid_space
+from shuffledp.randomness import SEEDED_NOTE, SecureRandom
 
 
 def _users(n, m, k, seed=0):

@@ -12,16 +12,15 @@ import numpy as np
 import pytest
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.central import SEEDED_NOTE
-from shuffledp.analyzers.metric_linear import (
+from shuffledp.analyzers.metric.linear import (
     default_resolution,
     lipschitz_constant,
     priv_emd_linear,
     query_value,
 )
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_spaces import emd_datasets, grid_space, sphere_space
-from shuffledp.encoders.noise import dl_rational
+from shuffledp.encoders.metric.spaces import emd_datasets, grid_space, sphere_space
+from shuffledp.encoders.noise.laplace import dl_rational
+from shuffledp.randomness import SEEDED_NOTE, SecureRandom
 
 MILES = 3958.8
 
@@ -158,7 +157,7 @@ def test_bad_input(kwargs, err, match):
 def test_user_level_baseline_is_calibrated_to_the_range_of_f():
     """Under the discrete metric the Lipschitz constant is the l1 range of f, so the
     baseline's scale is range / eps (local) and range / (n eps) (central), under replace-one."""
-    from shuffledp.analyzers.metric_linear import user_level_linear
+    from shuffledp.analyzers.metric.linear import user_level_linear
 
     space = grid_space(5, 5)
     f = space.distances[:, 12]  # distance to the centre: range max(f) - min(f) = 0.5
@@ -176,7 +175,7 @@ def test_lemma_6_7_central_laplace_needs_scale_two_over_n_eps():
     1/n each (l1 = 2/n), so the privacy loss of Lap(1/(n eps)) is exactly 2 eps, attained.
     The library's baseline (the pooled histogram as a linear query under the discrete metric)
     uses scale 2/(n eps)."""
-    from shuffledp.analyzers.metric_linear import user_level_linear
+    from shuffledp.analyzers.metric.linear import user_level_linear
 
     n, m, k, eps = 50, 4, 6, 0.5
     before = np.zeros((n, m), dtype=int)

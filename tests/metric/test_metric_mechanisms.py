@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import (
+from shuffledp.encoders.metric.mechanisms import (
     GKRR,
     ExponentialMechanism,
     realised_alpha0,
     uniform_below,
 )
-from shuffledp.encoders.metric_spaces import grid_space, product_space
+from shuffledp.encoders.metric.spaces import grid_space, product_space
+from shuffledp.randomness import SecureRandom
 
 P_MIN = 1e-6
 
@@ -106,7 +106,7 @@ def test_generic_sampler_law_and_secure_default():
 
 def test_uniform_below_exact_law():
     t = np.full(300_000, 5, dtype=np.uint64)
-    from shuffledp.encoders.words import word_source
+    from shuffledp.randomness import word_source
 
     u = uniform_below(t, np.full(t.size, 64 - 3, dtype=np.uint64), word_source(11))
     assert u.max() < 5

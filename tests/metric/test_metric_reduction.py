@@ -7,11 +7,11 @@ import pytest
 from scipy.stats import chisquare
 
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.reductions import reduction_epsilon
-from shuffledp.analyzers.metric_linear import priv_emd_linear
-from shuffledp.analyzers.metric_reduction import bounded_emd_reduction, sample_with_replacement
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_spaces import grid_space
+from shuffledp.accounting.metric.reductions import reduction_epsilon
+from shuffledp.analyzers.metric.linear import priv_emd_linear
+from shuffledp.analyzers.metric.reduction import bounded_emd_reduction, sample_with_replacement
+from shuffledp.encoders.metric.spaces import grid_space
+from shuffledp.randomness import SecureRandom
 
 
 def _unbounded(seed=0, n=300, k=16):

@@ -4,7 +4,7 @@ import numpy as np
 import ot
 import pytest
 
-from shuffledp.encoders.metric_spaces import (
+from shuffledp.encoders.metric.spaces import (
     check_metric,
     emd_datasets,
     emd_histograms,

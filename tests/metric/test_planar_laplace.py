@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from shuffledp.crypto import SecureRandom
-from shuffledp.encoders.metric_mechanisms import (
+from shuffledp.encoders.metric.mechanisms import (
     PlanarLaplace,
     planar_laplace_cell_probabilities,
     realised_alpha0,
 )
+from shuffledp.randomness import SecureRandom
 
 
 def test_cell_probabilities_sum_to_one():

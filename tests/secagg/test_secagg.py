@@ -68,7 +68,7 @@ def test_shamir_any_t_shares_reconstruct_and_t_minus_1_reveal_nothing(monkeypatc
 
 
 def test_shamir_large_field_roundtrip():
-    from shuffledp.crypto import SecureRandom
+    from shuffledp.randomness import SecureRandom
 
     rng = SecureRandom()
     s = shamir.random_secret(rng)

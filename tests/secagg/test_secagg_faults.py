@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import pytest
 
-from shuffledp.crypto import SecureRandom
+from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import SecAggAborted, secure_sum, shamir
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg.server import COMMIT_BYTES, REVEAL

@@ -1,0 +1,278 @@
+"""The analyzer of the shuffle-model heatmap protocol ([Ghazi23]_ App. F, last bullet).
+
+For each coordinate a it sums the second components of all messages (a, w) over Z_q, in
+exact integer arithmetic and one streaming pass (:class:`ModularAccumulator`: two int64
+arrays of length m, whatever the number of messages), checks that every coordinate received
+exactly r messages per forwarded user, decodes the centred representative (the modulus has
+headroom, so sums in [0, B n] plus moderate noise decode exactly; the App. F choice q = B n
+would wrap), divides by B and hands the noisy level counts to Reconstruct ([Ghazi23]_ Alg. 2).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba
+import numpy as np
+
+from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
+from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.protocol.params import ProtocolParams
+from shuffledp.pyramid import unflatten
+
+THEOREM = (
+    "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, App. F (split & mix of Balle et "
+    "al., CCS 2020, Cor. 6 and Lemma 5.2); Polya differences summing to discrete Laplace "
+    "(Bagdasaryan et al., PoPETs 2022, Thm 4.2); per-level basic composition (Thm 3.1)"
+)
+
+
+class ReleaseRefused(RuntimeError):
+    """The analyzer refuses to release (too many dropouts, missing or rejected messages)."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - compiled
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    mm = np.uint64(m)
+    qq = np.uint64(q)
+    bad = 0
+    for i in range(rec.size):
+        v = np.uint64(rec[i])
+        a = v >> sb
+        w = v & mask
+        if a >= mm or w >= qq:
+            bad += 1
+            continue
+        acc[a] += np.int64(w)
+        cnt[a] += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_pairs(coord, share, m, q, acc, cnt):  # pragma: no cover - compiled
+    bad = 0
+    for i in range(coord.size):
+        a = np.int64(coord[i])
+        w = np.int64(share[i])
+        if a < 0 or a >= m or w < 0 or w >= q:
+            bad += 1
+            continue
+        acc[a] += w
+        cnt[a] += 1
+    return bad
+
+
+class ModularAccumulator:
+    """Streaming exact sums mod q per coordinate (O(m) memory, no float accumulation).
+
+    Feed packed records (:meth:`add_records`), decrypted (coordinate, share) pairs
+    (:meth:`add_pairs`) or, on the simulation path, dense share arrays (:meth:`add_shares`);
+    all three give identical sums for the same shares. Malformed messages (coordinate >= m or
+    share >= q) are counted in :attr:`rejected` and never summed. Large record chunks are
+    split over ``threads`` threads (numba kernels release the GIL), each with private O(m)
+    accumulators, merged exactly.
+    """
+
+    def __init__(self, params: ProtocolParams, threads: int | None = None) -> None:
+        if not isinstance(params, ProtocolParams):
+            raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
+        self.params = params
+        self.sums = np.zeros(params.m, dtype=np.int64)
+        self.counts = np.zeros(params.m, dtype=np.int64)
+        self.rejected = 0
+        self.messages = 0
+        self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
+
+    def _fold(self) -> None:
+        # keep the int64 sums far from overflow: reduce once they could exceed 2^62
+        if self.counts.max(initial=0) > (1 << 29):
+            self.sums %= self.params.q
+
+    def add_records(self, records: np.ndarray) -> int:
+        """Add packed messages ``(a << share_bits) | w``; returns the number rejected."""
+        rec = np.ascontiguousarray(records)
+        if rec.dtype not in (np.uint32, np.uint64) and rec.dtype.kind != "u":
+            raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
+        p = self.params
+        k = self.threads if rec.size >= (1 << 22) else 1
+        if k == 1:
+            bad = int(_accumulate_packed(rec, p.share_bits, p.m, p.q, self.sums, self.counts))
+        else:
+            # nogil kernels on k threads, each with private O(m) accumulators, then merged
+            parts = np.array_split(rec, k)
+            local = [(np.zeros(p.m, np.int64), np.zeros(p.m, np.int64)) for _ in parts]
+            with ThreadPoolExecutor(k) as ex:
+                bads = list(ex.map(
+                    lambda i: _accumulate_packed(parts[i], p.share_bits, p.m, p.q, *local[i]),
+                    range(k),
+                ))
+            bad = int(sum(bads))
+            for su, co in local:
+                self.sums += su % p.q
+                self.counts += co
+        self.rejected += bad
+        self.messages += rec.size
+        self._fold()
+        return bad
+
+    def add_pairs(self, coordinates: np.ndarray, shares: np.ndarray) -> int:
+        """Add decrypted messages (coordinate, share); returns the number rejected."""
+        c = np.ascontiguousarray(coordinates, dtype=np.int64)
+        s = np.ascontiguousarray(shares, dtype=np.int64)
+        if c.shape != s.shape:
+            raise ValueError(f"coordinates and shares differ in shape: {c.shape} vs {s.shape}")
+        p = self.params
+        bad = int(_accumulate_pairs(c, s, p.m, p.q, self.sums, self.counts))
+        self.rejected += bad
+        self.messages += c.size
+        self._fold()
+        return bad
+
+    def add_shares(self, shares: np.ndarray) -> None:
+        """Simulation path: add dense shares of shape (r, m) or (k, r, m) (k users, r each).
+
+        The shares are the encoder's own output, so they are in range by construction; the
+        sums are the same as if the messages had been packed, shuffled and streamed.
+        """
+        s = np.asarray(shares)
+        p = self.params
+        if s.shape[-2:] != (p.r, p.m):
+            raise ValueError(f"shares must end in (r, m) = {(p.r, p.m)}, got {s.shape}")
+        if s.max(initial=0) >= p.q:
+            raise ValueError("shares must be < q")
+        k = 1 if s.ndim == 2 else int(np.prod(s.shape[:-2]))
+        flat = s.reshape(-1, p.m)
+        self.sums += flat.sum(axis=0, dtype=np.uint64).astype(np.int64) % p.q
+        self.counts += k * p.r
+        self.messages += flat.size
+        self._fold()
+
+    def modular_sums(self, n_users: int) -> np.ndarray:
+        """sum of shares mod q per coordinate, after checking r messages per user per coordinate.
+
+        Raises :class:`ReleaseRefused` if any coordinate did not receive exactly r * n_users
+        messages (a missing, duplicated or rejected message would corrupt that sum).
+        """
+        p = self.params
+        expect = p.r * int(n_users)
+        wrong = np.flatnonzero(self.counts != expect)
+        if wrong.size:
+            a = int(wrong[0])
+            raise ReleaseRefused(
+                f"{wrong.size} coordinates did not receive r * n_users = {expect} messages "
+                f"(coordinate {a} got {int(self.counts[a])}; {self.rejected} messages rejected)"
+            )
+        return self.sums % p.q
+
+
+def decode_centred(sums: np.ndarray, params: ProtocolParams) -> np.ndarray:
+    """Centred representative ((s + decode_low) mod q) - decode_low, int64 (exact)."""
+    s = np.asarray(sums, dtype=np.int64)
+    return (s + params.decode_low) % params.q - params.decode_low
+
+
+def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.ndarray]:
+    """Decoded noisy level counts in user-mass units: centred sums / B, one array per level."""
+    z = decode_centred(sums, params).astype(float) / params.B
+    return unflatten(params.grid, z, params.start)
+
+
+def check_participation(params: ProtocolParams, n_users: int) -> None:
+    """Refuse to release when fewer than n_min users contributed or more than n.
+
+    With fewer than n_min users the Polya noise sums to less than the discrete Laplace the
+    guarantee rests on ([Bagdasaryan22]_ Sec. 4, dropouts); with more than n the headroom of
+    q is not guaranteed.
+    """
+    n_users = int(n_users)
+    if n_users < params.n_min:
+        raise ReleaseRefused(
+            f"only {n_users} users contributed; the noise is provisioned for at least "
+            f"n_min = {params.n_min} (n = {params.n}, declared dropout {params.dropout:g}). "
+            "Not releasing: re-run with a larger declared dropout fraction"
+        )
+    if n_users > params.n:
+        raise ReleaseRefused(
+            f"{n_users} users contributed, more than the n = {params.n} provisioned"
+        )
+
+
+def guarantee(params: ProtocolParams) -> Guarantee:
+    """The (eps, delta) shuffle-model guarantee the release carries.
+
+    The accounting record's guarantee (:mod:`shuffledp.accounting.summation`) when the
+    parameters came from it; otherwise (explicitly built parameters) an equivalent record.
+    """
+    summ = params.summation
+    if summ is not None and getattr(summ, "guarantee", None) is not None:
+        return summ.guarantee
+    return Guarantee(
+        notion="approximate",
+        model="shuffle",
+        epsilon=params.epsilon,
+        delta=params.delta,
+        neighbour=params.neighbour,
+        theorem=THEOREM,
+        parameters={
+            "level_epsilons": list(params.level_epsilons),
+            "level_sensitivities": list(params.level_sensitivities),
+            "q": params.q,
+            "r": params.r,
+            "n": params.n,
+            "n_min": params.n_min,
+            "wrap_probability": params.wrap_probability,
+            "delta_parts": dict(params.guarantee_delta_parts),
+        },
+    )
+
+
+def analyze(
+    params: ProtocolParams,
+    acc: ModularAccumulator,
+    n_users: int,
+    n_dropped: int = 0,
+    extra_protocol: dict[str, Any] | None = None,
+) -> HeatmapRelease:
+    """Turn the accumulated sums into a release (decode, divide by B, Reconstruct).
+
+    Raises :class:`ReleaseRefused` on too few users or a failed count check.
+    """
+    params.check_supported()
+    check_participation(params, n_users)
+    sums = acc.modular_sums(n_users)
+    counts = level_counts_from_sums(sums, params)
+    raw = reconstruct(counts, params.grid, params.start, params.w)
+    figures = params.figures()
+    figures.update(
+        n_users=int(n_users),
+        n_dropped=int(n_dropped),
+        messages_received=int(acc.messages),
+        messages_rejected=int(acc.rejected),
+    )
+    if extra_protocol:
+        figures.update(extra_protocol)
+    parameters = {
+        "mechanism": "DPSparseEMDAgg (shuffle, App. F)",
+        "reconstruct_tie_break": DEFAULT_TIE_BREAK,
+        "noise": "polya_difference",
+        "w": params.w,
+        "start_level": params.start,
+        "top_level": params.top,
+        "level_epsilons": list(params.level_epsilons),
+        "B": params.B,
+        "rounding": params.rounding,
+    }
+    return HeatmapRelease(params.grid, normalise(raw), raw, guarantee(params), parameters, figures)

@@ -1,0 +1,87 @@
+"""The record every heatmap release carries: estimate, guarantee and parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.grid import Grid
+
+
+@dataclass(frozen=True, eq=False)
+class HeatmapRelease:
+    """A private heatmap estimate with its privacy guarantee.
+
+    Attributes
+    ----------
+    grid : Grid
+    estimate : ndarray, shape (height, width)
+        The normalised non-negative estimate a_hat = s_hat / ||s_hat||_1 (Alg. 1, line 10);
+        uniform if s_hat is identically zero.
+    raw : ndarray, shape (height, width)
+        s_hat, the non-negative reconstruction in user-mass units before normalisation.
+    guarantee : Guarantee
+    parameters : Mapping
+        Mechanism parameters (epsilon split, w, start level, noise, B, ...).
+    protocol : Mapping
+        Protocol figures for shuffle-model releases (B, q, r, m, messages and bits per user,
+        n_users, n_dropped); empty for central releases.
+    """
+
+    grid: Grid
+    estimate: np.ndarray
+    raw: np.ndarray
+    guarantee: Guarantee
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    protocol: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
+        object.__setattr__(self, "protocol", MappingProxyType(dict(self.protocol)))
+
+    PRIVATE = "private"
+    REPRODUCIBLE = "reproducible evaluation, not a private release"
+
+    def to_report(self) -> dict[str, Any]:
+        """The fields every ``report.json`` of a heatmap release starts with.
+
+        ``shuffledp heatmap`` and ``shuffledp analyze`` both write this record, each adding
+        its own keys (metrics and baselines; the shuffler's report and the wire path).
+
+        Returns
+        -------
+        dict
+            ``model``, ``release``, ``epsilon``, ``delta``, ``neighbour`` (the relation in
+            words), ``grid`` (``{"width", "height"}``), ``guarantee``
+            (:meth:`Guarantee.to_dict`), ``parameters`` and ``protocol`` (empty for a central
+            release), as plain dicts. ``release`` is :attr:`REPRODUCIBLE` when the noise was
+            drawn from a caller's seed (``parameters["randomness"] == "seeded"``), else
+            :attr:`PRIVATE`.
+        """
+        g = self.guarantee
+        return {
+            "model": g.model,
+            "release": (self.REPRODUCIBLE if self.parameters.get("randomness") == "seeded"
+                        else self.PRIVATE),
+            "epsilon": g.epsilon,
+            "delta": g.delta,
+            "neighbour": str(g.neighbour),
+            "grid": {"width": self.grid.width, "height": self.grid.height},
+            "guarantee": g.to_dict(),
+            "parameters": dict(self.parameters),
+            "protocol": dict(self.protocol),
+        }
+
+
+def normalise(raw: np.ndarray) -> np.ndarray:
+    """s / ||s||_1 for a non-negative array; the uniform distribution if s is all zero."""
+    raw = np.asarray(raw, dtype=float)
+    total = raw.sum()
+    if total > 0:
+        return raw / total
+    return np.full(raw.shape, 1.0 / raw.size)

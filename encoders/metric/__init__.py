@@ -1,0 +1,2 @@
+"""Item-level metric DP on the user side: finite metric spaces and exact d_EM
+(:mod:`.spaces`), the randomizers (:mod:`.mechanisms`)."""

@@ -1,0 +1,306 @@
+"""Polya (negative binomial) noise with real shape, its two-sided difference, and an exact-table
+integer sampler driven by uniform 64-bit words.
+
+Definitions ([Bagdasaryan22]_ Sec. 4, Def. 4.1 and Thm 4.2):
+
+- Polya(s, a), shape s > 0 (real), a in (0, 1):
+  P(X = k) = Gamma(s + k) / (Gamma(s) k!) * a^k * (1 - a)^s, k = 0, 1, ...
+- Infinite divisibility: a sum of independent Polya(s_j, a) is Polya(sum_j s_j, a), and
+  Polya(1, a) is the geometric distribution (1 - a) a^k on {0, 1, ...}.
+- Hence if each of n users adds X_j - Y_j with X_j, Y_j i.i.d. Polya(1/n, a), the total
+  noise is Geom(a) - Geom(a), i.e. exactly the discrete Laplace DL(a) with pmf
+  (1 - a)/(1 + a) a^|k| ([Bagdasaryan22]_ Thm 4.2, eqs. 3-4). The parameter a must carry the
+  l1-sensitivity of the *scaled, rounded* vector, a = exp(-eps_i / Delta_i) (the text of
+  [Ghazi23]_ App. F writes exp(-eps_i); see docs/errata.md).
+- Dropout over-provisioning ([Bagdasaryan22]_ Sec. 4): with s = 1 / n_min the total is at
+  least DL(a) as long as at least n_min users contribute.
+
+Sampler
+-------
+:class:`PolyaTable` holds the distribution function of Polya(s, a) as 128-bit fixed-point
+thresholds ``T_k = 2^128 - ceil(2^128 S_k)`` with ``S_k = sum_{j > k} p_j`` computed in exact
+integer arithmetic (192 fractional bits; p_0 = (1 - a)^s by mpmath at 256 bits, then the
+recursion p_{k+1} = p_k a (s + k) / (k + 1) with s and a taken as the exact rationals their
+floats represent, each step rounded down). A sample is ``X = #{k : T_k <= U}`` for U uniform
+on [0, 2^128) built from two words (the second is read only when the first does not already
+decide X = 0, which is the common case for the small shapes of the protocol). The table stops
+at the first K with a provable tail sum_{j > K} p_j <= 2^-120; that mass is moved to X = 0.
+The total variation between the sampled law and Polya(s, a) is then at most
+:attr:`PolyaTable.tv_bound` = 2 (2^-120 + (K + 2) 2^-127 + (K + 2)^2 2^-190), at most
+:data:`SAMPLER_TV_MAX` ~ 2.5e-31 for any table built (K <= 2^24);
+(times 1/p_0 in the last term when s > 1);
+``tests/test_polya.py`` checks the implied pmf against an independent mpmath evaluation.
+No floating-point Gamma/Poisson draw is involved, so the same words give the same integers on
+every platform.
+
+Randomness: every sampler takes ``rng``: a :class:`~shuffledp.encoders.sharing.SecureRandom`
+or ``None`` (the cryptographically secure generator: deployment), or a seed / numpy Generator
+(reproducible research runs only).
+
+References
+----------
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+N. Valliappan,
+   "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import accumulate
+
+import mpmath
+import numba
+import numpy as np
+from scipy.special import gammaln
+
+from shuffledp import _validation as v
+from shuffledp.accounting.summation import POLYA_MAX_TABLE, POLYA_TAIL_BITS, SAMPLER_TV_MAX  # noqa: F401
+from shuffledp.randomness import RngLike, SecureRandom, run_stream_kernel, word_source
+
+_PREC = 192  # fractional bits of the exact pmf
+# the table limits and the total-variation charge they imply are the accountant's
+# (shuffledp.accounting.summation charges SAMPLER_TV_MAX per draw in every delta split)
+_TAIL_BITS = POLYA_TAIL_BITS
+_MAX_TABLE = POLYA_MAX_TABLE
+
+
+def _check_shape_a(shape: float, a: float) -> tuple[float, float]:
+    s = v.positive("shape", shape)
+    af = v.interval("a", float(a) if isinstance(a, np.floating) else a, 0.0, 1.0)
+    return s, af
+
+
+def _check_a_array(a: float | np.ndarray) -> np.ndarray:
+    a_arr = np.asarray(a, dtype=float)
+    bad = ~((a_arr > 0) & (a_arr < 1))
+    if np.any(bad):
+        raise ValueError(f"a must be in (0, 1), got a={a_arr[bad].flat[0]!r}")
+    return a_arr
+
+
+@dataclass(frozen=True, eq=False)
+class PolyaTable:
+    """128-bit fixed-point distribution table of Polya(shape, a) (see module docstring).
+
+    Attributes
+    ----------
+    shape, a : float
+    hi, lo : ndarray of uint64, shape (K,)
+        High and low words of the thresholds T_0 <= T_1 <= ... <= T_{K-1}.
+    tv_bound : float
+        Upper bound on the total variation distance between a sample and Polya(shape, a).
+    """
+
+    shape: float
+    a: float
+    hi: np.ndarray
+    lo: np.ndarray
+    tv_bound: float
+
+    @property
+    def size(self) -> int:
+        return int(self.hi.size)
+
+    def thresholds(self) -> list[int]:
+        """The thresholds T_k as Python integers (for exact checks)."""
+        return [(int(h) << 64) | int(l) for h, l in zip(self.hi, self.lo, strict=True)]
+
+    def implied_pmf(self) -> list[Fraction]:
+        """The exact law of the sampler: P(X = k) for k = 0..K as Fractions (sums to 1)."""
+        t = [0, *self.thresholds(), 1 << 128]
+        return [Fraction(t[k + 1] - t[k], 1 << 128) for k in range(len(t) - 1)]
+
+
+@functools.lru_cache(maxsize=64)
+def polya_table(shape: float, a: float) -> PolyaTable:
+    """The exact-table sampler of Polya(shape, a) (cached per (shape, a))."""
+    s, af = _check_shape_a(shape, a)
+    sn, sd = Fraction(s).as_integer_ratio()
+    an, ad = Fraction(af).as_integer_ratio()
+    one = 1 << _PREC
+    with mpmath.workprec(_PREC + 64):
+        p0 = mpmath.power(1 - mpmath.mpf(an) / ad, mpmath.mpf(sn) / sd)
+        p = int(mpmath.floor(p0 * one))
+    ps = [p]
+    # ratio p_{k+1}/p_k = a (s + k)/(k + 1); for k >= s - 1 it is <= rho_k = a max(1, (s+k)/(k+1))
+    # and non-increasing in k when s >= 1, <= a when s < 1, so tail(k) <= p_k rho/(1 - rho).
+    tail_cap = one >> _TAIL_BITS
+    k = 0
+    while True:
+        for _ in range(256):
+            p = p * an * (sn + k * sd) // (ad * sd * (k + 1))
+            k += 1
+            ps.append(p)
+        if k >= s - 1:
+            # rho = num / den; stop when (p + 1) rho <= tail_cap (1 - rho)
+            num = an * max(sn + k * sd, sd * (k + 1))
+            den = ad * sd * (k + 1)
+            if num < den and (p + 1) * num <= tail_cap * (den - num):
+                break
+        if k > _MAX_TABLE:
+            raise ValueError(
+                f"Polya(shape={s!r}, a={af!r}) needs a table of more than {_MAX_TABLE} entries; "
+                "a is too close to 1 (increase epsilon or lower the sensitivity)"
+            )
+    # S_k = sum_{j > k} p_j for k = 0..K-1 (exact integers), thresholds 2^128 - ceil(S_k/2^64)
+    tails = list(accumulate(reversed(ps[1:])))[::-1]
+    while tails and tails[-1] == 0:  # entries whose whole tail floored to 0 never fire
+        tails.pop()
+    shift = _PREC - 128
+    full = 1 << 128
+    th = [full - ((t + (1 << shift) - 1) >> shift) for t in tails]
+    mask = (1 << 64) - 1
+    hi = np.fromiter((t >> 64 for t in th), dtype=np.uint64, count=len(th))
+    lo = np.fromiter((t & mask for t in th), dtype=np.uint64, count=len(th))
+    K = len(ps)
+    # floors in the recursion: p_k is low by < (k + 1) 2^-192 when every ratio is <= 1;
+    # quantisation of each threshold: < 2^-128; tail: <= 2^-120.
+    # (for s > 1 the floors can grow by at most 1 / p_0 before the mode, hence the factor)
+    growth = 1.0 / min(1.0, ps[0] / one) if ps[0] else math.inf
+    tv = 2.0 * (2.0**-_TAIL_BITS + (K + 2) * 2.0**-127 + (K + 2) ** 2 * 2.0**-190 * growth)
+    return PolyaTable(s, af, hi, lo, tv)
+
+
+@numba.njit(cache=True, nogil=True)
+def _table_kernel(buf, i0, out, which, offs, sizes, t_hi, t_lo):  # pragma: no cover - compiled
+    """X = #{k : T_k <= U} with U = (hi word, lo word); lo read only when needed."""
+    nb = buf.size
+    pos = 0
+    for i in range(i0, out.size):
+        start = pos
+        if pos >= nb:
+            return i, start
+        u_hi = buf[pos]
+        pos += 1
+        o = offs[which[i]]
+        K = sizes[which[i]]
+        if K == 0 or u_hi < t_hi[o]:
+            out[i] = 0
+            continue
+        if pos >= nb:
+            return i, start
+        u_lo = buf[pos]
+        pos += 1
+        lo_i = 0
+        hi_i = K
+        while lo_i < hi_i:
+            mid = (lo_i + hi_i) // 2
+            th = t_hi[o + mid]
+            if th < u_hi or (th == u_hi and t_lo[o + mid] <= u_lo):
+                lo_i = mid + 1
+            else:
+                hi_i = mid
+        out[i] = lo_i
+    return out.size, pos
+
+
+def _sample_tables(tables: list[PolyaTable], which: np.ndarray, rng: RngLike | SecureRandom
+                   ) -> np.ndarray:
+    sizes = np.array([t.size for t in tables], dtype=np.int64)
+    offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    t_hi = np.concatenate([t.hi for t in tables]) if tables else np.empty(0, np.uint64)
+    t_lo = np.concatenate([t.lo for t in tables]) if tables else np.empty(0, np.uint64)
+    out = np.empty(which.size, dtype=np.int64)
+    run_stream_kernel(_table_kernel, out.size, word_source(rng), out, which, offs, sizes,
+                      t_hi, t_lo, words_per_sample=1.1)
+    return out
+
+
+def _tables_for(shape: float, a: float | np.ndarray, size: int) -> tuple[list, np.ndarray]:
+    a_arr = _check_a_array(a)
+    if a_arr.ndim == 0:
+        return [polya_table(shape, float(a_arr))], np.zeros(size, dtype=np.int64)
+    flat = np.broadcast_to(a_arr, (size,)) if a_arr.size != size else a_arr.ravel()
+    uniq, which = np.unique(flat, return_inverse=True)
+    return [polya_table(shape, float(x)) for x in uniq], which.ravel().astype(np.int64)
+
+
+def polya(
+    shape: float, a: float | np.ndarray, size: int, rng: RngLike | SecureRandom = None
+) -> np.ndarray:
+    """i.i.d. Polya(shape, a) variables (int64) from the exact table ([Bagdasaryan22]_ Def. 4.1).
+
+    Parameters
+    ----------
+    shape : float
+        Real shape s > 0 (1/n for n users' shares of one geometric variable).
+    a : float or ndarray
+        In (0, 1); an array of length ``size`` gives a per-coordinate a.
+    size : int
+    rng : SecureRandom, seed, Generator or None
+        ``None`` or a SecureRandom: the cryptographically secure generator (deployment);
+        a seed or Generator: reproducible research randomness.
+    """
+    _check_shape_a(shape, 0.5)
+    size = _size(size)
+    tables, which = _tables_for(shape, a, size)
+    return _sample_tables(tables, which, rng)
+
+
+def polya_difference(
+    shape: float, a: float | np.ndarray, size: int, rng: RngLike | SecureRandom = None
+) -> np.ndarray:
+    """X - Y with X, Y i.i.d. Polya(shape, a): one user's share of two-sided discrete Laplace.
+
+    With shape = 1/n the sum over n users is DL(a) ([Bagdasaryan22]_ Thm 4.2). X and Y come
+    from the exact table (:class:`PolyaTable`); the total variation to the ideal difference is
+    at most ``2 * polya_table(shape, a).tv_bound`` per coordinate.
+    """
+    _check_shape_a(shape, 0.5)
+    size = _size(size)
+    tables, which = _tables_for(shape, a, size)
+    xy = _sample_tables(tables, np.concatenate([which, which]), rng)
+    return xy[:size] - xy[size:]
+
+
+def polya_difference_tv_bound(shape: float, a: float | np.ndarray) -> float:
+    """Largest per-coordinate total variation of :func:`polya_difference` over the given a."""
+    a_arr = np.unique(_check_a_array(a))
+    return max(2.0 * polya_table(shape, float(x)).tv_bound for x in a_arr.ravel())
+
+
+def _size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ValueError(f"size must be an integer >= 0, got size={size!r}")
+    return int(size)
+
+
+def polya_pmf(k: np.ndarray, shape: float, a: float) -> np.ndarray:
+    """Exact P(X = k) for X ~ Polya(shape, a) ([Bagdasaryan22]_ eq. 1), via log-gamma."""
+    s, a = _check_shape_a(shape, a)
+    k = np.asarray(k)
+    kk = np.maximum(k, 0).astype(float)
+    logp = gammaln(s + kk) - gammaln(s) - gammaln(kk + 1) + kk * math.log(a) + s * math.log1p(-a)
+    return np.where(k >= 0, np.exp(logp), 0.0)
+
+
+def polya_difference_sum_pmf(
+    n: int, shape: float, a: float, support: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """pmf of sum_{j=1}^n (X_j - Y_j), X_j, Y_j i.i.d. Polya(shape, a), by explicit convolution.
+
+    The one-sided pmf is truncated at ``support`` (choose it so a^support is negligible) and
+    convolved n times; used to verify [Bagdasaryan22]_ Thm 4.2 exactly rather than by reading
+    it.
+
+    Returns
+    -------
+    k, pmf : ndarray
+        Integer support -n*support..n*support and the probabilities.
+    """
+    if int(n) < 1:
+        raise ValueError(f"n must be >= 1, got n={n!r}")
+    one = polya_pmf(np.arange(int(support) + 1), shape, a)
+    total = np.array([1.0])
+    for _ in range(int(n)):
+        total = np.convolve(total, one)
+    diff = np.convolve(total, total[::-1])
+    half = total.size - 1
+    return np.arange(-half, half + 1), diff

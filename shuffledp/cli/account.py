@@ -1,0 +1,304 @@
+"""``shuffledp account``: privacy accounting from the command line.
+
+Subcommands
+-----------
+emd-itemwise   PrivEMDItemWise, [Imola]_ Thm 4.4 (forward with --alpha0, inverse with
+               --target-alpha)
+shuffle-ldp    amplification by shuffling of n eps0-LDP reports (the clones bound of [FMT21]_
+               and its exact numerical counterpart)
+summation      parameters of the App. F shuffle summation protocol of [Ghazi23]_, with the
+               number of shares of [BBGN20]_
+compose        the total of several releases (their report.json files, or a JSON spec):
+               basic, advanced and PLD composition (:mod:`shuffledp.accounting.compose`)
+
+Every subcommand prints a short table, or one JSON object with ``--json``. Errors follow
+:mod:`shuffledp.cli.common`: an option value the accountant does not accept is a usage error
+(exit 2) naming the option and the value; a configuration the protocol record refuses is a
+refusal (exit 1); never a traceback. Options share their names with the other commands
+(``--n``, ``--epsilon`` with its alias ``--eps``, ``--delta``, ``--grid``, ``--B``, ``--w``).
+
+References
+----------
+.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
+   User-Level" (preprint).
+.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones: A Simple and Nearly
+   Optimal Analysis of Privacy Amplification by Shuffling", FOCS 2021.
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020, arXiv:2002.00817.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+from shuffledp.accounting.metric.shuffle import (
+    DEFAULT_MAX_DELTA_OUT,
+    composition_alpha,
+    emd_itemwise,
+    emd_itemwise_alpha0,
+)
+from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp as _shuffle_ldp
+from shuffledp.accounting.summation import DEFAULT_DROPOUT, summation_parameters
+from shuffledp.cli.common import (
+    COUNT,
+    POSITIVE,
+    UNIT,
+    UNIT_CLOSED_HIGH,
+    UNIT_CLOSED_LOW,
+    B_option,
+    Group,
+    Real,
+    as_refusal,
+    as_usage_error,
+    delta_option,
+    epsilon_option,
+    grid_option,
+    n_option,
+    w_option,
+    warn,
+)
+
+
+# --------------------------------------------------------------------------- output
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(val) for k, val in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(val) for val in x]
+    return x
+
+
+def _emit(record: dict, as_json: bool, keys: list[str]) -> None:
+    if as_json:
+        click.echo(json.dumps(_clean(record), allow_nan=False, sort_keys=False))
+        return
+    width = max(len(k) for k in keys)
+    for k in keys:
+        val = record.get(k)
+        if isinstance(val, float):
+            val = f"{val:.6g}"
+        elif val is None:
+            val = "-"
+        click.echo(f"{k.ljust(width)}  {val}")
+
+
+def _warn_invalid(notes: Any, valid: bool) -> None:
+    """Each note of a bound that is not valid, as a warning on stderr."""
+    if not valid:
+        for note in notes:
+            warn(note)
+
+
+# --------------------------------------------------------------------------- commands
+@click.group("account", cls=Group)
+def account() -> None:
+    """Privacy accounting: shuffle amplification, metric DP, summation parameters."""
+
+
+@account.command("emd-itemwise")
+@click.option("--model", type=click.Choice(["local", "central"]), required=True,
+              help="local: a user shuffles her m items; central: the server shuffles m n.")
+@click.option("--m", "m", type=COUNT, required=True, help="Items per user.")
+@n_option(default=None, help="Users (central model).")
+@delta_option(required=True, help="delta of Thm 4.3, in (0, 1).")
+@click.option("--alpha0", type=POSITIVE, default=None, help="Item-level d_X-DP parameter.")
+@click.option("--target-alpha", "target_alpha", type=POSITIVE, default=None,
+              help="Find the largest alpha0 with alpha <= target.")
+@click.option("--max-delta-out", "max_delta_out", type=UNIT_CLOSED_HIGH,
+              default=DEFAULT_MAX_DELTA_OUT, show_default=True,
+              help="Largest delta' accepted; above it the bound is vacuous (not valid).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def emd_itemwise_cmd(model, m, n, delta, alpha0, target_alpha, max_delta_out, as_json):
+    """PrivEMDItemWise (Imola et al., Thm 4.4): alpha and delta' from alpha0, or the inverse."""
+    if (alpha0 is None) == (target_alpha is None):
+        raise click.UsageError(
+            f"give exactly one of --alpha0 and --target-alpha, got --alpha0={alpha0} "
+            f"--target-alpha={target_alpha}"
+        )
+    if model == "central" and n is None:
+        raise click.UsageError("--n is required with --model central, got --n=None")
+    if model == "local" and n is not None:
+        warn(f"--n {n} is ignored in the local model")
+        n = None
+    if alpha0 is not None:
+        b = as_usage_error(emd_itemwise, alpha0, m, delta, model, n, max_delta_out=max_delta_out)
+        rec = b.to_dict()
+        rec["composition_alpha"] = b.composition_alpha
+        rec["composition_alpha0"] = b.alpha / m
+        rec["advanced_composition_alpha"] = as_usage_error(
+            composition_alpha, alpha0, m, delta).advanced_alpha
+        _warn_invalid(b.notes, b.valid)
+        keys = ["model", "m", "n", "alpha0", "alpha", "delta", "delta_out", "max_delta_out",
+                "vacuous", "valid", "validity_limit", "composition_alpha", "composition_alpha0"]
+    else:
+        inv = as_usage_error(emd_itemwise_alpha0, target_alpha, m, delta, model, n,
+                             max_delta_out=max_delta_out)
+        b = inv.bound
+        rec = b.to_dict()
+        rec.update(
+            target_alpha=inv.target_alpha, limited_by=inv.limited_by,
+            composition_alpha0=inv.composition_alpha0,
+            asymptotic_alpha0=inv.asymptotic_alpha0, asymptotic_alpha=inv.asymptotic_alpha,
+        )
+        _warn_invalid(b.notes, b.valid)
+        keys = ["model", "m", "n", "target_alpha", "alpha0", "alpha", "delta", "delta_out",
+                "max_delta_out", "valid", "limited_by", "composition_alpha0", "asymptotic_alpha0",
+                "asymptotic_alpha"]
+    _emit(rec, as_json, keys)
+
+
+@account.command("shuffle-ldp")
+@n_option(required=True, help="Number of users (reports).")
+@click.option("--eps0", type=POSITIVE, required=True, help="Local DP parameter.")
+@delta_option(required=True, help="Target delta, in (0, 1).")
+@click.option("--method", type=click.Choice(["tightest", "variation-ratio", "numerical",
+                                            "closed-form", "krr-blanket", "binary-rr-exact"]),
+              default="tightest", show_default=True,
+              help="tightest: the smallest certified of the others; variation-ratio: the "
+                   "stronger-clone pair (Feldman-McMillan-Talwar 2023); numerical: the exact "
+                   "clones pair (Feldman-McMillan-Talwar 2021); closed-form: FMT21 Thm 3.1; "
+                   "krr-blanket: k-ary randomized response's exact privacy blanket "
+                   "(--randomizer krr); binary-rr-exact: binary RR's exact worst case "
+                   "(--randomizer krr --k 2, n <= 2e5).")
+@click.option("--randomizer", type=click.Choice(["general", "krr"]), default="general",
+              show_default=True,
+              help="What the reports come from: any eps0-LDP randomizer, or k-ary randomized "
+                   "response (needs --k; tighter for k >= 3).")
+@click.option("--k", "k", type=COUNT, default=None,
+              help="Domain size of k-RR (with --randomizer krr), >= 2.")
+@click.option("--d", "d", type=Real(0.0, 1.0, closed_high=True), default=1.0,
+              show_default=True,
+              help="Metric randomizer: distance of the changed item as a fraction of the "
+                   "diameter (alpha0 = --eps0). Not with closed-form.")
+@click.option("--rtol", type=Real(0.0, 0.5, closed_high=True), default=1e-3, show_default=True,
+              help="Numerical: relative resolution of the epsilon grid, in (0, 0.5].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
+    """Amplification by shuffling of n eps0-LDP reports (or alpha0 d_X-DP reports)."""
+    if method == "closed-form" and d != 1.0:
+        raise click.BadParameter(f"--d {d} needs a numerical method, not closed-form",
+                                 param_hint="--d")
+    if (randomizer == "krr") != (k is not None):
+        raise click.BadParameter("--k goes with --randomizer krr, and only with it",
+                                 param_hint="--k")
+    if randomizer == "krr" and d != 1.0:
+        raise click.BadParameter(f"--d {d} is not available for --randomizer krr",
+                                 param_hint="--d")
+    if method == "krr-blanket" and randomizer != "krr":
+        raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
+                                 param_hint="--method")
+    kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
+    b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k, **kw)
+    rec = b.to_dict()
+    if d == 1.0:
+        # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair
+        # of data sets: no valid bound can certify at or below it
+        from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
+
+        rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2, rtol=rtol)
+        rec["refuted_by"] = (f"exact shuffled {k or 2}-RR, others holding "
+                             f"{'x1^0' if fam == 'x0' else 'a third value'}" if fam else None)
+    _warn_invalid(b.notes, b.valid)
+    _emit(rec, as_json,
+          ["n", "eps0", "d", "delta", "method", "epsilon", "epsilon_lower", "tolerance",
+           "valid", "epsilon_refuted"])
+
+
+@account.command("summation")
+@n_option(low=2, required=True, help="Users (>= 2).")
+@epsilon_option(required=True, help="Total epsilon.")
+@delta_option(required=True)
+@B_option(required=True)
+@grid_option(required=True)
+@w_option()
+@click.option("--gamma", type=POSITIVE, default=None, help="Per-level decay (default 1/sqrt 2).")
+@click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
+              default="largest_remainder", show_default=True)
+@click.option("--neighbour", type=click.Choice(["replace", "add_remove"]),
+              default="replace", show_default=True)
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
+              help="Declared dropout fraction: the noise is planned for n_min = "
+                   "ceil((1 - dropout) n) users (as `shuffledp setup --dropout`).")
+@click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True)
+@click.option("--decoding", type=click.Choice(["shifted", "centred"]), default="shifted",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout, wrap_target,
+                  decoding, as_json):
+    """Parameters of the App. F shuffle summation protocol (Ghazi et al. (AAAI 2023)).
+
+    Refuses (exit 1, the reason on one line) every configuration the protocol record
+    (``shuffledp.protocol.params.ProtocolParams``) would refuse: q <= 2^32, messages of at
+    most 64 bits, n_min >= 2, a headroom of at least 1.
+    """
+    kw = {} if gamma is None else {"gamma": gamma}
+    p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
+                   f"--B {B} --dropout {dropout}",
+                   summation_parameters, n=n, epsilon=epsilon, delta=delta, B=B, grid=grid,
+                   w=w, rounding=rounding, neighbour=neighbour, dropout=dropout,
+                   wrap_target=wrap_target, decoding=decoding, **kw)
+    rec = p.to_dict()
+    rec["grid"] = str(grid)
+    _emit(rec, as_json,
+          ["grid", "n", "n_min", "epsilon", "delta", "B", "m", "levels", "q", "decode_low", "r",
+           "messages_per_user", "bits_per_message", "bits_per_user", "wrap_probability"])
+
+
+@account.command("compose")
+@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--spec", type=click.Path(dir_okay=False), default=None,
+              help="JSON spec of releases (reports with counts, events, parallel groups).")
+@click.option("--times", type=COUNT, default=1, show_default=True,
+              help="Each REPORT counts this many times (e.g. 365 daily releases alike).")
+@delta_option(default=None, help="Total delta of the composition (default: the spec's).")
+@click.option("--discretization", type=Real(0.0, 0.1, closed_high=True), default=None,
+              help="PLD grid interval (default 1e-4; pessimistic rounding).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def compose_cmd(reports, spec, times, delta, discretization, as_json):
+    """Total (epsilon, delta) of several releases: each REPORT is a release's report.json
+    (its guarantee's event), or give --spec FILE.
+
+    Prints basic composition, advanced composition (Kairouz-Oh-Viswanath 2015, Thm 3.5) and
+    the PLD composition of the releases' dominating pairs (dp_accounting), and the smallest
+    with the method that gave it. Releases must share one neighbour relation.
+    """
+    from shuffledp.accounting.ledger import accountant_from_reports, accountant_from_spec
+    from shuffledp.safe_io import read_regular_text
+
+    if bool(reports) == bool(spec):
+        raise click.UsageError("give REPORT files or --spec FILE (one of them)")
+    if spec:
+        import os
+
+        data = as_usage_error(lambda: json.loads(read_regular_text(spec, 64 << 20,
+                                                                   what="spec")))
+        acc, notes = as_usage_error(accountant_from_spec, data, os.path.dirname(spec) or ".",
+                                    discretization)
+        delta = delta if delta is not None else data.get("delta") if isinstance(data, dict) \
+            else None
+    else:
+        acc, notes = as_usage_error(accountant_from_reports, list(reports),
+                                    discretization or 1e-4)
+        if times > 1:
+            for ev, k in list(acc.events):
+                acc.compose(ev, k * (times - 1))
+    if delta is None:
+        raise click.UsageError("give the total --delta (or 'delta' in the spec)")
+    res = as_refusal("no certified composition", acc.epsilon, delta)
+    for note in notes:
+        warn(note)
+    rec = res.to_dict()
+    rec["neighbour"] = str(res.neighbour)
+    _emit(rec, as_json, ["releases", "neighbour", "delta", "epsilon", "method", "basic",
+                         "advanced", "pld", "discretization"])
+
+
+__all__ = ["account"]

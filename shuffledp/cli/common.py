@@ -1,0 +1,433 @@
+"""Shared pieces of the command line: error path, option types and names, outputs, limits.
+
+Error path. Every command is a :class:`Command` (every group a :class:`Group`), whose
+``invoke`` runs inside :func:`one_line_errors`. Exit codes of every command: 0 success; 2
+usage error (a bad option value, a missing or contradictory option, a path that is not a
+regular file); 1 refusal (input whose content is invalid, a parameter set that no protocol
+supports or whose size is absurd, a release the analyzer refuses, an existing key). Every
+error is one line on stderr naming the option or file and the value; no traceback reaches the
+user. Inside a command, :func:`as_usage_error` and :func:`as_refusal` classify a library
+call's ``ValueError`` / ``TypeError`` explicitly.
+
+Option names. The same thing has the same option in every command, declared once here:
+``--grid`` (:data:`GRID`, the one grid parser), ``--epsilon`` (alias ``--eps``), ``--delta``,
+``--n`` (the number of users; alias ``--users``), ``--B``, ``--w``, and ``--out``: a
+directory (:func:`out_dir_option`, alias ``--out-dir``) for a command that writes a set of
+files, a file (:func:`out_file_option`) for one that writes one artefact. Aliases are the old
+spellings, accepted and hidden from ``--help`` (:class:`AliasOption`).
+
+Outputs. ``report.json`` is written by :func:`write_report` (the common fields come from
+:meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.to_report`), arrays by :func:`write_npy`.
+
+Resource limits. A parameter set that would need more than :data:`MAX_MESSAGES_PER_USER`
+messages per user or an estimated :data:`MAX_MEMORY_BYTES` of memory is refused before
+anything is allocated, unless ``--allow-large`` is given. The estimates are linear models
+fitted to peak resident memory measured with ``bench/cli_memory.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+MAX_MESSAGES_PER_USER = 10**7
+MAX_MEMORY_BYTES = 4 * 2**30
+PARAMS_FILE_LIMIT = 1 << 20
+REPORT_FILE_LIMIT = 1 << 20
+POINTS_FILE_LIMIT = 16 << 20
+KEY_BYTES = 32
+
+# Linear memory model of `shuffledp heatmap` (bytes), fitted to peak RSS: interpreter and
+# libraries; per grid pixel (float64 heatmaps, pyramid, one baseline each); per input point
+# (CSV lists, PointTable, per-user grouping); the shuffle simulation's chunk buffers.
+BASE_BYTES = 200 << 20
+PIXEL_BYTES = 100
+PIXEL_BYTES_PER_BASELINE = 24
+POINT_BYTES = 260
+SIMULATION_BYTES = 600 << 20
+
+
+# --------------------------------------------------------------------------- error path
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Turn library errors into one-line click errors (exit status 1, no traceback).
+
+    Input errors (ValueError, TypeError, OSError, ...) become ``Error: <message>``; a
+    MemoryError says so; any other exception becomes ``Error: unexpected <type>: <message>``
+    unless the environment variable ``SHUFFLEDP_TRACEBACK`` is set (then it propagates).
+    Click's own exceptions (usage errors, exit 2) pass through unchanged.
+    """
+    try:
+        yield
+    except MemoryError:
+        raise click.ClickException(
+            "out of memory; lower the grid, the number of users or the input size"
+        ) from None
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        raise
+    except (ValueError, TypeError, OSError, KeyError, csv.Error, RecursionError) as exc:
+        raise click.ClickException(str(exc) or type(exc).__name__) from exc
+    except Exception as exc:  # last resort: one line, the traceback only on request
+        if os.environ.get("SHUFFLEDP_TRACEBACK"):
+            raise
+        raise click.ClickException(
+            f"unexpected {type(exc).__name__}: {exc} (set SHUFFLEDP_TRACEBACK=1 to see "
+            "where)") from exc
+
+
+class Command(click.Command):
+    """A click command that runs inside :func:`one_line_errors`."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_errors():
+            return super().invoke(ctx)
+
+
+class Group(click.Group):
+    """A click group whose commands and subgroups are :class:`Command` and :class:`Group`."""
+
+    command_class = Command
+    group_class = type  # subgroups of the same class
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_errors():
+            return super().invoke(ctx)
+
+
+_LIBRARY_ERRORS = (ValueError, TypeError, ArithmeticError)
+
+
+def as_usage_error(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``; its ValueError/TypeError/ArithmeticError is a usage error
+    (exit 2): an option value outside the domain the library accepts."""
+    try:
+        return fn(*args, **kwargs)
+    except _LIBRARY_ERRORS as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def as_refusal(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``; its ValueError/TypeError/ArithmeticError is a refusal (exit
+    1) reading ``<what>: <reason>``: valid options for which the library refuses to answer
+    (no protocol for these parameters, a release refused)."""
+    try:
+        return fn(*args, **kwargs)
+    except _LIBRARY_ERRORS as exc:
+        raise click.ClickException(f"{what}: {exc}" if what else str(exc)) from None
+
+
+# --------------------------------------------------------------------------- option types
+class GridType(click.ParamType):
+    """``N`` (an N x N grid) or ``WIDTHxHEIGHT``: the one grid parser of the command line."""
+
+    name = "grid"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        from shuffledp.grid import Grid
+
+        if isinstance(value, Grid):
+            return value
+        try:
+            return Grid.parse(str(value))
+        except (ValueError, TypeError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Count(click.ParamType):
+    """An integer ``>= low``; accepts 100000, 1e5, 1_000."""
+
+    name = "integer"
+
+    def __init__(self, low: int = 1) -> None:
+        self.low = low
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            x = value
+        else:
+            x = _integer(str(value))
+        if x is None or x < self.low:
+            self.fail(f"must be an integer >= {self.low}, got {value!r}", param, ctx)
+        return x
+
+
+def _integer(text: str) -> int | None:
+    """int of ``text`` ("1e5" and "1_000" included), None if it is not an integer."""
+    text = text.strip().replace("_", "")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    return int(f) if math.isfinite(f) and f.is_integer() else None
+
+
+class Real(click.ParamType):
+    """A real number in an interval (NaN refused; infinite ends are open)."""
+
+    name = "number"
+
+    def __init__(self, low: float = -math.inf, high: float = math.inf, *,
+                 closed_low: bool = False, closed_high: bool = False) -> None:
+        self.low, self.high = low, high
+        self.closed_low, self.closed_high = closed_low, closed_high
+
+    def describe(self) -> str:
+        if self.high == math.inf:
+            return f"a finite number {'>=' if self.closed_low else '>'} {self.low:g}"
+        return (f"in {'[' if self.closed_low else '('}{self.low:g}, {self.high:g}"
+                f"{']' if self.closed_high else ')'}")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"must be a number, got {value!r}", param, ctx)
+        ok_low = x >= self.low if self.closed_low else x > self.low
+        ok_high = x <= self.high if self.closed_high else x < self.high
+        if not (ok_low and ok_high and math.isfinite(x)):
+            self.fail(f"must be {self.describe()}, got {value!r}", param, ctx)
+        return x
+
+
+GRID = GridType()
+COUNT = Count(1)
+COUNT2 = Count(2)
+SEED = Count(0)
+POSITIVE = Real(0.0)
+NONNEGATIVE = Real(0.0, closed_low=True)
+UNIT = Real(0.0, 1.0)
+UNIT_CLOSED_HIGH = Real(0.0, 1.0, closed_high=True)
+UNIT_CLOSED_LOW = Real(0.0, 1.0, closed_low=True)
+PERCENT = Real(0.0, 100.0, closed_high=True)
+
+
+# --------------------------------------------------------------------------- option names
+class AliasOption(click.Option):
+    """An option whose old spellings (``aliases``) are accepted but left out of ``--help``.
+
+    Error messages name every spelling (click's ``'--n' / '--users'``), so a user who typed
+    the old one recognises it.
+    """
+
+    def __init__(self, *args: Any, aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = tuple(aliases)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        opts = self.opts
+        self.opts = [o for o in opts if o not in self.aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+
+def option(name: str, dest: str, *, aliases: tuple[str, ...] = (), **kwargs: Any
+           ) -> Callable[[F], F]:
+    """``click.option(name, *aliases, dest, ...)`` with the aliases hidden from ``--help``."""
+    return click.option(name, *aliases, dest, cls=AliasOption, aliases=aliases, **kwargs)
+
+
+def grid_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--grid``: N (an N x N grid) or WIDTHxHEIGHT, parsed by :data:`GRID`."""
+    kwargs.setdefault("help", "N (an N x N grid) or WIDTHxHEIGHT, e.g. 320x240.")
+    return option("--grid", "grid", type=GRID, show_default=True, **kwargs)
+
+
+def epsilon_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--epsilon`` (alias ``--eps``): the privacy budget, a finite number > 0."""
+    kwargs.setdefault("help", "Privacy budget epsilon of the (epsilon, delta) guarantee.")
+    return option("--epsilon", "epsilon", aliases=("--eps",), type=POSITIVE,
+                  show_default=True, **kwargs)
+
+
+def delta_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--delta``: delta of the (epsilon, delta) guarantee, in (0, 1)."""
+    kwargs.setdefault("help", "delta of the (epsilon, delta) guarantee, in (0, 1).")
+    return option("--delta", "delta", type=UNIT, show_default=True, **kwargs)
+
+
+def n_option(low: int = 1, **kwargs: Any) -> Callable[[F], F]:
+    """``--n`` (alias ``--users``): the number of users, an integer >= ``low``."""
+    return option("--n", "n", aliases=("--users",), type=Count(low), show_default=True,
+                  **kwargs)
+
+
+def B_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--B``: the scaling factor of the shuffle protocol, an integer >= 1."""
+    kwargs.setdefault("help", "Scaling factor B of the shuffle protocol.")
+    return option("--B", "B", type=COUNT, show_default=True, **kwargs)
+
+
+def w_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--w``: children kept per level by Reconstruct, an integer >= 1."""
+    kwargs.setdefault("help", "Children kept per level by Reconstruct (fixes the start level).")
+    return option("--w", "w", type=COUNT, default=20, show_default=True, **kwargs)
+
+
+def out_dir_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--out`` (alias ``--out-dir``) for a command that writes a set of files."""
+    kwargs.setdefault("help", "Output directory (created if missing).")
+    return option("--out", "out_dir", aliases=("--out-dir",),
+                  type=click.Path(file_okay=False), show_default=True, **kwargs)
+
+
+def out_file_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--out`` for a command that writes one artefact: the file to write."""
+    kwargs.setdefault("help", "Output file (its directory is created if missing).")
+    return option("--out", "out_path", type=click.Path(dir_okay=False), **kwargs)
+
+
+# --------------------------------------------------------------------------- outputs
+def json_default(o: Any) -> Any:
+    """``json.dumps`` hook: numpy scalars and arrays, tuples and sets, mappings."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
+    if isinstance(o, Mapping):
+        return dict(o)
+    if isinstance(o, bytes):
+        return o.hex()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_report(out_dir: Path, report: Mapping[str, Any]) -> Path:
+    """Write ``out_dir/report.json`` atomically (indented JSON); returns its path."""
+    from shuffledp.safe_io import write_atomic
+
+    path = Path(out_dir) / "report.json"
+    text = json.dumps(dict(report), indent=2, default=json_default) + "\n"
+    write_atomic(path, text.encode())
+    return path
+
+
+def write_npy(path: Path, array: np.ndarray) -> None:
+    """Write one array in .npy format atomically."""
+    from shuffledp.safe_io import write_atomic
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array))
+    write_atomic(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- resource limits
+def allow_large_option(fn: F) -> F:
+    """The ``--allow-large`` flag (overrides :func:`refuse_if_large`)."""
+    return click.option(
+        "--allow-large", is_flag=True,
+        help=f"Run even above {MAX_MESSAGES_PER_USER:.0e} messages per user or an estimated "
+             f"{MAX_MEMORY_BYTES >> 30} GiB of memory.",
+    )(fn)
+
+
+def warn(message: str) -> None:
+    """A loud one-line warning on stderr."""
+    click.echo(f"WARNING: {message}", err=True)
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.3g} GiB"
+
+
+def refuse_if_large(
+    what: str,
+    *,
+    memory_bytes: float,
+    messages_per_user: int | None = None,
+    allow_large: bool = False,
+) -> None:
+    """Refuse (exit 1) a run whose per-user message count or memory estimate is absurd.
+
+    Parameters
+    ----------
+    what : str
+        The options responsible, with their values (e.g. ``"--grid 100000x100000"``).
+    memory_bytes : float
+        Estimated peak memory.
+    messages_per_user : int, optional
+        Messages every user would send.
+    allow_large : bool
+        The user's ``--allow-large``: skip the refusal.
+    """
+    problems = []
+    if messages_per_user is not None and messages_per_user > MAX_MESSAGES_PER_USER:
+        problems.append(
+            f"{messages_per_user:,} messages per user (limit {MAX_MESSAGES_PER_USER:,})"
+        )
+    if memory_bytes > MAX_MEMORY_BYTES:
+        problems.append(
+            f"an estimated {gib(memory_bytes)} of memory (limit {gib(MAX_MEMORY_BYTES)})"
+        )
+    if problems and not allow_large:
+        raise click.ClickException(
+            f"refusing {what}: {' and '.join(problems)}; pass --allow-large to run anyway"
+        )
+
+
+def heatmap_memory(
+    n_pixels: int, n_points: int, n_baselines: int, messages_per_user: int = 0, m: int = 0
+) -> int:
+    """Estimated peak memory (bytes) of ``shuffledp heatmap``.
+
+    ``messages_per_user`` and ``m`` are those of the shuffle model (0 for the central one).
+    """
+    mem = BASE_BYTES + n_pixels * (PIXEL_BYTES + PIXEL_BYTES_PER_BASELINE * n_baselines)
+    mem += n_points * POINT_BYTES
+    if messages_per_user:
+        mem += SIMULATION_BYTES + 16 * messages_per_user + 24 * m
+    return int(mem)
+
+
+def protocol_memory(params: Any) -> int:
+    """Estimated peak memory (bytes) of one role on a user's batch or the analyzer's sums.
+
+    Encoder: shares (4 bytes), packed messages (8), encrypted records built and joined
+    (2 x record size) per message; analyzer: a few int64 arrays per coordinate and the
+    Reconstruct arrays per pixel. The shuffler is not part of this per-user estimate: it
+    streams the mixed batch through bucket files, its data bounded by ``shuffle
+    --memory-limit`` (:class:`shuffledp.protocol.shuffler.Shuffler`).
+    """
+    from shuffledp.protocol.crypto import encrypted_record_bytes
+
+    per_message = 4 + 8 + 2 * encrypted_record_bytes(params)
+    encoder = params.messages_per_user * per_message + 32 * params.m
+    analyzer = 64 * params.m + params.grid.n_pixels * (PIXEL_BYTES + PIXEL_BYTES_PER_BASELINE)
+    return int(BASE_BYTES + max(encoder, analyzer))
+
+
+def parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
+    """--bbox LAT_MIN,LAT_MAX,LON_MIN,LON_MAX as four finite floats (None if not given)."""
+    if value is None:
+        return None
+    try:
+        parts = tuple(float(v) for v in value.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 4 or not all(map(math.isfinite, parts)):
+        raise click.BadParameter(
+            f"must be LAT_MIN,LAT_MAX,LON_MIN,LON_MAX, got {value!r}", param_hint="--bbox"
+        )
+    return parts  # type: ignore[return-value]

@@ -1,0 +1,792 @@
+"""Role commands: run the parties of the shuffle protocol as separate processes over files.
+
+::
+
+    shuffledp setup   --grid 320x240 --n 50 --epsilon 5 --delta 1e-5 --B 256 --out run/
+    shuffledp encode  --params run/params.json --analyzer-pub run/analyzer.pub \\
+                      --points user7.csv --out run/batches/u7.bin
+    shuffledp shuffle --params run/params.json --mac-key run/mac.key \\
+                      --in-dir run/batches --out run/mixed.bin
+    shuffledp analyze --params run/params.json --key run/analyzer.key --mac-key run/mac.key \\
+                      --in run/mixed.bin --out run/result
+
+The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
+:class:`~shuffledp.protocol.params.ProtocolParams`, with a fresh round id: batches of another
+setup are rejected), the analyzer's X25519 key pair (``analyzer.key``; ``analyzer.pub`` for the
+users) and the MAC key ``mac.key`` shared by the shuffler and the analyzer only (32 random
+bytes). Both secret files are created with mode 0600 from the start and never overwritten
+without ``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
+``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
+:mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
+(``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
+counts (:mod:`shuffledp.protocol.analyzer_input`, the toolkit's one decrypt-then-count loop) and writes
+``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
+figures, the shuffler's report, whether the mixed batch was authenticated).
+
+``--plaintext-simulation`` (on every role) selects the plaintext wire path instead: the
+shuffler then sees every user's shares, so it is a simulation aid only and each role says so
+on stderr; ``--mac-key`` is optional there (without it the mixed batch's tag is a plain
+SHA-256, which detects accidents only). The device encoder draws every random value from
+the cryptographically secure generator and refuses a seed.
+
+Robustness: every input file is read through :mod:`shuffledp.safe_io` (regular files only,
+size limits from the parameters or the batch header, no hang on a FIFO); parameter sets whose
+per-user message count or memory is absurd are refused unless ``--allow-large``
+(:mod:`shuffledp.cli.common`, which also fixes the exit codes and the option names: ``--out``
+is the directory of ``setup`` and ``analyze``, the one file ``encode`` and ``shuffle`` write).
+
+The commands are :class:`shuffledp.cli.common.Command` objects (``setup``, ``encode``,
+``shuffle``, ``analyze``) that :mod:`shuffledp.cli` registers; :data:`ROLE_COMMANDS` lists
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from shuffledp.cli.common import (
+    COUNT,
+    KEY_BYTES,
+    PARAMS_FILE_LIMIT,
+    POINTS_FILE_LIMIT,
+    REPORT_FILE_LIMIT,
+    UNIT_CLOSED_LOW,
+    B_option,
+    Command,
+    allow_large_option,
+    as_refusal,
+    delta_option,
+    epsilon_option,
+    grid_option,
+    n_option,
+    option,
+    out_dir_option,
+    out_file_option,
+    protocol_memory,
+    refuse_if_large,
+    w_option,
+    warn,
+    write_npy,
+    write_report,
+)
+from shuffledp.protocol.params import DEFAULT_DROPOUT
+from shuffledp.safe_io import (
+    NotRegularFileError,
+    UnsafeFileError,
+    atomic_output,
+    check_regular,
+    create_private,
+    open_regular,
+    read_regular,
+    read_regular_text,
+    read_up_to,
+    write_atomic,
+)
+
+PLAINTEXT_WARNING = (
+    "plaintext simulation path: messages are NOT encrypted, the shuffler sees every user's "
+    "shares; never use this for real users' data"
+)
+KEY_FILE = "analyzer.key"
+PUB_FILE = "analyzer.pub"
+MAC_FILE = "mac.key"
+_SIM_HELP = (
+    "Plaintext wire path (simulation aid only: the shuffler sees every user's shares)."
+)
+
+
+# --------------------------------------------------------------------------- file helpers
+def _read_file(path: str, limit: int, option: str, *, text: bool = False) -> Any:
+    """Read an input file named by ``option``: exit 2 if not a regular file, 1 if invalid."""
+    try:
+        if text:
+            return read_regular_text(path, limit)
+        return read_regular(path, limit)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
+    except UnsafeFileError as e:
+        raise click.ClickException(f"{option} {e}") from None
+
+
+def _json_object(text: str, what: str) -> dict:
+    """Parse ``text`` as a JSON object; a one-line error naming ``what`` otherwise."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise click.ClickException(f"{what}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise click.ClickException(
+            f"{what}: expected a JSON object, got a JSON {type(record).__name__}")
+    return record
+
+
+def _load_params(path: str, allow_large: bool = False):
+    """Read, validate and size-check ``--params``."""
+    from shuffledp.protocol.params import ProtocolParams
+
+    text = _read_file(path, PARAMS_FILE_LIMIT, "--params", text=True)
+    _json_object(text, f"--params {path}")
+    try:
+        p = ProtocolParams.from_json(text)
+    except KeyError as e:
+        raise click.ClickException(f"--params {path}: missing field {e}") from None
+    except (ValueError, TypeError, IndexError, AttributeError, OverflowError,
+            RecursionError) as e:
+        raise click.ClickException(f"--params {path}: invalid parameter record: {e}") from None
+    refuse_if_large(f"--params {path} (grid {p.grid}, n={p.n}, B={p.B})",
+                    memory_bytes=protocol_memory(p), messages_per_user=p.messages_per_user,
+                    allow_large=allow_large)
+    return p
+
+
+def _load_public_key(path: str) -> bytes:
+    """``--analyzer-pub``: exactly 32 bytes, a point usable for X25519."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import (
+        X25519PrivateKey,
+        X25519PublicKey,
+    )
+
+    raw = _read_file(path, KEY_BYTES, "--analyzer-pub")
+    if len(raw) != KEY_BYTES:
+        raise click.ClickException(
+            f"--analyzer-pub {path}: {len(raw)} bytes, an X25519 public key has {KEY_BYTES}"
+        )
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError:
+        raise click.ClickException(
+            f"--analyzer-pub {path}: not a usable X25519 public key (a low-order point)"
+        ) from None
+    return raw
+
+
+def _read_secret(path: str, option: str, what: str) -> bytes:
+    """A secret key file named by ``option``: exactly 32 bytes; warns if others may read it."""
+    raw = _read_file(path, KEY_BYTES, option)
+    if len(raw) != KEY_BYTES:
+        raise click.ClickException(f"{option} {path}: {len(raw)} bytes, {what} has {KEY_BYTES}")
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+        warn(f"{option} {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
+    return raw
+
+
+def _load_private_key(path: str):
+    """``--key``: the analyzer's X25519 private key (32 raw bytes)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    return X25519PrivateKey.from_private_bytes(
+        _read_secret(path, "--key", "an X25519 private key"))
+
+
+def _load_mac_key(path: str | None) -> bytes | None:
+    """``--mac-key``: the key shuffler and analyzer share for the mixed batch's tag."""
+    if path is None:
+        return None
+    return _read_secret(path, "--mac-key", f"a MAC key written by `shuffledp setup` ({MAC_FILE})")
+
+
+def _show(text: str, width: int = 40) -> str:
+    """repr of a user-supplied value, shortened for an error message."""
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
+def _parse_points(text: str, label: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``x,y[,weight]`` (an optional non-numeric header first) -> x, y, weight arrays.
+
+    Raises ValueError naming ``label``, the line and the value for anything malformed.
+    """
+    values: list[float] = []
+    ncol = 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split(",")
+        try:
+            row = [float(f) for f in fields]
+        except ValueError:
+            if ncol == 0 and not values and len(fields) in (2, 3):
+                ncol = -len(fields)  # a header; the data must have as many columns
+                continue
+            bad = next(f for f in fields if not _is_float(f))
+            raise ValueError(f"{label}, line {line_no}: not a number: {_show(bad.strip())}") \
+                from None
+        if len(row) not in (2, 3) or (ncol and abs(ncol) != len(row)):
+            want = "2 or 3" if not ncol else str(abs(ncol))
+            raise ValueError(
+                f"{label}, line {line_no}: expected {want} fields (x,y[,weight]), "
+                f"got {len(row)}: {_show(line.strip())}"
+            )
+        ncol = len(row)
+        for name, v in zip(("x", "y"), row[:2]):
+            if not (0.0 <= v < 1.0):
+                raise ValueError(f"{label}, line {line_no}: {name} must be in [0, 1), "
+                                 f"got {name}={v!r}")
+        if len(row) == 3 and not (math.isfinite(row[2]) and row[2] >= 0):
+            raise ValueError(f"{label}, line {line_no}: weight must be finite and >= 0, "
+                             f"got weight={row[2]!r}")
+        values.extend(row if len(row) == 3 else (*row, 1.0))
+    if not values:
+        raise ValueError(f"{label}: no points (expected rows x,y[,weight] with x, y in [0, 1))")
+    arr = np.asarray(values, dtype=np.float64).reshape(-1, 3)
+    if not arr[:, 2].sum() > 0:
+        raise ValueError(f"{label}: the weights sum to zero; at least one must be positive")
+    return arr[:, 0], arr[:, 1], arr[:, 2]
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+_params_option = click.option(
+    "--params", "params_path", type=click.Path(exists=True, dir_okay=False), required=True,
+    help="params.json written by `shuffledp setup`.")
+
+
+# --------------------------------------------------------------------------- setup
+@click.command("setup", cls=Command)
+@grid_option(default="320x240")
+@n_option(low=2, required=True, help="Number of users admitted (>= 2, public).")
+@epsilon_option(required=True)
+@delta_option(default=1e-5)
+@B_option(default=256)
+@w_option()
+@click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
+              default="largest_remainder", show_default=True)
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
+              help="Declared dropout fraction, in [0, 1): the noise is planned for "
+                   "n_min = ceil((1 - dropout) n) users and the analyzer releases with any "
+                   "n_min of them (0 refuses the round if one user is lost or removed; the "
+                   "default costs about 2.6% more noise standard deviation when all n are "
+                   "present, and leaves no headroom below n = 20).")
+@click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
+              show_default=True,
+              help="Neighbour relation of the guarantee (n public): replace one user's input "
+                   "(sensitivity 2B) or zero it out (sensitivity B).")
+@click.option("--keys/--no-keys", default=True, show_default=True,
+              help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
+                   f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "
+                   "only with --plaintext-simulation.")
+@click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
+@click.option("--force", is_flag=True,
+              help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
+@allow_large_option
+@out_dir_option(required=True)
+def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
+          plaintext_simulation, force, allow_large, out_dir):
+    """Derive and write the protocol parameters and the keys of one protocol run.
+
+    Writes to OUT: params.json (the parameters and a fresh random round id: batches
+    encoded under another setup are rejected), analyzer.key (the analyzer's X25519 private
+    key; keep it on the analyzer), analyzer.pub (give it to the users), and mac.key (32
+    random bytes shared by the shuffler and the analyzer only: the shuffler authenticates
+    the mixed batch's header and records with it, HMAC-SHA256, and the analyzer refuses a
+    batch whose tag does not verify). The two secret files are created with mode 0600 and
+    never overwritten without --force.
+    """
+    from shuffledp.protocol.params import derive_params
+
+    if not keys and not plaintext_simulation:
+        raise click.BadParameter(
+            "the deployment path encrypts every message to the analyzer's key; --no-keys is "
+            "only allowed with --plaintext-simulation", param_hint="--no-keys")
+    p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
+                   f"--B {B} --dropout {dropout}",
+                   derive_params, grid, n, epsilon=epsilon, delta=delta, B=B, w=w,
+                   rounding=rounding, dropout=dropout, neighbour=neighbour)
+    refuse_if_large(f"--grid {grid} with --n {n} --B {B}", memory_bytes=protocol_memory(p),
+                    messages_per_user=p.messages_per_user, allow_large=allow_large)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if keys:
+        _write_keys(out, force)
+    write_atomic(out / "params.json", p.to_json().encode())
+    if plaintext_simulation:
+        warn(PLAINTEXT_WARNING)
+    click.echo(json.dumps(p.figures(), indent=1))
+
+
+def _write_keys(out: Path, force: bool) -> None:
+    """The analyzer's key pair and the MAC key; refuses (before writing any) to overwrite."""
+    from shuffledp.protocol.crypto import (
+        generate_analyzer_key,
+        generate_mac_key,
+        private_bytes,
+        public_bytes,
+    )
+
+    secrets = {KEY_FILE: "the analyzer's private key (batches encrypted to it could no "
+                         "longer be read)",
+               MAC_FILE: "the shuffler-analyzer MAC key (mixed batches tagged with it could "
+                         "no longer be verified)"}
+    for name, what in secrets.items():
+        if not force and os.path.lexists(out / name):
+            raise click.ClickException(
+                f"{out / name} exists; refusing to overwrite {what}; pass --force to replace "
+                "the keys")
+    k = generate_analyzer_key()
+    try:
+        create_private(out / KEY_FILE, private_bytes(k), force=force)
+        create_private(out / MAC_FILE, generate_mac_key(), force=force)
+    except FileExistsError as e:  # created by someone else since the check above
+        raise click.ClickException(f"{e.filename} appeared while setup was writing it; "
+                                   "refusing to overwrite it") from None
+    write_atomic(out / PUB_FILE, public_bytes(k))
+
+
+# --------------------------------------------------------------------------- encode
+@click.command("encode", cls=Command)
+@_params_option
+@click.option("--points", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="CSV of this user's points: x,y[,weight] in [0,1) (header optional).")
+@out_file_option(required=True, help="The user's batch to write (one file).")
+@click.option("--analyzer-pub", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Encrypt every message to this X25519 public key (required unless "
+                   "--plaintext-simulation).")
+@click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
+@click.option("--seed", type=str, default=None, hidden=True,
+              help="Refused: the device encoder takes no seed.")
+@allow_large_option
+def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, seed,
+           allow_large):
+    """Encode one user's points into a batch of messages (user side).
+
+    Every random value (the Polya noise and the shares) comes from the cryptographically
+    secure generator; there is no seed.
+    """
+    from shuffledp.encoders.encoder import user_batch
+
+    if seed is not None:
+        raise click.BadParameter(
+            f"refused (got {seed!r}): the device encoder draws every random value, the noise "
+            "included, from the cryptographically secure generator; seeds are for research "
+            "runs (shuffledp heatmap --seed)", param_hint="--seed")
+    if analyzer_pub is not None and plaintext_simulation:
+        raise click.BadParameter("cannot be combined with --plaintext-simulation",
+                                 param_hint="--analyzer-pub")
+    if analyzer_pub is None and not plaintext_simulation:
+        raise click.UsageError(
+            "--analyzer-pub is required: every message is encrypted to the analyzer "
+            "(--plaintext-simulation sends shares in the clear, for simulations only)")
+    p = _load_params(params_path, allow_large)
+    pub = _load_public_key(analyzer_pub) if analyzer_pub is not None else None
+    limit = POINTS_FILE_LIMIT if not allow_large else 1 << 62
+    x, y, wts = _parse_points(_read_file(points, limit, "--points", text=True),
+                              f"--points {points}")
+    if pub is None:
+        warn(PLAINTEXT_WARNING)
+    blob = user_batch(p, p.grid.points_to_pixels(x, y), wts, analyzer_public=pub)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_path, blob)
+
+
+# --------------------------------------------------------------------------- shuffle
+def _batch_kind(data: bytes) -> int | None:
+    """The kind byte of a batch whose header parses, else None."""
+    from shuffledp.protocol.wire import Header, WireError
+
+    try:
+        return Header.unpack(data).kind
+    except WireError:
+        return None
+
+
+def _read_batch(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """A user batch: regular file only, at most ``limit + 1`` bytes read.
+
+    Returns (data, None), or (None, reason) for an entry that is not a batch (it became a
+    directory, FIFO or device since the listing, is empty, or cannot be opened).
+    """
+    try:
+        with open_regular(path, what="--in-dir entry") as f:
+            data = read_up_to(f, limit + 1)
+    except NotRegularFileError:
+        return None, "unreadable" if path.is_file() else "not_a_regular_file"
+    except OSError:
+        return None, "unreadable"
+    return (data, None) if data else (None, "empty")
+
+
+def _classify_entry(path: Path) -> str | None:
+    """Why a ``*.bin`` entry of ``--in-dir`` is not a batch file (a
+    :data:`shuffledp.protocol.shuffler.IGNORED_REASONS` name), or None if it is a non-empty regular
+    file. Opens it through :func:`shuffledp.safe_io.check_regular` (never blocks on a FIFO;
+    links are followed, so a link to a device is not a regular file)."""
+    try:
+        size = check_regular(path, what="--in-dir entry")
+    except NotRegularFileError:
+        return "unreadable" if path.is_file() else "not_a_regular_file"
+    return "empty" if size == 0 else None
+
+
+def _kind_name(encrypted: bool) -> str:
+    return "encrypted" if encrypted else "plaintext (simulation path)"
+
+
+def _flag(encrypted: bool) -> str:
+    return "--encrypted" if encrypted else "--plaintext-simulation"
+
+
+_WRONG_DIGEST_HINT = ("encoded under another params.json: other parameters, or another "
+                      "setup (each setup draws a fresh round id)")
+
+
+def _batch_files(p: Any, in_dir: str, out_path: str,
+                 expected_users: int | None) -> tuple[list[Path], Counter, list[str]]:
+    """The ``*.bin`` user batches of ``--in-dir``, after checking ``--out`` and the count.
+
+    Returns (batch files, ignored entries by reason, their names): a directory, FIFO,
+    socket, device (or a link to one), a dangling link, an unreadable or an empty file named
+    like a batch is nobody's submission; it is skipped and counted, never read as a batch
+    nor counted as a user.
+    """
+    if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
+            Path(in_dir).resolve():
+        raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
+                                 "read the mixed batch as a user batch", param_hint="--out")
+    files, ignored, names = [], Counter(), []
+    for path in sorted(Path(in_dir).glob("*.bin")):
+        reason = _classify_entry(path)
+        if reason is None:
+            files.append(path)
+        else:
+            ignored[reason] += 1
+            names.append(path.name)
+    if not files:
+        skipped = (f" ({sum(ignored.values())} entries named *.bin are not batch files: "
+                   f"{_ignored_text(ignored, names)})" if ignored else "")
+        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files){skipped}")
+    if expected_users is not None and not len(files) <= expected_users <= p.n:
+        raise click.BadParameter(
+            f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
+            f"the n = {p.n} users the parameters are provisioned for",
+            param_hint="--expected-users")
+    return files, ignored, names
+
+
+def _ignored_text(ignored: Counter, names: list[str], most: int = 5) -> str:
+    shown = ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+    return ", ".join(f"{k}: {v}" for k, v in sorted(ignored.items())) + f" [{shown}]"
+
+
+def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
+    """``--mac-key``: required on the encrypted path, optional in plaintext simulation."""
+    if path is None and encrypted:
+        raise click.UsageError(
+            f"--mac-key is required: the analyzer authenticates the mixed batch's counts and "
+            f"records with the key it shares with the shuffler (setup writes OUT/{MAC_FILE}); "
+            "only --plaintext-simulation may omit it")
+    return _load_mac_key(path)
+
+
+def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
+                names: list[str]) -> tuple[int, int]:
+    """Read every batch (bounded) and submit it; returns (batches submitted, how many are of
+    the other kind). An entry that stopped being a batch file since the listing is counted
+    in ``s.report.ignored`` (its name appended to ``names``) and skipped."""
+    from shuffledp.protocol.crypto import encrypted_record_bytes
+    from shuffledp.protocol.wire import HEADER_SIZE, KIND_USER, KIND_USER_ENC
+
+    limit = HEADER_SIZE + p.messages_per_user * (
+        encrypted_record_bytes(p) if encrypted else p.record_bytes)
+    other = KIND_USER if encrypted else KIND_USER_ENC
+    n_other = n_read = 0
+    for k, f in enumerate(files):
+        data, reason = _read_batch(f, limit)
+        if reason is not None:
+            s.report.ignored[reason] += 1
+            names.append(f.name)
+            continue
+        n_read += 1
+        n_other += _batch_kind(data) == other
+        s.submit(data, sender=k)
+    return n_read, n_other
+
+
+@click.command("shuffle", cls=Command)
+@_params_option
+@click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
+              help="Directory of user batches (*.bin). Entries named *.bin that are not "
+                   "non-empty regular files (directories, FIFOs, devices, empty files) are "
+                   "skipped and counted in the report's 'ignored'.")
+@out_file_option(required=True,
+                 help="The mixed batch to write (one file; its report goes next to it, "
+                      "OUT.report.json, unless --shuffler-report).")
+@click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
+                   "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
+                   "unless --plaintext-simulation (then the tag is a plain SHA-256).")
+@option("--shuffler-report", "report_path", aliases=("--report",),
+        type=click.Path(dir_okay=False), default=None,
+        help="Where to write the shuffler's report [default: OUT.report.json].")
+@click.option("--expected-users", type=COUNT, default=None,
+              help="Users admitted; absent ones count as dropped.")
+@click.option("--memory-limit", type=COUNT, default=256, show_default=True,
+              help="Approximate memory for the shuffler's data, in MiB; beyond a quarter of "
+                   "it the records spill to a temporary directory next to OUT.")
+@click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
+              help="Expect encrypted batches (deployment path), or plaintext ones "
+                   "(simulation aid only: the shuffler sees every user's shares).")
+@allow_large_option
+def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_users,
+            memory_limit, encrypted, allow_large):
+    """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
+
+    Batches of other parameters or of another setup (round id), replays (in any record
+    order), truncated and incomplete batches are rejected, each counted under a named reason
+    in the report's 'rejected'; of two batches sharing an encrypted record the first kept
+    stays and the later one is removed ('copied_record'). Entries of --in-dir named *.bin
+    that are not batch files are skipped and counted under 'ignored'. The mixed batch streams
+    through bucket files (memory bounded by --memory-limit) and is written atomically.
+    """
+    from shuffledp.protocol.shuffler import Shuffler
+
+    p = _load_params(params_path, allow_large)
+    files, ignored, names = _batch_files(p, in_dir, out_path, expected_users)
+    mac_key = _shuffler_mac_key(mac_key_path, encrypted)
+    if not encrypted:
+        warn(PLAINTEXT_WARNING)
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Shuffler(p, encrypted=encrypted, mac_key=mac_key, workdir=os.fspath(out.parent),
+                  memory_limit=memory_limit << 20) as s:
+        s.report.ignored.update(ignored)
+        n_read, n_other = _submit_all(s, p, files, encrypted, names)
+        if expected_users is not None:
+            s.missing(max(0, expected_users - s.n_users_seen))
+        if s.report.n_forwarded == 0:
+            raise click.ClickException(_no_batch_cause(in_dir, n_read, n_other, encrypted,
+                                                       s.report.to_dict(), names))
+        if names:
+            warn(f"skipped {len(names)} entries of {in_dir} named *.bin that are not batch "
+                 f"files ({_ignored_text(s.report.ignored, names)})")
+        _warn_rejected(in_dir, n_read, n_other, encrypted, s.report.rejected)
+        with atomic_output(out) as fh:
+            header = s.mix_to(fh)
+    report = s.report.to_dict()
+    report.update(path=_kind_name(encrypted), n_batch_files=n_read,
+                  mixed_batch=os.fspath(out_path), digest=p.digest.hex(),
+                  round_id=p.round_id.hex(), authenticated=header.keyed)
+    text = json.dumps(report)
+    write_atomic(report_path or f"{out_path}.report.json", (text + "\n").encode())
+    click.echo(text, err=True)
+
+
+def _warn_rejected(in_dir: str, n_files: int, n_other: int, encrypted: bool,
+                   rejected: dict) -> None:
+    if n_other:
+        warn(f"{n_other} of {n_files} batches in {in_dir} are {_kind_name(not encrypted)} "
+             f"and were rejected (running with {_flag(encrypted)})")
+    if rejected.get("wrong_digest"):
+        warn(f"{rejected['wrong_digest']} of {n_files} batches in {in_dir} were "
+             f"{_WRONG_DIGEST_HINT}, and were rejected")
+
+
+def _no_batch_cause(in_dir: str, n_files: int, n_other: int, encrypted: bool,
+                    report: dict, names: list[str]) -> str:
+    ignored = (f"; skipped {len(names)} entries that are not batch files "
+               f"({_ignored_text(Counter(report['ignored']), names)})" if names else "")
+    if n_files == 0:
+        return f"no user batch read from {in_dir}{ignored}"
+    if n_other == n_files:
+        return (f"no batch accepted: the {n_files} batches in {in_dir} are "
+                f"{_kind_name(not encrypted)}; pass {_flag(not encrypted)}{ignored}")
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report["rejected"].items()))
+    hint = (f" ({n_other} are {_kind_name(not encrypted)}: pass {_flag(not encrypted)}?)"
+            if n_other else "")
+    if report["rejected"].get("wrong_digest"):
+        hint += f" (wrong_digest: {_WRONG_DIGEST_HINT})"
+    return (f"no batch accepted from {in_dir}: {n_files} batches, rejected {{{reasons}}}"
+            f"{hint}{ignored}")
+
+
+# --------------------------------------------------------------------------- analyze
+def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None:
+    """The shuffler's report next to the mixed batch (or ``--shuffler-report``), checked
+    against the mixed batch's header counts."""
+    if not explicit and not os.path.lexists(path):
+        return None
+    text = _read_file(path, REPORT_FILE_LIMIT, "--shuffler-report", text=True)
+    rep = _json_object(text, f"shuffler report {path}")
+    for key, value in (("n_forwarded", header.n_users), ("n_dropped", header.n_dropped)):
+        if rep.get(key) != value:
+            raise click.ClickException(
+                f"shuffler report {path} says {key}={rep.get(key)!r}, but the mixed batch's "
+                f"header says {value}; refusing to release")
+    return rep
+
+
+def _check_mixed_header(p: Any, h: Any, size: int) -> None:
+    """The header is a mixed batch of these parameters and this run, no larger than n users
+    can send, whose file length is exactly header + records + 32-byte tag (wire format v2)."""
+    from shuffledp.protocol.crypto import encrypted_record_bytes
+    from shuffledp.protocol.wire import HEADER_SIZE, KIND_MIXED_ENC, TAG_SIZE, WireError
+
+    if not h.mixed:
+        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
+    if h.digest != p.digest:
+        raise WireError("mixed batch was produced under other protocol parameters or in another "
+                        "run (another setup's round id)")
+    most = p.n * p.messages_per_user
+    if h.n_records > most:
+        raise WireError(f"{h.n_records} records, more than n r m = {most} possible")
+    rb = encrypted_record_bytes(p) if h.kind == KIND_MIXED_ENC else p.record_bytes
+    if h.record_bytes != rb:
+        raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
+    if size != h.total_bytes:
+        raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
+                        f"{h.record_bytes} + {TAG_SIZE} (tag) = {h.total_bytes}")
+
+
+def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
+                     plaintext_simulation: bool) -> Any:
+    """Match the batch's kind with the flags: the analyzer key for an encrypted batch, None
+    for a plaintext one (after the loud warning)."""
+    if h.encrypted:
+        if plaintext_simulation:
+            raise click.BadParameter(f"the mixed batch {in_path} is encrypted: pass --key, not "
+                                     "--plaintext-simulation", param_hint="--plaintext-simulation")
+        if key_path is None:
+            raise click.UsageError(f"--key is required: the mixed batch {in_path} is encrypted")
+        return _load_private_key(key_path)
+    if not plaintext_simulation:
+        raise click.UsageError(
+            f"the mixed batch {in_path} is plaintext (simulation path: the shuffler saw every "
+            "share); pass --plaintext-simulation to analyze it"
+            + (", not --key" if key_path else ""))
+    warn(PLAINTEXT_WARNING)
+    return None
+
+
+def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> bytes | None:
+    """``--mac-key``: required for an encrypted or keyed batch; a batch without a keyed tag
+    is refused when one is given (anyone who edits a batch can recompute a plain SHA-256)."""
+    if mac_key_path is None:
+        if h.encrypted or h.keyed:
+            why = ("is encrypted (deployment path): its counts and records are authenticated"
+                   if h.encrypted else "is tagged")
+            raise click.UsageError(
+                f"--mac-key is required: the mixed batch {in_path} {why} with the key the "
+                f"shuffler shares with the analyzer (setup writes OUT/{MAC_FILE})")
+        return None
+    mac_key = _load_mac_key(mac_key_path)
+    if not h.keyed:
+        raise click.ClickException(
+            f"refusing to release {in_path}: --mac-key {mac_key_path} was given but the mixed "
+            "batch carries no keyed tag (its plain SHA-256 can be recomputed by anyone who "
+            "edits it)")
+    return mac_key
+
+
+def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
+    """Decrypt the first message only, to refuse a wrong ``--key`` before the whole batch.
+
+    Any message that does not open makes the release refused anyway (the count check).
+    """
+    from shuffledp.protocol.crypto import decrypt_records
+    from shuffledp.protocol.wire import HEADER_SIZE
+
+    if h.n_records == 0:
+        return
+    fh.seek(HEADER_SIZE)
+    if decrypt_records(p, read_up_to(fh, h.record_bytes), key)[2]:
+        raise click.ClickException(
+            f"--key {key_path}: the first message of {in_path} does not decrypt: not the "
+            "analyzer key of this run (or a corrupt message); refusing to release")
+
+
+def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.ClickException:
+    """A one-line refusal for a WireError or ReleaseRefused."""
+    hint = ""
+    if mac_key_path is not None and "tag does not verify" in str(error):
+        hint = f" (or --mac-key {mac_key_path} is not this run's MAC key)"
+    return click.ClickException(f"refusing to release {in_path}: {error}{hint}")
+
+
+@click.command("analyze", cls=Command)
+@_params_option
+@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="Mixed batch written by `shuffledp shuffle`.")
+@out_dir_option(required=True,
+                help="Output directory: estimate.npy, raw.npy, report.json.")
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Analyzer private key (required for encrypted batches).")
+@click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help=f"Key shared with the shuffler ({MAC_FILE} from `shuffledp setup`): the mixed "
+                   "batch's tag must verify under it. Required for encrypted batches; a batch "
+                   "without a keyed tag is refused when it is given.")
+@click.option("--shuffler-report", "report_path", type=click.Path(dir_okay=False),
+              default=None, help="The shuffler's report [default: IN.report.json if present].")
+@click.option("--workers", type=COUNT, default=None,
+              help="Processes decrypting a large batch [default: one per CPU].")
+@click.option("--plaintext-simulation", is_flag=True,
+              help="Accept a plaintext mixed batch (simulation aid only).")
+@allow_large_option
+def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
+            plaintext_simulation, allow_large):
+    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
+    estimate and report.json.
+
+    Refuses to release (exit 1) a batch that is malformed, of another run, altered after
+    the shuffler (tag), holds a message that does not decrypt, or misses messages.
+    """
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
+    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.protocol.wire import WireError, read_header
+
+    if key_path is not None and plaintext_simulation:
+        raise click.BadParameter("cannot be combined with --plaintext-simulation",
+                                 param_hint="--key")
+    p = _load_params(params_path, allow_large)
+    try:
+        fh = open_regular(in_path)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--in") from None
+    try:
+        with fh:
+            h = read_header(fh)
+            _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
+            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path)
+            shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
+                                             report_path is not None)
+            if key is not None:
+                _check_key_opens(p, fh, h, key, key_path, in_path)
+            fh.seek(0)
+            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers)
+    except (WireError, ReleaseRefused) as e:
+        raise _refusal(in_path, e, mac_key_path) from None
+    _write_release(Path(out_dir), p, release, h, shuffler)
+
+
+def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:
+    """estimate.npy, raw.npy and report.json (:meth:`HeatmapRelease.to_report` plus the wire
+    path, the tag's status, the round id and the shuffler's report)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_npy(out / "estimate.npy", release.estimate)
+    write_npy(out / "raw.npy", release.raw)
+    report = release.to_report()
+    report.update({
+        "path": "encrypted" if h.encrypted else "plaintext simulation",
+        "authenticated": bool(release.protocol["mixed_batch_authenticated"]),
+        "round_id": p.round_id.hex(),
+        "shuffler": shuffler,
+    })
+    write_report(out, report)
+
+
+ROLE_COMMANDS = (setup, encode, shuffle, analyze)

@@ -1,0 +1,184 @@
+"""``shuffledp secagg``: secure aggregation with the server and clients as separate processes.
+
+Subcommands
+-----------
+server   run the server over a mailbox directory (:mod:`shuffledp.secagg.mailbox`) and write
+         the sum (``result.npy``) and a report (status, session, survivors, dropouts per
+         round, rejected messages, clients excluded for wrong shares, timings); an earlier
+         run's files are removed first, and an aborted run writes its report with the
+         reason and no ``result.npy``
+client   run one client: read its integer vector from a ``.npy`` file, answer the four
+         rounds through the same directory
+
+Only masked vectors and encrypted shares ever reach the directory ([Bonawitz17]_). Errors
+follow :mod:`shuffledp.cli.common`: exit 2 for a bad option, exit 1 for a refusal (too few
+clients, a deviating server), never a traceback.
+
+References
+----------
+.. [Bonawitz17] K. Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving
+   Machine Learning", CCS 2017.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from shuffledp.cli.common import COUNT, POSITIVE, Group, write_npy, write_report
+from shuffledp.secagg.mailbox import MAX_CLIENTS
+
+ROUNDS = 4
+INPUT_LIMIT = 1 << 30  # bytes of a client's --input .npy file
+
+
+@click.group("secagg", cls=Group)
+def secagg() -> None:
+    """Secure aggregation (Bonawitz et al. 2017) over a mailbox directory."""
+
+
+def _dir_option(fn):
+    return click.option("--dir", "mailbox", type=click.Path(file_okay=False), required=True,
+                        help="Mailbox directory shared by the server and the clients.")(fn)
+
+
+@secagg.command("server")
+@_dir_option
+@click.option("--clients", "clients", type=COUNT, required=True,
+              help=f"Clients expected (ids 0..N-1, N <= {MAX_CLIENTS}).")
+@click.option("--length", type=COUNT, required=True, help="Vector length L.")
+@click.option("--modulus", type=COUNT, required=True, help="Modulus m of the sum (2..2^62).")
+@click.option("--threshold", type=COUNT, default=None,
+              help="Shares needed / fewest clients per round  [default: 2n/3 + 1]")
+@click.option("--round-timeout", "round_timeout", type=POSITIVE, default=30.0,
+              show_default=True,
+              help="Seconds to wait for the clients of each round that neither answered nor "
+                   "left.")
+def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
+    """Run the server: relay keys and shares, collect masked inputs, unmask the sum.
+
+    The previous run's session, result and report in --dir are removed first; the report
+    of this run says whether it released a sum (result.npy) or aborted (and why).
+    """
+    n = clients
+    from shuffledp.secagg import SecAggAborted, SecAggServer, default_threshold
+    from shuffledp.secagg.client import SHARE_CT
+    from shuffledp.secagg.mailbox import clear, collect, post, run_dir
+    from shuffledp.secagg.messages import HEADER
+    from shuffledp.secagg.server import COMMIT_BYTES, REVEAL
+
+    if n > MAX_CLIENTS:
+        raise click.BadParameter(f"must be at most {MAX_CLIENTS}, got {n}",
+                                 param_hint="--clients")
+    if not 2 <= modulus <= 1 << 62:
+        raise click.BadParameter(f"must be in [2, 2^62], got {modulus}", param_hint="--modulus")
+    t = default_threshold(n) if threshold is None else threshold
+    if not 2 <= t <= n:
+        raise click.BadParameter(f"must be in [2, --clients={n}], got {t}",
+                                 param_hint="--threshold")
+    limits = [HEADER.size + 64, HEADER.size + COMMIT_BYTES + 4 + (n - 1) * (4 + SHARE_CT),
+              HEADER.size + 8 * length, HEADER.size + 4 + REVEAL.size * n]
+    box = Path(mailbox)
+    clear(box)
+    session = os.urandom(16)
+    run = run_dir(box, session)
+    run.mkdir(parents=True)
+    post(box / "session", session)
+    server = SecAggServer(n, length, modulus, t, session)
+    t0 = time.perf_counter()
+    dropped: dict[int, list[int]] = {}
+    left: dict[int, list[int]] = {}
+
+    def report(status: str, **extra) -> dict:
+        return {"status": status, "session": session.hex(),
+                "survivors": sorted(server.members[3]) if len(server.members) > 3 else [],
+                "dropped_per_round": dropped, "left_per_round": left, "threshold": t,
+                "rejected": dict(server.rejected),
+                "excluded": {str(k): v for k, v in sorted(server.excluded.items())},
+                "suspects": {str(k): v for k, v in sorted(server.suspects.items())},
+                "seconds": time.perf_counter() - t0, **extra}
+
+    try:
+        for r in range(ROUNDS):
+            expected = set(server.members[-1])
+            got, unreadable, gone = collect(run / f"round{r}", expected, round_timeout,
+                                            limits[r])
+            for _ in unreadable:
+                server.rejected[f"round {r}: message file not a regular file or too large"] += 1
+            for i, data in got.items():
+                server.receive(data, channel=i)
+            dropped[r] = sorted(expected - server.answered)
+            left[r] = sorted(gone)
+            reply = server.close_round()
+            if r == 1:
+                for i, data in reply.items():
+                    post(run / "round1" / f"to-{i}.msg", data)
+            elif r in (0, 2):
+                post(run / f"round{r}" / "server.msg", reply)
+    except SecAggAborted as e:
+        post(run / "aborted", str(e).encode())
+        write_report(box, report("aborted", reason=str(e)))
+        raise click.ClickException(str(e)) from None
+    write_npy(box / "result.npy", server.total)
+    write_report(box, report("released"))
+    click.echo(f"sum of {len(server.members[3])} clients (threshold {t}) written to "
+               f"{box}/result.npy")
+
+
+@secagg.command("client")
+@_dir_option
+@click.option("--id", "uid", type=click.IntRange(0, MAX_CLIENTS - 1), required=True,
+              help="This client's id (0..N-1).")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), required=True,
+              help=".npy file with the integer vector.")
+@click.option("--modulus", type=COUNT, required=True)
+@click.option("--threshold", type=COUNT, required=True)
+@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
+              help="Seconds to wait for each server message.")
+@click.option("--stop-before-round", "stop", type=click.IntRange(0, 3), default=None,
+              hidden=True, help="Fault injection for tests: leave before this round (posting a "
+                                "leave marker, so the server need not wait for a timeout).")
+def client_cmd(mailbox, uid, input_path, modulus, threshold, timeout, stop):
+    """Run one client through the four rounds."""
+    from shuffledp.safe_io import UnsafeFileError, read_regular
+    from shuffledp.secagg import MessageError, SecAggClient, SecAggRefused
+    from shuffledp.secagg.mailbox import RunAborted, post, run_dir, wait_for
+
+    box = Path(mailbox)
+    try:
+        x = np.load(io.BytesIO(read_regular(input_path, INPUT_LIMIT, what="--input")),
+                    allow_pickle=False)
+    except (UnsafeFileError, ValueError, OSError) as e:
+        raise click.BadParameter(f"{input_path}: not a readable .npy file ({e})",
+                                 param_hint="--input") from None
+    if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer) or (x < 0).any() or \
+            (x >= modulus).any():
+        raise click.BadParameter(f"{input_path} must hold a 1-d integer vector in [0, "
+                                 f"{modulus})", param_hint="--input")
+    try:
+        session = wait_for(box / "session", timeout, limit=16)
+        run = run_dir(box, session)
+        client = SecAggClient(uid, x, modulus, threshold, session)
+        sources = [None, run / "round0" / "server.msg", run / "round1" / f"to-{uid}.msg",
+                   run / "round2" / "server.msg"]
+        steps = [lambda _: client.advertise(), client.share_keys, client.masked_input,
+                 client.unmask]
+        for r in range(ROUNDS):
+            if stop is not None and r >= stop:
+                post(run / f"round{r}" / f"client-{uid}.leave", b"")
+                click.echo(f"client {uid}: left before round {r}")
+                return
+            incoming = None if r == 0 else wait_for(sources[r], timeout,
+                                                    abort_marker=run / "aborted")
+            post(run / f"round{r}" / f"client-{uid}.msg", steps[r](incoming))
+    except (TimeoutError, RunAborted, SecAggRefused, MessageError, UnsafeFileError) as e:
+        raise click.ClickException(f"client {uid}: {e}") from None
+    click.echo(f"client {uid}: done")
+
+
+__all__ = ["secagg"]

@@ -1,0 +1,201 @@
+"""Execution backends for the shuffle heatmap: ``local`` (one process) and ``dask``.
+
+The Dask backend partitions the encoders by users and the shuffler's permutation and the
+analyzer's mod-q sums by coordinate range; Reconstruct runs on the driver.
+
+Why block-wise shuffling preserves exactly what the analyzer sees
+-----------------------------------------------------------------
+Every message is a pair (a, w) with coordinate a in [0, m). The analyzer of [Ghazi23]_ App. F
+only sums the shares of each coordinate mod q, and the privacy argument (split-and-mix,
+[Balle20]_) is about the *multiset* of shares received per coordinate: the view of the
+analyzer is the multiset {(a, w)}, equivalently the m multisets M_a = {w : (a, w) received}.
+Route every message to the block that owns its coordinate a and permute each block by an
+independent uniformly random permutation. The concatenation of the blocks, with coordinates
+kept, is a sequence whose multiset is exactly {(a, w)} and whose per-coordinate multisets are
+exactly M_a, in an order independent of which user sent which message within the block.
+A single global uniform permutation reveals the same multisets and nothing more (its order is
+independent of the senders), so the analyzer's view is identically distributed under both:
+the coordinate a is public anyway (every user sends r messages per coordinate), so grouping
+by a leaks nothing the global shuffle hides. Sums commute, so each block reduces
+independently and the stitched sums equal the single-process sums exactly (integers mod q).
+
+Randomness: deployment runs (``rng=None``) draw noise, shares and permutations from a fresh
+:class:`shuffledp.randomness.SecureRandom` on each worker. A research seed is split with
+``numpy.random.SeedSequence.spawn`` into one independent stream per user partition, so a run
+is reproducible for a given seed and partitioning (not across partitionings).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454, App. F.
+.. [Balle20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private summation in the
+   multi-message shuffle model", CCS 2020.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+from shuffledp.encoders.encoder import encode_shares
+from shuffledp.protocol.params import ProtocolParams
+from shuffledp.randomness import RngLike, SecureRandom, secure_shuffle
+from shuffledp.users import UserDistributions
+
+BACKENDS = ("local", "dask")
+
+
+def _dask_missing() -> RuntimeError:
+    return RuntimeError(
+        'the dask backend needs dask[distributed]: pip install "shuffledp[dask]"'
+    )
+
+
+def require_dask():
+    """Import and return ``distributed``; a clear RuntimeError if it is not installed."""
+    try:
+        import distributed
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise _dask_missing() from exc
+    return distributed
+
+
+def coordinate_blocks(m: int, n_blocks: int) -> np.ndarray:
+    """Block edges 0 = e_0 < ... < e_k = m: block i owns coordinates [e_i, e_{i+1})."""
+    k = max(1, min(int(n_blocks), int(m)))
+    return np.linspace(0, m, k + 1).round().astype(np.int64)
+
+
+def partition_streams(rng: RngLike, n_parts: int) -> list:
+    """One noise stream per user partition: None (secure, drawn on the worker) or a child seed.
+
+    A seed / SeedSequence / Generator is turned into a root SeedSequence and spawned into
+    ``n_parts`` independent children ([numpy SeedSequence.spawn]).
+    """
+    if rng is None:
+        return [None] * n_parts
+    if isinstance(rng, np.random.Generator):
+        root = np.random.SeedSequence(int(rng.integers(0, 2**63)))
+    elif isinstance(rng, np.random.SeedSequence):
+        root = rng
+    else:
+        root = np.random.SeedSequence(int(rng))
+    return root.spawn(n_parts)
+
+
+def encode_partition(
+    params: ProtocolParams, users: UserDistributions, select: np.ndarray, seed, edges: np.ndarray
+) -> list[np.ndarray]:
+    """Encode one user partition; return its messages' shares split by coordinate block.
+
+    Element i has shape (len(select) * r, e_{i+1} - e_i), uint32: one row per message row,
+    the columns are coordinates e_i.. (the coordinate is implied by the column).
+    """
+    src = SecureRandom()
+    g = src if seed is None else np.random.default_rng(seed)
+    sh = encode_shares(params, users, select, g, src).reshape(-1, params.m)
+    return [np.ascontiguousarray(sh[:, lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def shuffle_and_sum(
+    params: ProtocolParams, lo: int, *parts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Mix one coordinate block and sum it mod q: (sums, counts, n_messages) for [lo, hi).
+
+    The block's messages (a, w) are packed, permuted by one uniformly random permutation from
+    the secure source (the block's shuffler), then summed per coordinate exactly.
+    """
+    width = parts[0].shape[1] if parts else 0
+    w = np.concatenate([p.reshape(-1, width) for p in parts]).astype(np.int64)
+    coord = np.broadcast_to(np.arange(lo, lo + width, dtype=np.int64), w.shape)
+    msg = (coord.ravel() << np.int64(32)) | w.ravel()
+    secure_shuffle(msg, SecureRandom())
+    a, s = (msg >> np.int64(32)) - lo, msg & np.int64(0xFFFFFFFF)
+    sums = np.zeros(width, dtype=np.int64)
+    np.add.at(sums, a, s % params.q)
+    counts = np.bincount(a, minlength=width).astype(np.int64)
+    return sums % params.q, counts, int(msg.size)
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How a run is split: ``user_parts`` user partitions, ``coord_blocks`` coordinate blocks."""
+
+    user_parts: int
+    coord_blocks: int
+
+
+def default_partitioning(params: ProtocolParams, n_users: int, n_workers: int,
+                         budget_bytes: int = 1 << 27) -> Partitioning:
+    """At least 4 tasks per worker, and each task's messages within ``budget_bytes``.
+
+    An encoder task holds 4 bytes per message of its users; a block task about 24 bytes per
+    message of its block (uint32 shares, int64 packed messages, the shuffle's copy).
+    """
+    total = int(n_users) * params.r * params.m
+    least = 4 * max(1, int(n_workers))
+    users = max(least, -(-4 * total // budget_bytes))
+    blocks = max(least, -(-24 * total // budget_bytes))
+    return Partitioning(min(users, max(1, int(n_users))), min(blocks, params.m))
+
+
+def _plan(params, participants, part: Partitioning):
+    user_sel = [s for s in np.array_split(participants, part.user_parts) if s.size]
+    return user_sel, coordinate_blocks(params.m, part.coord_blocks)
+
+
+def _collect(params, edges, results) -> ModularAccumulator:
+    acc = ModularAccumulator(params)
+    for (lo, hi), (s, c, n) in zip(zip(edges[:-1], edges[1:]), results):
+        acc.sums[lo:hi], acc.counts[lo:hi] = s, c
+        acc.messages += n
+    return acc
+
+
+def local_partitioned_sums(
+    params: ProtocolParams, users: UserDistributions, participants: np.ndarray,
+    rng: RngLike, part: Partitioning,
+) -> ModularAccumulator:
+    """The Dask plan executed serially in this process (reference for the Dask backend)."""
+    user_sel, edges = _plan(params, participants, part)
+    seeds = partition_streams(rng, len(user_sel))
+    enc = [encode_partition(params, users, s, sd, edges) for s, sd in zip(user_sel, seeds)]
+    res = [shuffle_and_sum(params, int(edges[i]), *[e[i] for e in enc])
+           for i in range(edges.size - 1)]
+    return _collect(params, edges, res)
+
+
+def dask_sums(
+    params: ProtocolParams, users: UserDistributions, participants: np.ndarray,
+    rng: RngLike, client, part: Partitioning | None = None,
+) -> ModularAccumulator:
+    """Encoders per user partition, shuffle + mod-q sums per coordinate block, on ``client``.
+
+    Only the O(m) block sums and counts return to the driver.
+    """
+    require_dask()
+    if part is None:
+        part = default_partitioning(params, participants.size,
+                                    len(client.scheduler_info().get("workers", {})))
+    user_sel, edges = _plan(params, participants, part)
+    seeds = partition_streams(rng, len(user_sel))
+    p_fut, u_fut = client.scatter([params, users], broadcast=True)
+    enc = [client.submit(encode_partition, p_fut, u_fut, s, sd, edges, pure=False)
+           for s, sd in zip(user_sel, seeds)]
+    nb = edges.size - 1
+    pieces = [[client.submit(lambda e, i=i: e[i], f, pure=False) for i in range(nb)]
+              for f in enc]
+    sums = [client.submit(shuffle_and_sum, p_fut, int(edges[i]), *[pc[i] for pc in pieces],
+                          pure=False) for i in range(nb)]
+    return _collect(params, edges, client.gather(sums))
+
+
+def connect(scheduler: str | None = None, n_workers: int | None = None):
+    """A ``distributed.Client``: to ``scheduler`` if given, else a fresh LocalCluster."""
+    distributed = require_dask()
+    if scheduler:
+        return distributed.Client(scheduler, timeout=10)
+    cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                                       dashboard_address=None)
+    return distributed.Client(cluster)

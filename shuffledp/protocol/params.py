@@ -1,0 +1,463 @@
+"""The validated parameter record of the shuffle-model heatmap protocol ([Ghazi23]_ App. F).
+
+One frozen :class:`ProtocolParams` fixes everything the three parties must agree on: the grid
+and measured levels (same split as the central mechanism, [Ghazi23]_ proof of Thm 3.1), the
+number of users n, the scaling factor B and rounding rule, the neighbour notion, the modulus
+q, the number of shares per coordinate r, the per-level discrete Laplace parameters and the
+Polya shape (over-provisioned for dropouts, [Bagdasaryan22]_ Sec. 4). The wire format carries
+:attr:`ProtocolParams.digest`, so batches produced under other parameters are rejected.
+
+Neighbour notion: the summation protocol behind App. F ([BBGN20]_) is private
+under *replacement of one user's input with n public*; the scaled, rounded level vector then
+has l1-sensitivity Delta_i = 2B (see :mod:`shuffledp.encoders.rounding`).
+
+Message layout: a message (a, w) with coordinate a in [0, m) and share w in [0, q) is one
+unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; it takes
+``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8) bytes on the wire. The paper's count
+(App. F "Communication") is ceil(log2(m q)) bits per message, reported as
+:attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.protocol.wire` actually writes.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from shuffledp import _validation as v
+from shuffledp.accounting.budget import DEFAULT_GAMMA
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.summation import (
+    DEFAULT_DROPOUT,
+    SummationParameters,
+    check_rounding,
+    check_scale,
+    delta_split,
+    shares_needed,
+    summation_parameters,
+)
+from shuffledp.grid import Grid
+from shuffledp.protocol.wire import HEADER_SIZE
+
+FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
+NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
+ROUND_ID_BYTES = 16
+#: numbers a ProtocolParams reads from its accounting record (SummationParameters)
+_DELEGATED = frozenset({
+    "n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min", "q", "r",
+    "decode_low", "wrap_probability", "wrap_target", "gamma",
+})
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    """Everything encoder, shuffler and analyzer must agree on ([Ghazi23]_ App. F).
+
+    Attributes
+    ----------
+    grid : Grid
+    w : int
+        Reconstruct's top-w (also fixes the measured levels, :meth:`Grid.measured_levels`).
+    summation : SummationParameters
+        The accounting record (:func:`shuffledp.accounting.summation.summation_parameters`):
+        the one home of n, epsilon, delta, B, rounding, neighbour (REPLACE_ONE or ZERO_OUT),
+        dropout, n_min, q, r, decode_low, the per-level budgets and sensitivities, the
+        wrap-around probability and the delta split. They read as attributes of this record
+        (``params.q``, ``params.level_epsilons``...). r must reach the split-and-mix
+        requirement (:meth:`check_supported`); q must leave headroom for sums in [0, B n].
+    round_id : bytes
+        16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
+        given). Part of :attr:`digest`, hence of every wire header and of the associated data
+        of every encrypted message: batches and messages of another run are rejected.
+    """
+
+    grid: Grid
+    w: int
+    summation: SummationParameters
+    round_id: bytes = field(default_factory=lambda: os.urandom(ROUND_ID_BYTES))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.grid, Grid):
+            raise TypeError(f"grid must be a shuffledp.Grid, got grid={self.grid!r}")
+        w = v.count("w", self.w, 1)
+        object.__setattr__(self, "w", w)
+        if not isinstance(self.summation, SummationParameters):
+            raise TypeError(f"summation must be a SummationParameters, got "
+                            f"summation={type(self.summation).__name__}")
+        start, top = self.grid.measured_levels(w)
+        if tuple(self.summation.levels or ()) != tuple(range(start, top + 1)):
+            raise ValueError(
+                f"the accounting record measures levels {self.summation.levels}, the grid "
+                f"{self.grid} with w={w} measures {start}..{top}"
+            )
+        n_lev = top - start + 1
+        eps = v.interval("epsilon", self.epsilon, 0.0, math.inf)
+        v.interval("delta", self.delta, 0.0, 1.0)
+        le = self.level_epsilons
+        if len(le) != n_lev or not all(e > 0 and math.isfinite(e) for e in le):
+            raise ValueError(f"level_epsilons must hold {n_lev} positive budgets, got {le!r}")
+        if sum(le) > eps * (1 + 1e-12):
+            raise ValueError(f"level_epsilons sum to {sum(le)!r} > epsilon={eps!r}")
+        n = v.count("n", self.n, 2)
+        B = check_scale(self.B)
+        check_rounding(self.rounding)
+        nb = Neighbour.parse(self.neighbour)
+        if nb not in NEIGHBOURS:
+            raise ValueError(
+                f"neighbour must be one of {[x.token for x in NEIGHBOURS]}, got "
+                f"neighbour={nb.token!r}"
+            )
+        d = v.interval("dropout", self.dropout, 0.0, 1.0, open_low=False)
+        n_min = v.count("n_min", self.n_min, 1)
+        if n_min > n:
+            raise ValueError(f"n_min must be <= n={n}, got n_min={n_min}")
+        if n_min < math.ceil((1.0 - d) * n - 1e-9):
+            raise ValueError(
+                f"n_min={n_min} is below the (1 - dropout) n = {(1 - d) * n:g} users the "
+                "declared dropout fraction promises"
+            )
+        q = v.count("q", self.q, 2)
+        if q > 1 << 32:
+            raise ValueError(f"q must be <= 2^32, got q={q}; lower B or n")
+        v.count("r", self.r, 2)
+        sens = self.level_sensitivities
+        if len(sens) != n_lev or min(sens) < 1:
+            raise ValueError(f"level_sensitivities must hold {n_lev} integers >= 1, got {sens!r}")
+        if min(sens) < nb.level_sensitivity(B):
+            raise ValueError(
+                f"under {nb.token} the scaled level vector has sensitivity "
+                f"{nb.level_sensitivity(B)}, got level_sensitivities={sens!r}"
+            )
+        low = v.count("decode_low", self.decode_low, 0)
+        # Headroom: every true sum in [0, B n] must lie inside the window with room to spare.
+        if q - 1 - low < B * n or low < 1:
+            raise ValueError(
+                f"q={q} with decode_low={low} has no headroom for sums in [0, B n = {B * n}]: "
+                f"need decode_low >= 1 and q - 1 - decode_low > B n; increase q"
+            )
+        v.interval("wrap_probability", self.wrap_probability, 0.0, 1.0, open_low=False,
+                   open_high=False)
+        rid = self.round_id
+        if not isinstance(rid, (bytes, bytearray)) or len(rid) != ROUND_ID_BYTES:
+            raise ValueError(f"round_id must be {ROUND_ID_BYTES} bytes, got round_id={rid!r}")
+        object.__setattr__(self, "round_id", bytes(rid))
+        if self.record_bits > 64:
+            raise ValueError(f"messages need {self.record_bits} bits > 64; lower q or the grid")
+        self.check_supported()
+
+    # ----- the accounting record's numbers (their one home is SummationParameters) -----
+    @property
+    def start(self) -> int:
+        return int(self.summation.levels[0])
+
+    @property
+    def top(self) -> int:
+        return int(self.summation.levels[-1])
+
+    @property
+    def level_epsilons(self) -> tuple[float, ...]:
+        return tuple(float(e) for e in self.summation.level_epsilons)
+
+    @property
+    def level_sensitivities(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.summation.level_sensitivities)
+
+    @property
+    def guarantee_delta_parts(self) -> Mapping[str, Any]:
+        return MappingProxyType(dict(self.summation.delta_parts))
+
+    def __getattr__(self, name: str) -> Any:
+        # n, epsilon, delta, B, rounding, neighbour, dropout, n_min, q, r, decode_low,
+        # wrap_probability, gamma, wrap_target: read from the accounting record
+        if name in _DELEGATED:
+            return getattr(object.__getattribute__(self, "summation"), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def check_supported(self) -> None:
+        """Re-check that the parameters support the guarantee they claim; raise otherwise.
+
+        r must reach the split-and-mix requirement of [BBGN20]_ as used in [Ghazi23]_ App. F
+        for (eps, delta_mix, m, q, n_min), where delta_mix is delta minus the noise sampler's
+        part (:func:`shuffledp.accounting.summation.delta_split`). The encoder and the
+        analyzer call this again before encoding or releasing, so a record edited after
+        construction (or a params file edited by hand) cannot ship a guarantee it does not
+        have.
+        """
+
+        delta_mix, _ = delta_split(self.epsilon, self.delta, self.n, self.m)
+        need = shares_needed(self.epsilon, delta_mix, self.m, self.q, self.n_min)
+        if self.r < need:
+            raise ValueError(
+                f"r={self.r} shares per coordinate are below the split-and-mix requirement "
+                f"r >= {need} for epsilon={self.epsilon!r}, delta={self.delta!r}, m={self.m}, "
+                f"q={self.q}, n_min={self.n_min}; the (epsilon, delta) guarantee would not hold"
+            )
+        for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True):
+            if not (e > 0 and s >= self.neighbour.level_sensitivity(self.B)):
+                raise ValueError(f"level budget {e!r} / sensitivity {s!r} do not support the "
+                                 f"guarantee under {self.neighbour.token}")
+
+    # ----- geometry of the message vector -----
+    @property
+    def level_sizes(self) -> tuple[int, ...]:
+        return tuple(self.grid.level_size(i) for i in range(self.start, self.top + 1))
+
+    @property
+    def level_offsets(self) -> tuple[int, ...]:
+        """Offset of each measured level in the flat coordinate vector (level-major)."""
+        return tuple(int(x) for x in np.r_[0, np.cumsum(self.level_sizes)[:-1]])
+
+    @property
+    def m(self) -> int:
+        """Number of coordinates sent: sum of the measured level sizes."""
+        return int(sum(self.level_sizes))
+
+    @property
+    def polya_shape(self) -> float:
+        """Polya shape 1 / n_min per user ([Bagdasaryan22]_ Thm 4.2, dropout over-provisioning)."""
+        return 1.0 / self.n_min
+
+    @property
+    def level_a(self) -> tuple[float, ...]:
+        """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level."""
+        return tuple(
+            math.exp(-e / s)
+            for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True)
+        )
+
+    def coordinate_a(self) -> np.ndarray:
+        """a_i repeated over the coordinates of level i (length m)."""
+        return np.repeat(np.asarray(self.level_a), self.level_sizes)
+
+    # ----- communication -----
+    @property
+    def share_bits(self) -> int:
+        return int(self.q - 1).bit_length()
+
+    @property
+    def coordinate_bits(self) -> int:
+        return max(1, int(self.m - 1).bit_length())
+
+    @property
+    def record_bits(self) -> int:
+        return self.coordinate_bits + self.share_bits
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes per plaintext message on the wire: ceil(record_bits / 8), 1..8."""
+        return -(-self.record_bits // 8)
+
+    @property
+    def share_bytes(self) -> int:
+        """Bytes of a share inside an encrypted message: ceil(share_bits / 8)."""
+        return -(-self.share_bits // 8)
+
+    @property
+    def messages_per_user(self) -> int:
+        return self.r * self.m
+
+    @property
+    def bits_per_message(self) -> int:
+        """ceil(log2(m q)) ([Ghazi23]_ App. F "Communication")."""
+        return int(self.m * self.q - 1).bit_length()
+
+    @property
+    def bits_per_user(self) -> int:
+        """r m ceil(log2(m q)) ([Ghazi23]_ App. F "Communication", Fig. 12)."""
+        return self.messages_per_user * self.bits_per_message
+
+    @property
+    def bytes_per_user(self) -> int:
+        """Bytes of one user's plaintext batch as written by :mod:`shuffledp.protocol.wire`."""
+
+        return HEADER_SIZE + self.messages_per_user * self.record_bytes
+
+    @property
+    def packed_bytes_per_user(self) -> int:
+        """Bytes of one user's bit-packed batch (wire kind 5, version 3): the 64-byte header
+        and ceil(r m record_bits / 8) bytes of records at exactly ``record_bits`` bits each
+        (:func:`shuffledp.protocol.wire.pack_bits`)."""
+
+        return HEADER_SIZE + -(-self.messages_per_user * self.record_bits // 8)
+
+    @property
+    def coordinate_major_bytes_per_user(self) -> int:
+        """Bytes of one user's coordinate-major bit-packed batch (wire kind 5, flags bit 1):
+        the header and ceil(r m share_bits / 8) bytes, the coordinate implied by position
+        (:mod:`shuffledp.protocol.packed`)."""
+
+        return HEADER_SIZE + -(-self.messages_per_user * self.share_bits // 8)
+
+    # ----- identity -----
+    def canonical(self) -> dict[str, Any]:
+        """The fields every party must agree on, JSON-ready (input of :attr:`digest`)."""
+        return {
+            "format": FORMAT_NAME,
+            "grid": [self.grid.width, self.grid.height],
+            "w": self.w,
+            "levels": [self.start, self.top],
+            "level_epsilons": [repr(e) for e in self.level_epsilons],
+            "level_sensitivities": list(self.level_sensitivities),
+            "n": self.n,
+            "n_min": self.n_min,
+            "epsilon": repr(self.epsilon),
+            "delta": repr(self.delta),
+            "B": self.B,
+            "rounding": self.rounding,
+            "neighbour": self.neighbour.token,
+            "dropout": repr(self.dropout),
+            "q": self.q,
+            "r": self.r,
+            "decode_low": self.decode_low,
+            "round_id": self.round_id.hex(),
+            "gamma": repr(self.gamma),
+            "wrap_target": repr(self.wrap_target),
+        }
+
+    @property
+    def digest(self) -> bytes:
+        """First 16 bytes of SHA-256 of the canonical JSON; carried in every wire header."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).digest()[:16]
+
+    def figures(self) -> dict[str, Any]:
+        """Protocol figures for a release's ``protocol`` mapping and report.json."""
+        return {
+            "B": self.B,
+            "q": self.q,
+            "r": self.r,
+            "m": self.m,
+            "n": self.n,
+            "n_min": self.n_min,
+            "rounding": self.rounding,
+            "neighbour": str(self.neighbour),
+            "dropout": self.dropout,
+            "messages_per_user": self.messages_per_user,
+            "bits_per_message": self.bits_per_message,
+            "bits_per_user": self.bits_per_user,
+            "record_bytes": self.record_bytes,
+            "bytes_per_user": self.bytes_per_user,
+            "record_bits": self.record_bits,
+            "packed_bytes_per_user": self.packed_bytes_per_user,
+            "coordinate_major_bytes_per_user": self.coordinate_major_bytes_per_user,
+            "level_epsilons": list(self.level_epsilons),
+            "level_sensitivities": list(self.level_sensitivities),
+            "level_a": list(self.level_a),
+            "polya_shape": self.polya_shape,
+            "decode_low": self.decode_low,
+            "wrap_probability": self.wrap_probability,
+            "digest": self.digest.hex(),
+        }
+
+    def to_json(self) -> str:
+        """Serialise (for the CLI roles); :meth:`from_json` re-derives and compares."""
+        d = self.canonical()
+        d["wrap_probability"] = repr(self.wrap_probability)
+        d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
+        return json.dumps(d, sort_keys=True, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProtocolParams:
+        """Rebuild from :meth:`to_json` by re-deriving the accounting record from the file's
+        inputs (n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout,
+        wrap_target) and comparing every agreed field with the file's.
+
+        A file whose q, r, budgets, sensitivities or decoding window differ from what the
+        accounting derives (hand-edited, or written by another version) is refused: a record
+        never carries numbers its accounting does not support.
+        """
+        d = json.loads(text)
+        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a {FORMAT_NAME} parameter file (format={got!r})")
+        if "round_id" not in d:
+            raise ValueError("parameter file has no round_id (written by an older version); "
+                             "re-run setup")
+        try:
+            rid = bytes.fromhex(d["round_id"])
+        except (TypeError, ValueError):
+            raise ValueError(f"round_id must be {2 * ROUND_ID_BYTES} hex digits, got "
+                             f"round_id={d['round_id']!r}") from None
+        p = derive_params(
+            Grid(*d["grid"]), d["n"], epsilon=float(d["epsilon"]), delta=float(d["delta"]),
+            B=d["B"], w=d["w"], gamma=float(d["gamma"]), rounding=d["rounding"],
+            dropout=float(d["dropout"]), wrap_target=float(d["wrap_target"]),
+            neighbour=d["neighbour"], round_id=rid,
+        )
+        ours = p.canonical()
+        for k in sorted((set(ours) | set(d)) - {"wrap_probability", "guarantee_delta_parts"}):
+            if ours.get(k) != d.get(k):
+                raise ValueError(
+                    f"parameter file field {k}={d.get(k)!r} differs from the accounting's "
+                    f"{k}={ours.get(k)!r} for the same inputs: the file was edited or written "
+                    "by another version; re-run setup"
+                )
+        return p
+
+
+def derive_params(
+    grid: Grid,
+    n: int,
+    *,
+    epsilon: float,
+    delta: float,
+    B: int,
+    w: int = 20,
+    gamma: float | None = None,
+    rounding: str = "largest_remainder",
+    dropout: float = DEFAULT_DROPOUT,
+    wrap_target: float = 1e-12,
+    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    round_id: bytes | None = None,
+) -> ProtocolParams:
+    """Derive the protocol record for n users from the summation accounting.
+
+    Delegates every number to :func:`shuffledp.accounting.summation.summation_parameters`
+    (q with headroom and the shifted decoding window, r from the App. F formula with that q
+    and n_min users, per-level eps_i and Delta_i = 2B, Polya shape 1/n_min for the declared
+    dropout fraction, wrap-around probability, the guarantee) and wraps it in a validated
+    :class:`ProtocolParams` that holds that record (the measured levels come from
+    :meth:`Grid.measured_levels`, as for the central mechanism). ``round_id``
+    (16 bytes) names the run; by default a fresh one from ``os.urandom``, so two setups with
+    the same numbers have different digests and cannot mix their batches.
+
+    ``dropout`` is the declared dropout fraction in [0, 1), :data:`DEFAULT_DROPOUT` (0.05)
+    unless given: the noise is planned for n_min = ceil((1 - dropout) n) users
+    ([Bagdasaryan22]_ Sec. 4), and the analyzer refuses a round with fewer. With dropout 0
+    a single lost or removed user makes the round unreleasable; the default's price is
+    noise variance about 1 / (1 - dropout) times larger when all n users are present
+    (+2.6% standard deviation at 0.05) and, near a threshold of the shares formula, one
+    more share per coordinate. Pass ``dropout=0.0`` to plan for exactly n users.
+    """
+
+    if not isinstance(grid, Grid):
+        raise TypeError(f"grid must be a shuffledp.Grid, got grid={grid!r}")
+    g = DEFAULT_GAMMA if gamma is None else gamma
+    check_scale(B)
+    check_rounding(rounding)
+    summ = summation_parameters(
+        n=n, epsilon=epsilon, delta=delta, B=B, grid=grid, w=w, gamma=g, rounding=rounding,
+        neighbour=Neighbour.parse(neighbour), dropout=dropout, wrap_target=wrap_target,
+        decoding="shifted",
+    )
+    return ProtocolParams(
+        grid=grid, w=int(w), summation=summ,
+        round_id=os.urandom(ROUND_ID_BYTES) if round_id is None else round_id,
+    )

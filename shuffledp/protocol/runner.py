@@ -1,0 +1,276 @@
+"""The shuffle-model private heatmap end to end ([Ghazi23]_ App. F with Alg. 1-2).
+
+:func:`shuffle_heatmap` runs the three parties in one process:
+
+- simulation path (default): every user's shares are drawn exactly as on a device (Polya
+  noise from ``rng``, shares from the secure generator) and summed per coordinate mod q by
+  the analyzer's accumulator; the physical permutation and the encryption are skipped, which
+  changes nothing in the sums (they do not depend on order);
+- ``wire=True``: users' batches go through the binary wire format and the
+  :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the analyzer
+  streams the mixed batch (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`). Plaintext: a
+  simulation aid only -- the shuffler sees every share and user batches carry no integrity;
+- ``encrypt=True`` (deployment path): as ``wire=True`` with every message encrypted to a fresh
+  analyzer X25519 key and the mixed batch authenticated with a fresh shuffler-analyzer MAC
+  key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from shuffledp import _validation as v
+from shuffledp.accounting.budget import DEFAULT_GAMMA
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator, analyze
+from shuffledp.analyzers.heatmap.release import HeatmapRelease
+from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
+from shuffledp.protocol.analyzer_input import accumulate_mixed
+from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
+from shuffledp.protocol.dask_backend import dask_sums
+from shuffledp.protocol.packed import accumulate, frame_user, mix
+from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
+from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, as_generator, noise_source
+from shuffledp.users import UserDistributions
+
+
+def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
+    per_user = params.r * params.m * 4 + params.m * 8 * 3
+    return max(1, budget_bytes // per_user)
+
+
+def simulate_sums(
+    params: ProtocolParams,
+    users: UserDistributions,
+    participants: np.ndarray,
+    rng: RngLike = None,
+    source: SecureRandom | None = None,
+) -> ModularAccumulator:
+    """Simulation path: encode the participants' shares in chunks and sum them mod q.
+
+    The noise comes from ``rng`` when it is a seed or Generator (research), else from the
+    secure generator; shares always from the secure generator.
+    """
+    src = source if source is not None else SecureRandom()
+    g = noise_source(rng, src)
+    acc = ModularAccumulator(params)
+    step = _chunk_users(params)
+    for lo in range(0, participants.size, step):
+        sel = participants[lo : lo + step]
+        acc.add_shares(encode_shares(params, users, sel, g, src))
+    return acc
+
+
+def user_batches(
+    params: ProtocolParams,
+    users: UserDistributions,
+    participants: np.ndarray,
+    rng: RngLike = None,
+    source: SecureRandom | None = None,
+    analyzer_public: bytes | None = None,
+):
+    """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given).
+
+    Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
+    relays them reads every share, and a flipped bit is an undetectable valid share).
+    """
+    src = source if source is not None else SecureRandom()
+    g = noise_source(rng, src)
+    for j in participants:
+        sh = encode_shares(params, users, np.array([j]), g, src)[0]
+        yield frame_messages(params, messages(params, sh), analyzer_public)
+
+
+def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dict):
+    """Users -> shuffler (streaming, to a spooled file) -> analyzer; (MixedBatchResult, report)."""
+    import tempfile
+
+
+    t0 = time.perf_counter()
+    key = generate_analyzer_key() if encrypt else None
+    mac_key = generate_mac_key()
+    batches = user_batches(params, users, participants, g, src, public_bytes(key) if key else None)
+    with Shuffler(params, encrypted=encrypt, source=src, mac_key=mac_key) as s, \
+            tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
+        for k, data in enumerate(batches):
+            s.submit(data, sender=k)
+        s.missing(users.n_users - s.n_users_seen)
+        s.mix_to(f)
+        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        f.seek(0)
+        res = accumulate_mixed(params, f, key=key, mac_key=mac_key)
+        timings["analyzer_seconds"] = time.perf_counter() - t1
+    return res, s.report
+
+
+def _packed_round(params, users, participants, g, src, layout: str, n_dropped: int,
+                  timings: dict):
+    """Users -> bit-packed batches -> per-layout mixing -> analyzer (in memory); (Header, acc)."""
+
+    t0 = time.perf_counter()
+    mac_key = generate_mac_key()
+    batches = [frame_user(params, encode_shares(params, users, np.array([j]), g, src)[0], layout)
+               for j in participants]
+    timings["bytes_per_user_written"] = len(batches[0]) if batches else 0
+    mixed = mix(params, batches, layout, src, mac_key, n_dropped=n_dropped)
+    timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    h, acc = accumulate(params, mixed, mac_key)
+    timings["analyzer_seconds"] = time.perf_counter() - t1
+    return h, acc
+
+
+def shuffle_heatmap(
+    users: UserDistributions,
+    *,
+    epsilon: float,
+    delta: float,
+    B: int,
+    w: int = 20,
+    gamma: float = DEFAULT_GAMMA,
+    rounding: str = "largest_remainder",
+    dropout: float = DEFAULT_DROPOUT,
+    rng: RngLike = None,
+    encrypt: bool = False,
+    wire: bool = False,
+    simulate_dropouts: int = 0,
+    params: ProtocolParams | None = None,
+    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    backend: str = "local",
+    client: object = None,
+    layout: str = "v2",
+) -> HeatmapRelease:
+    """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
+
+    Parameters
+    ----------
+    users : UserDistributions
+        n = users.n_users users (n >= 2), each a distribution over the grid's pixels.
+    epsilon, delta : float
+        Target guarantee, delta in (0, 1).
+    B : int
+        Scaling factor (App. F); larger B is closer to the central mechanism, costs more bits.
+    w, gamma : int, float
+        Reconstruct's top-w and the per-level budget decay (same split as the central model).
+    rounding : {"largest_remainder", "floor"}
+    dropout : float
+        Declared dropout fraction (default
+        :data:`~shuffledp.protocol.params.DEFAULT_DROPOUT`, 0.05); the Polya noise is
+        over-provisioned for it ([Bagdasaryan22]_ Sec. 4), so up to n - ceil((1 - dropout) n)
+        users may drop without the release being refused.
+    rng : int, Generator or None
+        ``None`` (default): the Polya noise, shares and permutations all come from the
+        cryptographically secure generator (a private release). A seed or Generator drives the
+        noise and the simulated dropouts reproducibly; the release's guarantee then notes
+        "reproducible evaluation, not a private release".
+    encrypt : bool
+        Deployment path: per-message X25519 + ChaCha20-Poly1305, wire format, shuffler.
+    wire : bool
+        Plaintext wire format and shuffler (no encryption).
+    simulate_dropouts : int
+        Number of users (chosen by ``rng``) who never send their batch.
+    params : ProtocolParams, optional
+        Use this record instead of deriving one (must match users' grid and count).
+    neighbour : Neighbour or {"replace", "zero_out"}
+        Neighbour relation (n public in both): replace-one (Delta_i = 2B) or zero-out
+        (Delta_i = B, the like-for-like counterpart of the central add/remove mechanism).
+    backend : {"local", "dask"}
+        ``"dask"`` (simulation path only) runs the encoders, block shuffles and mod-q sums on
+        ``client`` (a ``distributed.Client``; see :mod:`shuffledp.protocol.dask_backend`).
+    client : distributed.Client, optional
+        Required with ``backend="dask"``.
+    layout : {"v2", "packed", "coordinate-major"}
+        Plaintext wire layout (with ``wire=True`` only): byte-aligned v2 records, records at
+        their exact bit width, or shares only with the coordinate implied by position
+        (:mod:`shuffledp.protocol.packed`, in memory). ``protocol["bytes_per_user"]`` is the
+        length of the user batch actually written, ``protocol["wire_layout"]`` the layout.
+
+    Returns
+    -------
+    HeatmapRelease
+        ``protocol`` holds B, q, r, m, messages_per_user, bits_per_user, bytes_per_user,
+        n_users (forwarded), n_dropped and timings.
+
+    Raises
+    ------
+    shuffledp.analyzers.heatmap.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
+    """
+    if not isinstance(users, UserDistributions):
+        raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
+    layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
+    if layout != "v2" and (encrypt or not wire):
+        raise ValueError(f"layout={layout!r} is a plaintext wire layout: it needs wire=True "
+                         f"and encrypt=False, got wire={wire!r}, encrypt={encrypt!r}")
+    if params is None:
+        params = derive_params(
+            users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
+            rounding=rounding, dropout=dropout, neighbour=neighbour,
+        )
+    elif params.n != users.n_users or params.grid != users.grid:
+        raise ValueError(
+            f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
+            f"{users.grid}"
+        )
+    g = as_generator(rng)  # dropout simulation only
+    src = SecureRandom()
+    noise = noise_source(rng, src)
+    k = int(simulate_dropouts)
+    if not (0 <= k <= users.n_users):
+        raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
+    order = np.arange(users.n_users)
+    participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
+    t0 = time.perf_counter()
+    timings: dict[str, object] = {}
+    if backend not in ("local", "dask"):
+        raise ValueError(f"backend must be 'local' or 'dask', got backend={backend!r}")
+    if backend == "dask":
+
+        if encrypt or wire or client is None:
+            raise ValueError("backend='dask' needs client= and the simulation path "
+                             f"(encrypt={encrypt!r}, wire={wire!r})")
+        acc = dask_sums(params, users, participants, rng, client)
+        n_fwd, n_dropped = participants.size, k
+        timings["encode_shuffle_and_sum_seconds"] = time.perf_counter() - t0
+        path = "simulation (dask)"
+    elif not (encrypt or wire):
+        acc = simulate_sums(params, users, participants, noise, src)
+        n_fwd, n_dropped = participants.size, k
+        timings["encode_and_sum_seconds"] = time.perf_counter() - t0
+        path = "simulation"
+    elif layout != "v2":
+        h, acc = _packed_round(params, users, participants, noise, src, layout, k, timings)
+        n_fwd, n_dropped = h.n_users, h.n_dropped
+        path = "wire"
+    else:
+        res, report = _wire_round(params, users, participants, noise, src, encrypt, timings)
+        acc, n_fwd, n_dropped = res.accumulator, res.header.n_users, res.header.n_dropped
+        timings.update(res.figures())
+        timings["shuffler"] = report.to_dict()
+        path = "deployment" if encrypt else "wire"
+    t2 = time.perf_counter()
+    extra = {"path": path, **timings}
+    release = analyze(params, acc, n_fwd, n_dropped, extra)
+    out = dict(release.protocol)
+    out["wire_layout"] = layout if path == "wire" else None
+    if layout != "v2":
+        out["bytes_per_user"] = out.pop("bytes_per_user_written")
+    out["reconstruct_seconds"] = time.perf_counter() - t2
+    parameters = {**release.parameters, "randomness": "secure" if rng is None else "seeded"}
+    guarantee = release.guarantee
+    if rng is not None:
+        guarantee = dataclasses.replace(guarantee, notes=(*guarantee.notes, SEEDED_NOTE))
+    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out)

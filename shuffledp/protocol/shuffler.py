@@ -1,0 +1,625 @@
+"""The shuffler of the shuffle-model heatmap protocol, and message encryption to the analyzer.
+
+The shuffler ([Ghazi23]_ App. F; see "Trust model" below) is trusted only to permute and to
+forget who sent what. :class:`Shuffler`:
+
+1. validates each user's batch as it arrives (:mod:`shuffledp.protocol.wire` header, parameter
+   digest -- which covers the round id --, exact length, coordinate < m, on plaintext
+   batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
+   accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
+   records reordered is a replay too); a bad batch is rejected and counted by a named
+   reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
+   user can resubmit;
+2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
+   partial batch would leave a share-sum that is not the user's noisy value;
+3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
+   bucket at a time to find the batches that share an encrypted record, removes a batch
+   iff it shares a record with an *earlier kept* batch (first accepted wins, see "Copied
+   records" below), permutes each bucket uniformly and appends it to the output (pass 2):
+   a uniformly random permutation of all kept records in memory bounded by
+   ``memory_limit``;
+4. writes one mixed batch whose header (counts) and records are covered by a tag, an
+   HMAC-SHA256 under a key it shares with the analyzer.
+
+Streaming bucket shuffle and why it is uniform
+----------------------------------------------
+Pass 1 gives each record a bucket label L in {0..k-1}; pass 2 permutes each bucket by an
+independent uniform permutation (Fisher-Yates from :class:`SecureRandom`) and concatenates
+buckets 0, 1, ..., k-1. If the labels of the N records are i.i.d. uniform, the output is a
+uniformly random ordering: relabelling the input records by any fixed permutation sigma
+leaves the joint law of (labels, in-bucket permutations) unchanged, so P(output = pi) =
+P(output = pi o sigma) for every arrangement pi and every sigma, hence P(output = pi) = 1/N!.
+Plaintext records get their labels from :class:`SecureRandom` (k is a power of two, so the
+low bits of a uniform word are exactly uniform). Encrypted records get L = SipHash-2-4
+([SipHash12]_) of their ephemeral public key under a fresh secret 128-bit key, masked to k
+bits: distinct keys then get labels indistinguishable from i.i.d. uniform (SipHash is a PRF;
+the same computational assumption as the ChaCha20 generator behind every other draw), and *equal*
+keys -- a duplicated or replayed record -- land in the same bucket, where pass 2 finds them
+exactly. Removing duplicates depends only on record contents, not on labels, so the
+surviving records keep i.i.d. labels. k is the least power of two with n r m (record + 4)
+bytes / k <= memory_limit / 8 (n the provisioned users), so the expected bucket fits with
+room for the copies pass 2 makes; bucket sizes are binomial, within a few per cent of the
+mean at the sizes where buckets matter.
+
+Trust model and what the checks buy
+-----------------------------------
+- A network attacker or any party without keys can replay, truncate, splice, duplicate or
+  edit users' batches and the mixed batch. Replays and copied encrypted records are
+  caught by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
+  copy) without knocking out the honest original (see "Copied records"); records of
+  another run or another coordinate fail the analyzer's AEAD check (associated data =
+  parameter digest || round id || coordinate); any change to the mixed batch after the
+  shuffler fails its keyed tag. Nothing that fails authentication or the counts is
+  released: the analyzer refuses when any message fails or any coordinate misses
+  r * n_users messages, and when fewer than n_min users were forwarded (the declared
+  dropout fraction, :data:`shuffledp.protocol.params.DEFAULT_DROPOUT` by default, is the
+  headroom). A user batch carries no sender authentication, so whoever can edit one in
+  transit can as well replace it by a batch of its own (encrypting to the analyzer's
+  public key needs no secret): that is input substitution, treated as poisoning below.
+- A malicious user can always make the release fail (a ciphertext that does not open
+  cannot be traced back to its sender: unlinkability) and can shift its own contribution
+  arbitrarily within Z_q (there is no range proof): denial of service and input poisoning
+  are outside what this protocol prevents. Like every distributed-noise protocol, the
+  guarantee counts the noise of honest users' batches: a malicious user who adds less noise
+  (or a splice kept ahead of the batch it copied from) is counted among the n_users
+  forwarded without supplying its share of the noise.
+- The shuffler is trusted for integrity: it holds the tag key, so a malicious shuffler can
+  drop users, forward partial batches or misstate n_dropped. The analyzer still checks that
+  every coordinate holds exactly r * n_users authentic messages of this run, so a shuffler
+  cannot inflate n_users or forge shares, but verifying the shuffler itself would need a
+  verifiable shuffle, which this code does not implement.
+- The plaintext path (``encrypted=False``) is a simulation aid: the shuffler reads every
+  share, and a user batch has no integrity protection (a flipped share bit is a valid
+  share; a checksum would not stop anyone who can edit the batch). Do not deploy it.
+
+Copied records
+--------------
+Two honest batches never share an ephemeral key (32 fresh random bytes per message), so a
+key seen in two accepted batches means one of them holds a copy. The shuffler cannot tell
+copy from original, and removing both (as an earlier version did) let one attacker with
+one copied batch veto every release. The rule is sequential: in acceptance order, batch i
+is kept iff it shares no record with an earlier *kept* batch (:meth:`Shuffler._copied_batches`
+computes exactly this from the conflict groups pass 2 finds). Why that is safe:
+
+- No record is ever counted twice: of any group of batches holding one record, at most one
+  is kept. Counting an honest user's records twice would double its contribution, hence
+  the sensitivity the noise is calibrated for: that is the privacy reason copies must go.
+- A whole copy (the records reordered, under another sender id) has the same sorted
+  fingerprint and is rejected on arrival as ``replayed_batch`` whichever comes first; if
+  the copy came first, it carries exactly the honest user's records, once, so the sum is
+  the same as with the original. It never takes one of the n places either.
+- A partial copy (a splice of copied and own records) kept because it came first is a
+  batch whose share-sum is not anyone's noisy value: input poisoning by whoever sent it,
+  which this protocol does not prevent (below). The honest batch it copied from is then
+  removed (``copied_record``), a dropout the declared dropout fraction absorbs. The copied
+  records that survive are some of the honest user's shares, never two copies of one, so
+  the honest user's influence on every coordinate is at most its own noisy value, once:
+  the sensitivity is unchanged (and any r - 1 of the r shares of a coordinate are jointly
+  uniform, so copying fewer than all of them reveals nothing by itself).
+- The decision depends only on the record contents and the acceptance order, not on the
+  bucket labels, so the kept records keep i.i.d. labels and the shuffle stays uniform.
+
+Deployment path: every message is encrypted to the analyzer's X25519 public key
+(:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message,
+HKDF-SHA256 ([RFC5869]_), ChaCha20-Poly1305). Two ciphertexts of one user share nothing but
+the coordinate field (which every user fills the same way), so the shuffler and the analyzer
+cannot link them. The analyzer side is :mod:`shuffledp.protocol.analyzer_input`.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
+   INDOCRYPT 2012.
+.. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
+   (HKDF)", RFC 5869, 2010.
+.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
+   2019.
+.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
+   Algorithms", 3rd ed., Addison-Wesley, 1997.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import weakref
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+from shuffledp.protocol.crypto import encrypted_record_bytes, siphash24
+from shuffledp.protocol.params import ProtocolParams
+from shuffledp.protocol.wire import (
+    HEADER_SIZE,
+    KIND_MIXED,
+    KIND_MIXED_ENC,
+    KIND_USER,
+    KIND_USER_ENC,
+    BatchWriter,
+    Header,
+    WireError,
+    decode_batch,
+    unpack_records,
+)
+from shuffledp.randomness import SecureRandom, secure_permutation
+
+REJECT_REASONS = (
+    "malformed",  # header does not parse, or the batch is longer than its header promises
+    "truncated",  # the header parses but fewer bytes follow than it promises
+    "wrong_digest",  # produced under other protocol parameters or in another run
+    "wrong_kind",  # not a user batch, or encrypted when plaintext expected (or vice versa)
+    "wrong_record_size",
+    "coordinate_out_of_range",
+    "share_out_of_range",
+    "incomplete",  # well formed, but not exactly r messages for every coordinate
+    "duplicate_sender",  # a sender whose batch was already accepted submitted again
+    "replayed_batch",  # the same records as an accepted batch, in any order, any sender id
+    "duplicate_record",  # an ephemeral key twice in one batch
+    "copied_record",  # shares an encrypted record with an earlier kept batch (pass 2)
+    "over_capacity",  # more users than the n the parameters provision for
+)
+#: why a directory entry named like a batch was not read as one (``ShuffleReport.ignored``);
+#: such entries are no user's submission and are not counted as dropped users
+IGNORED_REASONS = (
+    "not_a_regular_file",  # a directory, FIFO, socket, device, or a link to one (or dangling)
+    "empty",  # a regular file of 0 bytes
+    "unreadable",  # a regular file that cannot be opened (permissions)
+)
+DEFAULT_MEMORY_LIMIT = 256 << 20
+_MIN_MEMORY_LIMIT = 1 << 20
+_MAX_BUCKETS = 1 << 16
+_IDX_BYTES = 4  # batch index stored next to each record in the bucket files
+
+
+def duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each group of identical rows (size >= 2) of a 2D uint8 array.
+
+    Sorts by the first 8 bytes (honest ephemeral keys never tie there) and compares the
+    full rows of tied candidates exactly, so the answer is exact.
+    """
+    k = np.ascontiguousarray(keys, dtype=np.uint8)
+    if k.shape[0] < 2:
+        return []
+    first = np.ascontiguousarray(k[:, :8]).view("<u8").ravel()
+    order = np.argsort(first, kind="stable")
+    tie = first[order][1:] == first[order][:-1]
+    if not tie.any():
+        return []
+    cand = order[np.r_[tie, False] | np.r_[False, tie]]
+    full = np.ascontiguousarray(k[cand]).view(np.dtype((np.void, k.shape[1]))).ravel()
+    _, inv, cnt = np.unique(full, return_inverse=True, return_counts=True)
+    return [cand[inv.ravel() == g] for g in np.flatnonzero(cnt > 1)]
+
+
+# --------------------------------------------------------------------------------------
+# encryption to the analyzer (deployment path)
+# --------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------
+# the shuffler
+# --------------------------------------------------------------------------------------
+@dataclass
+class ShuffleReport:
+    """What the shuffler did.
+
+    ``rejected`` counts submissions by named reason (:data:`REJECT_REASONS`; a user who
+    resubmits after a bad upload is counted once per bad upload), including ``incomplete``
+    batches and the accepted batches removed at mixing for sharing a record with an earlier
+    kept batch (``copied_record``, also ``n_removed``): every submission not forwarded has
+    exactly one named reason there. ``n_dropped`` counts users: senders none of whose
+    submissions was forwarded (anonymous submissions count one each), removed batches
+    (``n_removed``), and users admitted but absent (``n_missing``). ``ignored`` counts
+    directory entries named like a batch that were not read as one
+    (:data:`IGNORED_REASONS`, filled by the ``shuffle`` command); they are no user's
+    submission and not counted as dropped.
+    """
+
+    n_forwarded: int = 0
+    n_missing: int = 0
+    n_failed_users: int = 0
+    n_removed: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    ignored: Counter = field(default_factory=Counter)
+
+    @property
+    def n_incomplete(self) -> int:
+        """Submissions rejected as incomplete (``rejected["incomplete"]``)."""
+        return int(self.rejected["incomplete"])
+
+    @property
+    def n_rejected(self) -> int:
+        return int(sum(self.rejected.values()))
+
+    @property
+    def n_dropped(self) -> int:
+        """Users not forwarded: failed, removed as copies, or never submitted."""
+        return self.n_failed_users + self.n_removed + self.n_missing
+
+    def to_dict(self) -> dict:
+        return {
+            "n_forwarded": self.n_forwarded,
+            "n_dropped": self.n_dropped,
+            "n_incomplete": self.n_incomplete,
+            "n_missing": self.n_missing,
+            "n_removed": self.n_removed,
+            "rejected": {k: v for k, v in self.rejected.items() if v},
+            "ignored": {k: v for k, v in self.ignored.items() if v},
+        }
+
+
+class _Buckets:
+    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files."""
+
+    def __init__(self, k: int, flush_bytes: int, workdir: str | None) -> None:
+        self.k = k
+        self.flush_bytes = flush_bytes
+        self.workdir = workdir
+        self.buffers = [bytearray() for _ in range(k)]
+        self.buffered = 0
+        self.dir: str | None = None
+        self._cleanup = None
+
+    def _path(self, i: int) -> str:
+        return os.path.join(self.dir, f"bucket{i:05d}")
+
+    def append(self, i: int, data: bytes | memoryview) -> None:
+        self.buffers[i] += data
+        self.buffered += len(data)
+
+    def maybe_flush(self) -> None:
+        if self.buffered < self.flush_bytes:
+            return
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="shuffledp-", dir=self.workdir)
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        for i, buf in enumerate(self.buffers):
+            if buf:
+                with open(self._path(i), "ab") as fh:
+                    fh.write(buf)
+                self.buffers[i] = bytearray()
+        self.buffered = 0
+
+    def load(self, i: int, release: bool = False) -> bytearray:
+        """Whole content of bucket i (file part then buffer); ``release`` frees it."""
+        path = self._path(i) if self.dir is not None else None
+        size = os.path.getsize(path) if path and os.path.exists(path) else 0
+        out = bytearray(size + len(self.buffers[i]))
+        if size:
+            with open(path, "rb") as fh:
+                if fh.readinto(memoryview(out)[:size]) != size:
+                    raise OSError(f"short read of shuffler bucket file {path}")
+        out[size:] = self.buffers[i]
+        if release:
+            self.buffered -= len(self.buffers[i])
+            self.buffers[i] = bytearray()
+            if size:
+                os.remove(path)
+        return out
+
+    def close(self) -> None:
+        self.buffers = [bytearray() for _ in range(self.k)]
+        if self._cleanup is not None:
+            self._cleanup()
+
+
+class Shuffler:
+    """Collect users' batches, validate, drop incomplete users, strip identity, mix.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+    encrypted : bool
+        Expect encrypted user batches (deployment path). ``False`` is the plaintext
+        simulation aid: the shuffler then sees every share (see the module docstring).
+    source : SecureRandom, optional
+        Cryptographically secure source for bucket labels, permutations and the SipHash key.
+    mac_key : bytes, optional
+        Key (>= 16 bytes, :func:`generate_mac_key`) shared with the analyzer only; the mixed
+        batch's tag is then an HMAC the analyzer verifies. Without it the tag is a plain
+        SHA-256 (accidental corruption only).
+    workdir : str, optional
+        Directory for the temporary bucket files (default: the system temporary directory).
+        Files are created only once more than ``memory_limit / 4`` bytes are buffered, and
+        removed by :meth:`mix_to` / :meth:`close`.
+    memory_limit : int
+        Approximate bound, in bytes, on the memory the shuffler's data takes (default
+        256 MiB; the interpreter and libraries come on top).
+    """
+
+    def __init__(
+        self,
+        params: ProtocolParams,
+        *,
+        encrypted: bool = False,
+        source: SecureRandom | None = None,
+        mac_key: bytes | None = None,
+        workdir: str | None = None,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ) -> None:
+        if not isinstance(params, ProtocolParams):
+            raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, np.integer)):
+            raise TypeError(f"memory_limit must be an integer, got memory_limit={memory_limit!r}")
+        if memory_limit < _MIN_MEMORY_LIMIT:
+            raise ValueError(f"memory_limit must be >= {_MIN_MEMORY_LIMIT} bytes, got "
+                             f"memory_limit={memory_limit!r}")
+        if workdir is not None and not os.path.isdir(workdir):
+            raise ValueError(f"workdir must be an existing directory, got workdir={workdir!r}")
+        if mac_key is not None and (not isinstance(mac_key, bytes) or len(mac_key) < 16):
+            raise ValueError(f"mac_key must be bytes of length >= 16, got {type(mac_key).__name__}"
+                             f" of length {len(mac_key) if isinstance(mac_key, bytes) else '-'}")
+        self.params = params
+        self.encrypted = bool(encrypted)
+        self.source = source if source is not None else SecureRandom()
+        self.mac_key = mac_key
+        self.report = ShuffleReport()
+        self._rb = encrypted_record_bytes(params) if encrypted else params.record_bytes
+        self._slot = self._rb + _IDX_BYTES
+        expected = params.n * params.messages_per_user * self._slot
+        k = 1
+        while k * (int(memory_limit) // 8) < expected and k < _MAX_BUCKETS:
+            k *= 2
+        self._buckets = _Buckets(k, int(memory_limit) // 4, workdir)
+        self._sip_key = self.source.bytes(16)
+        self._batch_hashes: set[bytes] = set()
+        self._accepted: set = set()
+        self._failed: set = set()
+        self._n_accepted = 0
+        self._mixed = False
+
+    @property
+    def n_buckets(self) -> int:
+        return self._buckets.k
+
+    # ----- pass 1: validation and bucketing -----
+    def _fail(self, sender: Hashable | None, reason: str) -> bool:
+        self.report.rejected[reason] += 1
+        if sender is None:
+            self.report.n_failed_users += 1
+        elif sender not in self._failed and sender not in self._accepted:
+            self._failed.add(sender)
+            self.report.n_failed_users += 1
+        return False
+
+    def _validate(self, data: bytes) -> tuple[str | None, np.ndarray | None]:
+        """(reason, records as 2D uint8 rows); reason None when the batch is acceptable."""
+        p = self.params
+        try:
+            h = Header.unpack(bytes(data[:HEADER_SIZE]))
+        except WireError:
+            return "malformed", None
+        if h.digest != p.digest:
+            return "wrong_digest", None
+        if h.kind != (KIND_USER_ENC if self.encrypted else KIND_USER) or h.n_users != 1 \
+                or h.n_dropped != 0:
+            return "wrong_kind", None
+        if h.record_bytes != self._rb:
+            return "wrong_record_size", None
+        if len(data) < h.total_bytes:
+            return "truncated", None
+        if len(data) != h.total_bytes:
+            return "malformed", None
+        rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
+        if self.encrypted:
+            coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
+        else:
+            _, rec = decode_batch(data)
+            v = unpack_records(rec, self._rb).astype(np.uint64)
+            coords = (v >> np.uint64(p.share_bits)).astype(np.int64)
+            if v.size and (v & np.uint64((1 << p.share_bits) - 1)).max() >= p.q:
+                return "share_out_of_range", None
+        if coords.size and coords.max() >= p.m:
+            return "coordinate_out_of_range", None
+        if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
+            return "incomplete", None
+        if self.encrypted and duplicate_groups(rows[:, 4:36]):
+            return "duplicate_record", None
+        return None, rows
+
+    def submit(self, data: bytes, sender: Hashable | None = None) -> bool:
+        """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
+
+        ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
+        batch from a sender already accepted; a sender whose batch was rejected may submit
+        again. It is forgotten once the batch is mixed.
+        """
+        if self._mixed:
+            raise RuntimeError("this Shuffler has already mixed; make a new one per round")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, got {type(data).__name__}")
+        if sender is not None and sender in self._accepted:
+            return self._fail(sender, "duplicate_sender")
+        reason, rows = self._validate(data)
+        if reason is not None:
+            return self._fail(sender, reason)
+        fingerprint = self._fingerprint(rows)
+        if fingerprint in self._batch_hashes:
+            return self._fail(sender, "replayed_batch")
+        if self._n_accepted >= self.params.n:
+            return self._fail(sender, "over_capacity")
+        self._batch_hashes.add(fingerprint)
+        self._bucket(rows, self._n_accepted)
+        self._n_accepted += 1
+        self.report.n_forwarded += 1
+        if sender is not None:
+            self._accepted.add(sender)
+            if sender in self._failed:
+                self._failed.discard(sender)
+                self.report.n_failed_users -= 1
+        return True
+
+    @staticmethod
+    def _fingerprint(rows: np.ndarray) -> bytes:
+        """SHA-256 of the batch's records in sorted order: the same for any reordering.
+
+        A copy of an accepted batch with its records permuted is thus a replay, refused on
+        arrival (before it can take one of the n places); two honest batches never share an
+        encrypted record (fresh ephemeral keys), and two plaintext ones hold the same
+        multiset of r m uniform shares with negligible probability.
+        """
+        flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1]))).ravel()
+        return hashlib.sha256(np.sort(flat).tobytes()).digest()
+
+    def _labels(self, rows: np.ndarray) -> np.ndarray:
+        mask = np.uint64(self.n_buckets - 1)
+        if self.encrypted:
+            return (siphash24(self._sip_key, rows[:, 4:36]) & mask).astype(np.int64)
+        return (self.source.uint32(rows.shape[0]).astype(np.uint64) & mask).astype(np.int64)
+
+    def _bucket(self, rows: np.ndarray, index: int) -> None:
+        slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
+        slots[:, : self._rb] = rows
+        slots[:, self._rb :] = np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
+        b = self._buckets
+        if b.k == 1:
+            b.append(0, slots.tobytes())
+        else:
+            labels = self._labels(rows)
+            order = np.argsort(labels, kind="stable")
+            bounds = np.searchsorted(labels[order], np.arange(b.k + 1))
+            sorted_slots = slots[order]
+            for i in np.flatnonzero(np.diff(bounds)):
+                b.append(int(i), sorted_slots[bounds[i] : bounds[i + 1]].tobytes())
+        b.maybe_flush()
+
+    def missing(self, k: int) -> None:
+        """Record k users who were admitted but never sent a batch (dropouts)."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"k must be an integer >= 0, got k={k!r}")
+        self.report.n_missing += int(k)
+
+    @property
+    def n_users_seen(self) -> int:
+        """Distinct users who submitted something (accepted or not)."""
+        return self.report.n_forwarded + self.report.n_failed_users
+
+    # ----- pass 2: remove copies, permute each bucket, write -----
+    def _rows(self, buf: bytearray) -> np.ndarray:
+        return np.frombuffer(buf, dtype=np.uint8).reshape(-1, self._slot)
+
+    def _batch_index(self, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(rows[:, self._rb :]).view("<u4").ravel()
+
+    def _copied_batches(self) -> set[int]:
+        """Accepted batches to remove: those sharing an encrypted record with an earlier kept
+        batch.
+
+        Exactly the sequential rule "in acceptance order, keep batch i iff it shares no
+        ephemeral key with an earlier kept batch" (module docstring, "Copied records"):
+        pass 2 finds every group of batches holding one key (bucket by bucket, the equal keys
+        share a bucket); the batches are then visited in increasing index, and a batch is
+        kept iff none of its groups already has a kept member. O(total group size) time and
+        memory, whatever the number of copies of one record.
+        """
+        if not self.encrypted:
+            return set()
+        groups: list[np.ndarray] = []
+        for i in range(self.n_buckets):
+            rows = self._rows(self._buckets.load(i))
+            idx = self._batch_index(rows)
+            groups.extend(np.unique(idx[g]) for g in duplicate_groups(rows[:, 4:36]))
+        if not groups:
+            return set()
+        member_of: dict[int, list[int]] = {}
+        for gid, members in enumerate(groups):
+            for j in members.tolist():
+                member_of.setdefault(j, []).append(gid)
+        taken = np.zeros(len(groups), dtype=bool)  # the group already has a kept batch
+        removed: set[int] = set()
+        for j in sorted(member_of):
+            gids = member_of[j]
+            if taken[gids].any():
+                removed.add(j)
+            else:
+                taken[gids] = True
+        return removed
+
+    def mix_to(self, f: BinaryIO) -> Header:
+        """Write the mixed batch (header, uniformly permuted records, tag) to a binary file.
+
+        Memory stays near ``memory_limit`` whatever the number of users: buckets are loaded
+        one at a time. Returns the header written. The output carries no sender identity:
+        only the records, the number of users forwarded and the number dropped.
+        """
+        if self._mixed:
+            raise RuntimeError("this Shuffler has already mixed; make a new one per round")
+        self._mixed = True
+        try:
+            bad = self._copied_batches()
+            rep = self.report
+            if bad:
+                rep.rejected["copied_record"] += len(bad)
+                rep.n_removed += len(bad)
+                rep.n_forwarded -= len(bad)
+            p = self.params
+            h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
+                       rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
+            bad_arr = np.fromiter(bad, dtype=np.uint32, count=len(bad))
+            with BatchWriter(f, h, self.mac_key) as w:
+                for i in range(self.n_buckets):
+                    rows = self._rows(self._buckets.load(i, release=True))
+                    if bad_arr.size:
+                        rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
+                    perm = secure_permutation(rows.shape[0], self.source)
+                    w.write(np.ascontiguousarray(rows[perm, : self._rb]).tobytes())
+                    del rows, perm
+            return w.header
+        finally:
+            self.close()
+
+    def mix(self) -> tuple[Header, np.ndarray]:
+        """In-memory :meth:`mix_to` for small runs: returns (header, records).
+
+        Plaintext records come back as uint64 message integers
+        (:func:`shuffledp.protocol.wire.encode_batch` packs them), encrypted ones as raw records.
+        """
+        import io
+
+        buf = io.BytesIO()
+        self.mix_to(buf)
+        h, rec = decode_batch(buf.getvalue(), self.mac_key)
+        if not self.encrypted:
+            rec = unpack_records(rec, self._rb).astype(np.uint64)
+        return h, rec
+
+    def close(self) -> None:
+        """Forget everything (temporary files, sender ids, fingerprints)."""
+        self._mixed = True
+        self._buckets.close()
+        self._accepted = set()
+        self._failed = set()
+        self._batch_hashes = set()
+
+    def __enter__(self) -> Shuffler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def shuffle_batches(
+    params: ProtocolParams,
+    batches: Iterable[bytes],
+    *,
+    encrypted: bool = False,
+    expected_users: int | None = None,
+    source: SecureRandom | None = None,
+    mac_key: bytes | None = None,
+) -> tuple[Header, np.ndarray, ShuffleReport]:
+    """Run the shuffler over user batches (bytes, one user each); returns (header, records, report).
+
+    With ``expected_users``, users admitted but absent from ``batches`` count as dropped.
+    """
+    s = Shuffler(params, encrypted=encrypted, source=source, mac_key=mac_key)
+    for k, data in enumerate(batches, start=1):
+        s.submit(data, sender=k)
+    if expected_users is not None:
+        s.missing(max(0, int(expected_users) - s.n_users_seen))
+    h, rec = s.mix()
+    return h, rec, s.report

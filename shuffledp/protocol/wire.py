@@ -1,0 +1,543 @@
+"""Binary wire format of the shuffle-model heatmap protocol.
+
+Every batch (one user's messages, or the shuffler's mixed output) is a 64-byte header
+followed by packed fixed-size records; a mixed batch ends with a 32-byte tag. All integers
+are little-endian.
+
+Header (64 bytes)::
+
+    offset size field
+    0      4    magic            b"SDPW"
+    4      2    version          uint16: 2 for kinds 1-4, 3 for the bit-packed kinds 5-6
+    6      1    kind             uint8: 1 user batch, 2 mixed batch,
+                                        3 encrypted user batch, 4 encrypted mixed batch,
+                                        5 bit-packed user batch, 6 bit-packed mixed batch
+    7      1    record_bytes     uint8: bytes per record (1..8 plaintext, 53..56 encrypted);
+                                 for kinds 5-6 the record width in BITS (1..64)
+    8      16   digest           ProtocolParams.digest (first 16 bytes of SHA-256; it covers
+                                 the round id, so batches of another run are rejected)
+    24     8    n_records        uint64
+    32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
+    40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
+    48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed;
+                                 bit 1 (bit-packed kinds only): coordinate-major layout
+    49     15   reserved         zero (a non-zero byte is malformed)
+
+Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
+low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
+with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
+(:class:`~shuffledp.protocol.params.ProtocolParams`). E.g. 36-bit messages take 5 bytes.
+:func:`pack_records` / :func:`unpack_records` convert between integers and records.
+
+Bit-packed records (version 3, kinds 5 and 6): the same unsigned integers
+``(a << share_bits) | w`` at exactly b = ceil(log2 m) + share_bits bits each (b in the
+``record_bytes`` header byte), concatenated least significant bit first: bit j of record i
+is bit ``i b + j`` of the body, and bit k of the body is bit ``k mod 8`` of byte
+``k // 8``. The body is ceil(n_records b / 8) bytes; the padding bits of the last byte
+must be zero. :func:`pack_bits` / :func:`unpack_bits` convert (vectorised). A reader of
+this module accepts versions 2 and 3.
+
+Coordinate-major layout (bit-packed kinds with flags bit 1): the records hold the shares
+w alone, at share_bits bits each, grouped by coordinate in increasing order; the coordinate
+of record i is i // k with k = r in a user batch and k = n_users r in a mixed batch (every
+user sends exactly r shares per coordinate, so the coordinate is implied by the position).
+The analyzer's view is the same labelled multiset as with explicit coordinates (the order
+inside a coordinate's block is a uniform permutation, independent of the data).
+
+Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
+
+    0   4   coordinate a (uint32, in the clear: every user sends exactly r per coordinate)
+    4   32  ephemeral X25519 public key (fresh per message)
+    36  s+16  ChaCha20-Poly1305 ciphertext + tag of the share (s bytes LE), associated
+              data = digest || round id || a, nonce = 12 zero bytes (the key is used once)
+
+Mixed-batch tag (32 bytes after the records, kinds 2 and 4 only): HMAC-SHA256 of the
+header and the records under a key the shuffler shares with the analyzer (flags bit 0 set),
+or, without such a key, plain SHA-256 of the same bytes (flags bit 0 clear). The keyed tag
+authenticates the header counts and every record against anyone but the shuffler and the
+analyzer; the unkeyed one only detects accidental corruption (anyone can recompute it).
+
+Integrity, per path. Encrypted messages are authenticated one by one (AEAD), bound to the
+run and the coordinate; the shuffler cannot check them (it has no key), the analyzer does.
+Plaintext user batches carry NO integrity protection: a flipped share bit is a valid share.
+The plaintext path is a simulation aid (the shuffler sees every share) and must not be
+deployed.
+
+A batch whose length is not exactly 64 + n_records * record_bytes (bit-packed kinds:
+64 + ceil(n_records b / 8)) (+ 32 for a mixed batch) is malformed. Reading and writing work
+in chunks (:func:`iter_records`, :class:`BatchWriter`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import BinaryIO
+
+import numpy as np
+
+MAGIC = b"SDPW"
+VERSION = 2
+#: format version of the bit-packed kinds (5, 6); readers accept VERSION and VERSION_PACKED
+VERSION_PACKED = 3
+READ_VERSIONS = (VERSION, VERSION_PACKED)
+HEADER_SIZE = 64
+TAG_SIZE = 32
+FLAG_KEYED = 1
+FLAG_COORD_MAJOR = 2
+KIND_USER = 1
+KIND_MIXED = 2
+KIND_USER_ENC = 3
+KIND_MIXED_ENC = 4
+KIND_USER_PACKED = 5
+KIND_MIXED_PACKED = 6
+KINDS = (KIND_USER, KIND_MIXED, KIND_USER_ENC, KIND_MIXED_ENC, KIND_USER_PACKED,
+         KIND_MIXED_PACKED)
+MIXED_KINDS = (KIND_MIXED, KIND_MIXED_ENC, KIND_MIXED_PACKED)
+PACKED_KINDS = (KIND_USER_PACKED, KIND_MIXED_PACKED)
+ENC_OVERHEAD = 4 + 32 + 16
+_HEADER = struct.Struct("<4sHBB16sQQQB15s")
+assert _HEADER.size == HEADER_SIZE
+
+
+class WireError(ValueError):
+    """A batch that does not follow the wire format (malformed header, length, digest...)."""
+
+
+@dataclass(frozen=True)
+class Header:
+    """The 64-byte batch header (see module docstring)."""
+
+    kind: int
+    record_bytes: int
+    digest: bytes
+    n_records: int
+    n_users: int = 1
+    n_dropped: int = 0
+    version: int | None = None
+    flags: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got kind={self.kind!r}")
+        want = VERSION_PACKED if self.kind in PACKED_KINDS else VERSION
+        if self.version is None:
+            object.__setattr__(self, "version", want)
+        if self.version != want:
+            raise ValueError(f"kind {self.kind} is written with version {want}, got "
+                             f"version={self.version!r}")
+        top = 64 if self.kind in PACKED_KINDS else 255
+        if not (1 <= int(self.record_bytes) <= top):
+            raise ValueError(f"record_bytes must be in 1..{top} for kind {self.kind}, got "
+                             f"record_bytes={self.record_bytes!r}")
+        if not isinstance(self.digest, bytes) or len(self.digest) != 16:
+            raise ValueError(f"digest must be 16 bytes, got {self.digest!r}")
+        for name in ("n_records", "n_users", "n_dropped"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
+            object.__setattr__(self, name, int(v))
+        f = self.flags
+        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR) or f < 0
+                or (f & FLAG_KEYED and self.kind not in MIXED_KINDS)
+                or (f & FLAG_COORD_MAJOR and self.kind not in PACKED_KINDS)):
+            raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, plus "
+                             f"{FLAG_COORD_MAJOR} on a bit-packed batch, got flags={f!r} on "
+                             f"kind {self.kind}")
+
+    @property
+    def mixed(self) -> bool:
+        return self.kind in MIXED_KINDS
+
+    @property
+    def keyed(self) -> bool:
+        """True when the mixed batch's tag is an HMAC (see module docstring)."""
+        return bool(self.flags & FLAG_KEYED)
+
+    @property
+    def coordinate_major(self) -> bool:
+        """True when records are shares in coordinate-major order (see module docstring)."""
+        return bool(self.flags & FLAG_COORD_MAJOR)
+
+    @property
+    def trailer_bytes(self) -> int:
+        """Bytes after the records: the 32-byte tag of a mixed batch, else 0."""
+        return TAG_SIZE if self.mixed else 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Exact length of the whole batch."""
+        return HEADER_SIZE + self.body_bytes + self.trailer_bytes
+
+    @property
+    def encrypted(self) -> bool:
+        return self.kind in (KIND_USER_ENC, KIND_MIXED_ENC)
+
+    @property
+    def packed(self) -> bool:
+        """True for the bit-packed kinds (``record_bytes`` then holds the width in bits)."""
+        return self.kind in PACKED_KINDS
+
+    @property
+    def body_bytes(self) -> int:
+        if self.packed:
+            return -(-self.n_records * self.record_bytes // 8)
+        return self.n_records * self.record_bytes
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(
+            MAGIC, self.version, self.kind, self.record_bytes, self.digest,
+            self.n_records, self.n_users, self.n_dropped, self.flags, bytes(15),
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Header:
+        """Parse and validate a header; raises :class:`WireError`."""
+        if len(data) < HEADER_SIZE:
+            raise WireError(f"batch shorter than the {HEADER_SIZE}-byte header ({len(data)} bytes)")
+        magic, version, kind, rb, digest, nrec, nusers, ndrop, flags, reserved = _HEADER.unpack(
+            data[:HEADER_SIZE]
+        )
+        if magic != MAGIC:
+            raise WireError(f"bad magic {magic!r} (expected {MAGIC!r})")
+        if version not in READ_VERSIONS:
+            raise WireError(f"unsupported format version {version} (this reader: "
+                            f"{' or '.join(map(str, READ_VERSIONS))})")
+        if any(reserved):
+            raise WireError("reserved header bytes 49..63 must be zero")
+        try:
+            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags)
+        except ValueError as e:
+            raise WireError(str(e)) from None
+
+
+def record_dtype(record_bytes: int) -> np.dtype:
+    """numpy dtype of a raw record: little-endian uint32/uint64, else ``record_bytes`` raw bytes."""
+    if record_bytes == 4:
+        return np.dtype("<u4")
+    if record_bytes == 8:
+        return np.dtype("<u8")
+    return np.dtype((np.void, record_bytes))
+
+
+def pack_records(values: np.ndarray, record_bytes: int) -> np.ndarray:
+    """Integers -> raw records (low ``record_bytes`` bytes, little-endian), vectorised.
+
+    Raises ValueError if a value does not fit in ``record_bytes`` bytes.
+    """
+    v = np.asarray(values)
+    if not (1 <= record_bytes <= 8):
+        raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={record_bytes}")
+    if v.dtype.kind not in "ui":
+        raise TypeError(f"values must be integers, got dtype {v.dtype}")
+    v = v.astype("<u8", copy=False).ravel()
+    if record_bytes < 8 and v.size and int(v.max()) >> (8 * record_bytes):
+        raise ValueError(f"a value does not fit in {record_bytes} bytes")
+    if record_bytes in (4, 8):
+        return v.astype(record_dtype(record_bytes))
+    raw = np.ascontiguousarray(v.view(np.uint8).reshape(-1, 8)[:, :record_bytes])
+    return raw.view(record_dtype(record_bytes)).ravel()
+
+
+def unpack_records(records: np.ndarray, record_bytes: int) -> np.ndarray:
+    """Raw records -> unsigned integers (uint32 for 4-byte records, else uint64), vectorised."""
+    r = np.asarray(records)
+    if record_bytes in (4, 8):
+        return r.view(record_dtype(record_bytes)).astype(
+            np.uint32 if record_bytes == 4 else np.uint64, copy=False)
+    if not (1 <= record_bytes <= 8):
+        raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={record_bytes}")
+    raw = np.frombuffer(r.tobytes() if not r.flags.c_contiguous else r.data, dtype=np.uint8)
+    raw = raw.reshape(-1, record_bytes)
+    wide = np.zeros((raw.shape[0], 8), dtype=np.uint8)
+    wide[:, :record_bytes] = raw
+    return wide.view("<u8").ravel().astype(np.uint64, copy=False)
+
+
+def _check_bits(bits: int) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 64:
+        raise ValueError(f"bits must be an integer in 1..64, got bits={bits!r}")
+    return int(bits)
+
+
+def pack_bits(values: np.ndarray, bits: int) -> bytes:
+    """Unsigned integers -> ceil(len(values) bits / 8) bytes, ``bits`` bits each, LSB first.
+
+    Vectorised (numpy unpackbits/packbits on the little-endian bytes); padding bits of the
+    last byte are zero. Raises ValueError if a value needs more than ``bits`` bits.
+    """
+    bits = _check_bits(bits)
+    v = np.asarray(values)
+    if v.dtype.kind not in "ui":
+        raise TypeError(f"values must be integers, got dtype {v.dtype}")
+    if v.dtype.kind == "i" and v.size and int(v.min()) < 0:
+        raise ValueError(f"values must be >= 0, got a value {int(v.min())}")
+    v = np.ascontiguousarray(v.ravel(), dtype="<u8")
+    if bits < 64 and v.size and int(v.max()) >> bits:
+        raise ValueError(f"a value does not fit in {bits} bits, got max={int(v.max())}")
+    # 64 bits of every value, LSB first; keep the low `bits` of each row
+    mat = np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    return np.packbits(mat[:, :bits].ravel(), bitorder="little").tobytes()
+
+
+def unpack_bits(data: bytes | memoryview | np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``count`` uint64 values from exactly
+    ceil(count bits / 8) bytes; raises :class:`WireError` on another length or a non-zero
+    padding bit.
+    """
+    bits = _check_bits(bits)
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"count must be an integer >= 0, got count={count!r}")
+    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) \
+        else data.view(np.uint8).ravel()
+    need = -(-int(count) * bits // 8)
+    if raw.size != need:
+        raise WireError(f"{count} records of {bits} bits take {need} bytes, got {raw.size}")
+    flat = np.unpackbits(raw, bitorder="little")
+    if flat[count * bits:].any():
+        raise WireError("non-zero padding bits after the last bit-packed record")
+    mat = np.zeros((int(count), 64), dtype=np.uint8)
+    mat[:, :bits] = flat[: count * bits].reshape(-1, bits)
+    return np.packbits(mat, axis=1, bitorder="little").view("<u8").ravel().astype(np.uint64)
+
+
+def _body(records: np.ndarray | bytes, record_bytes: int, packed: bool = False) -> bytes:
+    if isinstance(records, np.ndarray):
+        if records.dtype.kind in "ui":
+            if packed:
+                return pack_bits(records, record_bytes)
+            return pack_records(records, record_bytes).tobytes()
+        return records.tobytes()
+    return bytes(records)
+
+
+def _check_mac_key(mac_key: bytes | None) -> bytes | None:
+    if mac_key is None:
+        return None
+    if not isinstance(mac_key, (bytes, bytearray)):
+        raise TypeError(f"mac_key must be bytes, got {type(mac_key).__name__}")
+    if len(mac_key) < 16:
+        raise ValueError(f"mac_key must hold at least 16 bytes, got {len(mac_key)}")
+    return bytes(mac_key)
+
+
+def tagger(mac_key: bytes | None):
+    """Running tag of a mixed batch: HMAC-SHA256 under ``mac_key``, or SHA-256 without one."""
+    key = _check_mac_key(mac_key)
+    return hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+
+
+def with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
+    """The header a writer emits: flags bit 0 set on a mixed batch iff a MAC key is used."""
+    if not header.mixed:
+        if mac_key is not None:
+            raise ValueError("only mixed batches carry a tag; got a mac_key for a user batch")
+        return header
+    keep = header.flags & FLAG_COORD_MAJOR
+    return replace(header, flags=keep | (FLAG_KEYED if mac_key is not None else 0))
+
+
+def _check_tag_mode(header: Header, mac_key: bytes | None) -> None:
+    if header.keyed and mac_key is None:
+        raise WireError("the mixed batch is authenticated with a shuffler-analyzer MAC key; "
+                        "pass mac_key to verify it")
+    if header.mixed and not header.keyed and mac_key is not None:
+        raise WireError("the mixed batch carries no keyed tag but a mac_key was given: "
+                        "refusing an unauthenticated batch")
+
+
+def encode_batch(
+    header: Header, records: np.ndarray | bytes, mac_key: bytes | None = None
+) -> bytes:
+    """A whole batch as bytes (header + records [+ tag]); integer arrays are packed.
+
+    A mixed batch gets its 32-byte tag (keyed with ``mac_key`` when given, which also sets
+    flags bit 0 of the header). Raises ValueError if the records do not match the count.
+    """
+    header = with_tag_flag(header, mac_key)
+    body = _body(records, header.record_bytes, header.packed)
+    if len(body) != header.body_bytes:
+        unit = "bits" if header.packed else "bytes"
+        raise ValueError(
+            f"records hold {len(body)} bytes, header promises {header.n_records} x "
+            f"{header.record_bytes} {unit} = {header.body_bytes} bytes"
+        )
+    head = header.pack()
+    if not header.mixed:
+        return head + body
+    t = tagger(mac_key)
+    t.update(head)
+    t.update(body)
+    return head + body + t.digest()
+
+
+def decode_batch(
+    data: bytes | memoryview, mac_key: bytes | None = None
+) -> tuple[Header, np.ndarray]:
+    """Parse a whole batch from bytes; raises :class:`WireError` on a wrong length or tag.
+
+    The tag of a mixed batch is verified (HMAC under ``mac_key`` if the header says keyed;
+    a keyed batch without ``mac_key``, or an unkeyed one with it, is refused).
+    """
+    h = Header.unpack(bytes(data[:HEADER_SIZE]))
+    if len(data) != h.total_bytes:
+        raise WireError(
+            f"batch has {len(data)} bytes, header promises {HEADER_SIZE} + {h.body_bytes} "
+            f"({h.n_records} x {h.record_bytes} {'bits' if h.packed else 'bytes'})"
+            f"{' + 32 (tag)' if h.mixed else ''} = {h.total_bytes}"
+        )
+    end = HEADER_SIZE + h.body_bytes
+    if h.mixed:
+        _check_tag_mode(h, mac_key)
+        t = tagger(mac_key)
+        t.update(bytes(data[:end]))
+        if not hmac.compare_digest(t.digest(), bytes(data[end:])):
+            raise WireError("mixed batch tag does not verify (altered after the shuffler)")
+    if h.packed:
+        return h, unpack_bits(memoryview(data)[HEADER_SIZE:end], h.record_bytes, h.n_records)
+    rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE,
+                        count=h.n_records)
+    return h, rec
+
+
+def read_header(f: BinaryIO) -> Header:
+    """Read and validate the header of an open binary file."""
+    return Header.unpack(f.read(HEADER_SIZE))
+
+
+def iter_records(
+    f: BinaryIO, header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
+) -> Iterator[np.ndarray]:
+    """Yield the records after ``header`` in chunks of at most ``chunk_records``.
+
+    Raw records for kinds 1-4; uint64 integers for the bit-packed kinds (chunks of a
+    multiple of 8 records, so every chunk is whole bytes).
+
+    On a mixed batch the tag is verified after the last record (with ``mac_key`` if the
+    header says keyed): a consumer must not act on the records before the iterator is
+    exhausted. Raises :class:`WireError` if the file ends early, holds trailing bytes or the
+    tag does not verify.
+    """
+    if isinstance(chunk_records, bool) or not isinstance(chunk_records, int) or chunk_records < 1:
+        raise ValueError(f"chunk_records must be an integer >= 1, got {chunk_records!r}")
+    t = None
+    if header.mixed:
+        _check_tag_mode(header, mac_key)
+        t = tagger(mac_key)
+        t.update(header.pack())
+    left = header.n_records
+    if header.packed:  # whole bytes per chunk: a multiple of 8 records (bits * 8 / 8)
+        chunk_records = max(8, chunk_records - chunk_records % 8)
+    while left:
+        k = min(left, chunk_records)
+        size = -(-k * header.record_bytes // 8) if header.packed else k * header.record_bytes
+        buf = f.read(size)
+        if len(buf) != size:
+            raise WireError(
+                f"batch truncated: expected {header.n_records} records "
+                f"({header.body_bytes} body bytes), the file ends early"
+            )
+        if t is not None:
+            t.update(buf)
+        if header.packed:
+            yield unpack_bits(buf, header.record_bytes, k)
+        else:
+            yield np.frombuffer(buf, dtype=record_dtype(header.record_bytes))
+        left -= k
+    if t is not None:
+        tag = f.read(TAG_SIZE)
+        if len(tag) != TAG_SIZE:
+            raise WireError("mixed batch truncated: the 32-byte tag is missing")
+        if not hmac.compare_digest(t.digest(), tag):
+            raise WireError("mixed batch tag does not verify (altered after the shuffler)")
+    if f.read(1):
+        raise WireError("trailing bytes after the last record")
+
+
+class BatchWriter:
+    """Write a batch in chunks: header first, then :meth:`write` calls; checks the count on close.
+
+    A mixed batch gets its tag on :meth:`close` (HMAC under ``mac_key`` when given). Usable
+    as a context manager over an open binary file.
+    """
+
+    def __init__(self, f: BinaryIO, header: Header, mac_key: bytes | None = None) -> None:
+        self._f = f
+        self.header = with_tag_flag(header, mac_key)
+        self._written = 0
+        self._pending = np.zeros(0, dtype=np.uint64)  # bit-packed: < 8 records not yet written
+        head = self.header.pack()
+        self._tag = None
+        if self.header.mixed:
+            self._tag = tagger(mac_key)
+            self._tag.update(head)
+        f.write(head)
+
+    def _emit(self, body: bytes) -> None:
+        if self._tag is not None:
+            self._tag.update(body)
+        self._f.write(body)
+
+    def _write_packed(self, records: np.ndarray) -> None:
+        v = np.asarray(records)
+        if v.dtype.kind not in "ui":
+            raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")
+        self._written += v.size
+        if self._written > self.header.n_records:
+            raise ValueError(f"more than the {self.header.n_records} records the header promises")
+        allv = np.concatenate([self._pending, v.ravel().astype(np.uint64)])
+        cut = allv.size - allv.size % 8
+        self._emit(pack_bits(allv[:cut], self.header.record_bytes))
+        self._pending = allv[cut:]
+
+    def write(self, records: np.ndarray | bytes) -> None:
+        """Append records: integers (packed here), raw records, or raw bytes.
+
+        A bit-packed batch takes integer arrays only (any sizes; whole groups of 8 records
+        are written at once, the rest on :meth:`close`).
+        """
+        if self.header.packed:
+            self._write_packed(records)
+            return
+        body = _body(records, self.header.record_bytes)
+        if len(body) % self.header.record_bytes:
+            raise ValueError(f"not a whole number of {self.header.record_bytes}-byte records")
+        self._written += len(body) // self.header.record_bytes
+        if self._written > self.header.n_records:
+            raise ValueError(f"more than the {self.header.n_records} records the header promises")
+        self._emit(body)
+
+    def close(self) -> None:
+        """Check the count and write the tag of a mixed batch."""
+        if self._written != self.header.n_records:
+            raise ValueError(
+                f"wrote {self._written} records, header promises {self.header.n_records}"
+            )
+        if self._pending.size:
+            self._emit(pack_bits(self._pending, self.header.record_bytes))
+            self._pending = self._pending[:0]
+        if self._tag is not None:
+            self._f.write(self._tag.digest())
+            self._tag = None
+
+    def __enter__(self) -> BatchWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def read_batch_file(path: str, mac_key: bytes | None = None) -> tuple[Header, np.ndarray]:
+    """Read a whole batch file (header + all records; the tag of a mixed batch verified)."""
+    with open(path, "rb") as f:
+        return decode_batch(f.read(), mac_key)
+
+
+def batch_bytes_io(data: bytes) -> io.BytesIO:
+    """A file-like view of batch bytes (for chunked reading in tests and pipes)."""
+    return io.BytesIO(data)

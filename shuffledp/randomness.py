@@ -1,0 +1,345 @@
+"""Randomness: the one home for every random value the toolkit draws.
+
+Two kinds of source, and nothing else:
+
+* :class:`SecureRandom` (ChaCha20 keystream, RFC 8439 cipher from ``cryptography``, keyed with
+  32 bytes from ``os.urandom``, re-keyed every 2^30 bytes and after ``fork``): the only source
+  of shares, permutations, bucket labels, SecAgg masks and, on the deployment path, noise
+  words. No seed exists. Uniform integers below a bound use Lemire's multiply-shift with
+  rejection ([Lemire19]_); :func:`secure_shuffle` is Fisher-Yates ([Knuth97]_) on top of it.
+* a numpy ``Generator`` from a seed (:data:`RngLike`, :func:`as_generator`): reproducible
+  research runs. A release made this way is *not* private against anyone who knows or can
+  guess the seed; its guarantee carries :data:`SEEDED_NOTE` (:func:`is_seeded`).
+
+Uniform 64-bit words
+--------------------
+
+Every integer noise sampler of the toolkit (:func:`shuffledp.encoders.noise.laplace.discrete_laplace`,
+:func:`shuffledp.encoders.noise.polya.polya_difference`) is a deterministic function of a stream of
+i.i.d. uniform 64-bit words. Where the words come from decides what the output is good for:
+
+* :class:`~shuffledp.encoders.sharing.SecureRandom` (ChaCha20 keyed from ``os.urandom``): the
+  deployment path (device encoders, central releases made without a seed). No seed exists.
+* a numpy ``Generator`` (``rng`` seed): reproducible research runs. A release made this way is
+  *not* private against anyone who knows or can guess the seed, and reports say so.
+
+:func:`run_stream_kernel` feeds a compiled kernel that consumes a variable number of words per
+sample. When the buffer runs out in the middle of a sample, the kernel reports where that
+sample started; the driver keeps the unused words (including those the unfinished sample
+already read), appends fresh ones and restarts the sample there. Each sample is thus the same
+function of one contiguous piece of a single infinite word stream, so the output law does not
+depend on buffer sizes (no conditioning on "the sample fitted in the buffer").
+
+References
+----------
+.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
+   2019.
+.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
+   Algorithms", 3rd ed., Addison-Wesley, 1997.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numba
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from shuffledp import _validation as v
+
+RngLike = int | np.random.Generator | np.random.SeedSequence | None
+SEEDED_NOTE = "reproducible evaluation, not a private release (noise drawn from a seed)"
+
+
+# --------------------------------------------------------------------------------------
+# research generators from seeds
+# --------------------------------------------------------------------------------------
+def as_generator(rng: RngLike, name: str = "rng") -> np.random.Generator:
+    """A numpy Generator from a seed, SeedSequence, Generator or None (fresh OS entropy)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, np.random.SeedSequence):
+        return np.random.default_rng(rng)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        if rng < 0:
+            raise ValueError(f"{name} seed must be >= 0, got {name}={rng!r}")
+        return np.random.default_rng(int(rng))
+    raise TypeError(
+        f"{name} must be None, a non-negative int seed, a SeedSequence or a numpy Generator, "
+        f"got {name}={rng!r}"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# the cryptographically secure source
+# --------------------------------------------------------------------------------------
+_REKEY_BYTES = 1 << 30
+
+
+def check_modulus(q: int) -> int:
+    """Validate the modulus 2 <= q <= 2^32 (shares are stored as uint32 or uint64)."""
+    return v.bounded_count("q", q, 2, 1 << 32)
+
+
+class SecureRandom:
+    """Cryptographically secure bytes and integers (ChaCha20 keystream keyed from os.urandom).
+
+    Not reproducible by design: there is no seed. Thread-unsafe; use one per thread. Fork-safe:
+    a child process that inherits an instance re-keys from os.urandom on its first draw, so
+    parent and child never emit the same stream (the classic fork-duplicated-RNG flaw).
+    :meth:`for_testing` builds a *deterministic* stream from a fixed key, for statistical tests
+    with a fixed false-failure rate only; never use it to produce real shares.
+    """
+
+    def __init__(self) -> None:
+        self._key: bytes | None = None
+        self._epoch = 0
+        self._rekey()
+
+    @classmethod
+    def for_testing(cls, seed: int) -> SecureRandom:
+        """Deterministic ChaCha20 stream keyed by ``seed`` (tests only: not secret)."""
+        obj = cls.__new__(cls)
+        obj._key = int(seed).to_bytes(32, "little")
+        obj._epoch = 0
+        obj._rekey()
+        return obj
+
+    def _rekey(self) -> None:
+        self._pid = os.getpid()
+        if self._key is None:
+            key = os.urandom(32)
+            # 4-byte little-endian block counter (start at 0: a random start could overflow the
+            # 32-bit counter before the re-key) || 12-byte random nonce
+            nonce = bytes(4) + os.urandom(12)
+        else:
+            key = self._key
+            nonce = bytes(4) + self._epoch.to_bytes(12, "little")  # counter 0, nonce = epoch
+            self._epoch += 1
+        self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        self._used = 0
+
+    def bytes(self, n: int) -> bytes:
+        """n secure random bytes."""
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got n={n!r}")
+        if self._used + n > _REKEY_BYTES or (self._key is None and os.getpid() != self._pid):
+            self._rekey()
+        self._used += n
+        return self._enc.update(bytes(n))
+
+    def uint32(self, n: int) -> np.ndarray:
+        """n i.i.d. uniform uint32 values."""
+        return np.frombuffer(self.bytes(4 * int(n)), dtype=np.uint32)
+
+    def uint64(self, n: int) -> np.ndarray:
+        """n i.i.d. uniform uint64 values."""
+        return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64)
+
+    def below(self, q: int, n: int) -> np.ndarray:
+        """n i.i.d. uniform integers in [0, q) as uint64, 2 <= q <= 2^32, without modulo bias.
+
+        Lemire's method: for x uniform on [0, 2^32), p = x * q; accept unless the low 32 bits
+        of p are below t = 2^32 mod q; the value is p >> 32. Each accepted value is exactly
+        uniform; the rejection rate is t / 2^32 < q / 2^32.
+        """
+        q = check_modulus(q)
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got n={n!r}")
+        if q & (q - 1) == 0:  # power of two: take the top bits, no rejection needed
+            shift = np.uint32(32 - (q.bit_length() - 1))
+            if q == 1 << 32:
+                return self.uint32(n).astype(np.uint64)
+            return (self.uint32(n) >> shift).astype(np.uint64)
+        t = np.uint64((1 << 32) % q)
+        qq = np.uint64(q)
+        mask = np.uint64(0xFFFFFFFF)
+        out = np.empty(n, dtype=np.uint64)
+        filled = 0
+        while filled < n:
+            need = n - filled
+            extra = need + 16 + int(need * (int(t) / 2**32) * 2)
+            p = self.uint32(extra).astype(np.uint64) * qq
+            good = (p & mask) >= t
+            v = (p[good] >> np.uint64(32))[:need]
+            out[filled : filled + v.size] = v
+            filled += v.size
+        return out
+
+    def below_any(self, bounds: np.ndarray) -> np.ndarray:
+        """One uniform integer in [0, b) for each entry b of ``bounds`` (1 <= b <= 2^32), unbiased.
+
+        Lemire's method with per-entry thresholds; rejected entries are redrawn.
+        """
+        b = np.asarray(bounds, dtype=np.uint64).ravel()
+        if b.size and (b.min() < 1 or b.max() > (1 << 32)):
+            raise ValueError("bounds must be in [1, 2^32]")
+        out = np.empty(b.size, dtype=np.uint64)
+        todo = np.arange(b.size)
+        t_all = (np.uint64(1 << 32) % b) if b.size else b
+        mask = np.uint64(0xFFFFFFFF)
+        while todo.size:
+            p = self.uint32(todo.size).astype(np.uint64) * b[todo]
+            good = (p & mask) >= t_all[todo]
+            out[todo[good]] = p[good] >> np.uint64(32)
+            todo = todo[~good]
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# secure permutation
+# --------------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _fisher_yates(idx, i, words):  # pragma: no cover - compiled
+    """Continue Fisher-Yates on ``idx`` from position i downwards with random ``words``.
+
+    j uniform in [0, i] by Lemire's method ([Lemire19]_; rejection, unbiased). Returns the position
+    reached (0 when done) so the caller can resupply words.
+    """
+    pos = 0
+    mask = np.uint64(0xFFFFFFFF)
+    nw = words.size
+    while i > 0:
+        bound = np.uint64(i + 1)
+        while True:
+            if pos >= nw:
+                return i
+            p = np.uint64(words[pos]) * bound
+            pos += 1
+            low = p & mask
+            if low >= bound:
+                break
+            t = (np.uint64(1) << np.uint64(32)) % bound
+            if low >= t:
+                break
+        j = np.int64(p >> np.uint64(32))
+        tmp = idx[i]
+        idx[i] = idx[j]
+        idx[j] = tmp
+        i -= 1
+    return 0
+
+
+def secure_shuffle(values: np.ndarray, source: SecureRandom | None = None) -> None:
+    """Permute a 1D array in place, uniformly at random, from a cryptographically secure source.
+
+    Fisher-Yates ([Knuth97]_ Sec. 3.4.2, Alg. P) with j ~ U{0..i} drawn by Lemire's unbiased
+    multiply-shift rejection ([Lemire19]_) from :class:`SecureRandom` (ChaCha20 keyed by
+    os.urandom).
+    """
+    if values.ndim != 1:
+        raise ValueError(f"values must be 1D, got shape {values.shape}")
+    n = values.size
+    if n > 1 << 32:
+        raise ValueError(f"at most 2^32 elements can be shuffled, got {n}")
+    src = source if source is not None else SecureRandom()
+    i = n - 1
+    while i > 0:
+        i = int(_fisher_yates(values, i, src.uint32(i + 64)))
+
+
+def secure_permutation(n: int, source: SecureRandom | None = None) -> np.ndarray:
+    """A uniformly random permutation of 0..n-1 (int64) from the secure source."""
+    p = np.arange(int(n), dtype=np.int64)
+    secure_shuffle(p, source)
+    return p
+
+
+
+
+# --------------------------------------------------------------------------------------
+# SipHash-2-4 (bucket labels of encrypted records)
+# --------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------
+# uniform 64-bit words for the exact noise samplers
+# --------------------------------------------------------------------------------------
+WordSource = Callable[[int], np.ndarray]
+
+
+def secure_words(source: SecureRandom | None = None) -> WordSource:
+    """Word source backed by the cryptographically secure generator (deployment path)."""
+    src = source if source is not None else SecureRandom()
+    if not isinstance(src, SecureRandom):
+        raise TypeError(f"source must be a SecureRandom, got source={source!r}")
+
+    def draw(n: int) -> np.ndarray:
+        return src.uint64(n)
+
+    return draw
+
+
+def generator_words(rng: RngLike) -> WordSource:
+    """Word source backed by a numpy Generator (research path, reproducible from a seed)."""
+    g = as_generator(rng)
+
+    def draw(n: int) -> np.ndarray:
+        return g.integers(0, np.iinfo(np.uint64).max, size=int(n), dtype=np.uint64,
+                          endpoint=True)
+
+    return draw
+
+
+def word_source(rng: RngLike | SecureRandom, *, secure_if_none: bool = True) -> WordSource:
+    """Words from ``rng``: a SecureRandom, a seed / Generator (research), or None.
+
+    ``None`` means fresh entropy: the secure generator when ``secure_if_none`` (the default),
+    else a numpy Generator seeded from the OS.
+    """
+    if isinstance(rng, SecureRandom):
+        return secure_words(rng)
+    if rng is None and secure_if_none:
+        return secure_words()
+    return generator_words(rng)
+
+
+def run_stream_kernel(
+    kernel: Callable[..., tuple[int, int]],
+    n_samples: int,
+    words: WordSource,
+    *args: object,
+    words_per_sample: float = 8.0,
+) -> None:
+    """Drive ``kernel(buf, i0, *args) -> (i_next, pos)`` until all samples are done.
+
+    The kernel fills samples ``i0, i0 + 1, ...`` reading words from ``buf``; it returns the
+    first sample it could not finish (``n_samples`` when done) and the buffer position where
+    that sample started. Unused words carry over to the next call (see module docstring).
+    """
+    i = 0
+    carry = np.empty(0, dtype=np.uint64)
+    while i < n_samples:
+        need = int((n_samples - i) * words_per_sample) + 64
+        buf = np.concatenate([carry, np.asarray(words(need), dtype=np.uint64)])
+        i_next, pos = kernel(buf, i, *args)
+        if i_next == i and pos == 0 and buf.size > (1 << 26):
+            raise RuntimeError("noise sampler made no progress on 2^26 words")  # pragma: no cover
+        carry = buf[pos:]
+        i = int(i_next)
+
+
+def is_seeded(rng: object) -> bool:
+    """True when ``rng`` makes a run reproducible (a seed or a numpy Generator): such a
+    release is a reproducible evaluation, not a private release."""
+    return rng is not None and not isinstance(rng, SecureRandom)
+
+
+def noise_source(
+    rng: RngLike | SecureRandom, secure: SecureRandom | None = None
+) -> SecureRandom | np.random.Generator:
+    """One randomness source for a whole run.
+
+    ``None``: ``secure`` (or a fresh :class:`SecureRandom`); a SecureRandom: itself; a seed or
+    Generator: one numpy Generator, so successive draws of the run continue one stream
+    instead of restarting it.
+    """
+    if rng is None:
+        return secure if secure is not None else SecureRandom()
+    if isinstance(rng, SecureRandom):
+        return rng
+    return as_generator(rng)

@@ -1,0 +1,182 @@
+"""The package layout: which layer may import which (docs/architecture.md, "Layers").
+
+Every module of the installed package is parsed (not imported) and each import of a
+``shuffledp`` module is checked against the layer rules below. The rules point one way, so
+no import cycle between layers can exist; inside a layer a cycle would still show up as an
+import error when the package loads.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import shuffledp
+
+#: layers, lowest first; a module belongs to the layer of its longest matching prefix
+LAYERS = {
+    "base": ("shuffledp._validation", "shuffledp._compat", "shuffledp.randomness", "shuffledp.grid",
+             "shuffledp.pyramid", "shuffledp.users", "shuffledp.safe_io", "shuffledp.datasets"),
+    "accounting": ("shuffledp.accounting",),
+    # what every party agrees on: parameters, bytes on the wire, keys
+    "contract": ("shuffledp.protocol.params", "shuffledp.protocol.wire",
+                 "shuffledp.protocol.crypto"),
+    "encoders": ("shuffledp.encoders",),
+    "analyzers": ("shuffledp.analyzers",),
+    "secagg": ("shuffledp.secagg",),
+    "protocol": ("shuffledp.protocol",),
+    "sweep": ("shuffledp.sweep",),
+    "cli": ("shuffledp.cli",),
+    "api": ("shuffledp",),  # the package's __init__: the public API, by role
+}
+
+#: which layers each layer may import (its own included)
+ALLOWED = {
+    "base": {"base"},
+    "accounting": {"base", "accounting"},
+    "contract": {"base", "accounting", "contract"},
+    "encoders": {"base", "accounting", "contract", "encoders"},
+    "analyzers": {"base", "accounting", "contract", "encoders", "analyzers"},
+    "secagg": {"base", "secagg"},
+    "protocol": {"base", "accounting", "contract", "encoders", "analyzers", "secagg",
+                 "protocol"},
+    "sweep": {"base", "accounting", "contract", "encoders", "analyzers", "protocol", "sweep"},
+    "cli": set(LAYERS),
+    "api": set(LAYERS) - {"cli"},
+}
+
+#: old import paths kept as thin re-exports for one release: they may import anything, and
+#: nothing in the package may import them
+COMPAT = frozenset({
+    "shuffledp.crypto", "shuffledp.protocol_params", "shuffledp.wire",
+    "shuffledp.packed_round", "shuffledp.shuffler", "shuffledp.analyzer_io",
+    "shuffledp.backend", "shuffledp.release",
+    "shuffledp.encoders.words", "shuffledp.encoders.polya", "shuffledp.encoders.gaussian",
+    "shuffledp.encoders.metric_spaces", "shuffledp.encoders.metric_mechanisms",
+    "shuffledp.analyzers.central", "shuffledp.analyzers.modular",
+    "shuffledp.analyzers.reconstruct", "shuffledp.analyzers.baselines",
+    "shuffledp.analyzers.metrics", "shuffledp.analyzers.federated_tree",
+    "shuffledp.analyzers.federated_baselines", "shuffledp.analyzers.metric_itemwise",
+    "shuffledp.analyzers.metric_linear", "shuffledp.analyzers.metric_freq",
+    "shuffledp.analyzers.metric_reduction", "shuffledp.analyzers.hadamard_response",
+    "shuffledp.accounting.clones", "shuffledp.accounting.krr_shuffle",
+    "shuffledp.accounting.binary_rr", "shuffledp.accounting.krr_lower",
+    "shuffledp.accounting.metric_shuffle", "shuffledp.accounting.reductions",
+})
+
+#: the only places where a ``shuffledp`` import may sit inside a function: the CLI imports
+#: each command's machinery when the command runs, so that ``shuffledp --help`` stays fast
+#: (start-up, not cycles)
+LAZY_IMPORTS_ALLOWED = ("shuffledp.cli",)
+
+
+#: the four folders of the design card; the last three install as subpackages through
+#: [tool.setuptools.package-dir], which an editable install serves from a finder that
+#: pkgutil does not list under shuffledp.__path__
+FOLDERS = ("shuffledp", "shuffledp.encoders", "shuffledp.analyzers", "shuffledp.accounting")
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    todo = list(FOLDERS)
+    while todo:
+        name = todo.pop()
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin, name
+        found[name] = Path(spec.origin)
+        for info in pkgutil.iter_modules(spec.submodule_search_locations or []):
+            sub = f"{name}.{info.name}"
+            if sub in FOLDERS:
+                continue
+            if info.ispkg:
+                todo.append(sub)
+            else:
+                s = importlib.util.find_spec(sub)
+                assert s is not None and s.origin, sub
+                found[sub] = Path(s.origin)
+    return found
+
+
+MODULES = _modules()
+
+
+def layer(module: str) -> str:
+    best, name = "", None
+    for lay, prefixes in LAYERS.items():
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > len(best):
+                best, name = p, lay
+    assert name is not None, module
+    return name
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def _imports(module: str):
+    """(imported module, line, inside a function) for every shuffledp import of ``module``."""
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+    inner = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            targets = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = module.split(".")
+                base = base[: len(base) - n.level + (1 if _is_package(module) else 0)]
+                src = ".".join(base + ([n.module] if n.module else []))
+            else:
+                src = n.module or ""
+            # "from pkg import sub" imports the submodule pkg.sub
+            targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in MODULES else src
+                       for a in n.names]
+        else:
+            continue
+        for t in targets:
+            if t == "shuffledp" or t.startswith("shuffledp."):
+                yield t, n.lineno, id(n) in inner
+
+
+def test_every_module_has_a_layer():
+    for m in MODULES:
+        if m not in COMPAT:
+            layer(m)
+
+
+def test_import_directions():
+    bad = []
+    for m in MODULES:
+        if m in COMPAT:
+            continue
+        for target, line, _ in _imports(m):
+            if target in COMPAT:
+                bad.append(f"{m}:{line} imports the old path {target}")
+            elif layer(target) not in ALLOWED[layer(m)]:
+                bad.append(f"{m}:{line} ({layer(m)}) imports {target} ({layer(target)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_imports_inside_functions_outside_the_cli():
+    bad = [f"{m}:{line} imports {t} inside a function"
+           for m in MODULES if m not in COMPAT
+           and not m.startswith(LAZY_IMPORTS_ALLOWED)
+           for t, line, inner in _imports(m) if inner]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("old", sorted(COMPAT))
+def test_old_paths_still_import(old):
+    assert old in MODULES
+    importlib.import_module(old)
+
+
+def test_py_typed_is_shipped():
+    assert (Path(shuffledp.__file__).parent / "py.typed").is_file()
