@@ -23,14 +23,8 @@ from pathlib import Path
 
 import click
 
-from shuffledp.analyzers.privhist import (
-    estimate_properties,
-    load_frequency_list,
-    privhist,
-    sorted_l1,
-)
-from shuffledp.analyzers.privhist.histogram import write_frequency_list
-from shuffledp.analyzers.privhist.mechanism import SPLITS
+# scipy loads inside the command (PrivHist's isotonic step), not at `shuffledp --help`.
+SPLITS = ("paper", "practical")  # = shuffledp.analyzers.privhist.mechanism.SPLITS (tested)
 from shuffledp.cli_common import (
     COUNT,
     SEED,
@@ -63,6 +57,14 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
 def privhist_cmd(input_path, epsilon, out_dir, split, seed, report_error, support_bound,
                  coverage_samples):
     """Release an anonymized histogram under pure epsilon-DP (PrivHist)."""
+    from shuffledp.analyzers.privhist import (
+        estimate_properties,
+        load_frequency_list,
+        privhist,
+        sorted_l1,
+    )
+    from shuffledp.analyzers.privhist.histogram import write_frequency_list
+
     h = load_frequency_list(input_path)
     release = privhist(h, epsilon, split=split, rng=seed)
     out = Path(out_dir)
