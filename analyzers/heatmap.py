@@ -112,6 +112,8 @@ def render_png(
     min_size: int = 256,
     shared_scale: bool = False,
     origin: str = "upper",
+    caption: str | Sequence[str] | None = None,
+    colorbar: bool = False,
 ) -> Path:
     """Write heatmaps side by side, each with its title, to a PNG file (Pillow only).
 
@@ -134,13 +136,18 @@ def render_png(
         ``"upper"`` draws row 0 at the top (matrix convention, as for the synthetic data);
         ``"lower"`` draws row 0 at the bottom (use it for maps from
         :func:`shuffledp.datasets.load_snap`, whose row 0 is the southern edge).
+    caption : str or sequence of str, optional
+        Lines of text drawn above the panels (e.g. the release's guarantee and the data).
+    colorbar : bool
+        Draw a colour bar right of the panels, labelled with what the colours mean (share of
+        each panel's own maximum, or of the common maximum with ``shared_scale``).
 
     Returns
     -------
     pathlib.Path
         The path written.
     """
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
     if isinstance(panels, (str, bytes)) or not isinstance(panels, Sequence) or not panels:
         raise ValueError(
@@ -158,8 +165,14 @@ def render_png(
         items.append((str(title), _iv_map(f"panels[{i}]", arr)))
     global_max = max(float(a.max()) for _, a in items)
 
-    font = ImageFont.load_default()
-    pad, title_h = 8, 18
+    if caption is None:
+        lines: list[str] = []
+    elif isinstance(caption, str):
+        lines = caption.splitlines()
+    else:
+        lines = [str(x) for x in caption]
+    font = _font(12)
+    pad, title_h, line_h = 8, 18, 16
     images = []
     for title, arr in items:
         top = global_max if shared_scale else float(arr.max())
@@ -171,15 +184,44 @@ def render_png(
         factor = max(1, -(-int(min_size) // max(arr.shape)))
         img = img.resize((arr.shape[1] * factor, arr.shape[0] * factor), Image.Resampling.NEAREST)
         images.append((title, img))
+    panel_h = max(img.height for _, img in images)
+    bar_w, bar_label_w = 14, 110
     width = pad + sum(img.width + pad for _, img in images)
-    height = pad + title_h + max(img.height for _, img in images) + pad
+    if colorbar:
+        width += bar_w + bar_label_w + pad
+    head = pad + line_h * len(lines)
+    height = head + title_h + panel_h + pad
     canvas = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
+    for i, line in enumerate(lines):
+        draw.text((pad, pad + i * line_h), line, fill=(0, 0, 0), font=font)
     x = pad
+    top_y = head + title_h
     for title, img in images:
-        draw.text((x, pad), title, fill=(0, 0, 0), font=font)
-        canvas.paste(img, (x, pad + title_h))
+        draw.text((x, head + 2), title, fill=(0, 0, 0), font=font)
+        canvas.paste(img, (x, top_y))
         x += img.width + pad
+    if colorbar:
+        ramp = COLORMAP[np.linspace(255, 0, panel_h).round().astype(np.intp)]
+        strip = np.repeat(ramp[:, None, :], bar_w, axis=1)
+        canvas.paste(Image.fromarray(np.ascontiguousarray(strip)), (x, top_y))
+        lx = x + bar_w + 4
+        what = "of the common max" if shared_scale else "of each panel's max"
+        draw.text((lx, top_y), "1.0", fill=(0, 0, 0), font=font)
+        draw.text((lx, top_y + panel_h // 2 - 6), "0.5", fill=(0, 0, 0), font=font)
+        draw.text((lx, top_y + panel_h - 14), "0", fill=(0, 0, 0), font=font)
+        draw.text((lx, top_y + panel_h // 4), "share", fill=(0, 0, 0), font=font)
+        draw.text((lx, top_y + panel_h // 4 + 14), what, fill=(0, 0, 0), font=font)
     out = Path(path)
     canvas.save(out, format="PNG")
     return out
+
+
+def _font(size: int) -> Any:
+    """Pillow's default font at ``size`` (a scalable one with FreeType, else the bitmap)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: bitmap font only
+        return ImageFont.load_default()
