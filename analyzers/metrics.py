@@ -99,7 +99,7 @@ def _grid_incidence(height: int, width: int) -> sp.csc_matrix:
     return mat
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # nogil: solves run in parallel threads
 def _network_simplex_grid(d, H, W):  # pragma: no cover - compiled by numba
     """Primal network simplex for min-cost flow on the H x W 4-neighbour grid, unit costs.
 
