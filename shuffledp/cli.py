@@ -100,6 +100,12 @@ def main() -> None:
 @click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
               show_default=True)
 @B_option(default=256, help="Shuffle model: scaling factor B.")
+@click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
+              default="largest_remainder", show_default=True,
+              help="Shuffle model: how a user's level vector is scaled by B and rounded. "
+                   "largest_remainder keeps every level summing to exactly B; floor is "
+                   "Ghazi et al. (AAAI 2023) App. F's rounding (loses up to one unit per "
+                   "non-zero cell, so the error falls visibly as B grows, Fig. 13).")
 @delta_option(default=1e-5, help="Shuffle model: delta of the (epsilon, delta) guarantee.")
 @click.option("--sigma", type=NONNEGATIVE, default=2.0, show_default=True,
               help="Gaussian filter sigma in pixels for the heatmaps and metrics "
@@ -135,9 +141,9 @@ def main() -> None:
               help="--backend dask: scheduler ADDRESS (default: a LocalCluster, one worker "
                    "per core).")
 @allow_large_option
-def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, delta, sigma,
-            top_percent, neighbour, seed, out_dir, metric_set, no_metrics, smoothing, quiet, backend, scheduler,
-            allow_large) -> None:
+def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding, delta,
+            sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics, smoothing,
+            quiet, backend, scheduler, allow_large) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
     Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
@@ -184,7 +190,7 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, del
     else:
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
                                 n_points, len(top_percent), allow_large, backend, scheduler,
-                                quiet=quiet)
+                                quiet=quiet, rounding=rounding)
     if smoothing == "auto":
         ours = ours.smoothed()
     seconds_ours = time.perf_counter() - t_ours
@@ -317,7 +323,8 @@ def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,
 def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: float, B: int,
                      w: int, neighbour: str | None, rng: Any, n_points: int, n_baselines: int,
                      allow_large: bool, backend: str = "local",
-                     scheduler: str | None = None, quiet: bool = True) -> Any:
+                     scheduler: str | None = None, quiet: bool = True,
+                     rounding: str = "largest_remainder") -> Any:
     """Derive the protocol (refused, exit 1, if none fits), check its size, run it."""
     from shuffledp.cli_common import as_refusal
     from shuffledp.protocol import shuffle_heatmap
@@ -330,7 +337,7 @@ def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: 
         f"no shuffle protocol for --epsilon {epsilon} --delta {delta} --B {B} with "
         f"{users.n_users} users on --grid {grid}",
         derive_params, grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w,
-        neighbour=neighbour or "replace")
+        neighbour=neighbour or "replace", rounding=rounding)
     refuse_if_large(
         f"--model shuffle --grid {grid} --B {B} with {users.n_users} users",
         memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,

@@ -246,3 +246,13 @@ def test_default_data_is_the_documented_size():
     from shuffledp import cli
 
     assert cli.SYNTHETIC_USERS == 2000
+
+
+def test_heatmap_floor_rounding_reaches_the_protocol(tmp_path):
+    out = tmp_path / "o"
+    res = run(["heatmap", "--grid", "8", "--n", "20", "--model", "shuffle", "--B", "4",
+               "--rounding", "floor", "--seed", "1", "--no-metrics", "--quiet", "--out",
+               str(out)])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert "floor" in json.dumps(rep["parameters"]) + json.dumps(rep["protocol"])
