@@ -30,66 +30,78 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp.accounting.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.budget import (
-    dl_epsilon_for_std,
-    dl_std,
-    level_budgets,
-    next_query_epsilon,
-    polya_shape,
-    start_level,
-    target_std,
-)
-from shuffledp.accounting.clones import (
-    LocalParameter,
-    ShuffleBound,
-    clone_probability,
-    clones_closed_form,
-    clones_eps0_for_target,
-    clones_numerical,
-    clones_validity_limit,
-    reduction_divergence,
-    shuffle_ldp,
-    variation_ratio_numerical,
-)
-from shuffledp.accounting.compose import Accountant, Composition, compose
-from shuffledp.accounting.events import (
-    DiscreteGaussian,
-    DiscreteLaplace,
-    EpsDelta,
-    Parallel,
-    PolyaSum,
-    PrivacyEvent,
-    Sequential,
-    ShuffledKRR,
-    ShuffledLDP,
-    event_from_dict,
-)
-from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.accounting.krr_lower import krr_dataset_divergence, krr_lower_epsilon
-from shuffledp.accounting.krr_shuffle import krr_blanket_divergence, krr_shuffle_numerical
-from shuffledp.accounting.metric_shuffle import (
-    DEFAULT_MAX_DELTA_OUT,
-    ItemwiseBound,
-    ItemwiseInverse,
-    asymptotic_alpha0,
-    composition_alpha,
-    emd_itemwise,
-    emd_itemwise_alpha0,
-    thm43_validity_limit,
-)
-from shuffledp.accounting.reductions import (
-    ReductionBound,
-    reduction_alpha,
-    reduction_epsilon,
-    reduction_samples,
-)
-from shuffledp.accounting.summation import (
-    MAX_Q,
-    MAX_RECORD_BITS,
-    SummationParameters,
-    summation_parameters,
-)
+import importlib as _importlib
+from typing import Any as _Any
+
+# Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
+# light submodules do not pay for scipy, numba and cryptography at start-up.
+_LAZY = {
+    "binary_rr_shuffle_exact": "shuffledp.accounting.binary_rr",
+    "dl_epsilon_for_std": "shuffledp.accounting.budget",
+    "dl_std": "shuffledp.accounting.budget",
+    "level_budgets": "shuffledp.accounting.budget",
+    "next_query_epsilon": "shuffledp.accounting.budget",
+    "polya_shape": "shuffledp.accounting.budget",
+    "start_level": "shuffledp.accounting.budget",
+    "target_std": "shuffledp.accounting.budget",
+    "LocalParameter": "shuffledp.accounting.clones",
+    "ShuffleBound": "shuffledp.accounting.clones",
+    "clone_probability": "shuffledp.accounting.clones",
+    "clones_closed_form": "shuffledp.accounting.clones",
+    "clones_eps0_for_target": "shuffledp.accounting.clones",
+    "clones_numerical": "shuffledp.accounting.clones",
+    "clones_validity_limit": "shuffledp.accounting.clones",
+    "reduction_divergence": "shuffledp.accounting.clones",
+    "shuffle_ldp": "shuffledp.accounting.clones",
+    "variation_ratio_numerical": "shuffledp.accounting.clones",
+    "Accountant": "shuffledp.accounting.compose",
+    "Composition": "shuffledp.accounting.compose",
+    "compose": "shuffledp.accounting.compose",
+    "DiscreteGaussian": "shuffledp.accounting.events",
+    "DiscreteLaplace": "shuffledp.accounting.events",
+    "EpsDelta": "shuffledp.accounting.events",
+    "Parallel": "shuffledp.accounting.events",
+    "PolyaSum": "shuffledp.accounting.events",
+    "PrivacyEvent": "shuffledp.accounting.events",
+    "Sequential": "shuffledp.accounting.events",
+    "ShuffledKRR": "shuffledp.accounting.events",
+    "ShuffledLDP": "shuffledp.accounting.events",
+    "event_from_dict": "shuffledp.accounting.events",
+    "Guarantee": "shuffledp.accounting.guarantee",
+    "krr_dataset_divergence": "shuffledp.accounting.krr_lower",
+    "krr_lower_epsilon": "shuffledp.accounting.krr_lower",
+    "krr_blanket_divergence": "shuffledp.accounting.krr_shuffle",
+    "krr_shuffle_numerical": "shuffledp.accounting.krr_shuffle",
+    "DEFAULT_MAX_DELTA_OUT": "shuffledp.accounting.metric_shuffle",
+    "ItemwiseBound": "shuffledp.accounting.metric_shuffle",
+    "ItemwiseInverse": "shuffledp.accounting.metric_shuffle",
+    "asymptotic_alpha0": "shuffledp.accounting.metric_shuffle",
+    "composition_alpha": "shuffledp.accounting.metric_shuffle",
+    "emd_itemwise": "shuffledp.accounting.metric_shuffle",
+    "emd_itemwise_alpha0": "shuffledp.accounting.metric_shuffle",
+    "thm43_validity_limit": "shuffledp.accounting.metric_shuffle",
+    "ReductionBound": "shuffledp.accounting.reductions",
+    "reduction_alpha": "shuffledp.accounting.reductions",
+    "reduction_epsilon": "shuffledp.accounting.reductions",
+    "reduction_samples": "shuffledp.accounting.reductions",
+    "MAX_Q": "shuffledp.accounting.summation",
+    "MAX_RECORD_BITS": "shuffledp.accounting.summation",
+    "SummationParameters": "shuffledp.accounting.summation",
+    "summation_parameters": "shuffledp.accounting.summation",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "Accountant",
