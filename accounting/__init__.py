@@ -30,69 +30,78 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp.accounting.budget import (
-    dl_epsilon_for_std,
-    dl_std,
-    level_budgets,
-    next_query_epsilon,
-    polya_shape,
-    start_level,
-    target_std,
-)
-from shuffledp.accounting.compose import Accountant, Composition, compose
-from shuffledp.accounting.events import (
-    DiscreteGaussian,
-    DiscreteLaplace,
-    EpsDelta,
-    Parallel,
-    PolyaSum,
-    PrivacyEvent,
-    Sequential,
-    ShuffledKRR,
-    ShuffledLDP,
-    event_from_dict,
-)
-from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.accounting.metric.reductions import (
-    ReductionBound,
-    reduction_alpha,
-    reduction_epsilon,
-    reduction_samples,
-)
-from shuffledp.accounting.metric.shuffle import (
-    DEFAULT_MAX_DELTA_OUT,
-    ItemwiseBound,
-    ItemwiseInverse,
-    asymptotic_alpha0,
-    composition_alpha,
-    emd_itemwise,
-    emd_itemwise_alpha0,
-    thm43_validity_limit,
-)
-from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.clones import (
-    LocalParameter,
-    ShuffleBound,
-    clone_probability,
-    clones_closed_form,
-    clones_eps0_for_target,
-    clones_numerical,
-    clones_validity_limit,
-    reduction_divergence,
-    shuffle_ldp,
-    variation_ratio_numerical,
-)
-from shuffledp.accounting.shuffle_ldp.krr_lower import krr_dataset_divergence, krr_lower_epsilon
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import (
-    krr_blanket_divergence,
-    krr_shuffle_numerical,
-)
-from shuffledp.accounting.summation import (
-    MAX_Q,
-    MAX_RECORD_BITS,
-    SummationParameters,
-    summation_parameters,
-)
+import importlib as _importlib
+from typing import Any as _Any
+
+# Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
+# light submodules do not pay for scipy, numba and cryptography at start-up.
+_LAZY = {
+    "binary_rr_shuffle_exact": "shuffledp.accounting.shuffle_ldp.binary_rr",
+    "dl_epsilon_for_std": "shuffledp.accounting.budget",
+    "dl_std": "shuffledp.accounting.budget",
+    "level_budgets": "shuffledp.accounting.budget",
+    "next_query_epsilon": "shuffledp.accounting.budget",
+    "polya_shape": "shuffledp.accounting.budget",
+    "start_level": "shuffledp.accounting.budget",
+    "target_std": "shuffledp.accounting.budget",
+    "LocalParameter": "shuffledp.accounting.shuffle_ldp.clones",
+    "ShuffleBound": "shuffledp.accounting.shuffle_ldp.clones",
+    "clone_probability": "shuffledp.accounting.shuffle_ldp.clones",
+    "clones_closed_form": "shuffledp.accounting.shuffle_ldp.clones",
+    "clones_eps0_for_target": "shuffledp.accounting.shuffle_ldp.clones",
+    "clones_numerical": "shuffledp.accounting.shuffle_ldp.clones",
+    "clones_validity_limit": "shuffledp.accounting.shuffle_ldp.clones",
+    "reduction_divergence": "shuffledp.accounting.shuffle_ldp.clones",
+    "shuffle_ldp": "shuffledp.accounting.shuffle_ldp.clones",
+    "variation_ratio_numerical": "shuffledp.accounting.shuffle_ldp.clones",
+    "Accountant": "shuffledp.accounting.compose",
+    "Composition": "shuffledp.accounting.compose",
+    "compose": "shuffledp.accounting.compose",
+    "DiscreteGaussian": "shuffledp.accounting.events",
+    "DiscreteLaplace": "shuffledp.accounting.events",
+    "EpsDelta": "shuffledp.accounting.events",
+    "Parallel": "shuffledp.accounting.events",
+    "PolyaSum": "shuffledp.accounting.events",
+    "PrivacyEvent": "shuffledp.accounting.events",
+    "Sequential": "shuffledp.accounting.events",
+    "ShuffledKRR": "shuffledp.accounting.events",
+    "ShuffledLDP": "shuffledp.accounting.events",
+    "event_from_dict": "shuffledp.accounting.events",
+    "Guarantee": "shuffledp.accounting.guarantee",
+    "krr_dataset_divergence": "shuffledp.accounting.shuffle_ldp.krr_lower",
+    "krr_lower_epsilon": "shuffledp.accounting.shuffle_ldp.krr_lower",
+    "krr_blanket_divergence": "shuffledp.accounting.shuffle_ldp.krr_shuffle",
+    "krr_shuffle_numerical": "shuffledp.accounting.shuffle_ldp.krr_shuffle",
+    "DEFAULT_MAX_DELTA_OUT": "shuffledp.accounting.metric.shuffle",
+    "ItemwiseBound": "shuffledp.accounting.metric.shuffle",
+    "ItemwiseInverse": "shuffledp.accounting.metric.shuffle",
+    "asymptotic_alpha0": "shuffledp.accounting.metric.shuffle",
+    "composition_alpha": "shuffledp.accounting.metric.shuffle",
+    "emd_itemwise": "shuffledp.accounting.metric.shuffle",
+    "emd_itemwise_alpha0": "shuffledp.accounting.metric.shuffle",
+    "thm43_validity_limit": "shuffledp.accounting.metric.shuffle",
+    "ReductionBound": "shuffledp.accounting.metric.reductions",
+    "reduction_alpha": "shuffledp.accounting.metric.reductions",
+    "reduction_epsilon": "shuffledp.accounting.metric.reductions",
+    "reduction_samples": "shuffledp.accounting.metric.reductions",
+    "MAX_Q": "shuffledp.accounting.summation",
+    "MAX_RECORD_BITS": "shuffledp.accounting.summation",
+    "SummationParameters": "shuffledp.accounting.summation",
+    "summation_parameters": "shuffledp.accounting.summation",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "Accountant",

@@ -58,7 +58,7 @@ import numpy as np
 from scipy.stats import nbinom
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets, start_level
+from shuffledp.accounting.budget import DEFAULT_DROPOUT, DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.grid import Grid
@@ -96,14 +96,6 @@ DECODINGS = ("shifted", "centred")
 
 
 
-#: Declared dropout fraction when none is given (shuffle protocol: ``summation_parameters``,
-#: :func:`shuffledp.protocol.params.derive_params`, ``shuffledp setup`` and ``shuffledp
-#: account summation``). The noise is planned for n_min = ceil((1 - 0.05) n) users, so up to
-#: n - n_min lost or removed users do not make the release refused; when all n are present
-#: the summed noise has Polya shape n / n_min, variance about 1.053 times that of dropout 0
-#: (standard deviation +2.6%), and r (computed for n_min users) may grow by one share near a
-#: threshold of its formula. Below n = 20 the ceiling leaves n_min = n (no headroom).
-DEFAULT_DROPOUT = 0.05
 
 @dataclass(frozen=True)
 class SummationParameters:

@@ -1,6 +1,8 @@
 """Expected sorted-l1 error of PrivHist and two baselines vs n and epsilon.
 
-Mechanisms ([Suresh19]_): PrivHist (budget split "paper", and "practical" of App. C.1.3),
+Mechanisms ([Suresh19]_): PrivHist's default (``split="lean"``, eps1 = eps/20, and
+``regime="auto"``, HighPrivacy only while eps sqrt(N) < 20), the paper's configuration
+(budget split "paper", the box's eps <= 1 switch) and App. C.1.3's "practical" split,
 noisy zero-padded sorted counts + isotonic regression ([Hay09]_) and noisy prevalences, the
 last two with their length derived from a noisy total bought with eps / 10 (no free public
 support bound; see shuffledp.analyzers.privhist.baselines). Data: n samples from Zipf(1.0)
@@ -10,8 +12,8 @@ over the mechanisms' noise (seeded Generators: an evaluation, not a release). Pr
 sorted-l1 error (± its standard error) and whether each PrivHist variant is below both
 baselines for every n >= 1e4 at every epsilon (the cells where it is not).
 
-Also ``privhist_low_prac``: the practical split with PrivHist-LowPrivacy forced at every eps
-(``regime="low"``; same privacy, the post-processing differs).
+Issue 21's target: the default must not lose to the sorted-count baseline on Zipf data at eps
+in {0.3, 1, 3}; the last lines say whether it does, cell by cell.
 
 Usage: python bench/privhist_error.py [--quick | --full]
 (--quick: n <= 1e5, 2 trials; default n <= 1e6, 10 trials (4 at 1e6); --full adds 1e7)
@@ -42,9 +44,9 @@ from shuffledp.analyzers.privhist import (
 
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)
 MECHANISMS = {
-    "privhist": lambda h, e, s: privhist(h, e, rng=s),
-    "privhist_prac": lambda h, e, s: privhist(h, e, split="practical", rng=s),
-    "privhist_low_prac": lambda h, e, s: privhist(h, e, split="practical", regime="low", rng=s),
+    "privhist": lambda h, e, s: privhist(h, e, rng=s),  # the default: lean split, auto regime
+    "privhist_paper": lambda h, e, s: privhist(h, e, split="paper", regime="paper", rng=s),
+    "privhist_prac": lambda h, e, s: privhist(h, e, split="practical", regime="paper", rng=s),
     "sorted_counts": lambda h, e, s: sorted_count_baseline(h, e, rng=s),
     "prevalences": lambda h, e, s: prevalence_baseline(h, e, rng=s),
 }
@@ -105,6 +107,20 @@ def main() -> None:
     for m, lost in losses.items():
         print(f"{m} below both baselines for every n >= 1e4 and eps: "
               f"{'yes' if not lost else 'NO, not in ' + '; '.join(lost)}")
+    bad = [f"{d} n={n} eps={e:g}: {curves[(d, e, 'privhist')][i]:.4g} vs "
+           f"{curves[(d, e, 'sorted_counts')][i]:.4g}"
+           for d in ("zipf1.0", "zipf1.5") for e in (0.3, 1.0, 3.0)
+           for i, n in enumerate(ns) if n >= 10**4
+           and not curves[(d, e, "privhist")][i] <= curves[(d, e, "sorted_counts")][i]]
+    print("default privhist <= sorted counts + isotonic on Zipf, eps in {0.3, 1, 3}, "
+          f"n >= 1e4: {'yes' if not bad else 'NO: ' + '; '.join(bad)}")
+    for d in ("zipf1.0", "zipf1.5"):
+        for e in (0.3, 1.0, 3.0):
+            i = list(ns).index(10**5)
+            print(f"  {d} eps={e:g} n=1e5: default / sorted = "
+                  f"{curves[(d, e, 'privhist')][i] / curves[(d, e, 'sorted_counts')][i]:.2f}, "
+                  f"paper / sorted = "
+                  f"{curves[(d, e, 'privhist_paper')][i] / curves[(d, e, 'sorted_counts')][i]:.2f}")
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

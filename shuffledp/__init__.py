@@ -32,33 +32,55 @@ References
    N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
-from shuffledp.accounting import (
-    Guarantee,
-    emd_itemwise,
-    emd_itemwise_alpha0,
-    level_budgets,
-    reduction_alpha,
-    shuffle_ldp,
-    summation_parameters,
-)
-from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.heatmap.central import central_heatmap
-from shuffledp.analyzers.heatmap.modular import ReleaseRefused
-from shuffledp.analyzers.heatmap.release import HeatmapRelease
-from shuffledp.analyzers.metric.freq import freq_est_local
-from shuffledp.analyzers.metric.itemwise import priv_emd_itemwise
-from shuffledp.analyzers.metric.linear import priv_emd_linear
-from shuffledp.analyzers.metric.reduction import bounded_emd_reduction
-from shuffledp.analyzers.privhist import AnonHistogram, privhist
-from shuffledp.encoders.encoder import user_batch
-from shuffledp.grid import Grid
-from shuffledp.protocol.analyzer_input import release_mixed
-from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
-from shuffledp.protocol.params import ProtocolParams, derive_params
-from shuffledp.protocol.runner import shuffle_heatmap
-from shuffledp.protocol.shuffler import Shuffler
-from shuffledp.protocol.wire import WireError
-from shuffledp.users import UserDistributions
+import importlib as _importlib
+from typing import Any as _Any
+
+# Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
+# light submodules do not pay for scipy, numba and cryptography at start-up.
+_LAZY = {
+    "Guarantee": "shuffledp.accounting",
+    "emd_itemwise": "shuffledp.accounting",
+    "emd_itemwise_alpha0": "shuffledp.accounting",
+    "level_budgets": "shuffledp.accounting",
+    "reduction_alpha": "shuffledp.accounting",
+    "shuffle_ldp": "shuffledp.accounting",
+    "summation_parameters": "shuffledp.accounting",
+    "Neighbour": "shuffledp.accounting.guarantee",
+    "release_mixed": "shuffledp.protocol.analyzer_input",
+    "central_heatmap": "shuffledp.analyzers.heatmap.central",
+    "freq_est_local": "shuffledp.analyzers.metric.freq",
+    "priv_emd_itemwise": "shuffledp.analyzers.metric.itemwise",
+    "priv_emd_linear": "shuffledp.analyzers.metric.linear",
+    "bounded_emd_reduction": "shuffledp.analyzers.metric.reduction",
+    "ReleaseRefused": "shuffledp.analyzers.heatmap.modular",
+    "AnonHistogram": "shuffledp.analyzers.privhist",
+    "privhist": "shuffledp.analyzers.privhist",
+    "generate_analyzer_key": "shuffledp.protocol.crypto",
+    "generate_mac_key": "shuffledp.protocol.crypto",
+    "public_bytes": "shuffledp.protocol.crypto",
+    "user_batch": "shuffledp.encoders.encoder",
+    "Grid": "shuffledp.grid",
+    "shuffle_heatmap": "shuffledp.protocol.runner",
+    "ProtocolParams": "shuffledp.protocol.params",
+    "derive_params": "shuffledp.protocol.params",
+    "HeatmapRelease": "shuffledp.analyzers.heatmap.release",
+    "Shuffler": "shuffledp.protocol.shuffler",
+    "UserDistributions": "shuffledp.users",
+    "WireError": "shuffledp.protocol.wire",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 __all__ = [

@@ -206,3 +206,53 @@ def test_heatmap_report_states_the_neighbour_relation(tmp_path):
     res = runner.invoke(main, ["heatmap", "--model", "shuffle", "--neighbour", "add_remove",
                                "--out", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--neighbour" in res.output
+
+
+@pytest.mark.parametrize("metric_set", ["fast", "full", "none"])
+def test_metric_sets(tmp_path, metric_set):
+    """fast: exact EMD for ours and Laplace only (the top-t% baselines get None); full: for
+    every heatmap; none: no metrics (issue 21)."""
+    out = tmp_path / "o"
+    res = run(["heatmap", "--grid", "12", "--n", "40", "--seed", "2", "--out", str(out),
+               "--quiet", "--metrics", metric_set])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["metric_set"] == metric_set
+    m = rep["metrics"]
+    if metric_set == "none":
+        assert m == {}
+        return
+    assert set(m) == {"ours", "laplace", "laplace_top_1%", "laplace_top_0.1%"}
+    assert isinstance(m["ours"]["emd"], float) and isinstance(m["laplace"]["emd"], float)
+    top_emd = [m[k]["emd"] for k in ("laplace_top_1%", "laplace_top_0.1%")]
+    assert all(e is None for e in top_emd) if metric_set == "fast" else all(
+        isinstance(e, float) for e in top_emd)
+
+
+def test_figure_has_header_and_colour_bar(tmp_path):
+    """The PNG carries a caption (guarantee, data) above the panels and a colour bar."""
+    from PIL import Image
+
+    from shuffledp.analyzers.heatmap.render import render_png
+
+    h = np.random.default_rng(0).random((16, 16))
+    plain = Image.open(render_png(tmp_path / "a.png", [("x", h)]))
+    rich = Image.open(render_png(tmp_path / "b.png", [("x", h)], caption=["l1", "l2"],
+                                 colorbar=True))
+    assert rich.height > plain.height and rich.width > plain.width
+
+
+def test_default_data_is_the_documented_size():
+    from shuffledp import cli
+
+    assert cli.SYNTHETIC_USERS == 2000
+
+
+def test_heatmap_floor_rounding_reaches_the_protocol(tmp_path):
+    out = tmp_path / "o"
+    res = run(["heatmap", "--grid", "8", "--n", "20", "--model", "shuffle", "--B", "4",
+               "--rounding", "floor", "--seed", "1", "--no-metrics", "--quiet", "--out",
+               str(out)])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert "floor" in json.dumps(rep["parameters"]) + json.dumps(rep["protocol"])

@@ -50,13 +50,13 @@ def test_every_command_goes_through_the_one_error_path():
 
 
 def test_an_unexpected_error_in_account_is_one_line(monkeypatch):
-    from shuffledp.cli import account as cli_account
+    from shuffledp.accounting import summation  # imported by the command when it runs
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.delenv("SHUFFLEDP_TRACEBACK", raising=False)
-    monkeypatch.setattr(cli_account, "summation_parameters", boom)
+    monkeypatch.setattr(summation, "summation_parameters", boom)
     res = invoke("account", "summation", "--n", 10, "--epsilon", 1, "--delta", 1e-6, "--B", 8,
                  "--grid", 8)
     assert res.exit_code == 1

@@ -127,3 +127,34 @@ def test_render_png_errors(tmp_path):
         render_png(tmp_path / "x.png", [("a", np.ones((2, 2)))], origin="left")
     with pytest.raises(ValueError, match="min_size must be"):
         render_png(tmp_path / "x.png", [("a", np.ones((2, 2)))], min_size=0)
+
+
+def test_smooth_estimate_is_a_positive_distribution_keeping_the_spikes():
+    from shuffledp.analyzers.heatmap.render import auto_bandwidth, smooth_estimate
+
+    a = np.zeros((32, 32))
+    a[3, 4], a[20, 25] = 2.0, 1.0
+    s = smooth_estimate(a, 3.0)
+    assert s.sum() == pytest.approx(1.0) and (s > 0).all()
+    assert s[3, 4] > s[20, 25] > s[10, 10]
+    with pytest.raises(ValueError, match="bandwidth"):
+        smooth_estimate(a, 0.0)
+    with pytest.raises(ValueError, match="weight"):
+        smooth_estimate(a, 1.0, weight=0.99, floor=0.02)
+    # public rule: wider at fewer users / smaller epsilon, clipped to [1, side / 8]
+    assert auto_bandwidth(256, 256, 200, 1.0) > auto_bandwidth(256, 256, 2000, 1.0)
+    assert auto_bandwidth(256, 256, 1, 0.01) == 32.0
+    assert auto_bandwidth(8, 8, 1e9, 10.0) == 1.0
+
+
+def test_smoothed_release_records_the_post_processing():
+    from shuffledp import datasets
+    from shuffledp.analyzers.heatmap.central import central_heatmap
+    from shuffledp.grid import Grid
+
+    users = datasets.synthetic_mixture(n_users=50, rng=0).to_users(Grid(16, 16))
+    rel = central_heatmap(users, 1.0, rng=1)
+    sm = rel.smoothed()
+    assert sm.guarantee == rel.guarantee and sm.raw is rel.raw
+    assert "smoothing" in sm.parameters and "smoothing" not in rel.parameters
+    assert (sm.estimate > 0).all() and sm.estimate.sum() == pytest.approx(1.0)

@@ -130,7 +130,8 @@ def test_release_record_and_error_scale(eps):
     assert g.epsilon == pytest.approx(eps)
     assert r.parameters["epsilon_effective"] <= g.epsilon
     assert "reproducible evaluation" in g.notes[0]
-    assert abs(r.total - h.n) < 60 / eps
+    # N = n + DL(exp(-eps1)): |N - n| >= 10 / eps1 has probability about 2 e^-10 < 1e-4
+    assert abs(r.total - h.n) < 10 / r.parameters["eps1"]
     assert sorted_l1(h, r.histogram) < 40 * math.sqrt(h.n) / min(eps, 1) ** 0.5
     assert "Z_b" not in str(dict(r.parameters))
 
@@ -156,9 +157,30 @@ def test_low_privacy_removes_the_fake_labels():
         assert low_privacy(split_histogram(h, T, M, 0), T, M) == h
 
 
+def test_default_is_lean_split_with_the_public_regime_rule():
+    """Defaults: eps1 = eps/20 and HighPrivacy only while eps sqrt(N) < 20; the paper's
+    algorithm stays selectable (split="paper", regime="paper")."""
+    from shuffledp.analyzers.privhist.mechanism import HIGH_PRIVACY_LOAD
+
+    small = AnonHistogram.from_counts([1] * 150 + [3] * 50)  # n = 300
+    big = AnonHistogram.from_counts([5] * 20000)  # n = 1e5
+    # N = n + DL(exp(-0.015)) stays within +-1000 of n (probability > 1 - 1e-6)
+    r = privhist(small, 0.3, rng=2)  # 0.3 sqrt(N) <= 0.3 sqrt(1300) ~ 11 < 20: high privacy
+    assert r.parameters["regime"] == "high_privacy" and r.parameters["split"] == "lean"
+    assert r.parameters["eps1"] == pytest.approx(0.015)
+    assert r.guarantee.epsilon == pytest.approx(0.3)
+    r = privhist(big, 0.3, rng=2)  # 0.3 sqrt(~1e5) ~ 90 >= 20: low privacy, eps3 unused
+    assert r.parameters["regime"] == "low_privacy" and r.parameters["eps3"] == 0.0
+    assert r.parameters["eps1"] + r.parameters["eps2"] == pytest.approx(0.3)
+    assert 0.3 * math.sqrt(r.total) >= HIGH_PRIVACY_LOAD
+    p = privhist(big, 0.3, split="paper", regime="paper", rng=2)
+    assert p.parameters["regime"] == "high_privacy"
+    assert (p.parameters["eps1"], p.parameters["eps3"]) == pytest.approx((0.1, 0.1))
+
+
 def test_regime_can_be_forced_and_spends_the_whole_budget():
     h = AnonHistogram.from_counts([5, 3, 3, 1, 1, 1])
-    low = privhist(h, 0.5, regime="low", rng=1)
+    low = privhist(h, 0.5, split="paper", regime="low", rng=1)
     assert low.parameters["regime"] == "low_privacy" and low.guarantee.epsilon == pytest.approx(0.5)
     assert (low.parameters["eps1"], low.parameters["eps3"]) == (0.25, 0.0)
     high = privhist(h, 4.0, regime="high", rng=1)

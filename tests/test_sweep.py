@@ -15,10 +15,10 @@ import scipy.stats
 from click.testing import CliRunner
 
 from shuffledp import sweep as sw
-from shuffledp.sweep import run as sweep_run
 from shuffledp.cli import main
 from shuffledp.grid import Grid
 from shuffledp.protocol.params import derive_params
+from shuffledp.sweep import run as sweep_run
 
 TINY = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0)
 
@@ -232,6 +232,7 @@ def test_cli_refuses_before_running_anything(tmp_path, argv, hint):
     ("delta", 1.0, "delta must be in \\(0, 1\\), got delta=1.0"),
     ("sigma", -0.5, "sigma must be a finite number >= 0, got sigma=-0.5"),
     ("grid", "8x8", "grid must be a Grid, got grid='8x8'"),
+    ("rounding", "ceil", "rounding must be one of"),
 ])
 def test_config_checks_its_fields(field, value, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -392,3 +393,27 @@ def test_cli_input_snap_checkins(tmp_path):
     res = invoke("--input", path, "--param", "B", "--values", "4", "--bbox", "30,31,-98,-97",
                  "--out", tmp_path / "o2")
     assert res.exit_code == 2 and "--bbox" in res.output
+
+
+def test_floor_rounding_and_skipped_emd_in_the_key_and_rows(tmp_path):
+    """--rounding floor changes the resume key (the default's keys stay as they were) and
+    reaches the protocol; emd=False records NaN and the summaries skip it (issue 21)."""
+    import dataclasses
+
+    floor = dataclasses.replace(TINY, rounding="floor", emd=False)
+    (run_d,) = sw.plan("B", [4], 1, TINY, ["shuffle"])
+    (run_f,) = sw.plan("B", [4], 1, floor, ["shuffle"])
+    assert "rounding" not in run_d.key and "rounding=floor" in run_f.key
+    rec = sw.run_one(run_f, rng=3)
+    assert math.isnan(rec.emd) and math.isfinite(rec.kl)
+    sw.append_record(tmp_path, rec)
+    assert sw.summarise(sw.read_runs(tmp_path), "B", "emd") == {}
+    assert sw.summarise(sw.read_runs(tmp_path), "B", "kl")["shuffle"][0][0] == 4
+
+
+def test_cli_figure_13_uses_floor_rounding(tmp_path):
+    res = invoke("--figure", 13, "--grid", "16x12", "--n", 10, "--repeats", 1, "--no-plot",
+                 "--quiet", "--seed", 1, "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    keys = [r["key"] for r in _rows(tmp_path) if r["model"] == "shuffle"]
+    assert keys and all("rounding=floor" in k for k in keys)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -10,6 +11,12 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.analyzers.heatmap.render import (
+    SMOOTHING_FLOOR,
+    SMOOTHING_WEIGHT,
+    auto_bandwidth,
+    smooth_estimate,
+)
 from shuffledp.grid import Grid
 
 
@@ -46,6 +53,27 @@ class HeatmapRelease:
 
     PRIVATE = "private"
     REPRODUCIBLE = "reproducible evaluation, not a private release"
+
+    def smoothed(self, bandwidth: float | None = None) -> HeatmapRelease:
+        """This release post-processed by
+        :func:`shuffledp.analyzers.heatmap.render.smooth_estimate` (no privacy cost: a function of
+        the release alone); the bandwidth defaults to
+        :func:`~shuffledp.analyzers.heatmap.render.auto_bandwidth` of the released total
+        ``raw.sum()`` and epsilon. ``parameters["smoothing"]`` records what was done; ``raw``
+        stays Reconstruct's s_hat."""
+
+        if bandwidth is None:
+            bandwidth = auto_bandwidth(self.grid.height, self.grid.width,
+                                       float(np.asarray(self.raw).sum()),
+                                       self.guarantee.epsilon)
+        est = smooth_estimate(self.estimate, bandwidth)
+        params = {**self.parameters, "smoothing": {
+            "bandwidth_px": float(bandwidth), "weight": SMOOTHING_WEIGHT,
+            "floor": SMOOTHING_FLOOR,
+            "rule": "(1 - weight - floor) a + weight * GaussianFilter(a, bandwidth) + "
+                    "floor / N; bandwidth = max side / sqrt(released total * epsilon), "
+                    "clipped to [1, side / 8]"}}
+        return dataclasses.replace(self, estimate=est, parameters=params)
 
     def to_report(self) -> dict[str, Any]:
         """The fields every ``report.json`` of a heatmap release starts with.

@@ -37,14 +37,16 @@ from typing import Any
 
 import click
 
+from shuffledp.accounting.budget import DEFAULT_DROPOUT
+
+# Light imports only: scipy and numba load inside the command that needs them, so
+# `shuffledp --help` stays fast.
 from shuffledp.accounting.metric.shuffle import (
     DEFAULT_MAX_DELTA_OUT,
     composition_alpha,
     emd_itemwise,
     emd_itemwise_alpha0,
 )
-from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp as _shuffle_ldp
-from shuffledp.accounting.summation import DEFAULT_DROPOUT, summation_parameters
 from shuffledp.cli.common import (
     COUNT,
     POSITIVE,
@@ -195,6 +197,8 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
     if method == "krr-blanket" and randomizer != "krr":
         raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
                                  param_hint="--method")
+    from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp as _shuffle_ldp
+
     kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
     b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k, **kw)
     rec = b.to_dict()
@@ -239,6 +243,8 @@ def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dro
     (``shuffledp.protocol.params.ProtocolParams``) would refuse: q <= 2^32, messages of at
     most 64 bits, n_min >= 2, a headroom of at least 1.
     """
+    from shuffledp.accounting.summation import summation_parameters
+
     kw = {} if gamma is None else {"gamma": gamma}
     p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
                    f"--B {B} --dropout {dropout}",

@@ -343,6 +343,18 @@ def allow_large_option(fn: F) -> F:
     )(fn)
 
 
+def progress_bar(total: int, desc: str, unit: str, quiet: bool, delay: float = 1.0) -> Any:
+    """A tqdm bar on stderr with rate and ETA, shown only once a step has run ``delay``
+    seconds (short steps stay silent); a bar that draws nothing with ``quiet``.
+
+    Used as a context manager; ``bar.update(k)`` after k units of work.
+    """
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=quiet, delay=delay,
+                dynamic_ncols=True, leave=False)
+
+
 def warn(message: str) -> None:
     """A loud one-line warning on stderr."""
     click.echo(f"WARNING: {message}", err=True)

@@ -23,14 +23,6 @@ from pathlib import Path
 
 import click
 
-from shuffledp.analyzers.privhist import (
-    estimate_properties,
-    load_frequency_list,
-    privhist,
-    sorted_l1,
-)
-from shuffledp.analyzers.privhist.histogram import write_frequency_list
-from shuffledp.analyzers.privhist.mechanism import SPLITS
 from shuffledp.cli.common import (
     COUNT,
     SEED,
@@ -40,6 +32,9 @@ from shuffledp.cli.common import (
     write_report,
 )
 
+# scipy loads inside the command (PrivHist's isotonic step), not at `shuffledp --help`.
+SPLITS = ("lean", "paper", "practical")  # = ...privhist.mechanism.SPLITS (tested)
+REGIMES = ("auto", "paper", "low", "high")  # = ...privhist.mechanism.REGIMES (tested)
 ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the input "
               "without noise: evaluation only, do not publish them with the release")
 
@@ -49,8 +44,14 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
               required=True, help="Frequency list: 'count' or 'count,prevalence' per line.")
 @epsilon_option(required=True, help="Total privacy budget epsilon (> 0).")
 @out_dir_option(required=True)
-@click.option("--split", type=click.Choice(SPLITS), default="paper", show_default=True,
-              help="Budget split: eps/3 each, or App. C.1.3's practical choice.")
+@click.option("--split", type=click.Choice(SPLITS), default="lean", show_default=True,
+              help="Budget split: lean (eps/20 to the count N, the most accurate measured), "
+                   "paper (eps/3 each), or App. C.1.3's practical choice (eps/10 to N).")
+@click.option("--regime", type=click.Choice(REGIMES), default="auto", show_default=True,
+              help="Post-processing: auto = HighPrivacy only while eps sqrt(N) < 20 (N the "
+                   "released count), paper = the PrivHist box's switch (HighPrivacy when "
+                   "eps <= 1), or forced low / high. The paper's algorithm: --split paper "
+                   "--regime paper.")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
 @click.option("--report-error", "report_error", is_flag=True,
@@ -60,11 +61,19 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
                    "and the distance to uniformity to the property estimates.")
 @click.option("--coverage-samples", "coverage_samples", type=COUNT, default=None,
               help="m of the support coverage estimate  [default: the released N]")
-def privhist_cmd(input_path, epsilon, out_dir, split, seed, report_error, support_bound,
+def privhist_cmd(input_path, epsilon, out_dir, split, regime, seed, report_error, support_bound,
                  coverage_samples):
     """Release an anonymized histogram under pure epsilon-DP (PrivHist)."""
+    from shuffledp.analyzers.privhist import (
+        estimate_properties,
+        load_frequency_list,
+        privhist,
+        sorted_l1,
+    )
+    from shuffledp.analyzers.privhist.histogram import write_frequency_list
+
     h = load_frequency_list(input_path)
-    release = privhist(h, epsilon, split=split, rng=seed)
+    release = privhist(h, epsilon, split=split, regime=regime, rng=seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_frequency_list(release.histogram, out / "histogram.txt")
@@ -74,6 +83,8 @@ def privhist_cmd(input_path, epsilon, out_dir, split, seed, report_error, suppor
         "N": release.total,
         "labels": release.histogram.support,
         "guarantee": release.guarantee.to_dict(),
+        "variant": {"split": split, "regime": release.parameters["regime"],
+                    "rule": release.parameters["regime_rule"]},
         "properties": estimate_properties(release.histogram, release.total, k=support_bound,
                                           m=coverage_samples).to_dict(),
     }

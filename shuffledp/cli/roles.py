@@ -52,6 +52,7 @@ from typing import Any
 import click
 import numpy as np
 
+from shuffledp.accounting.budget import DEFAULT_DROPOUT
 from shuffledp.cli.common import (
     COUNT,
     KEY_BYTES,
@@ -77,7 +78,6 @@ from shuffledp.cli.common import (
     write_npy,
     write_report,
 )
-from shuffledp.protocol.params import DEFAULT_DROPOUT
 from shuffledp.safe_io import (
     NotRegularFileError,
     UnsafeFileError,

@@ -10,11 +10,13 @@ flushed as it finishes; rerunning skips the runs already there) and, with matplo
 Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
 
 ``--figure 12``  bits per user vs B in {1, 2, 4, ..., 1024} ([Ghazi23]_ Fig. 12) on the
-                 paper's 320x240 grid, 1 repeat (the bits do not depend on the noise);
-                 ``--full``: 20 repeats.
+                 paper's 320x240 grid, 3 repeats, no exact EMD (the bits do not depend on
+                 the noise; about a minute); ``--full``: 20 repeats.
 ``--figure 13``  every metric vs B in {1, 4, 16, 64, 256, 1024}, central as B = inf
-                 ([Ghazi23]_ Fig. 13); small default 80x60 grid, 3 repeats; ``--full``: the
-                 paper's 320x240 grid and 20 repeats.
+                 ([Ghazi23]_ Fig. 13), with App. F's floor rounding (``--rounding
+                 largest_remainder`` keeps every level at exactly B, and the trend in B
+                 vanishes); small default 80x60 grid, 10 repeats (about 10 s); ``--full``:
+                 the paper's 320x240 grid and 20 repeats.
 ``--figure 1``   every metric vs epsilon in {0.1, 0.5, 1, 2, 5, 10} for the central
                  algorithm against the Laplace and top-1% / top-0.1% baselines
                  ([Ghazi23]_ Sec. 4, Fig. 1-2 trends), n = 200; 64x64 grid and 3 repeats,
@@ -73,13 +75,14 @@ FIGURES: dict[str, dict[str, Any]] = {
     "2": {"param": "n", "values": [50, 100, 200, 350, 500], "repeats": 3,
           "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "epsilon": 1.0,
           "n": 200, "models": CENTRAL_BASELINES},
-    "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 1,
-           "full_repeats": 20, "grid": "320x240", "full_grid": "320x240"},
-    "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 3,
-           "full_repeats": 20, "grid": "80x60", "full_grid": "320x240"},
+    "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 3,
+           "full_repeats": 20, "grid": "320x240", "full_grid": "320x240", "emd": False},
+    "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 10,
+           "full_repeats": 20, "grid": "80x60", "full_grid": "320x240", "rounding": "floor"},
 }
 DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3,
-            "dropout": 0.0, "models": ["shuffle", "central"]}
+            "dropout": 0.0, "models": ["shuffle", "central"], "rounding": "largest_remainder",
+            "emd": True}
 
 
 def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +102,8 @@ def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str
         base = {**DEFAULTS, **PAPER, "param": fig["param"], "values": fig["values"],
                 "repeats": fig["full_repeats" if full else "repeats"],
                 "grid": fig["full_grid" if full else "grid"],
-                **{k: fig[k] for k in ("n", "epsilon", "models") if k in fig}}
+                **{k: fig[k] for k in ("n", "epsilon", "models", "rounding", "emd")
+                   if k in fig}}
     return {**base, **{k: x for k, x in given.items() if x is not None}}
 
 
@@ -122,6 +126,12 @@ def _values(text: Any) -> Any:
 @click.option("--models", default=None,
               help="Comma-separated models: shuffle, central, laplace, top_1%, top_0.1% "
                    "[default: shuffle,central; --figure 1/2: the central ones].")
+@click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]), default=None,
+              help="Shuffle model's scale-and-round rule [default: largest_remainder; "
+                   "--figure 13: floor, Ghazi et al. App. F's, whose error falls with B].")
+@click.option("--emd/--no-emd", "emd", default=None,
+              help="Solve the exact EMD in every run [default: yes; --figure 12, which is "
+                   "about bits per user: no, the EMD column is NaN].")
 @click.option("--dropout", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
               help="Shuffle model: fraction of users who drop out, when not swept "
                    "[default: 0].")
@@ -154,7 +164,7 @@ def _values(text: Any) -> Any:
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilon, delta, B, w,
+def sweep(param, values, repeats, figure, models, rounding, emd, dropout, full, grid, n, epsilon, delta, B, w,
           sigma, data_seed, seed, input_path, fmt, bbox, out_dir, no_plot, quiet,
           allow_large) -> None:
     """Sweep one parameter; shuffle and central side by side (Ghazi et al., AAAI 2023).
@@ -171,13 +181,14 @@ def sweep(param, values, repeats, figure, models, dropout, full, grid, n, epsilo
     s = _settings(figure, full, {"param": param, "values": _values(values),
                                  "repeats": repeats, "grid": grid, "n": n,
                                  "epsilon": epsilon, "delta": delta, "B": B,
-                                 "dropout": dropout, "models": _values(models)})
+                                 "dropout": dropout, "models": _values(models),
+                                 "rounding": rounding, "emd": emd})
     g = s["grid"]
     base = as_usage_error(
         sw.SweepConfig, grid=sw.parse_value("grid", g) if isinstance(g, str) else g,
         n=s["n"], epsilon=s["epsilon"], delta=s["delta"], B=s["B"], w=w, sigma=sigma,
-        data_seed=data_seed, dropout=s["dropout"], input=input_path, input_format=fmt,
-        bbox=box)
+        data_seed=data_seed, dropout=s["dropout"], rounding=s["rounding"], emd=s["emd"],
+        input=input_path, input_format=fmt, bbox=box)
     try:
         sw.check_models(s["models"])
     except (ValueError, TypeError) as exc:
@@ -236,14 +247,15 @@ def _check_sizes(runs: list[Any], allow_large: bool) -> None:
     seen = set()
     for run in runs:
         c = run.config
-        key = (run.model == "shuffle", c.grid, c.n, c.epsilon, c.delta, c.B, c.w, c.dropout)
+        key = (run.model == "shuffle", c.grid, c.n, c.epsilon, c.delta, c.B, c.w, c.dropout,
+               c.rounding)
         if key in seen:
             continue
         seen.add(key)
         what = f"--grid {c.grid} --n {c.n} --epsilon {c.epsilon:g} --delta {c.delta:g} --B {c.B}"
         params = (as_refusal(f"no shuffle protocol for {what} --dropout {c.dropout:g}",
                              derive_params, c.grid, c.n, epsilon=c.epsilon, delta=c.delta,
-                             B=c.B, w=c.w, dropout=c.dropout)
+                             B=c.B, w=c.w, dropout=c.dropout, rounding=c.rounding)
                   if run.model == "shuffle" else None)
         refuse_if_large(
             what, memory_bytes=heatmap_memory(

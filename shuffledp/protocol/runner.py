@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -57,11 +58,13 @@ def simulate_sums(
     participants: np.ndarray,
     rng: RngLike = None,
     source: SecureRandom | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> ModularAccumulator:
     """Simulation path: encode the participants' shares in chunks and sum them mod q.
 
     The noise comes from ``rng`` when it is a seed or Generator (research), else from the
-    secure generator; shares always from the secure generator.
+    secure generator; shares always from the secure generator. ``progress`` (e.g. a tqdm
+    bar's ``update``) is called with the number of users encoded after each chunk.
     """
     src = source if source is not None else SecureRandom()
     g = noise_source(rng, src)
@@ -70,6 +73,8 @@ def simulate_sums(
     for lo in range(0, participants.size, step):
         sel = participants[lo : lo + step]
         acc.add_shares(encode_shares(params, users, sel, g, src))
+        if progress is not None:
+            progress(int(sel.size))
     return acc
 
 
@@ -152,6 +157,7 @@ def shuffle_heatmap(
     backend: str = "local",
     client: object = None,
     layout: str = "v2",
+    progress: Callable[[int], object] | None = None,
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
@@ -197,6 +203,9 @@ def shuffle_heatmap(
         their exact bit width, or shares only with the coordinate implied by position
         (:mod:`shuffledp.protocol.packed`, in memory). ``protocol["bytes_per_user"]`` is the
         length of the user batch actually written, ``protocol["wire_layout"]`` the layout.
+    progress : callable, optional
+        Simulation path: called with the number of users encoded after each chunk (a
+        progress bar's ``update``).
 
     Returns
     -------
@@ -247,7 +256,7 @@ def shuffle_heatmap(
         timings["encode_shuffle_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation (dask)"
     elif not (encrypt or wire):
-        acc = simulate_sums(params, users, participants, noise, src)
+        acc = simulate_sums(params, users, participants, noise, src, progress)
         n_fwd, n_dropped = participants.size, k
         timings["encode_and_sum_seconds"] = time.perf_counter() - t0
         path = "simulation"

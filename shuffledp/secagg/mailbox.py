@@ -37,7 +37,6 @@ from shuffledp.safe_io import UnsafeFileError, read_regular, write_atomic
 
 POLL = 0.02
 SESSION_BYTES = 16
-MAX_CLIENTS = 1 << 16
 MAX_SERVER_MESSAGE = 16 << 20  # bounds a client's read of any server message
 SESSION_FILE = "session"
 RESULT_FILES = ("result.npy", "report.json")
@@ -160,5 +159,5 @@ def collect(folder: Path, expected: set[int], timeout: float,
     return messages, unreadable, left
 
 
-__all__ = ["MAX_CLIENTS", "MAX_SERVER_MESSAGE", "RunAborted", "clear", "collect", "post",
+__all__ = ["MAX_SERVER_MESSAGE", "RunAborted", "clear", "collect", "post",
            "read_message", "run_dir", "wait_for"]

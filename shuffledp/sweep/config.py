@@ -58,6 +58,13 @@ class SweepConfig:
         noise for the ceil((1 - dropout) n) survivors ([Bagdasaryan22]_ Sec. 4) and
         floor(dropout n) users, drawn at random, never send their batch; the metrics compare
         with the aggregate of all n users (dropping users is part of the error).
+    rounding : {"largest_remainder", "floor"}
+        Shuffle model: the scale-and-round rule (:mod:`shuffledp.encoders.rounding`).
+        ``"floor"`` is [Ghazi23]_ App. F's, whose rounding error shrinks as B grows (the trend
+        of Fig. 13); ``"largest_remainder"`` keeps each level summing to exactly B.
+    emd : bool
+        Solve the exact EMD (seconds per run on a 320x240 grid); ``False`` records NaN for it
+        (``--figure 12``, which is about bits per user).
     """
 
     grid: Grid = field(default_factory=lambda: Grid(80, 60))
@@ -72,8 +79,11 @@ class SweepConfig:
     input: str | None = None
     input_format: str = "csv"
     bbox: tuple[float, float, float, float] | None = None
+    rounding: str = "largest_remainder"
+    emd: bool = True
 
     def __post_init__(self) -> None:
+        v.choice("rounding", self.rounding, ("largest_remainder", "floor"))
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a Grid, got grid={self.grid!r}")
         object.__setattr__(self, "n", v.count("n", self.n, 2))
@@ -200,6 +210,8 @@ class Run:
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
             if c.dropout:  # keys of sweeps without dropout stay as they were
                 parts.insert(7, f"dropout={c.dropout!r}")
+            if c.rounding != "largest_remainder":  # likewise for the default rounding
+                parts.insert(7, f"rounding={c.rounding}")
         return "|".join([*parts, f"repeat={self.repeat}"])
 
 

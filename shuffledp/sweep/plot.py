@@ -66,6 +66,8 @@ def summarise(rows: Iterable[dict[str, Any]], param: str, column: str,
     for row in rows:
         if row.get(column) is None or row["param"] != param:
             continue
+        if isinstance(row[column], float) and math.isnan(row[column]):
+            continue  # a metric the sweep skipped (emd=False)
         groups.setdefault(row["model"], {}).setdefault(_x_of(row, param), []).append(
             float(row[column]))
     return {model: [(x, *t_interval(ys, level)) for x, ys in sorted(

@@ -135,9 +135,9 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     t0 = time.perf_counter()
     if run.model == "shuffle":
         # runner.shuffle_heatmap, not an imported name: tests spy on the runner module
-        rel = runner.shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w, rng=rng,
-                              dropout=c.dropout,
-                              simulate_dropouts=math.floor(c.dropout * c.n))
+        rel = runner.shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w,
+                                     rng=rng, dropout=c.dropout, rounding=c.rounding,
+                                     simulate_dropouts=math.floor(c.dropout * c.n))
     elif run.model == "central":
         rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
     else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
@@ -148,7 +148,9 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         truth, est = gaussian_heatmap(truth, c.sigma), gaussian_heatmap(rel.estimate, c.sigma)
     else:
         est = rel.estimate
-    metrics = all_metrics(truth, est, c.grid)
+    metrics = all_metrics(truth, est, c.grid, emd=c.emd)
+    if metrics["emd"] is None:
+        metrics["emd"] = math.nan
     t2 = time.perf_counter()
     report, proto, shuffle = rel.to_report(), rel.protocol, run.model == "shuffle"
     return RunRecord(
