@@ -49,10 +49,12 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
     neighbouring data sets is a post-processing of it, for every epsilon at once. Its curve
     is computed by the toolkit's certified divergence and discretised by Connect-the-Dots.
 ``ShuffledKRR``
-    k-RR (k >= 3): the exact privacy-blanket pair of :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle`
+    k-RR (k >= 3): the exact privacy-blanket pair of
+    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle`
     (a post-processing argument, so again one pair for every data set). k = 2 (binary RR):
     the blanket pair for k = 2 is the stronger-clone pair, used for composition. The exact
-    worst case of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` is a maximum over data sets m taken
+    worst case of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` is a maximum over data sets m
+    taken
     *per epsilon*; no single data set is proven worst for every epsilon in both directions,
     and a deployment's data sets change from release to release, so that per-epsilon maximum
     is not a dominating pair. It gives the event's certified single-release epsilon (used by
@@ -457,7 +459,8 @@ class ShuffledLDP(PrivacyEvent):
     """n shuffled reports of an eps0-LDP (or alpha0 d_X-DP with distance d) randomizer.
 
     ``epsilon``/``delta`` are the release's certified pair (from
-    :func:`shuffledp.accounting.shuffle_ldp.clones.shuffle_ldp`); ``reduction`` picks the dominating pair
+    :func:`shuffledp.accounting.shuffle_ldp.clones.shuffle_ldp`); ``reduction`` picks the
+    dominating pair
     used for composition ("variation-ratio", the tighter, or "clones").
     """
 

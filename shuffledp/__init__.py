@@ -19,6 +19,9 @@ metric DP       :func:`priv_emd_itemwise`, :func:`priv_emd_linear`, :func:`freq_
                 :func:`bounded_emd_reduction` (user-level d_EM-DP, Imola, Roy Chowdhury and
                 Chaudhuri)
 histograms      :func:`privhist`, :class:`AnonHistogram` (Suresh, NeurIPS 2019)
+federated       :func:`federated_histogram` (one round: Polya noise + secure aggregation per
+                shard), :func:`adaptive_histogram` (Alg. 2), :class:`FederatedHistogram`,
+                :class:`FederatedRefused` (Bagdasaryan et al., PoPETs 2022)
 secure agg.     :mod:`shuffledp.secagg` (:func:`~shuffledp.secagg.secure_sum`, client and
                 server state machines; Bonawitz et al., CCS 2017)
 accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_itemwise`,
@@ -67,6 +70,10 @@ _LAZY = {
     "Shuffler": "shuffledp.protocol.shuffler",
     "UserDistributions": "shuffledp.users",
     "WireError": "shuffledp.protocol.wire",
+    "FederatedHistogram": "shuffledp.analyzers.federated.histogram",
+    "FederatedRefused": "shuffledp.analyzers.federated.histogram",
+    "federated_histogram": "shuffledp.protocol.federated",
+    "adaptive_histogram": "shuffledp.protocol.federated",
 }
 
 
@@ -85,6 +92,8 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 __all__ = [
     "AnonHistogram",
+    "FederatedHistogram",
+    "FederatedRefused",
     "Grid",
     "Guarantee",
     "HeatmapRelease",
@@ -95,11 +104,13 @@ __all__ = [
     "UserDistributions",
     "WireError",
     "__version__",
+    "adaptive_histogram",
     "bounded_emd_reduction",
     "central_heatmap",
     "derive_params",
     "emd_itemwise",
     "emd_itemwise_alpha0",
+    "federated_histogram",
     "freq_est_local",
     "generate_analyzer_key",
     "generate_mac_key",

@@ -14,7 +14,8 @@ Two kinds of source, and nothing else:
 Uniform 64-bit words
 --------------------
 
-Every integer noise sampler of the toolkit (:func:`shuffledp.encoders.noise.laplace.discrete_laplace`,
+Every integer noise sampler of the toolkit
+(:func:`shuffledp.encoders.noise.laplace.discrete_laplace`,
 :func:`shuffledp.encoders.noise.polya.polya_difference`) is a deterministic function of a stream of
 i.i.d. uniform 64-bit words. Where the words come from decides what the output is good for:
 

@@ -243,7 +243,7 @@ def test_figure_has_header_and_colour_bar(tmp_path):
 
 
 def test_default_data_is_the_documented_size():
-    from shuffledp import cli
+    from shuffledp.cli import heatmap as cli
 
     assert cli.SYNTHETIC_USERS == 2000
 

@@ -45,7 +45,7 @@ def test_lazy_package_still_exposes_the_api():
 
 
 def test_privhist_cli_split_choices_match_the_mechanism():
-    from shuffledp.cli import privhist as cli_privhist
     from shuffledp.analyzers.privhist.mechanism import REGIMES, SPLITS
+    from shuffledp.cli import privhist as cli_privhist
 
     assert cli_privhist.SPLITS == SPLITS and cli_privhist.REGIMES == REGIMES

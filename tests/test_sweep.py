@@ -249,7 +249,8 @@ def test_a_run_killed_mid_write_is_run_again(tmp_path, monkeypatch):
     path.write_text("".join(lines[:-1]) + lines[-1][:40])
     calls = []
     real = sw.run_one
-    monkeypatch.setattr(sweep_run, "run_one", lambda run, rng=None: calls.append(run) or real(run, rng))
+    monkeypatch.setattr(sweep_run, "run_one", lambda run, rng=None: calls.append(run) or real(run,
+    rng))
     sw.run_sweep("B", [4], tmp_path, repeats=2, base=TINY, seed=4)
     assert len(calls) == 1 and calls[0].key == lines[-1].split(",")[0]
     rows = _rows(tmp_path)

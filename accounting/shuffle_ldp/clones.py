@@ -310,7 +310,8 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     smallest certified epsilon is returned; the others are listed in ``notes``),
     ``"variation-ratio"`` (:func:`variation_ratio_numerical`), ``"numerical"``
     (:func:`clones_numerical`), ``"closed-form"`` (:func:`clones_closed_form`) or
-    ``"krr-blanket"`` (:func:`shuffledp.accounting.shuffle_ldp.krr_shuffle.krr_shuffle_numerical`, k-RR
+    ``"krr-blanket"`` (:func:`shuffledp.accounting.shuffle_ldp.krr_shuffle.krr_shuffle_numerical`,
+    k-RR
     only) or ``"binary-rr-exact"`` (:func:`shuffledp.accounting.shuffle_ldp.binary_rr.
     binary_rr_shuffle_exact`: binary RR's exact worst case over every data set, k = 2 and n <=
     2e5; about 30 s at n = 1e5). ``randomizer="krr"`` with ``k`` says the reports come from

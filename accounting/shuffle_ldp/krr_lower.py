@@ -9,7 +9,8 @@ are computed exactly here, in O(n) each; user 1 holds x1^0 or x1^1 and the n - 1
     x1^0 (the worst case of the adversarial searches for binary randomized response);
 ``"third"``
     a third value w (k = 3 only), where the blanket bound of
-    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle` is attained in the exhaustive small-n checks.
+    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle` is attained in the exhaustive small-n
+    checks.
 
 With the others i.i.d. with law pi, the multinomial ratio identity gives, for a histogram h,
 P(h) = Mult_n(h; pi) sum_y R0(y) h_y / (n pi_y) and the same with R1 for Q, so the ratio

@@ -19,7 +19,8 @@ without ``--force``. ``encode --analyzer-pub`` encrypts every message to the ana
 ``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
 :mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
 (``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
-counts (:mod:`shuffledp.protocol.analyzer_input`, the toolkit's one decrypt-then-count loop) and writes
+counts (:mod:`shuffledp.protocol.analyzer_input`, the toolkit's one decrypt-then-count loop) and
+writes
 ``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
 figures, the shuffler's report, whether the mixed batch was authenticated).
 

@@ -164,7 +164,8 @@ def _values(text: Any) -> Any:
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def sweep(param, values, repeats, figure, models, rounding, emd, dropout, full, grid, n, epsilon, delta, B, w,
+def sweep(param, values, repeats, figure, models, rounding, emd, dropout, full, grid, n, epsilon,
+delta, B, w,
           sigma, data_seed, seed, input_path, fmt, bbox, out_dir, no_plot, quiet,
           allow_large) -> None:
     """Sweep one parameter; shuffle and central side by side (Ghazi et al., AAAI 2023).

@@ -16,7 +16,8 @@
    or is out of range is counted, never summed.
 
 The caller must not use the accumulator if a :class:`~shuffledp.protocol.wire.WireError` was raised.
-:func:`release_mixed` chains it with :func:`shuffledp.analyzers.heatmap.modular.analyze`, whose count
+:func:`release_mixed` chains it with :func:`shuffledp.analyzers.heatmap.modular.analyze`, whose
+count
 check (every coordinate holds exactly r * n_users messages) refuses a release as soon as one
 message failed or was missing. Trust model: :mod:`shuffledp.protocol.shuffler`.
 """

@@ -128,7 +128,8 @@ def accumulate(params: ProtocolParams, data: bytes, mac_key: bytes | None = None
 
     The records go through the same exact accumulator as v2 records
     (:class:`shuffledp.analyzers.heatmap.modular.ModularAccumulator`: out-of-range messages are
-    counted and never summed; :meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`
+    counted and never summed;
+    :meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`
     refuses a coordinate without exactly r n_users messages).
     """
 

@@ -15,7 +15,8 @@ Message layout: a message (a, w) with coordinate a in [0, m) and share w in [0, 
 unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; it takes
 ``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8) bytes on the wire. The paper's count
 (App. F "Communication") is ceil(log2(m q)) bits per message, reported as
-:attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.protocol.wire` actually writes.
+:attr:`bits_per_user`; :attr:`bytes_per_user` is what :mod:`shuffledp.protocol.wire` actually
+writes.
 
 References
 ----------

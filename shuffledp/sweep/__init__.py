@@ -30,6 +30,7 @@ from shuffledp.sweep.store import (
 )
 
 __all__ = ["COLUMNS", "CSV_NAME", "DEFAULT_MODELS", "JSONL_NAME", "METRICS", "MODELS",
-           "PARAMETERS", "PLOT_HINT", "Run", "RunRecord", "SweepConfig", "append_record", "check_models",
+           "PARAMETERS", "PLOT_HINT", "Run", "RunRecord", "SweepConfig", "append_record",
+           "check_models",
            "done_keys", "load_input", "parse_value", "plan", "plot", "read_runs", "repair",
            "run_one", "run_sweep", "subsample_users", "summarise", "t_interval"]

@@ -1,5 +1,15 @@
 """What a sweep runs: the swept parameters and models, :class:`SweepConfig` (one point's
-parameters), :class:`Run` (one run of one model) and :func:`plan` (every run of a sweep)."""
+parameters), :class:`Run` (one run of one model) and :func:`plan` (every run of a sweep).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
+   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
+.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
+   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
+   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 4 (dropouts).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,12 @@
 """Summaries and plots of a sweep's runs: mean and 95% Student-t interval per (model, value),
-and one PNG per metric with t-bands (matplotlib, the ``plot`` extra)."""
+and one PNG per metric with t-bands (matplotlib, the ``plot`` extra).
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
+   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@
 replace-one relation: the B = inf limit of Fig. 13) -- optionally also the central baselines of
 Sec. 4 (``models``, Fig. 1-2) -- and appends every run as one row of ``runs.csv`` and one line
 of ``runs.jsonl``: its parameters, guarantee, bits and bytes per user, timings and every metric
-of :func:`shuffledp.analyzers.heatmap.metrics.all_metrics`. Each row is flushed and fsynced as the run
+of :func:`shuffledp.analyzers.heatmap.metrics.all_metrics`. Each row is flushed and fsynced as the
+run
 finishes.
 
 Resumable: every run has a key made of the swept parameter's name, the parameters its model

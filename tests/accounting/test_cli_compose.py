@@ -62,7 +62,7 @@ def test_compose_spec_and_refusals(tmp_path):
 
 
 def test_heatmap_budget_ledger_appends_and_refuses(tmp_path):
-    from shuffledp.cli import heatmap
+    from shuffledp.cli.heatmap import heatmap
 
     led = tmp_path / "ledger.json"
     base = ["--grid", "16", "--n", "30", "--no-metrics", "--quiet", "--epsilon", "1",

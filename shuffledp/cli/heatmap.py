@@ -1,0 +1,441 @@
+"""``shuffledp heatmap``: the private heatmap of [Ghazi23]_ end to end.
+
+Alg. 1 in the central model, the App. F summation protocol in the shuffle model (simulation
+path, or the Dask backend), on built-in synthetic users (App. E.3) or a CSV / SNAP file, next
+to the Laplace baselines; writes the estimate, the rendered heatmaps and ``report.json``.
+Heavy modules (numpy's neighbours scipy, numba, the protocol) are imported inside the
+command, so that ``shuffledp --help`` stays fast.
+
+References
+----------
+.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
+   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from shuffledp.cli.common import (
+    NONNEGATIVE,
+    PERCENT,
+    POSITIVE,
+    SEED,
+    UNIT,
+    B_option,
+    Command,
+    allow_large_option,
+    as_refusal,
+    as_usage_error,
+    delta_option,
+    epsilon_option,
+    grid_option,
+    heatmap_memory,
+    n_option,
+    out_dir_option,
+    parse_bbox,
+    refuse_if_large,
+    w_option,
+    warn,
+    write_npy,
+    write_report,
+)
+
+#: Size of the built-in data set. Ghazi et al. (AAAI 2023) Sec. 4 use 200 users per 256x256
+#: cell; on this synthetic mixture (20 clusters, 5 points per user) 200 users leave most
+#: pixels empty and an eps = 1 release shows ~10 dots (CC ~0.15). With 2,000 users the
+#: default run shows the clusters (CC ~0.7 against ~0.5 for the Laplace baseline,
+#: ``python bench/first_run.py``); ``--n 200`` is the paper's size.
+SYNTHETIC_USERS = 2000
+
+#: ``--metrics fast`` computes the exact EMD (the slow metric, seconds per 256x256 heatmap)
+#: for ours and the Laplace baseline only; ``full`` for every baseline.
+METRIC_SETS = ("fast", "full", "none")
+
+
+class _Progress:
+    """Stage messages on stderr with elapsed time (quiet with --quiet)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        if not self.quiet:
+            click.echo(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", err=True)
+
+
+@click.command("heatmap", cls=Command)
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
+              help="CSV with columns user_id,x,y[,weight] (x, y in [0,1)); default: built-in "
+                   "synthetic Gaussian-mixture users (Ghazi et al. (AAAI 2023), App. E.3).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "snap"]), default="csv",
+              show_default=True, help="Input format; snap = SNAP check-ins (tab separated).")
+@click.option("--bbox", default=None,
+              help="SNAP only: LAT_MIN,LAT_MAX,LON_MIN,LON_MAX mapped onto [0,1)^2.")
+@n_option(default=None,
+          help=f"Number of users of the built-in synthetic data set [default: "
+               f"{SYNTHETIC_USERS}]; with --input the users are those of the file.")
+@click.option("--data-seed", type=SEED, default=None,
+              help="Generate another synthetic data set from this seed (not the noise's)  "
+                   "[default: the built-in data set]")
+@grid_option(default="256")
+@epsilon_option(default=1.0)
+@w_option()
+@click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
+              show_default=True)
+@B_option(default=256, help="Shuffle model: scaling factor B.")
+@click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
+              default="largest_remainder", show_default=True,
+              help="Shuffle model: how a user's level vector is scaled by B and rounded. "
+                   "largest_remainder keeps every level summing to exactly B; floor is "
+                   "Ghazi et al. (AAAI 2023) App. F's rounding (loses up to one unit per "
+                   "non-zero cell, so the error falls visibly as B grows, Fig. 13).")
+@delta_option(default=1e-5, help="Shuffle model: delta of the (epsilon, delta) guarantee.")
+@click.option("--sigma", type=NONNEGATIVE, default=2.0, show_default=True,
+              help="Gaussian filter sigma in pixels for the heatmaps and metrics "
+                   "(Ghazi et al. (AAAI 2023), Sec. 2.3).")
+@click.option("--top-percent", "top_percent", type=PERCENT, multiple=True,
+              default=(1.0, 0.1), show_default=True,
+              help="Thresholding baselines to run (repeatable).")
+@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
+              default=None,
+              help="Neighbour relation of the guarantee: central add_remove (default), zero_out "
+                   "or replace; shuffle replace (default) or zero_out (n public).")
+@click.option("--seed", type=SEED, default=None,
+              help="Seed all noise (research: the report then says 'reproducible evaluation, "
+                   "not a private release'); default: fresh OS entropy.")
+@out_dir_option(default="out")
+@click.option("--metrics", "metric_set", type=click.Choice(METRIC_SETS), default="fast",
+              show_default=True,
+              help="fast: KL, CC, SIM, MSE, L1 for all, exact EMD for ours and the Laplace "
+                   "baseline; full: exact EMD for every baseline too (slow: seconds per "
+                   "256x256 heatmap); none: no metrics.")
+@click.option("--no-metrics", is_flag=True, help="Same as --metrics none.")
+@click.option("--smoothing", type=click.Choice(["auto", "none"]), default="auto",
+              show_default=True,
+              help="auto: mix the released estimate with a smoothed copy and a 2% uniform "
+                   "floor (post-processing, no privacy cost; bandwidth from the released "
+                   "total and epsilon), which keeps KL and SIM competitive at few users; none: "
+                   "Reconstruct's output as is (Ghazi et al. Alg. 2).")
+@click.option("--quiet", is_flag=True, help="No progress messages.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True, help="Shuffle model: run in this process or on Dask "
+              '(pip install "shuffledp[dask]").')
+@click.option("--scheduler", default=None,
+              help="--backend dask: scheduler ADDRESS (default: a LocalCluster, one worker "
+                   "per core).")
+@allow_large_option
+@click.option("--budget-ledger", "budget_ledger", type=click.Path(dir_okay=False), default=None,
+              help="Append this release to a budget ledger (JSON) and refuse it (exit 1, "
+                   "nothing written) if all the ledger's releases would compose past its "
+                   "total; see shuffledp account compose.")
+@click.option("--budget-epsilon", "budget_epsilon", type=POSITIVE, default=None,
+              help="Total epsilon of a new --budget-ledger.")
+@click.option("--budget-delta", "budget_delta", type=UNIT, default=None,
+              help="Total delta of a new --budget-ledger.")
+def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding, delta,
+            sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics, smoothing,
+            quiet, backend, scheduler, allow_large, budget_ledger=None, budget_epsilon=None,
+            budget_delta=None) -> None:
+    """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
+
+    Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
+    OUT/report.json and OUT/heatmap.png (true | baseline | ours). Without --seed every noise
+    draw comes from fresh OS entropy (a private release); with --seed two runs are identical
+    (a reproducible evaluation, not a private release).
+    """
+    from shuffledp.analyzers.heatmap.release import HeatmapRelease
+
+    t_start = time.perf_counter()
+    progress = _Progress(quiet)
+    if model == "shuffle" and neighbour == "add_remove":
+        raise click.BadParameter(
+            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
+            param_hint="--neighbour")
+    if (backend == "dask" or scheduler) and model != "shuffle" or scheduler and backend != "dask":
+        raise click.UsageError(f"--backend {backend} --scheduler {scheduler!r}: the dask "
+                               "backend (and --scheduler) need --model shuffle --backend dask")
+    box = _check_input_options(input_path, fmt, bbox, n)
+    ledger = None
+    if budget_ledger is not None:
+        from shuffledp.accounting.ledger import BudgetLedger
+
+        ledger = as_usage_error(BudgetLedger.open, budget_ledger, budget_epsilon, budget_delta)
+    elif budget_epsilon is not None or budget_delta is not None:
+        raise click.UsageError("--budget-epsilon/--budget-delta need --budget-ledger FILE")
+    n = SYNTHETIC_USERS if n is None else n
+    n_points = _count_points(input_path, n)
+    what = (f"--n {n} ({n_points:,} points)" if input_path is None
+            else f"--input {input_path} ({n_points:,} lines)")
+    refuse_if_large(
+        f"{what} on --grid {grid}",
+        memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + len(top_percent)),
+        allow_large=allow_large)
+    progress("no --seed: all noise from fresh OS entropy (private release)" if seed is None
+             else f"--seed {seed}: {HeatmapRelease.REPRODUCIBLE}")
+
+    progress("loading data")
+    table, source = _load_table(input_path, fmt, box, n, data_seed)
+    users = table.to_users(grid)
+    progress(f"{users.n_users} users on a {grid} grid")
+
+    rngs = _noise_rngs(seed, 2 + len(top_percent))
+    progress(f"running the {model} mechanism (epsilon={epsilon}, w={w})")
+    t_ours = time.perf_counter()
+    if model == "central":  # well under a second at the default size: no bar
+        from shuffledp.analyzers.heatmap.central import central_heatmap
+
+        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour or "add_remove",
+                               rng=rngs[0])
+    else:
+        ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
+                                n_points, len(top_percent), allow_large, backend, scheduler,
+                                quiet=quiet, rounding=rounding)
+    if smoothing == "auto":
+        ours = ours.smoothed()
+    seconds_ours = time.perf_counter() - t_ours
+    if ledger is not None:  # recorded before anything is written; refused: nothing is
+        _, spent = as_refusal(f"--budget-ledger {budget_ledger}", ledger.append,
+                              ours.guarantee.event or _plain_event(ours.guarantee),
+                              f"heatmap --out {out_dir}")
+        progress(f"budget ledger {budget_ledger}: {spent.releases} releases compose to "
+                 f"epsilon={spent.epsilon:.6g} at delta={spent.delta:g} ({spent.method}; "
+                 f"total {ledger.epsilon:g})")
+
+    from shuffledp.analyzers.heatmap.baselines import laplace_baseline
+
+    aggregate = users.aggregate()
+    baselines = {"laplace": laplace_baseline(aggregate, epsilon, rng=rngs[1])}
+    for t, rng in zip(top_percent, rngs[2:]):
+        baselines[f"laplace_top_{t:g}%"] = laplace_baseline(
+            aggregate, epsilon, rng=rng, top_percent=t)
+
+    from shuffledp.analyzers.heatmap.release import normalise
+    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
+
+    truth = normalise(aggregate)
+    h_truth = gaussian_heatmap(truth, sigma)
+    h_ours = gaussian_heatmap(ours.estimate, sigma)
+    h_base = gaussian_heatmap(baselines["laplace"].estimate, sigma)
+
+    if no_metrics:
+        metric_set = "none"
+    metrics = _heatmap_metrics(metric_set, grid, sigma, h_truth, h_ours, h_base, baselines,
+                               quiet, progress)
+
+    report = ours.to_report()
+    report.update({
+        "n_users": users.n_users,
+        "n_points": int(table.x.size),
+        "input": source,
+        "w": w,
+        "sigma": sigma,
+        "seed": seed,
+        "seconds": time.perf_counter() - t_start,
+        "seconds_mechanism": seconds_ours,
+        "metrics_on": f"Gaussian-filtered heatmaps (sigma={sigma} px), truth = normalised "
+                      "non-private aggregate",
+        "metrics": metrics,
+        "metric_set": metric_set,
+        "baselines": {name: rel.guarantee.to_dict() for name, rel in baselines.items()},
+    })
+    out = Path(out_dir)
+    _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
+                   [("true (non-private)", h_truth),
+                    (_panel_title("Laplace baseline", metrics.get("laplace")), h_base),
+                    (_panel_title("ours", metrics.get("ours")), h_ours)],
+                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed))
+    progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
+             f"({report['release']})")
+    if not quiet and metrics:
+        click.echo(f"{'':24s}{'EMD':>10s}{'KL':>10s}{'CC':>8s}{'SIM':>8s}", err=True)
+        for name, m in metrics.items():
+            e = "-" if m["emd"] is None else f"{m['emd']:.4f}"
+            click.echo(f"{name:24s}{e:>10s}{m['kl']:10.4f}{m['cc']:8.3f}{m['sim']:8.3f}",
+                       err=True)
+        if metric_set == "fast" and len(metrics) > 2:
+            click.echo("(EMD of the top-t% baselines: --metrics full)", err=True)
+
+
+def _heatmap_metrics(metric_set: str, grid: Any, sigma: float, h_truth: np.ndarray,
+                     h_ours: np.ndarray, h_base: np.ndarray, baselines: dict, quiet: bool,
+                     progress: Any) -> dict[str, Any]:
+    """Metrics of ours and every baseline against the true heatmap, under a progress bar
+    (the exact EMD solves take seconds each on a 256x256 grid)."""
+    if metric_set == "none":
+        return {}
+    from shuffledp.analyzers.heatmap.metrics import all_metrics
+    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
+    from shuffledp.cli.common import progress_bar
+
+    progress(f"metrics against the non-private heatmap (--metrics {metric_set})")
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["ours", *baselines]
+    heatmaps = {"ours": h_ours, "laplace": h_base}
+    for name in names:
+        if name not in heatmaps:
+            heatmaps[name] = gaussian_heatmap(baselines[name].estimate, sigma)
+    # the exact EMD solves release the GIL (numba nogil): two at a time on two cores
+    with progress_bar(len(names), "metrics", "heatmap", quiet) as bar, \
+            ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+        def one(name: str) -> dict[str, Any]:
+            with_emd = metric_set == "full" or name in ("ours", "laplace")
+            m = all_metrics(h_truth, heatmaps[name], grid, emd=with_emd)
+            bar.update(1)
+            return m
+
+        futures = {name: pool.submit(one, name) for name in names}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def _panel_title(name: str, m: dict[str, Any] | None) -> str:
+    if not m:
+        return name
+    emd = "" if m.get("emd") is None else f"  EMD {m['emd']:.3f}"
+    return f"{name}: CC {m['cc']:.2f}{emd}"
+
+
+def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
+             seed: int | None) -> list[str]:
+    """The guarantee, the data and what the metrics compare, for the figure's header."""
+    g = release.guarantee
+    delta = "" if g.delta == 0 else f", delta = {g.delta:.2g}"
+    kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
+    data = "built-in synthetic mixture" if source.startswith("synthetic") else "input"
+    lines = [
+        f"ours and the Laplace baseline: {g.model} model, {kind}, epsilon = {g.epsilon:g}"
+        f"{delta}; neighbours: {g.neighbour.value}",
+        f"{n_users} users ({data}), {grid} grid; heatmaps with a Gaussian filter, sigma = "
+        f"{sigma:g} px; CC (1 = perfect) and EMD (0 = perfect) against the true heatmap",
+    ]
+    if seed is not None:
+        lines.append(f"--seed {seed}: reproducible evaluation, not a private release")
+    return lines
+
+
+def _plain_event(guarantee: Any) -> Any:
+    from shuffledp.accounting.events import EpsDelta
+
+    return EpsDelta.from_guarantee(guarantee)
+
+
+def _check_input_options(input_path: str | None, fmt: str, bbox: str | None,
+                         n: int | None) -> Any:
+    """--bbox only (and always) with SNAP input; --n is the synthetic data's size."""
+    box = parse_bbox(bbox)
+    if box is not None and fmt != "snap":
+        raise click.BadParameter("only valid with --format snap", param_hint="--bbox")
+    if input_path is not None and fmt == "snap" and box is None:
+        raise click.BadParameter("is required with --format snap", param_hint="--bbox")
+    if input_path is not None and n is not None:
+        warn(f"--n {n} is ignored with --input (the users are those of {input_path})")
+    return box
+
+
+def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: float, B: int,
+                     w: int, neighbour: str | None, rng: Any, n_points: int, n_baselines: int,
+                     allow_large: bool, backend: str = "local",
+                     scheduler: str | None = None, quiet: bool = True,
+                     rounding: str = "largest_remainder") -> Any:
+    """Derive the protocol (refused, exit 1, if none fits), check its size, run it."""
+    from shuffledp.cli.common import as_refusal
+    from shuffledp.protocol.params import derive_params
+    from shuffledp.protocol.runner import shuffle_heatmap
+
+    if users.n_users < 2:
+        raise click.ClickException(
+            f"--model shuffle needs at least 2 users, {source} has {users.n_users}")
+    params = as_refusal(
+        f"no shuffle protocol for --epsilon {epsilon} --delta {delta} --B {B} with "
+        f"{users.n_users} users on --grid {grid}",
+        derive_params, grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w,
+        neighbour=neighbour or "replace", rounding=rounding)
+    refuse_if_large(
+        f"--model shuffle --grid {grid} --B {B} with {users.n_users} users",
+        memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,
+                                    params.messages_per_user, params.m),
+        messages_per_user=params.messages_per_user, allow_large=allow_large)
+    if backend == "local":
+        from shuffledp.cli.common import progress_bar
+
+        with progress_bar(users.n_users, "shuffle protocol", "user", quiet) as bar:
+            return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
+                                   params=params, progress=bar.update)
+    from shuffledp.protocol.dask_backend import connect, require_dask
+
+    try:
+        require_dask()
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    client = as_refusal(f"--backend dask --scheduler {scheduler!r}", connect, scheduler)
+    with client:
+        return shuffle_heatmap(users, epsilon=epsilon, delta=delta, B=B, w=w, rng=rng,
+                               params=params, backend="dask", client=client)
+
+
+def _count_points(input_path: str | None, n_users: int) -> int:
+    """Points the run will hold: synthetic users x 5, or the input's line count (an upper
+    bound, read without loading the file); checks --input is a regular file."""
+    from shuffledp.safe_io import NotRegularFileError, count_lines
+
+    if input_path is None:
+        return n_users * 5
+    try:
+        return count_lines(input_path)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--input") from None
+
+
+def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int,
+                data_seed: int | None):
+    """The PointTable and a description of its source; loader errors name --input."""
+    from shuffledp import datasets
+
+    if input_path is None:
+        if data_seed is None:
+            data_seed = datasets.BUILTIN_DATA_SEED
+        table = datasets.synthetic_mixture(n_users=n_users, rng=data_seed)
+        return table, f"synthetic_mixture(n_users={n_users}, rng={data_seed})"
+    try:
+        if fmt == "csv":
+            return datasets.load_csv(input_path), str(input_path)
+        return datasets.load_snap(input_path, bbox=box), str(input_path)
+    except UnicodeDecodeError as e:
+        raise click.ClickException(
+            f"--input {input_path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        raise click.ClickException(f"--input {input_path}: malformed CSV: {e}") from None
+
+
+def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
+                   report: dict[str, Any], caption: list[str] | None = None) -> None:
+    """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
+    into place (never through a FIFO or link planted at the name, never half-written)."""
+    from shuffledp.analyzers.heatmap.render import render_png
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_npy(out / "estimate.npy", estimate)
+    tmp = out / f".heatmap.{os.urandom(6).hex()}.png"
+    try:
+        render_png(tmp, panels, caption=caption, colorbar=True)
+        os.replace(tmp, out / "heatmap.png")
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_report(out, report)
+
+
+def _noise_rngs(seed: int | None, k: int) -> list[np.random.Generator | None]:
+    """k independent noise sources: seeded generators, or None (each mechanism draws fresh
+    OS entropy) without a seed."""
+    if seed is None:
+        return [None] * k
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(k)]
