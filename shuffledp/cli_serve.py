@@ -125,6 +125,59 @@ def serve_shuffler(params_path, mac_key_path, analyzer_pub, listen, data_dir, to
         announce=lambda m: click.echo(m, err=True))
 
 
+@serve.command("secagg")
+@click.option("--clients", type=COUNT, required=True, help="Clients expected (ids 0..N-1).")
+@click.option("--threshold", type=COUNT, default=None,
+              help="Shares needed / fewest clients per round  [default: 2n/3 + 1]")
+@click.option("--length", type=COUNT, required=True, help="Vector length L.")
+@click.option("--modulus", type=COUNT, required=True, help="Modulus m of the sum (2..2^62).")
+@_listen
+@_data
+@click.option("--round-timeout", type=POSITIVE, default=30.0, show_default=True,
+              help="Deadline of each round, from its opening: a client that has neither "
+                   "answered nor left by then is a dropout.")
+@click.option("--join-timeout", type=POSITIVE, default=None,
+              help="Deadline of round 0 (advertising keys), from the service start  "
+                   "[default: --round-timeout]")
+@click.option("--body-timeout", type=POSITIVE, default=30.0, show_default=True,
+              help="Seconds a client has to send one message's body (408 after).")
+def serve_secagg(clients, threshold, length, modulus, listen, data_dir, round_timeout,
+                 join_timeout, body_timeout):
+    """Run one secure aggregation (Bonawitz et al. 2017) over HTTP, then exit.
+
+    Writes DATA/report.json ("released" with DATA/result.npy, or "aborted" with the reason;
+    exit 1 then). Clients: `shuffledp secagg client --server URL`.
+    """
+    _need_extra()
+    from shuffledp.secagg import default_threshold
+    from shuffledp.secagg.mailbox import MAX_CLIENTS
+    from shuffledp.serve.common import parse_listen, serve as run_server
+    from shuffledp.serve.secagg_service import SecAggRun, make_app
+
+    try:
+        parse_listen(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from None
+    n = clients
+    if not 2 <= n <= MAX_CLIENTS:
+        raise click.BadParameter(f"must be in [2, {MAX_CLIENTS}], got {n}",
+                                 param_hint="--clients")
+    if not 2 <= modulus <= 1 << 62:
+        raise click.BadParameter(f"must be in [2, 2^62], got {modulus}", param_hint="--modulus")
+    t = default_threshold(n) if threshold is None else threshold
+    if not 2 <= t <= n:
+        raise click.BadParameter(f"must be in [2, --clients={n}], got {t}",
+                                 param_hint="--threshold")
+    run = SecAggRun(n, length, modulus, t, Path(data_dir), round_timeout, join_timeout)
+    click.echo(f"session {run.session.hex()}: {n} clients, threshold {t}", err=True)
+    run_server(make_app(run, body_timeout=body_timeout), listen, Path(data_dir),
+               announce=lambda m: click.echo(m, err=True))
+    if run.aborted or not run.done:
+        raise click.ClickException(run.aborted or "the service stopped before the run ended")
+    click.echo(f"sum of {len(run.server.members[3])} clients (threshold {t}) written to "
+               f"{Path(data_dir) / 'result.npy'}")
+
+
 @serve.command("close")
 @click.option("--server", required=True, help="URL of the shuffler service.")
 @click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),

@@ -170,6 +170,8 @@ def serve(app: Any, listen: str, data_dir: Path, *, limit_concurrency: int = 204
                             limit_concurrency=limit_concurrency, access_log=False,
                             timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
+    if hasattr(app, "state"):  # lets an app end the service (one secure-aggregation run)
+        app.state.uvicorn_server = server
     write_atomic(data_dir / "listen.json", (json.dumps({"url": url, "pid": os.getpid()})
                                             + "\n").encode())
     announce(f"listening on {url}")
