@@ -37,7 +37,8 @@ def test_the_tree_holds_every_command():
                              "account emd-itemwise", "account shuffle-ldp", "account summation",
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
-                             "federated", "sweep"}
+                             "federated", "sweep", "serve", "serve shuffler", "serve secagg",
+                             "serve close", "upload"}
 
 
 def test_every_command_goes_through_the_one_error_path():

@@ -24,8 +24,10 @@ written to ``DIR/round-<round>/batches/<seq>-<id>.bin`` with :func:`durable_writ
 and directory fsynced) *before* the 201 is sent, so a crash loses nothing acknowledged. On
 start the service rebuilds the :class:`~shuffledp.shuffler.Shuffler` by submitting the
 stored batches again in acceptance order (``seq``), with the same sender ids: the replay
-fingerprints, the capacity count and first-kept-wins are exactly those of a run without the
-crash. A batch whose storage fails is answered 500 and the service refuses further uploads
+fingerprints, the capacity count and first-kept-wins among acknowledged batches are exactly
+those of a run without the crash. (Writes of concurrent uploads overlap, so a crash can keep
+batch k + 1 and lose batch k; k was never acknowledged, its device retries with the same id
+and bytes, and the order of the acknowledged batches is unchanged.) A batch whose storage fails is answered 500 and the service refuses further uploads
 (503) until it is restarted, since its memory then holds a batch the disk does not.
 ``close`` writes ``mixed.bin`` and ``mixed.bin.report.json`` durably (the same files as
 ``shuffledp shuffle --out``, so ``shuffledp analyze --in DIR/round-<round>/mixed.bin``
@@ -88,7 +90,8 @@ class ShufflerState:
         self.memory_limit = memory_limit
         self.expected_users = expected_users
         self.max_body = HEADER_SIZE + params.messages_per_user * encrypted_record_bytes(params)
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.pending: set[str] = set()  # accepted, durable write in flight
         self.broken: str | None = None
         self.digests: dict[str, bytes] = {}  # report id -> SHA-256 of the accepted bytes
         self.seq = 0
@@ -123,7 +126,14 @@ class ShufflerState:
         return self.report is not None
 
     def upload(self, rid: str, data: bytes) -> tuple[int, str | None, str]:
-        """(status, problem reason or None, detail). Serialised by :attr:`lock`."""
+        """(status, problem reason or None, detail).
+
+        The shuffler's decision is serialised by :attr:`lock` (it fixes the acceptance order
+        and the file's sequence number); the durable write runs outside it, so concurrent
+        uploads share the disk's flushes. The 201 is returned only after this batch's write
+        (file and directory fsynced) completed; a resubmission that arrives while the first
+        write is in flight waits for it.
+        """
         with self.lock:
             if self.broken:
                 return 503, "unavailable", self.broken
@@ -131,26 +141,37 @@ class ShufflerState:
                 return 409, "round_closed", f"round {self.round} was closed and mixed"
             h = hashlib.sha256(data).digest()
             if rid in self.digests:
-                if hmac.compare_digest(self.digests[rid], h):
-                    return 201, None, "already stored (idempotent resubmission)"
-                return 409, "report_id_conflict", (
-                    f"report id {rid} already holds another batch; pick a fresh random id")
+                if not hmac.compare_digest(self.digests[rid], h):
+                    return 409, "report_id_conflict", (
+                        f"report id {rid} already holds another batch; pick a fresh random id")
+                while rid in self.pending and not self.broken:
+                    self.lock.wait()
+                if self.broken:
+                    return 503, "unavailable", self.broken
+                return 201, None, "already stored (idempotent resubmission)"
             before = dict(self.shuffler.report.rejected)
-            if self.shuffler.submit(data, sender=rid):
-                try:
-                    durable_write(self.batch_dir / f"{self.seq:010d}-{rid}.bin", data)
-                except OSError as e:
-                    self.broken = (f"storage failed ({e.strerror or e}); restart the service "
-                                   "to recover from the stored batches")
-                    return 500, "storage_failure", self.broken
-                self.seq += 1
-                self.digests[rid] = h
-                return 201, None, "stored"
-            after = self.shuffler.report.rejected
-            reason = next((k for k in after if after[k] != before.get(k, 0)), "malformed")
-            # a rejected upload does not burn the id (the device may fix and resubmit)
-            return (409 if reason in _CONFLICT else 400), reason, _REASON_DETAIL.get(
-                reason, reason)
+            if not self.shuffler.submit(data, sender=rid):
+                after = self.shuffler.report.rejected
+                reason = next((k for k in after if after[k] != before.get(k, 0)), "malformed")
+                # a rejected upload does not burn the id (the device may fix and resubmit)
+                return (409 if reason in _CONFLICT else 400), reason, _REASON_DETAIL.get(
+                    reason, reason)
+            seq, self.seq = self.seq, self.seq + 1
+            self.digests[rid] = h
+            self.pending.add(rid)
+        try:
+            durable_write(self.batch_dir / f"{seq:010d}-{rid}.bin", data)
+        except OSError as e:
+            with self.lock:
+                self.broken = (f"storage failed ({e.strerror or e}); restart the service to "
+                               "recover from the stored batches")
+                self.pending.discard(rid)
+                self.lock.notify_all()
+            return 500, "storage_failure", self.broken
+        with self.lock:
+            self.pending.discard(rid)
+            self.lock.notify_all()
+        return 201, None, "stored"
 
     def status(self) -> dict[str, Any]:
         with self.lock:
@@ -166,6 +187,8 @@ class ShufflerState:
         from shuffledp.safe_io import atomic_output
 
         with self.lock:
+            while self.pending and not self.broken:  # every acknowledged write is complete
+                self.lock.wait()
             if self.closed:
                 return self.report
             if self.broken:
