@@ -133,7 +133,7 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
 @secagg.command("client")
 @click.option("--dir", "mailbox", type=click.Path(file_okay=False), default=None,
               help="Mailbox directory shared by the server and the clients.")
-@click.option("--server", "server_url", default=None,
+@click.option("--server", "server", default=None,
               help="URL of `shuffledp serve secagg` (HTTP transport; instead of --dir).")
 @click.option("--id", "uid", type=click.IntRange(0, MAX_CLIENTS - 1), required=True,
               help="This client's id (0..N-1).")
@@ -146,9 +146,9 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
 @click.option("--stop-before-round", "stop", type=click.IntRange(0, 3), default=None,
               hidden=True, help="Fault injection for tests: leave before this round (posting a "
                                 "leave marker, so the server need not wait for a timeout).")
-def client_cmd(mailbox, server_url, uid, input_path, modulus, threshold, timeout, stop):
+def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, stop):
     """Run one client through the four rounds (over --dir, or over HTTP with --server)."""
-    if (mailbox is None) == (server_url is None):
+    if (mailbox is None) == (server is None):
         raise click.UsageError("give exactly one of --dir (mailbox) and --server (HTTP)")
     from shuffledp.safe_io import UnsafeFileError, read_regular
     from shuffledp.secagg import MessageError, SecAggClient, SecAggRefused
@@ -165,8 +165,8 @@ def client_cmd(mailbox, server_url, uid, input_path, modulus, threshold, timeout
             (x >= modulus).any():
         raise click.BadParameter(f"{input_path} must hold a 1-d integer vector in [0, "
                                  f"{modulus})", param_hint="--input")
-    if server_url is not None:
-        _http_client(server_url, uid, x, modulus, threshold, timeout, stop)
+    if server is not None:
+        _http_client(server, uid, x, modulus, threshold, timeout, stop)
         return
     try:
         session = wait_for(box / "session", timeout, limit=16)

@@ -118,7 +118,8 @@ def test_one_spelling_per_concept():
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
          "metric linear", "federated", "sweep"}
-    assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
+    assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
+                                                                          "serve close"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")
         assert p.type.dir_okay == (p.name == "out_dir")
