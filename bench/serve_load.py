@@ -46,10 +46,7 @@ from shuffledp.wire import KIND_USER_ENC, Header, encode_batch
 
 
 def crypto_costs(k: int = 3000) -> None:
-    from cryptography.hazmat.primitives.asymmetric.x25519 import (
-        X25519PrivateKey,
-        X25519PublicKey,
-    )
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     p = sdp.derive_params(sdp.Grid(2, 2), 1000, epsilon=2.0, delta=1e-5, B=4)
@@ -115,7 +112,6 @@ def crypto_costs(k: int = 3000) -> None:
     re_, rd = best(raw_enc), best(raw_dec)
     he, hd = best(hpke_enc), best(hpke_dec)
     ye, yd = best(hyb_enc), best(hyb_dec)
-    _ = X25519PublicKey  # imported for the reader: raw uses the same key objects
     print(f"per-message cost, {k} messages, best of 3 (share {p.share_bytes} bytes)")
     print(f"  raw X25519 + ChaCha20-Poly1305 : encrypt {re_ * 1e6:6.1f} us   "
           f"decrypt {rd * 1e6:6.1f} us   ({32 + p.share_bytes + 16} bytes + 4 coordinate)")

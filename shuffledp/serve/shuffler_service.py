@@ -27,7 +27,8 @@ stored batches again in acceptance order (``seq``), with the same sender ids: th
 fingerprints, the capacity count and first-kept-wins among acknowledged batches are exactly
 those of a run without the crash. (Writes of concurrent uploads overlap, so a crash can keep
 batch k + 1 and lose batch k; k was never acknowledged, its device retries with the same id
-and bytes, and the order of the acknowledged batches is unchanged.) A batch whose storage fails is answered 500 and the service refuses further uploads
+and bytes, and the order of the acknowledged batches is unchanged.) A batch whose storage
+fails is answered 500 and the service refuses further uploads
 (503) until it is restarted, since its memory then holds a batch the disk does not.
 ``close`` writes ``mixed.bin`` and ``mixed.bin.report.json`` durably (the same files as
 ``shuffledp shuffle --out``, so ``shuffledp analyze --in DIR/round-<round>/mixed.bin``
