@@ -465,6 +465,8 @@ def _register() -> None:
     main.add_command(import_module("shuffledp.cli_secagg").secagg)
     main.add_command(import_module("shuffledp.cli_federated").federated_cmd)
     main.add_command(import_module("shuffledp.cli_sweep").sweep)
+    for command in import_module("shuffledp.cli_serve").SERVE_COMMANDS:
+        main.add_command(command)
     for command in ROLE_COMMANDS:
         main.add_command(command)
 
