@@ -1,7 +1,8 @@
-"""Cost of the deployment path: per-message X25519 + ChaCha20-Poly1305 encryption to the analyzer.
+"""Cost of the deployment path: per-message HPKE encryption to the analyzer (RFC 9180).
 
-Each message gets a fresh ephemeral X25519 key (so ciphertexts of one user are unlinkable),
-HKDF-SHA256 and a ChaCha20-Poly1305 seal of the share (shuffledp.protocol.shuffler.encrypt_records);
+Each message is one HPKE base-mode Seal (DHKEM(X25519, HKDF-SHA256), HKDF-SHA256,
+ChaCha20-Poly1305): a fresh ephemeral X25519 key per message, so ciphertexts of one user are
+unlinkable (shuffledp.protocol.crypto.encrypt_records);
 the analyzer does one X25519 exchange per message to open it. Prints the measured cost per
 message (encrypt, decrypt, envelope check by the shuffler), the bytes per encrypted message,
 and the extrapolation to one user at the Fig. 12 setting (320x240, n=50, eps=5, delta=1e-5).

@@ -21,11 +21,16 @@ over the target.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import BinaryIO
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
 
 __all__ = [
     "NotRegularFileError",
@@ -261,3 +266,33 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
     except BaseException:
         os.unlink(target)
         raise
+
+
+def json_default(o: Any) -> Any:
+    """``json.dumps`` hook: numpy scalars and arrays, tuples and sets, mappings."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
+    if isinstance(o, Mapping):
+        return dict(o)
+    if isinstance(o, bytes):
+        return o.hex()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_report(out_dir: Path, report: Mapping[str, Any]) -> Path:
+    """Write ``out_dir/report.json`` atomically (indented JSON); returns its path."""
+    path = Path(out_dir) / "report.json"
+    text = json.dumps(dict(report), indent=2, default=json_default) + "\n"
+    write_atomic(path, text.encode())
+    return path
+
+
+def write_npy(path: Path, array: np.ndarray) -> None:
+    """Write one array in .npy format atomically."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array))
+    write_atomic(path, buf.getvalue())

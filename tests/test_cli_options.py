@@ -38,7 +38,8 @@ def test_the_tree_holds_every_command():
                              "account compose",
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
-                             "federated", "sweep"}
+                             "federated", "sweep", "serve", "serve shuffler", "serve secagg",
+                             "serve close", "upload"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -118,7 +119,8 @@ def test_one_spelling_per_concept():
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
          "metric linear", "federated", "sweep"}
-    assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle"}
+    assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
+                                                                          "serve close"}
     for p in out.values():
         assert p.type.file_okay == (p.name == "out_path")
         assert p.type.dir_okay == (p.name == "out_dir")

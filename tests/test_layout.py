@@ -29,6 +29,8 @@ LAYERS = {
     "analyzers": ("shuffledp.analyzers",),
     "secagg": ("shuffledp.secagg",),
     "protocol": ("shuffledp.protocol",),
+    # HTTP services of the shuffler and of secure aggregation (extra [serve])
+    "serve": ("shuffledp.serve",),
     "sweep": ("shuffledp.sweep",),
     "cli": ("shuffledp.cli",),
     "api": ("shuffledp",),  # the package's __init__: the public API, by role
@@ -44,6 +46,8 @@ ALLOWED = {
     "secagg": {"base", "secagg"},
     "protocol": {"base", "accounting", "contract", "encoders", "analyzers", "secagg",
                  "protocol"},
+    "serve": {"base", "accounting", "contract", "encoders", "analyzers", "secagg", "protocol",
+              "serve"},
     "sweep": {"base", "accounting", "contract", "encoders", "analyzers", "protocol", "sweep"},
     "cli": set(LAYERS),
     "api": set(LAYERS) - {"cli"},

@@ -451,15 +451,48 @@ def test_siphash_matches_published_vectors():
     assert int(siphash24(key, np.zeros((1, 0), np.uint8))[0]) == 0x726FDB47DD0E0E31
 
 
-def test_message_key_is_rfc5869_hkdf():
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+def test_records_are_standard_rfc9180_hpke_both_ways(setup):
+    """A from-the-RFC HPKE (tests/hpke_reference.py) opens our records, and a record it seals
+    with info = message_info(...) and an empty aad opens on our analyzer: a device may use
+    any RFC 9180 library."""
+    import hpke_reference as ref
 
-    from shuffledp.protocol.crypto import _INFO, _message_key
+    from shuffledp.protocol.crypto import associated_data_prefix, message_info
 
-    shared, eph, rec = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 96))
-    ref = HKDF(hashes.SHA256(), 32, salt=None, info=_INFO + eph + rec).derive(shared)
-    assert _message_key(shared, eph, rec) == ref
+    p = setup[0]
+    key = generate_analyzer_key()
+    rec = np.array([(2 << p.share_bits) | 17, (0 << p.share_bits) | 5], dtype=np.uint64)
+    ct = encrypt_records(p, rec, public_bytes(key))
+    rb = encrypted_record_bytes(p)
+    assert rb == 4 + 32 + p.share_bytes + 16 and len(ct) == 2 * rb
+    for i, want in ((0, 17), (1, 5)):
+        r = ct[i * rb : (i + 1) * rb]
+        info = message_info(associated_data_prefix(p), r[:4])
+        w = ref.open_(key, info, b"", r[4:])
+        assert int.from_bytes(w, "little") == want
+        with pytest.raises(Exception):  # another coordinate in info: another key
+            other = b"\x02\0\0\0" if i else bytes(4)
+            ref.open_(key, message_info(associated_data_prefix(p), other), b"", r[4:])
+    a = (3).to_bytes(4, "little")
+    theirs = a + ref.seal(public_bytes(key), message_info(associated_data_prefix(p), a), b"",
+                          (99).to_bytes(p.share_bytes, "little"))
+    c, s, failed = decrypt_records(p, theirs, key)
+    assert failed == 0 and c.tolist() == [3] and s.tolist() == [99]
+
+
+def test_hybrid_post_quantum_kem_round_trip(setup):
+    from shuffledp.protocol.crypto import KEM_HYBRID, generate_hybrid_key
+
+    p = setup[0]
+    key = generate_hybrid_key()
+    rec = np.array([(1 << p.share_bits) | 7, (4 << p.share_bits) | 3], dtype=np.uint64)
+    ct = encrypt_records(p, rec, key.public_key(), kem=KEM_HYBRID)
+    assert len(ct) == 2 * encrypted_record_bytes(p, KEM_HYBRID) == 2 * (1140 + p.share_bytes)
+    c, s, failed = decrypt_records(p, ct, key, kem=KEM_HYBRID)
+    assert failed == 0 and c.tolist() == [1, 4] and s.tolist() == [7, 3]
+    moved = bytearray(ct)
+    moved[0] ^= 1  # coordinate 1 -> 0: the info differs, the record does not open
+    assert decrypt_records(p, bytes(moved), key, kem=KEM_HYBRID)[2] == 1
 
 
 def test_parallel_decryption_gives_the_same_exact_sums(enc_setup):

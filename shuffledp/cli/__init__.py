@@ -46,6 +46,8 @@ def _register() -> None:
     main.add_command(import_module("shuffledp.cli.secagg").secagg)
     main.add_command(import_module("shuffledp.cli.federated").federated_cmd)
     main.add_command(import_module("shuffledp.cli.sweep").sweep)
+    for command in import_module("shuffledp.cli.serve").SERVE_COMMANDS:
+        main.add_command(command)
     for command in ROLE_COMMANDS:
         main.add_command(command)
 

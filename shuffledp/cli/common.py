@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
-import json
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
-import numpy as np
+
+# the report and array writers are shared with the services (shuffledp.serve): base layer
+from shuffledp.safe_io import json_default, write_npy, write_report  # noqa: F401
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -299,40 +298,6 @@ def out_file_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 # --------------------------------------------------------------------------- outputs
-def json_default(o: Any) -> Any:
-    """``json.dumps`` hook: numpy scalars and arrays, tuples and sets, mappings."""
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (tuple, set, frozenset)):
-        return list(o)
-    if isinstance(o, Mapping):
-        return dict(o)
-    if isinstance(o, bytes):
-        return o.hex()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def write_report(out_dir: Path, report: Mapping[str, Any]) -> Path:
-    """Write ``out_dir/report.json`` atomically (indented JSON); returns its path."""
-    from shuffledp.safe_io import write_atomic
-
-    path = Path(out_dir) / "report.json"
-    text = json.dumps(dict(report), indent=2, default=json_default) + "\n"
-    write_atomic(path, text.encode())
-    return path
-
-
-def write_npy(path: Path, array: np.ndarray) -> None:
-    """Write one array in .npy format atomically."""
-    from shuffledp.safe_io import write_atomic
-
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(array))
-    write_atomic(path, buf.getvalue())
-
-
 # --------------------------------------------------------------------------- resource limits
 def allow_large_option(fn: F) -> F:
     """The ``--allow-large`` flag (overrides :func:`refuse_if_large`)."""

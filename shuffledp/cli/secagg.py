@@ -131,7 +131,10 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
 
 
 @secagg.command("client")
-@_dir_option
+@click.option("--dir", "mailbox", type=click.Path(file_okay=False), default=None,
+              help="Mailbox directory shared by the server and the clients.")
+@click.option("--server", "server", default=None,
+              help="URL of `shuffledp serve secagg` (HTTP transport; instead of --dir).")
 @click.option("--id", "uid", type=click.IntRange(0, MAX_CLIENTS - 1), required=True,
               help="This client's id (0..N-1).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), required=True,
@@ -143,13 +146,15 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
 @click.option("--stop-before-round", "stop", type=click.IntRange(0, 3), default=None,
               hidden=True, help="Fault injection for tests: leave before this round (posting a "
                                 "leave marker, so the server need not wait for a timeout).")
-def client_cmd(mailbox, uid, input_path, modulus, threshold, timeout, stop):
-    """Run one client through the four rounds."""
+def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, stop):
+    """Run one client through the four rounds (over --dir, or over HTTP with --server)."""
+    if (mailbox is None) == (server is None):
+        raise click.UsageError("give exactly one of --dir (mailbox) and --server (HTTP)")
     from shuffledp.safe_io import UnsafeFileError, read_regular
     from shuffledp.secagg import MessageError, SecAggClient, SecAggRefused
     from shuffledp.secagg.mailbox import RunAborted, post, run_dir, wait_for
 
-    box = Path(mailbox)
+    box = Path(mailbox or ".")
     try:
         x = np.load(io.BytesIO(read_regular(input_path, INPUT_LIMIT, what="--input")),
                     allow_pickle=False)
@@ -160,6 +165,9 @@ def client_cmd(mailbox, uid, input_path, modulus, threshold, timeout, stop):
             (x >= modulus).any():
         raise click.BadParameter(f"{input_path} must hold a 1-d integer vector in [0, "
                                  f"{modulus})", param_hint="--input")
+    if server is not None:
+        _http_client(server, uid, x, modulus, threshold, timeout, stop)
+        return
     try:
         session = wait_for(box / "session", timeout, limit=16)
         run = run_dir(box, session)
@@ -179,6 +187,27 @@ def client_cmd(mailbox, uid, input_path, modulus, threshold, timeout, stop):
     except (TimeoutError, RunAborted, SecAggRefused, MessageError, UnsafeFileError) as e:
         raise click.ClickException(f"client {uid}: {e}") from None
     click.echo(f"client {uid}: done")
+
+
+def _http_client(url, uid, x, modulus, threshold, timeout, stop) -> None:
+    """The client over HTTP (:mod:`shuffledp.serve.secagg_service`, extra ``[serve]``)."""
+    try:
+        import httpx
+
+        from shuffledp.serve.secagg_service import ClientAborted, run_client
+    except ImportError as e:
+        raise click.ClickException(
+            f'--server needs the optional extra: pip install "shuffledp[serve]" ({e.name} is '
+            f'missing)') from None
+    from shuffledp.secagg import MessageError, SecAggRefused
+
+    try:
+        how = run_client(url, uid, x, modulus, threshold, timeout=timeout, stop_before=stop)
+    except (ClientAborted, SecAggRefused, MessageError) as e:
+        raise click.ClickException(f"client {uid}: {e}") from None
+    except httpx.HTTPError as e:
+        raise click.ClickException(f"client {uid}: {type(e).__name__}: {e}") from None
+    click.echo(f"client {uid}: {'left' if how == 'left' else 'done'}")
 
 
 __all__ = ["secagg"]

@@ -2,10 +2,25 @@
 
 - Secure randomness (:class:`~shuffledp.randomness.SecureRandom`) lives in
   :mod:`shuffledp.randomness`.
-- Encryption of every message to the analyzer (deployment path): a fresh ephemeral X25519 key
-  per message, HKDF-SHA256 ([RFC5869]_) of the shared secret, ChaCha20-Poly1305 with the
-  parameter digest, round id and coordinate as associated data (layout in
-  :mod:`shuffledp.protocol.wire`). The key stays per message, at 32 of the 52 + s bytes: a key
+- Encryption of every message to the analyzer (deployment path): HPKE ([RFC9180]_) in base
+  mode, suite DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 / ChaCha20-Poly1305 (KEM 0x0020, KDF
+  0x0001, AEAD 0x0003), single-shot ``Seal`` to the analyzer's X25519 key: a fresh
+  ephemeral key per message (the 32-byte ``enc``), so any standard HPKE library on a device
+  produces our messages. The single-shot API of ``cryptography`` has no AAD argument, so the
+  context is bound through ``info`` ([RFC9180]_ Sec. 8.1), which enters the key schedule:
+  ``info = b"shuffledp/3 hpke message" || 0x00 || parameter digest (16) || round id || the
+  4-byte coordinate``, and ``aad`` is empty. A record of another run, round or coordinate
+  derives another key and fails to open. A device using another RFC 9180 library must pass
+  exactly this ``info`` (:func:`message_info`) and an empty ``aad`` to ``SealBase`` /
+  ``Seal``. Layout in :mod:`shuffledp.protocol.wire`: 4 (coordinate) + 32 (enc) + s + 16 (tag) =
+  52 + s bytes per message, the same as the earlier ECIES construction (HPKE adds no byte:
+  its base nonce is derived, not sent). The post-quantum hybrid KEM ML-KEM-768 + X25519
+  (``kem="mlkem768-x25519"``, draft-ietf-hpke-pq as implemented by ``cryptography``) has a
+  1,120-byte ``enc``: 1,140 + s bytes per message (22x for s = 5); it is offered by
+  :func:`encrypt_records` / :func:`decrypt_records` and measured by
+  ``bench/serve_load.py``, but the batch header stores the record size in one byte, so the
+  hybrid records do not yet travel in wire batches.
+  The key stays per message: a key
   shared by one user's r m messages (per batch) would be a label in every ciphertext that
   both the shuffler and the analyzer see, so either could group a user's messages and sum
   her shares, undoing the mixing that the split-and-mix analysis rests on. Deriving
@@ -21,6 +36,9 @@ References
 ----------
 .. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
    2019.
+.. [RFC9180] R. Barnes, K. Bhargavan, B. Lipp, C. Wood, "Hybrid Public Key Encryption",
+   RFC 9180, 2022, Sec. 4 (DHKEM), 5.1 (key schedule), 6.1 (single-shot Seal/Open), 8.1
+   (input limits and ``info``).
 .. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
    (HKDF)", RFC 5869, 2010.
 .. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
@@ -29,17 +47,15 @@ References
 
 from __future__ import annotations
 
-import hmac
 import os
 from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hpke, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from shuffledp.protocol.wire import ENC_OVERHEAD, WireError
+from shuffledp.protocol.wire import WireError
 
 if TYPE_CHECKING:  # annotations only: protocol_params imports the accounting, which imports us
     from shuffledp.protocol.params import ProtocolParams
@@ -51,9 +67,38 @@ def generate_mac_key() -> bytes:
     """A fresh 32-byte key for the mixed batch's tag (shared by shuffler and analyzer only)."""
     return os.urandom(32)
 
-_NONCE = bytes(12)
-_INFO = b"shuffledp/2 message key"
-_ZERO_SALT = bytes(32)
+#: HPKE info label; the full info is this || digest || round id || coordinate (message_info)
+INFO_LABEL = b"shuffledp/3 hpke message\x00"
+#: the KEMs an analyzer key can use: name -> (cryptography KEM, bytes of enc)
+KEM_X25519 = "x25519"
+KEM_HYBRID = "mlkem768-x25519"
+KEMS = (KEM_X25519, KEM_HYBRID)
+_ENC_BYTES = {KEM_X25519: 32, KEM_HYBRID: 1120}
+_SUITES: dict[str, hpke.Suite] = {}
+
+
+def hpke_suite(kem: str = KEM_X25519) -> hpke.Suite:
+    """The HPKE suite of ``kem`` with HKDF-SHA256 and ChaCha20-Poly1305 ([RFC9180]_)."""
+    if kem not in _ENC_BYTES:
+        raise ValueError(f"kem must be one of {KEMS}, got kem={kem!r}")
+    if kem not in _SUITES:
+        k = hpke.KEM.X25519 if kem == KEM_X25519 else hpke.KEM.MLKEM768_X25519
+        _SUITES[kem] = hpke.Suite(k, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
+    return _SUITES[kem]
+
+
+def enc_bytes(kem: str = KEM_X25519) -> int:
+    """Bytes of HPKE's encapsulated key ``enc``: 32 for X25519, 1,120 for the hybrid."""
+    hpke_suite(kem)
+    return _ENC_BYTES[kem]
+
+
+def generate_hybrid_key() -> hpke.MLKEM768X25519PrivateKey:
+    """A fresh ML-KEM-768 + X25519 hybrid private key (post-quantum option, see module doc)."""
+    from cryptography.hazmat.primitives.asymmetric import mlkem
+
+    return hpke.MLKEM768X25519PrivateKey(mlkem.MLKEM768PrivateKey.generate(),
+                                         X25519PrivateKey.generate())
 
 
 def generate_analyzer_key() -> X25519PrivateKey:
@@ -86,49 +131,52 @@ def as_private_key(key: X25519PrivateKey | bytes) -> X25519PrivateKey:
     )
 
 
-def _message_key(shared: bytes, eph_pub: bytes, recipient_pub: bytes) -> bytes:
-    """HKDF-SHA256 ([RFC5869]_, zero salt, 32-byte output) of the X25519 shared secret."""
-    prk = hmac.digest(_ZERO_SALT, shared, "sha256")
-    return hmac.digest(prk, _INFO + eph_pub + recipient_pub + b"\x01", "sha256")
-
-
 def associated_data_prefix(params: ProtocolParams) -> bytes:
-    """AEAD associated data before the coordinate: parameter digest || round id."""
+    """The context bound to every message before its coordinate: digest || round id.
+
+    With HPKE it enters ``info`` (:func:`message_info`), not an AEAD's associated data.
+    """
     return params.digest + params.round_id
 
 
-def encrypted_record_bytes(params: ProtocolParams) -> int:
-    """Bytes of one encrypted message: 4 (coordinate) + 32 (ephemeral key) + share + 16 (tag)."""
-    return ENC_OVERHEAD + params.share_bytes
+def message_info(ad_prefix: bytes, coordinate: bytes) -> bytes:
+    """HPKE ``info`` of one message: label || digest || round id || 4-byte LE coordinate."""
+    return INFO_LABEL + ad_prefix + coordinate
+
+
+def encrypted_record_bytes(params: ProtocolParams, kem: str = KEM_X25519) -> int:
+    """Bytes of one encrypted message: 4 (coordinate) + enc (32) + share + 16 (tag)."""
+    return 4 + enc_bytes(kem) + params.share_bytes + 16
 
 
 def encrypt_records(
-    params: ProtocolParams, records: np.ndarray, analyzer_public: X25519PublicKey | bytes
+    params: ProtocolParams, records: np.ndarray, analyzer_public, kem: str = KEM_X25519
 ) -> bytes:
-    """Encrypt packed plaintext messages one by one (fresh ephemeral X25519 key per message).
+    """Encrypt packed plaintext messages one by one (HPKE single-shot Seal, base mode).
 
-    Returns the concatenated encrypted records (layout in :mod:`shuffledp.protocol.wire`); the
-    associated data binds each message to the parameters, the round and its coordinate.
+    Returns the concatenated encrypted records (layout in :mod:`shuffledp.protocol.wire`); ``info``
+    binds each message to the parameters, the round and its coordinate (:func:`message_info`).
+    ``analyzer_public`` is the analyzer's X25519 public key (object or 32 raw bytes), or a
+    hybrid public key with ``kem="mlkem768-x25519"``.
     """
+    suite = hpke_suite(kem)
     pub = (
-        X25519PublicKey.from_public_bytes(analyzer_public)
-        if isinstance(analyzer_public, bytes)
+        X25519PublicKey.from_public_bytes(bytes(analyzer_public))
+        if isinstance(analyzer_public, (bytes, bytearray))
         else analyzer_public
     )
-    pub_raw = public_bytes(pub)
     r64 = np.asarray(records).astype(np.uint64)
     sb = np.uint64(params.share_bits)
     coords = (r64 >> sb).astype("<u4")
     sbytes = params.share_bytes
     mask = (np.uint64(1) << sb) - np.uint64(1)
     shares = (r64 & mask).astype("<u8").view(np.uint8).reshape(-1, 8)[:, :sbytes].tobytes()
-    ad = associated_data_prefix(params)
+    info = INFO_LABEL + associated_data_prefix(params)
+    seal = suite.encrypt
     out = bytearray()
     for a, w in zip(_chunks(coords.tobytes(), 4), _chunks(shares, sbytes), strict=True):
-        eph = X25519PrivateKey.generate()
-        eph_pub = public_bytes(eph)
-        key = _message_key(eph.exchange(pub), eph_pub, pub_raw)
-        out += a + eph_pub + ChaCha20Poly1305(key).encrypt(_NONCE, w, ad + a)
+        out += a
+        out += seal(w, pub, info + a)
     return bytes(out)
 
 
@@ -137,25 +185,26 @@ def _chunks(b: bytes, k: int):
 
 
 def open_records(
-    raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key: X25519PrivateKey
+    raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key,
+    kem: str = KEM_X25519,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Decrypt whole encrypted records: (coordinates, shares, n_failed), the core loop.
 
     Picklable arguments only, so process pools can run it on chunks
     (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`).
     """
-    pub_raw = public_bytes(key)
+    open_ = hpke_suite(kem).decrypt
+    info = INFO_LABEL + ad_prefix
+    mv = memoryview(raw)
     k = len(raw) // record_bytes
     coords = np.empty(k, dtype=np.int64)
     shares = np.empty(k, dtype=np.int64)
     failed = good = 0
     for i in range(k):
-        rec = raw[i * record_bytes : (i + 1) * record_bytes]
-        a, eph_pub, ct = rec[:4], rec[4:36], rec[36:]
+        o = i * record_bytes
+        a = raw[o : o + 4]
         try:
-            shared = key.exchange(X25519PublicKey.from_public_bytes(eph_pub))
-            w = ChaCha20Poly1305(_message_key(shared, eph_pub, pub_raw)).decrypt(
-                _NONCE, ct, ad_prefix + a)
+            w = open_(mv[o + 4 : o + record_bytes], key, info + a)
         except Exception:  # InvalidTag, or an invalid point: a tampered message
             failed += 1
             continue
@@ -166,20 +215,20 @@ def open_records(
 
 
 def decrypt_records(
-    params: ProtocolParams, data: bytes | np.ndarray, analyzer_private: X25519PrivateKey | bytes
+    params: ProtocolParams, data: bytes | np.ndarray, analyzer_private, kem: str = KEM_X25519
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Decrypt encrypted messages; returns (coordinates, shares, n_failed).
 
-    A message whose tag does not verify (tampered, wrong key, another run, or moved to
-    another coordinate) is counted in ``n_failed`` and dropped, never summed.
+    A message that does not open (tampered, wrong key, another run, or moved to another
+    coordinate: ``info`` differs, so the key schedule gives another key) is counted in
+    ``n_failed`` and dropped, never summed.
     """
-    rb = encrypted_record_bytes(params)
+    rb = encrypted_record_bytes(params, kem)
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
     if len(raw) % rb:
         raise WireError(f"encrypted data is not a whole number of {rb}-byte records")
-    return open_records(raw, rb, params.share_bytes, associated_data_prefix(params),
-                        as_private_key(analyzer_private))
-
+    key = as_private_key(analyzer_private) if kem == KEM_X25519 else analyzer_private
+    return open_records(raw, rb, params.share_bytes, associated_data_prefix(params), key, kem)
 
 
 # --------------------------------------------------------------------------------------

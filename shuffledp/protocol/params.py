@@ -85,7 +85,7 @@ class ProtocolParams:
         requirement (:meth:`check_supported`); q must leave headroom for sums in [0, B n].
     round_id : bytes
         16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
-        given). Part of :attr:`digest`, hence of every wire header and of the associated data
+        given). Part of :attr:`digest`, hence of every wire header and of the HPKE info
         of every encrypted message: batches and messages of another run are rejected.
     """
 

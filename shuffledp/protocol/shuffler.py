@@ -47,8 +47,8 @@ Trust model and what the checks buy
   edit users' batches and the mixed batch. Replays and copied encrypted records are
   caught by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
   copy) without knocking out the honest original (see "Copied records"); records of
-  another run or another coordinate fail the analyzer's AEAD check (associated data =
-  parameter digest || round id || coordinate); any change to the mixed batch after the
+  another run or another coordinate fail the analyzer's HPKE open (``info`` = label ||
+  parameter digest || round id || coordinate enters the key schedule); any change to the mixed batch after the
   shuffler fails its keyed tag. Nothing that fails authentication or the counts is
   released: the analyzer refuses when any message fails or any coordinate misses
   r * n_users messages, and when fewer than n_min users were forwarded (the declared
@@ -100,8 +100,8 @@ computes exactly this from the conflict groups pass 2 finds). Why that is safe:
   bucket labels, so the kept records keep i.i.d. labels and the shuffle stays uniform.
 
 Deployment path: every message is encrypted to the analyzer's X25519 public key
-(:func:`encrypt_records`, ECIES-style: a fresh ephemeral X25519 key per message,
-HKDF-SHA256 ([RFC5869]_), ChaCha20-Poly1305). Two ciphertexts of one user share nothing but
+(:func:`shuffledp.protocol.crypto.encrypt_records`: HPKE base mode, RFC 9180, DHKEM(X25519,
+HKDF-SHA256) ([RFC5869]_), ChaCha20-Poly1305; a fresh ephemeral key ``enc`` per message). Two ciphertexts of one user share nothing but
 the coordinate field (which every user fills the same way), so the shuffler and the analyzer
 cannot link them. The analyzer side is :mod:`shuffledp.protocol.analyzer_input`.
 

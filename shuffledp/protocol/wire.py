@@ -8,7 +8,9 @@ Header (64 bytes)::
 
     offset size field
     0      4    magic            b"SDPW"
-    4      2    version          uint16: 2 for kinds 1-4, 3 for the bit-packed kinds 5-6
+    4      2    version          uint16: 2 for kinds 1-2, 3 for the bit-packed kinds 5-6,
+                                 4 for the encrypted kinds 3-4 (HPKE records; version 2 of
+                                 kinds 3-4 held the earlier ECIES records and is refused)
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
                                         3 encrypted user batch, 4 encrypted mixed batch,
                                         5 bit-packed user batch, 6 bit-packed mixed batch
@@ -44,12 +46,17 @@ user sends exactly r shares per coordinate, so the coordinate is implied by the 
 The analyzer's view is the same labelled multiset as with explicit coordinates (the order
 inside a coordinate's block is a uniform permutation, independent of the data).
 
-Encrypted record (``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
+Encrypted record (version 4; ``record_bytes`` = 4 + 32 + s + 16, s = ceil(share_bits / 8))::
 
     0   4   coordinate a (uint32, in the clear: every user sends exactly r per coordinate)
-    4   32  ephemeral X25519 public key (fresh per message)
-    36  s+16  ChaCha20-Poly1305 ciphertext + tag of the share (s bytes LE), associated
-              data = digest || round id || a, nonce = 12 zero bytes (the key is used once)
+    4   32  HPKE enc: the ephemeral X25519 public key (fresh per message)
+    36  s+16  HPKE ciphertext of the share (s bytes LE) + Poly1305 tag
+
+Bytes 4.. are exactly the output of an RFC 9180 single-shot ``Seal`` in base mode with
+suite DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 / ChaCha20-Poly1305 (0x0020, 0x0001,
+0x0003), ``info`` = b"shuffledp/3 hpke message" || 0x00 || digest || round id || a (the 4
+bytes above) and an empty ``aad`` (:func:`shuffledp.protocol.crypto.message_info`). The overhead
+per message is 52 bytes (coordinate 4, enc 32, tag 16) on top of the s-byte share.
 
 Mixed-batch tag (32 bytes after the records, kinds 2 and 4 only): HMAC-SHA256 of the
 header and the records under a key the shuffler shares with the analyzer (flags bit 0 set),
@@ -84,7 +91,9 @@ MAGIC = b"SDPW"
 VERSION = 2
 #: format version of the bit-packed kinds (5, 6); readers accept VERSION and VERSION_PACKED
 VERSION_PACKED = 3
-READ_VERSIONS = (VERSION, VERSION_PACKED)
+#: format version of the encrypted kinds (3, 4): HPKE records (RFC 9180)
+VERSION_HPKE = 4
+READ_VERSIONS = (VERSION, VERSION_PACKED, VERSION_HPKE)
 HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
@@ -124,7 +133,8 @@ class Header:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got kind={self.kind!r}")
-        want = VERSION_PACKED if self.kind in PACKED_KINDS else VERSION
+        want = (VERSION_PACKED if self.kind in PACKED_KINDS
+                else VERSION_HPKE if self.kind in (KIND_USER_ENC, KIND_MIXED_ENC) else VERSION)
         if self.version is None:
             object.__setattr__(self, "version", want)
         if self.version != want:

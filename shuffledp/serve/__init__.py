@@ -1,0 +1,1 @@
+"""Network services (optional extra ``shuffledp[serve]``)."""
