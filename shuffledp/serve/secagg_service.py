@@ -60,22 +60,13 @@ ROUNDS = 4
 MAX_WAIT = 25.0
 
 
-def round_limits(n: int, length: int) -> list[int]:
-    """Largest message each round allows (the mailbox server's limits)."""
-    from shuffledp.secagg.client import SHARE_CT
-    from shuffledp.secagg.messages import HEADER
-    from shuffledp.secagg.server import COMMIT_BYTES, REVEAL
-
-    return [HEADER.size + 64, HEADER.size + COMMIT_BYTES + 4 + (n - 1) * (4 + SHARE_CT),
-            HEADER.size + 8 * length, HEADER.size + 4 + REVEAL.size * n]
-
-
 class SecAggRun:
     """One aggregation: the server state machine, its round deadlines and published replies."""
 
     def __init__(self, n: int, length: int, modulus: int, threshold: int, data_dir: Path,
                  round_timeout: float, join_timeout: float | None = None) -> None:
         from shuffledp.secagg import SecAggServer
+        from shuffledp.secagg.server import message_limits
 
         self.n, self.length, self.m, self.t = n, length, modulus, threshold
         self.dir = Path(data_dir)
@@ -86,7 +77,7 @@ class SecAggRun:
         self.server = SecAggServer(n, length, modulus, threshold, self.session)
         self.round_timeout = round_timeout
         self.join_timeout = round_timeout if join_timeout is None else join_timeout
-        self.limits = round_limits(n, length)
+        self.limits = message_limits(n, length)
         self.left: dict[int, list[int]] = {}
         self._leaving: dict[int, set[int]] = {}  # round -> clients leaving before it
         self.dropped: dict[int, list[int]] = {}
