@@ -33,7 +33,24 @@ import numpy as np
 from shuffledp.cli.common import COUNT, POSITIVE, Group, write_npy, write_report
 
 ROUNDS = 4
-MAX_CLIENTS = 1 << 16  # the largest --clients (the mailbox's message-size bounds assume it)
+
+
+def server_threshold(n: int, modulus: int, threshold: int | None) -> int:
+    """Check --clients, --modulus and --threshold of a secure-aggregation server (mailbox or
+    HTTP); returns the threshold t (default 2n/3 + 1)."""
+    from shuffledp.secagg import default_threshold
+    from shuffledp.secagg.server import MAX_CLIENTS
+
+    if not 2 <= n <= MAX_CLIENTS:
+        raise click.BadParameter(f"must be in [2, {MAX_CLIENTS}], got {n}",
+                                 param_hint="--clients")
+    if not 2 <= modulus <= 1 << 62:
+        raise click.BadParameter(f"must be in [2, 2^62], got {modulus}", param_hint="--modulus")
+    t = default_threshold(n) if threshold is None else threshold
+    if not 2 <= t <= n:
+        raise click.BadParameter(f"must be in [2, --clients={n}], got {t}",
+                                 param_hint="--threshold")
+    return t
 INPUT_LIMIT = 1 << 30  # bytes of a client's --input .npy file
 
 
@@ -50,7 +67,7 @@ def _dir_option(fn):
 @secagg.command("server")
 @_dir_option
 @click.option("--clients", "clients", type=COUNT, required=True,
-              help=f"Clients expected (ids 0..N-1, N <= {MAX_CLIENTS}).")
+              help="Clients expected (ids 0..N-1, N <= 65536).")
 @click.option("--length", type=COUNT, required=True, help="Vector length L.")
 @click.option("--modulus", type=COUNT, required=True, help="Modulus m of the sum (2..2^62).")
 @click.option("--threshold", type=COUNT, default=None,
@@ -66,23 +83,12 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
     of this run says whether it released a sum (result.npy) or aborted (and why).
     """
     n = clients
-    from shuffledp.secagg import SecAggAborted, SecAggServer, default_threshold
-    from shuffledp.secagg.client import SHARE_CT
+    from shuffledp.secagg import SecAggAborted, SecAggServer
     from shuffledp.secagg.mailbox import clear, collect, post, run_dir
-    from shuffledp.secagg.messages import HEADER
-    from shuffledp.secagg.server import COMMIT_BYTES, REVEAL
+    from shuffledp.secagg.server import message_limits
 
-    if n > MAX_CLIENTS:
-        raise click.BadParameter(f"must be at most {MAX_CLIENTS}, got {n}",
-                                 param_hint="--clients")
-    if not 2 <= modulus <= 1 << 62:
-        raise click.BadParameter(f"must be in [2, 2^62], got {modulus}", param_hint="--modulus")
-    t = default_threshold(n) if threshold is None else threshold
-    if not 2 <= t <= n:
-        raise click.BadParameter(f"must be in [2, --clients={n}], got {t}",
-                                 param_hint="--threshold")
-    limits = [HEADER.size + 64, HEADER.size + COMMIT_BYTES + 4 + (n - 1) * (4 + SHARE_CT),
-              HEADER.size + 8 * length, HEADER.size + 4 + REVEAL.size * n]
+    t = server_threshold(n, modulus, threshold)
+    limits = message_limits(n, length)
     box = Path(mailbox)
     clear(box)
     session = os.urandom(16)
@@ -135,7 +141,7 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
               help="Mailbox directory shared by the server and the clients.")
 @click.option("--server", "server", default=None,
               help="URL of `shuffledp serve secagg` (HTTP transport; instead of --dir).")
-@click.option("--id", "uid", type=click.IntRange(0, MAX_CLIENTS - 1), required=True,
+@click.option("--id", "uid", type=click.IntRange(0, (1 << 16) - 1), required=True,
               help="This client's id (0..N-1).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), required=True,
               help=".npy file with the integer vector.")

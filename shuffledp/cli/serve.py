@@ -150,8 +150,7 @@ def serve_secagg(clients, threshold, length, modulus, listen, data_dir, round_ti
     exit 1 then). Clients: `shuffledp secagg client --server URL`.
     """
     _need_extra()
-    from shuffledp.cli.secagg import MAX_CLIENTS
-    from shuffledp.secagg import default_threshold
+    from shuffledp.cli.secagg import server_threshold
     from shuffledp.serve.common import parse_listen
     from shuffledp.serve.common import serve as run_server
     from shuffledp.serve.secagg_service import SecAggRun, make_app
@@ -161,15 +160,7 @@ def serve_secagg(clients, threshold, length, modulus, listen, data_dir, round_ti
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
     n = clients
-    if not 2 <= n <= MAX_CLIENTS:
-        raise click.BadParameter(f"must be in [2, {MAX_CLIENTS}], got {n}",
-                                 param_hint="--clients")
-    if not 2 <= modulus <= 1 << 62:
-        raise click.BadParameter(f"must be in [2, 2^62], got {modulus}", param_hint="--modulus")
-    t = default_threshold(n) if threshold is None else threshold
-    if not 2 <= t <= n:
-        raise click.BadParameter(f"must be in [2, --clients={n}], got {t}",
-                                 param_hint="--threshold")
+    t = server_threshold(n, modulus, threshold)
     run = SecAggRun(n, length, modulus, t, Path(data_dir), round_timeout, join_timeout)
     click.echo(f"session {run.session.hex()}: {n} clients, threshold {t}", err=True)
     run_server(make_app(run, body_timeout=body_timeout), listen, Path(data_dir),

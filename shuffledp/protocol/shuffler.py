@@ -43,19 +43,18 @@ mean at the sizes where buckets matter.
 
 Trust model and what the checks buy
 -----------------------------------
-- A network attacker or any party without keys can replay, truncate, splice, duplicate or
-  edit users' batches and the mixed batch. Replays and copied encrypted records are
-  caught by the shuffler (ephemeral keys are fresh per message, so a repeated key is a
-  copy) without knocking out the honest original (see "Copied records"); records of
-  another run or another coordinate fail the analyzer's HPKE open (``info`` = label ||
-  parameter digest || round id || coordinate enters the key schedule); any change to the mixed batch after the
-  shuffler fails its keyed tag. Nothing that fails authentication or the counts is
-  released: the analyzer refuses when any message fails or any coordinate misses
-  r * n_users messages, and when fewer than n_min users were forwarded (the declared
-  dropout fraction, :data:`shuffledp.protocol.params.DEFAULT_DROPOUT` by default, is the
-  headroom). A user batch carries no sender authentication, so whoever can edit one in
-  transit can as well replace it by a batch of its own (encrypting to the analyzer's
-  public key needs no secret): that is input substitution, treated as poisoning below.
+- A network attacker or any party without keys can replay, truncate, splice, duplicate or edit
+  users' batches and the mixed batch. Replays and copied encrypted records are caught by the
+  shuffler (ephemeral keys are fresh per message, so a repeated key is a copy) without knocking out
+  the honest original (see "Copied records"); records of another run or another coordinate fail the
+  analyzer's HPKE open (``info`` = label || parameter digest || round id || coordinate enters the
+  key schedule); any change to the mixed batch after the shuffler fails its keyed tag. Nothing that
+  fails authentication or the counts is released: the analyzer refuses when any message fails or any
+  coordinate misses r * n_users messages, and when fewer than n_min users were forwarded (the
+  declared dropout fraction, :data:`shuffledp.protocol.params.DEFAULT_DROPOUT` by default, is the
+  headroom). A user batch carries no sender authentication, so whoever can edit one in transit can
+  as well replace it by a batch of its own (encrypting to the analyzer's public key needs no
+  secret): that is input substitution, treated as poisoning below.
 - A malicious user can always make the release fail (a ciphertext that does not open
   cannot be traced back to its sender: unlinkability) and can shift its own contribution
   arbitrarily within Z_q (there is no range proof): denial of service and input poisoning
@@ -101,9 +100,10 @@ computes exactly this from the conflict groups pass 2 finds). Why that is safe:
 
 Deployment path: every message is encrypted to the analyzer's X25519 public key
 (:func:`shuffledp.protocol.crypto.encrypt_records`: HPKE base mode, RFC 9180, DHKEM(X25519,
-HKDF-SHA256) ([RFC5869]_), ChaCha20-Poly1305; a fresh ephemeral key ``enc`` per message). Two ciphertexts of one user share nothing but
-the coordinate field (which every user fills the same way), so the shuffler and the analyzer
-cannot link them. The analyzer side is :mod:`shuffledp.protocol.analyzer_input`.
+HKDF-SHA256) ([RFC5869]_), ChaCha20-Poly1305; a fresh ephemeral key ``enc`` per message).
+Two ciphertexts of one user share nothing but the coordinate field (which every user fills
+the same way), so the shuffler and the analyzer cannot link them. The analyzer side is
+:mod:`shuffledp.protocol.analyzer_input`.
 
 References
 ----------

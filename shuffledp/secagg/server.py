@@ -62,6 +62,7 @@ from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
 from shuffledp.secagg.client import (
+    SHARE_CT,
     commit_b,
     key_list,
     mask_seed,
@@ -73,6 +74,16 @@ from shuffledp.secagg.prg import expand
 
 COMMIT_BYTES = 32
 REVEAL = struct.Struct("<IB32s")  # user, kind (0 b-share, 1 s_sk-share), share
+MAX_CLIENTS = 1 << 16  # the most clients a run may have (bounds every message size below)
+
+
+def message_limits(n_clients: int, vector_length: int) -> list[int]:
+    """The largest client message (bytes) each round 0..3 allows, for reading untrusted
+    input with a bound (a mailbox file, an HTTP body)."""
+    h = msg.HEADER.size
+    return [h + 64, h + COMMIT_BYTES + 4 + (n_clients - 1) * (4 + SHARE_CT),
+            h + 8 * vector_length, h + 4 + REVEAL.size * n_clients]
+
 
 ROUND_NAMES = ("advertise keys", "share keys", "masked input", "unmasking")
 
@@ -275,4 +286,4 @@ class SecAggServer:
         return check
 
 
-__all__ = ["ROUND_NAMES", "SecAggAborted", "SecAggServer"]
+__all__ = ["MAX_CLIENTS", "ROUND_NAMES", "SecAggAborted", "SecAggServer", "message_limits"]

@@ -56,20 +56,11 @@ import numpy as np
 
 from shuffledp.safe_io import write_npy, write_report
 from shuffledp.secagg import SecAggAborted, SecAggClient, SecAggServer
-from shuffledp.secagg.client import SHARE_CT
-from shuffledp.secagg.messages import HEADER
-from shuffledp.secagg.server import COMMIT_BYTES, REVEAL
+from shuffledp.secagg.server import message_limits
 from shuffledp.serve.common import BodyError, problem, read_body
 
 ROUNDS = 4
 MAX_WAIT = 25.0
-
-
-def round_limits(n: int, length: int) -> list[int]:
-    """Largest message each round allows (the mailbox server's limits)."""
-
-    return [HEADER.size + 64, HEADER.size + COMMIT_BYTES + 4 + (n - 1) * (4 + SHARE_CT),
-            HEADER.size + 8 * length, HEADER.size + 4 + REVEAL.size * n]
 
 
 class SecAggRun:
@@ -87,7 +78,7 @@ class SecAggRun:
         self.server = SecAggServer(n, length, modulus, threshold, self.session)
         self.round_timeout = round_timeout
         self.join_timeout = round_timeout if join_timeout is None else join_timeout
-        self.limits = round_limits(n, length)
+        self.limits = message_limits(n, length)
         self.left: dict[int, list[int]] = {}
         self._leaving: dict[int, set[int]] = {}  # round -> clients leaving before it
         self.dropped: dict[int, list[int]] = {}
