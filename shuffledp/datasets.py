@@ -258,10 +258,11 @@ def population_image(side: int = 1024, *, n_districts: int = 60, spread: tuple[f
     unit of luminosity).
 
     The map has land and water (a smooth random field thresholded so that about 70% is
-    land), a low residential background on land, a street grid of slightly denser lines, and
-    ``n_districts`` Gaussian districts with Zipf(1) weights and spreads from 0.3% to 3% of
-    the side (dense downtowns, many small neighbourhoods), all on land. The density is
-    normalised to sum 1; zero on water.
+    land), a residential background on land (a share ``background`` of the mass) with a
+    street grid of denser lines, and ``n_districts`` Gaussian districts with Zipf(1) weights
+    and standard deviations log-uniform in ``spread`` (fractions of the side; dense
+    downtowns, many small neighbourhoods), all on land. The density is normalised to sum 1;
+    zero on water.
 
     Parameters
     ----------
@@ -269,6 +270,10 @@ def population_image(side: int = 1024, *, n_districts: int = 60, spread: tuple[f
         Width and height in pixels, 16 <= side <= 4096.
     n_districts : int
         >= 1.
+    spread : (float, float)
+        Range of the districts' standard deviations, fractions of the side, 0 < low <= high.
+    background : float
+        Share of the mass in the residential background, in [0, 1].
     rng : None, int or Generator
         The map's seed (the data, not any noise); default 0, a fixed public map.
 
@@ -285,6 +290,11 @@ def population_image(side: int = 1024, *, n_districts: int = 60, spread: tuple[f
     """
     side = v.bounded_count("side", side, 16, 4096)
     k = v.count("n_districts", n_districts)
+    lo, hi = (float(x) for x in spread)
+    if not (0 < lo <= hi < math.inf):
+        raise ValueError(f"spread must satisfy 0 < low <= high, got spread={spread!r}")
+    background = v.interval("background", background, 0.0, 1.0, open_low=False,
+                            open_high=False)
     gen = np.random.default_rng(rng)
     t = (np.arange(side) + 0.5) / side
 
@@ -300,7 +310,7 @@ def population_image(side: int = 1024, *, n_districts: int = 60, spread: tuple[f
     street = np.zeros(side)
     street[:: max(side // 64, 2)] = 1.0
     img = 0.2 + 0.3 * (street[:, None] + street[None, :])
-    gy, gx = bumps(k, float(spread[0]), float(spread[1]))
+    gy, gx = bumps(k, lo, hi)
     w = 1.0 / np.arange(1, k + 1)
     w = w / w.sum() / (gy.sum(axis=1) * gx.sum(axis=1))  # district i holds w_i of the mass
     img = (img / img.sum() * background
