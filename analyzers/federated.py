@@ -218,6 +218,7 @@ def federated_sum(
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     aggregation: str = "secagg",
     rng: RngLike | SecureRandom = None,
+    progress: Any = None,
 ) -> FederatedHistogram:
     """eps-DP sum of the users' integer vectors by Polya noise and secure aggregation per shard.
 
@@ -248,6 +249,8 @@ def federated_sum(
         shard's noise sum sampled directly (same law; module docstring).
     rng : None, SecureRandom, int or Generator
         Noise randomness: None the secure generator (a private release); a seed: research.
+    progress : callable, optional
+        Called with 1 after each shard (a progress bar's ``update``).
 
     Raises
     ------
@@ -291,6 +294,8 @@ def federated_sum(
         if agg == "simulate":
             total += _simulated_shard(vecs, idx[alive], D, eps, bound, n_min, m, nb, src)
             shards.append(info)
+            if progress is not None:
+                progress(1)
             continue
         noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
                  for i in idx]
@@ -306,6 +311,8 @@ def federated_sum(
             s = np.sum([noisy[k] for k in alive], axis=0) % m
         total += np.where(s > m // 2, s - m, s)
         shards.append(info)
+        if progress is not None:  # e.g. a progress bar's update: one shard done
+            progress(1)
     notes = (SEEDED_NOTE,) if is_seeded(rng) else ()
     draws = 2 * D * (len(shards) if agg == "simulate" else n)
     g = Guarantee(notion="approximate", model="distributed", epsilon=eps,

@@ -174,6 +174,7 @@ def adaptive_histogram(
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
+    progress: Any = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
 
@@ -211,6 +212,8 @@ def adaptive_histogram(
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
+    progress : callable, optional
+        Called with 1 after each secure-aggregation shard of every sub-query.
     """
     L = v.bounded_count("depth", depth, 1, 12)
     side = 1 << L
@@ -257,7 +260,7 @@ def adaptive_histogram(
         dropped = public.random(U) < rate
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
-                                   neighbour=nb, rng=noise)
+                                   neighbour=nb, rng=noise, progress=progress)
         acc.compose(hist.guarantee.event)  # sequential: every round sees the same users
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append({

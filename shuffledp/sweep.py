@@ -99,6 +99,10 @@ class SweepConfig:
     emd : bool
         Solve the exact EMD (seconds per run on a 320x240 grid); ``False`` records NaN for it
         (``--figure 12``, which is about bits per user).
+    smoothing : {"none", "auto"}
+        Post-process the shuffle and central releases with
+        :meth:`shuffledp.release.HeatmapRelease.smoothed` (what ``shuffledp heatmap`` releases
+        by default; ``--figure 1/2``); "none" keeps Reconstruct's output.
     """
 
     grid: Grid = field(default_factory=lambda: Grid(80, 60))
@@ -115,9 +119,11 @@ class SweepConfig:
     bbox: tuple[float, float, float, float] | None = None
     rounding: str = "largest_remainder"
     emd: bool = True
+    smoothing: str = "none"
 
     def __post_init__(self) -> None:
         v.choice("rounding", self.rounding, ("largest_remainder", "floor"))
+        v.choice("smoothing", self.smoothing, ("none", "auto"))
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a Grid, got grid={self.grid!r}")
         object.__setattr__(self, "n", v.count("n", self.n, 2))
@@ -241,6 +247,8 @@ class Run:
                  f"data_seed={c.data_seed}"]
         if c.input is not None:  # keys of built-in data sweeps stay as they were
             parts.append(f"input={c.input}:{c.input_format}:{c.bbox}")
+        if c.smoothing != "none" and self.model in ("shuffle", "central"):
+            parts.append(f"smoothing={c.smoothing}")
         if self.model == "shuffle":
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
             if c.dropout:  # keys of sweeps without dropout stay as they were
@@ -433,6 +441,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
     else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
+    if c.smoothing == "auto" and run.model in ("shuffle", "central"):
+        rel = rel.smoothed()
     t1 = time.perf_counter()
     truth = normalise(aggregate)
     if c.sigma > 0:
