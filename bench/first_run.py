@@ -41,7 +41,8 @@ def main() -> None:
             print(f"{i:4d} {wall:8.1f} {rep['seconds_mechanism']:8.2f} {m['ours']['cc']:8.3f} "
                   f"{m['laplace']['cc']:8.3f} {m['ours']['emd']:9.4f} {m['laplace']['emd']:9.4f} "
                   f"{m['ours']['kl']:8.3f} {m['laplace']['kl']:8.3f}")
-    print(f"default run: {rep['n_users']} users, grid {rep['grid']['width']}x{rep['grid']['height']}, epsilon "
+    grid = f"{rep['grid']['width']}x{rep['grid']['height']}"
+    print(f"default run: {rep['n_users']} users, grid {grid}, epsilon "
           f"{rep['guarantee']['epsilon']:g} ({rep['guarantee']['model']}); "
           f"max wall {max(r[0] for r in rows):.1f} s, min CC ours {min(r[1] for r in rows):.3f}, "
           f"max CC Laplace {max(r[2] for r in rows):.3f}")

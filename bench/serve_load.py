@@ -229,7 +229,8 @@ def load(n: int, concurrency: int, time_limit: float) -> None:
         lat_ms = np.array(lat) * 1e3
         print(f"N = {n:6d} batches of {len(batches[0])} bytes ({p.messages_per_user} messages), "
               f"concurrency {concurrency} (batches built in {gen:.1f} s)")
-        print(f"  accepted {len(lat)} ({failures} refused or transport errors), {len(lat) / wall:8.1f} batches/s, "
+        print(f"  accepted {len(lat)} ({failures} refused or transport errors), "
+              f"{len(lat) / wall:8.1f} batches/s, "
               f"latency p50 {np.percentile(lat_ms, 50):6.2f} ms  p99 "
               f"{np.percentile(lat_ms, 99):6.2f} ms")
         print(f"  server peak RSS {peak:.0f} MiB (after start {rss0:.0f} MiB); close (mix + "

@@ -34,7 +34,8 @@ from shuffledp.grid import Grid
 from shuffledp.safe_io import open_regular
 from shuffledp.users import UserDistributions
 
-__all__ = ["BUILTIN_DATA_SEED", "PointTable", "load_csv", "load_snap", "synthetic_mixture"]
+__all__ = ["BUILTIN_DATA_SEED", "PointTable", "load_csv", "load_snap", "population_image",
+           "sample_pixels", "synthetic_mixture"]
 
 #: Generator seed that *defines* the built-in synthetic data set (the users' points, public
 #: test data). It is never used for a release's noise, which draws fresh entropy.
@@ -248,6 +249,89 @@ def synthetic_mixture(
 
 _CSV_REQUIRED = ("user_id", "x", "y")
 _CSV_OPTIONAL = ("weight",)
+
+
+def population_image(side: int = 1024, *, n_districts: int = 60,
+                     spread: tuple[float, float] = (0.01, 0.08), background: float = 0.4,
+                     rng: Any = 0) -> np.ndarray:
+    """A synthetic population-density image: a public stand-in for the population heatmaps
+    users are sampled from in [Bagdasaryan22]_ Sec. 6.1 (a 1024 x 1024 crop; one user per
+    unit of luminosity).
+
+    The map has land and water (a smooth random field thresholded so that about 70% is
+    land), a residential background on land (a share ``background`` of the mass) with a
+    street grid of denser lines, and ``n_districts`` Gaussian districts with Zipf(1) weights
+    and standard deviations log-uniform in ``spread`` (fractions of the side; dense
+    downtowns, many small neighbourhoods), all on land. The density is normalised to sum 1;
+    zero on water.
+
+    Parameters
+    ----------
+    side : int
+        Width and height in pixels, 16 <= side <= 4096.
+    n_districts : int
+        >= 1.
+    spread : (float, float)
+        Range of the districts' standard deviations, fractions of the side, 0 < low <= high.
+    background : float
+        Share of the mass in the residential background, in [0, 1].
+    rng : None, int or Generator
+        The map's seed (the data, not any noise); default 0, a fixed public map.
+
+    Returns
+    -------
+    ndarray, shape (side, side)
+        Non-negative, sums to 1.
+
+    References
+    ----------
+    .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz,
+       D. Estrin, M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under
+       Distributed Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 6.1.
+    """
+    side = v.bounded_count("side", side, 16, 4096)
+    k = v.count("n_districts", n_districts)
+    lo, hi = (float(x) for x in spread)
+    if not (0 < lo <= hi < math.inf):
+        raise ValueError(f"spread must satisfy 0 < low <= high, got spread={spread!r}")
+    background = v.interval("background", background, 0.0, 1.0, open_low=False,
+                            open_high=False)
+    gen = np.random.default_rng(rng)
+    t = (np.arange(side) + 0.5) / side
+
+    def bumps(m: int, lo: float, hi: float) -> np.ndarray:
+        c, sd = gen.uniform(0, 1, (m, 2)), np.exp(gen.uniform(np.log(lo), np.log(hi), m))
+        gy = np.exp(-0.5 * ((t[None, :] - c[:, :1]) / sd[:, None]) ** 2)
+        gx = np.exp(-0.5 * ((t[None, :] - c[:, 1:]) / sd[:, None]) ** 2)
+        return gy, gx
+
+    gy, gx = bumps(12, 0.08, 0.25)  # land: a smooth field above its 30% quantile
+    field = np.einsum("ki,kj->ij", gy * gen.uniform(0.5, 1.5, (12, 1)), gx)
+    land = field > np.quantile(field, 0.3)
+    street = np.zeros(side)
+    street[:: max(side // 64, 2)] = 1.0
+    img = 0.2 + 0.3 * (street[:, None] + street[None, :])
+    gy, gx = bumps(k, lo, hi)
+    w = 1.0 / np.arange(1, k + 1)
+    w = w / w.sum() / (gy.sum(axis=1) * gx.sum(axis=1))  # district i holds w_i of the mass
+    img = (img / img.sum() * background
+           + np.einsum("ki,kj->ij", gy * w[:, None], gx) * (1.0 - background))
+    img = np.where(land, img, 0.0)
+    return img / img.sum()
+
+
+def sample_pixels(density: Any, n: int, rng: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` users' pixels (rows, cols) drawn i.i.d. from a density image (one location per
+    user, as [Bagdasaryan22]_ Sec. 6.1 samples users from a population heatmap).
+
+    ``rng``: seed or Generator of the draw (default fresh entropy)."""
+    d = v.nonnegative_array("density", density, ndim=2)
+    total = d.sum()
+    if not total > 0:
+        raise ValueError(f"density must have a positive total, got sum={total!r}")
+    n = v.count("n", n)
+    idx = np.random.default_rng(rng).choice(d.size, size=n, p=(d / total).ravel())
+    return idx // d.shape[1], idx % d.shape[1]
 
 
 def _open_text(path: str, **kwargs: Any) -> io.TextIOWrapper:

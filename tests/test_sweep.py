@@ -418,3 +418,11 @@ def test_cli_figure_13_uses_floor_rounding(tmp_path):
     assert res.exit_code == 0, res.output
     keys = [r["key"] for r in _rows(tmp_path) if r["model"] == "shuffle"]
     assert keys and all("rounding=floor" in k for k in keys)
+
+
+def test_cli_figure_1_smooths_the_central_release(tmp_path):
+    res = invoke("--figure", 1, "--grid", "16x12", "--n", 10, "--repeats", 1, "--no-plot",
+                 "--quiet", "--seed", 1, "--models", "central,laplace", "--out", tmp_path)
+    assert res.exit_code == 0, res.output
+    rows = _rows(tmp_path)
+    assert all(("smoothing=auto" in r["key"]) == (r["model"] == "central") for r in rows)

@@ -12,9 +12,9 @@ import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.render import (
-    SMOOTHING_FLOOR,
     SMOOTHING_WEIGHT,
     auto_bandwidth,
+    auto_floor,
     smooth_estimate,
 )
 from shuffledp.grid import Grid
@@ -62,17 +62,18 @@ class HeatmapRelease:
         ``raw.sum()`` and epsilon. ``parameters["smoothing"]`` records what was done; ``raw``
         stays Reconstruct's s_hat."""
 
+        n_hat = float(np.asarray(self.raw).sum())
         if bandwidth is None:
-            bandwidth = auto_bandwidth(self.grid.height, self.grid.width,
-                                       float(np.asarray(self.raw).sum()),
+            bandwidth = auto_bandwidth(self.grid.height, self.grid.width, n_hat,
                                        self.guarantee.epsilon)
-        est = smooth_estimate(self.estimate, bandwidth)
+        floor = auto_floor(n_hat, self.guarantee.epsilon)
+        est = smooth_estimate(self.estimate, bandwidth, floor=floor)
         params = {**self.parameters, "smoothing": {
-            "bandwidth_px": float(bandwidth), "weight": SMOOTHING_WEIGHT,
-            "floor": SMOOTHING_FLOOR,
+            "bandwidth_px": float(bandwidth), "weight": SMOOTHING_WEIGHT, "floor": floor,
             "rule": "(1 - weight - floor) a + weight * GaussianFilter(a, bandwidth) + "
                     "floor / N; bandwidth = max side / sqrt(released total * epsilon), "
-                    "clipped to [1, side / 8]"}}
+                    "clipped to [1, side / 8]; floor = 4 / sqrt(released total * epsilon), "
+                    "clipped to [0.02, 0.45]"}}
         return dataclasses.replace(self, estimate=est, parameters=params)
 
     def to_report(self) -> dict[str, Any]:

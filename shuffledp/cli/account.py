@@ -198,9 +198,23 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
         raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
                                  param_hint="--method")
     from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp as _shuffle_ldp
+    from shuffledp.cli.common import progress_bar
 
     kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
-    b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k, **kw)
+    with progress_bar(0, "binary RR: every data set", "data set", as_json) as bar:
+        last = [0]
+
+        def follow(done: int, total: int) -> None:
+            """One pass over the n data sets per certified check (usually one or two)."""
+            if done <= last[0] or last[0] == 0:
+                bar.total += total
+                bar.refresh()
+                last[0] = 0
+            bar.update(done - last[0])
+            last[0] = done
+
+        b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k,
+                           progress=follow, **kw)
     rec = b.to_dict()
     if d == 1.0:
         # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair

@@ -48,12 +48,16 @@ EVALUATION_NOTE = ("mse values are computed from the input without noise: evalua
 
 
 def _locations(input_path: str | None, n: int, side: int, seed: int | None):
+    """(rows, cols, source, density): the built-in data are n users sampled from a public
+    population-density image (as Bagdasaryan et al. Sec. 6.1 sample users from population
+    heatmaps), whose density is the truth; with --input, density is None."""
     from shuffledp import datasets
 
     if input_path is None:
-        table = datasets.synthetic_mixture(n_users=n, n_clusters=10, points_per_user=1,
-                                           rng=seed)
-        source = f"synthetic_mixture(n_users={n}, n_clusters=10)"
+        density = datasets.population_image(side, spread=(0.02, 0.15), background=0.5)
+        rows, cols = datasets.sample_pixels(density, n, seed)
+        return rows, cols, (f"{n} users sampled from population_image({side}, spread=(0.02, "
+                            "0.15), background=0.5)"), density
     else:
         table = datasets.load_csv(input_path)
         source = str(input_path)
@@ -61,7 +65,7 @@ def _locations(input_path: str | None, n: int, side: int, seed: int | None):
     x, y = table.x[np.sort(first)], table.y[np.sort(first)]
     cols = np.minimum((x * side).astype(np.int64), side - 1)
     rows = np.minimum((y * side).astype(np.int64), side - 1)
-    return rows, cols, source
+    return rows, cols, source, None
 
 
 def _boundaries(owners: np.ndarray) -> np.ndarray:
@@ -74,26 +78,35 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
 @click.command("federated", cls=Command)
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default=None,
               help="CSV 'user_id,x,y' (x, y in [0, 1)); default: built-in synthetic data.")
-@n_option(default=1000, help="Users of the synthetic data (ignored with --input).")
+@n_option(default=10_000, help="Users sampled from the built-in population image (ignored "
+                                "with --input).")
 @epsilon_option(default=1.0)
-@click.option("--depth", type=click.IntRange(1, 10), default=6, show_default=True,
+@click.option("--depth", type=click.IntRange(1, 10), default=8, show_default=True,
               help="Finest level L: a 2^L x 2^L grid.")
 @click.option("--users-per-query", "users_per_query", type=COUNT, default=None,
               help="U, users sampled per sub-query  [default: all]")
-@click.option("--shard-size", "shard_size", type=COUNT, default=100, show_default=True,
-              help="S_max, clients per secure-aggregation shard.")
+@click.option("--shard-size", "shard_size", type=COUNT, default=10_000, show_default=True,
+              help="S_max, clients per secure-aggregation shard (the paper's 10,000).")
 @click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.1, show_default=True,
               help="Planned dropout fraction the noise is over-provisioned for.")
 @click.option("--dropout-rate", "dropout_rate", type=UNIT_CLOSED_LOW, default=0.02,
               show_default=True, help="Simulated fraction of clients that drop out.")
-@click.option("--c", "c", type=POSITIVE, default=0.5, show_default=True,
-              help="Calibration c of eq. 7.")
+@click.option("--c", "c", type=POSITIVE, default=0.05, show_default=True,
+              help="Calibration c of eq. 7 (0.05 reproduces the paper's Table 1 "
+                   "communication: bench/federated_tables.py).")
+@click.option("--eq7", type=click.Choice(["shards", "printed"]), default="shards",
+              show_default=True,
+              help="eq. 7's shard factor as its text means it (the k shards' noise adds up) "
+                   "or as printed (docs/errata.md).")
 @click.option("--b", "b", type=POSITIVE, default=2.0, show_default=True,
               help="Expansion parameter b of eq. 9.")
 @click.option("--aggregation", type=click.Choice(["secagg", "plain", "simulate"]),
-              default="secagg", show_default=True,
-              help="Real secure aggregation; the same sums directly; or each shard's noise "
-                   "sum sampled directly (same law, fast).")
+              default="simulate", show_default=True,
+              help="simulate: each shard's sum of the clients' Polya noise sampled directly "
+                   "(exactly its law, seconds); secagg: the real secure aggregation protocol "
+                   "(Bonawitz et al.; its cost grows as users x shard size, about 15 s per "
+                   "sub-query for 1,000 users in shards of 100 on 2 cores); plain: the same "
+                   "sums without masking.")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
 @click.option("--neighbour", type=click.Choice(["add_remove", "replace"]),
@@ -104,7 +117,7 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "density to the PNG (evaluation only: not private).")
 @out_dir_option(required=True)
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
-                  dropout_rate, c, b, aggregation, seed, neighbour, report_error,
+                  dropout_rate, c, eq7, b, aggregation, seed, neighbour, report_error,
                   out_dir):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
     from shuffledp.analyzers.federated.tree import mse
@@ -113,16 +126,29 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
 
     t0 = time.perf_counter()
     side = 1 << depth
-    rows, cols, source = _locations(input_path, n, side, seed)
+    rows, cols, source, density = _locations(input_path, n, side, seed)
     if users_per_query is not None and users_per_query > rows.size:
         raise click.BadParameter(f"must be at most the {rows.size} users, got "
                                  f"{users_per_query}", param_hint="--users-per-query")
     if shard_size < 2:
         raise click.BadParameter(f"must be >= 2, got {shard_size}", param_hint="--shard-size")
-    rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
-                             shard_size=shard_size, c=c, b=b, dropout=dropout,
-                             dropout_rate=dropout_rate, aggregation=aggregation,
-                             neighbour=neighbour, rng=seed)
+    from shuffledp.cli.common import progress_bar, warn
+
+    per_query = users_per_query or rows.size
+    shards = -(-per_query // shard_size)
+    if aggregation == "secagg":
+        pairs = per_query * min(shard_size, per_query)
+        if pairs > 200_000:
+            warn(f"--aggregation secagg with {per_query} users per sub-query in shards of "
+                 f"{min(shard_size, per_query)}: about {pairs:,} pairwise key agreements per "
+                 f"sub-query (roughly {pairs / 7e3:,.0f} s each on 2 cores); for a quick run "
+                 "use --n 1000 --shard-size 100")
+    with progress_bar(None, f"sub-queries ({shards} shard{'s' if shards > 1 else ''} each)",
+                      "shard", False) as bar:
+        rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
+                                 shard_size=shard_size, c=c, b=b, dropout=dropout,
+                                 dropout_rate=dropout_rate, aggregation=aggregation,
+                                 neighbour=neighbour, eq7=eq7, rng=seed, progress=bar.update)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", rel.estimate)
@@ -130,19 +156,25 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     panels = [("adaptive estimate", rel.estimate), ("final partition", edges)]
     evaluation = {}
     if report_error:
-        truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
-        truth = truth / truth.sum()
+        if density is not None:  # the paper's truth: the image the users are sampled from
+            truth = density
+        else:
+            truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
+            truth = truth / truth.sum()
         flat = flat_histogram(rows, cols, depth, epsilon, shard_size=shard_size,
                               dropout=dropout, aggregation="simulate",
                               rng=None if seed is None else seed + 1)
         panels.append(("true density", truth))
         evaluation = {"mse": mse(rel.estimate, truth), "mse_flat_baseline": mse(flat, truth),
+                      "truth": ("the population image the users were sampled from"
+                                if density is not None else "the users' own histogram"),
                       "notes": [EVALUATION_NOTE]}
     render_png(out / "tree.png", panels)
     report = {
         "mechanism": "adaptive hierarchical histogram (Bagdasaryan et al. 2022, Alg. 2)",
         "release": "reproducible evaluation" if seed is not None else "private",
         "input": source, "users": int(rows.size), "grid": f"{side}x{side}",
+        "aggregation": aggregation,
         "guarantee": rel.guarantee.to_dict(), "rounds": rel.rounds,
         "final_tree_nodes": len(rel.tree.nodes),
         "final_vector_length": len(rel.tree.vector_nodes()),
@@ -153,8 +185,14 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     write_report(out, report)
     err = (f", mse {report['mse']:.3g} (flat {report['mse_flat_baseline']:.3g})"
            if report_error else "")
+    agg = {"simulate": "shard noise sums sampled from their exact law (--aggregation secagg "
+                       "runs the real protocol)",
+           "secagg": "real secure aggregation", "plain": "plain sums"}[aggregation]
+    comm = sum(r["vector_length"] for r in rel.rounds)
     click.echo(f"{len(rel.rounds)} sub-queries, final vector {report['final_vector_length']} "
-               f"of {side * side} cells{err}; wrote {out}/estimate.npy, report.json, tree.png")
+               f"of {side * side} cells, communication {comm}"
+               f" (sum of vector sizes){err}; {agg}; wrote {out}/estimate.npy, report.json, "
+               "tree.png")
 
 
 __all__ = ["federated_cmd"]

@@ -121,8 +121,8 @@ class _Progress:
 @click.option("--no-metrics", is_flag=True, help="Same as --metrics none.")
 @click.option("--smoothing", type=click.Choice(["auto", "none"]), default="auto",
               show_default=True,
-              help="auto: mix the released estimate with a smoothed copy and a 2% uniform "
-                   "floor (post-processing, no privacy cost; bandwidth from the released "
+              help="auto: mix the released estimate with a smoothed copy and a uniform floor "
+                   "(post-processing, no privacy cost; bandwidth and floor from the released "
                    "total and epsilon), which keeps KL and SIM competitive at few users; none: "
                    "Reconstruct's output as is (Ghazi et al. Alg. 2).")
 @click.option("--quiet", is_flag=True, help="No progress messages.")

@@ -21,7 +21,9 @@ Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
                  algorithm against the Laplace and top-1% / top-0.1% baselines
                  ([Ghazi23]_ Sec. 4, Fig. 1-2 trends), n = 200; 64x64 grid and 3 repeats,
                  ``--full``: 256x256 and 10 repeats.
-``--figure 2``   the same against n in {50, 100, 200, 350, 500} at epsilon = 1.
+``--figure 2``   the same against n in {50, 100, 200, 350, 500} at epsilon = 1. Both release
+                 the central algorithm smoothed as ``shuffledp heatmap`` does
+                 (``--smoothing none``: Reconstruct's output as is).
 
 ``--input FILE`` (``user_id,x,y[,weight]`` CSV, or ``--format snap --bbox ...`` check-ins)
 replaces the synthetic users: ``--n`` of the file's users are drawn (default: all of them).
@@ -71,10 +73,10 @@ CENTRAL_BASELINES = ["central", "laplace", "top_1%", "top_0.1%"]
 FIGURES: dict[str, dict[str, Any]] = {
     "1": {"param": "epsilon", "values": [0.1, 0.5, 1, 2, 5, 10], "repeats": 3,
           "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "n": 200,
-          "models": CENTRAL_BASELINES},
+          "models": CENTRAL_BASELINES, "smoothing": "auto"},
     "2": {"param": "n", "values": [50, 100, 200, 350, 500], "repeats": 3,
           "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "epsilon": 1.0,
-          "n": 200, "models": CENTRAL_BASELINES},
+          "n": 200, "models": CENTRAL_BASELINES, "smoothing": "auto"},
     "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 3,
            "full_repeats": 20, "grid": "320x240", "full_grid": "320x240", "emd": False},
     "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 10,
@@ -82,7 +84,7 @@ FIGURES: dict[str, dict[str, Any]] = {
 }
 DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3,
             "dropout": 0.0, "models": ["shuffle", "central"], "rounding": "largest_remainder",
-            "emd": True}
+            "emd": True, "smoothing": "none"}
 
 
 def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +104,8 @@ def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str
         base = {**DEFAULTS, **PAPER, "param": fig["param"], "values": fig["values"],
                 "repeats": fig["full_repeats" if full else "repeats"],
                 "grid": fig["full_grid" if full else "grid"],
-                **{k: fig[k] for k in ("n", "epsilon", "models", "rounding", "emd")
-                   if k in fig}}
+                **{k: fig[k] for k in ("n", "epsilon", "models", "rounding", "emd",
+                                       "smoothing") if k in fig}}
     return {**base, **{k: x for k, x in given.items() if x is not None}}
 
 
@@ -129,6 +131,9 @@ def _values(text: Any) -> Any:
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]), default=None,
               help="Shuffle model's scale-and-round rule [default: largest_remainder; "
                    "--figure 13: floor, Ghazi et al. App. F's, whose error falls with B].")
+@click.option("--smoothing", type=click.Choice(["auto", "none"]), default=None,
+              help="Post-process the shuffle / central releases as `shuffledp heatmap` does "
+                   "[default: none; --figure 1/2: auto].")
 @click.option("--emd/--no-emd", "emd", default=None,
               help="Solve the exact EMD in every run [default: yes; --figure 12, which is "
                    "about bits per user: no, the EMD column is NaN].")
@@ -164,8 +169,8 @@ def _values(text: Any) -> Any:
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def sweep(param, values, repeats, figure, models, rounding, emd, dropout, full, grid, n, epsilon,
-delta, B, w,
+def sweep(param, values, repeats, figure, models, rounding, smoothing, emd, dropout, full, grid,
+          n, epsilon, delta, B, w,
           sigma, data_seed, seed, input_path, fmt, bbox, out_dir, no_plot, quiet,
           allow_large) -> None:
     """Sweep one parameter; shuffle and central side by side (Ghazi et al., AAAI 2023).
@@ -183,12 +188,13 @@ delta, B, w,
                                  "repeats": repeats, "grid": grid, "n": n,
                                  "epsilon": epsilon, "delta": delta, "B": B,
                                  "dropout": dropout, "models": _values(models),
-                                 "rounding": rounding, "emd": emd})
+                                 "rounding": rounding, "emd": emd, "smoothing": smoothing})
     g = s["grid"]
     base = as_usage_error(
         sw.SweepConfig, grid=sw.parse_value("grid", g) if isinstance(g, str) else g,
         n=s["n"], epsilon=s["epsilon"], delta=s["delta"], B=s["B"], w=w, sigma=sigma,
         data_seed=data_seed, dropout=s["dropout"], rounding=s["rounding"], emd=s["emd"],
+        smoothing=s["smoothing"],
         input=input_path, input_format=fmt, bbox=box)
     try:
         sw.check_models(s["models"])

@@ -7,8 +7,8 @@
    with the record size of the expected path and ``n_records = r * m * n_users``;
 2. records are streamed in chunks; encrypted ones are opened (HPKE base mode, RFC 9180:
    DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305, ``info`` = label || digest ||
-   round id || coordinate, :func:`shuffledp.protocol.crypto.message_info`) in a process pool when the
-   batch is large, since each open holds the GIL and threads do not help;
+   round id || coordinate, :func:`shuffledp.protocol.crypto.message_info`) in a process pool
+   when the batch is large, since each open holds the GIL and threads do not help;
 3. after the last record the batch tag is verified (HMAC-SHA256 under the key the shuffler
    shares with the analyzer, or SHA-256 when the run has no such key): any edit to the
    header counts or the records after the shuffler is caught there;

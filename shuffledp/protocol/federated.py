@@ -181,6 +181,7 @@ def federated_sum(
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     aggregation: str = "secagg",
     rng: RngLike | SecureRandom = None,
+    progress: Any = None,
 ) -> FederatedHistogram:
     """eps-DP sum of the users' integer vectors by Polya noise and secure aggregation per shard.
 
@@ -211,6 +212,8 @@ def federated_sum(
         shard's noise sum sampled directly (same law; module docstring).
     rng : None, SecureRandom, int or Generator
         Noise randomness: None the secure generator (a private release); a seed: research.
+    progress : callable, optional
+        Called with 1 after each shard (a progress bar's ``update``).
 
     Raises
     ------
@@ -252,6 +255,8 @@ def federated_sum(
         if agg == "simulate":
             total += _simulated_shard(vecs, idx[alive], D, eps, bound, n_min, m, nb, src)
             shards.append(info)
+            if progress is not None:
+                progress(1)
             continue
         noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
                  for i in idx]
@@ -267,6 +272,8 @@ def federated_sum(
             s = np.sum([noisy[k] for k in alive], axis=0) % m
         total += decode_centred(s, m)
         shards.append(info)
+        if progress is not None:  # e.g. a progress bar's update: one shard done
+            progress(1)
     draws = 2 * D * (len(shards) if agg == "simulate" else n)
     return federated_release(total, shards, epsilon=eps, neighbour=nb, draws=draws,
                              parameters={"length": int(D), "l1_bound": bound,
@@ -295,6 +302,7 @@ def adaptive_histogram(
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
+    progress: Any = None,
 ) -> AdaptiveRelease:
     """[Bagdasaryan22]_ Alg. 2 on users' pixels (rows, cols) of a 2^depth grid.
 
@@ -332,6 +340,8 @@ def adaptive_histogram(
     rng : None, SecureRandom, int or Generator
         Noise (secure when None). Sampling of users and dropouts uses a numpy Generator
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
+    progress : callable, optional
+        Called with 1 after each secure-aggregation shard of every sub-query.
     """
     L = v.bounded_count("depth", depth, 1, 12)
     side = 1 << L
@@ -378,7 +388,7 @@ def adaptive_histogram(
         dropped = public.random(U) < rate
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
-                                   neighbour=nb, rng=noise)
+                                   neighbour=nb, rng=noise, progress=progress)
         acc.compose(hist.guarantee.event)  # sequential: every round sees the same users
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append({

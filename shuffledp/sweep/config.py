@@ -75,6 +75,11 @@ class SweepConfig:
     emd : bool
         Solve the exact EMD (seconds per run on a 320x240 grid); ``False`` records NaN for it
         (``--figure 12``, which is about bits per user).
+    smoothing : {"none", "auto"}
+        Post-process the shuffle and central releases with
+        :meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed` (what
+        ``shuffledp heatmap`` releases by default; ``--figure 1/2``); "none" keeps
+        Reconstruct's output.
     """
 
     grid: Grid = field(default_factory=lambda: Grid(80, 60))
@@ -91,9 +96,11 @@ class SweepConfig:
     bbox: tuple[float, float, float, float] | None = None
     rounding: str = "largest_remainder"
     emd: bool = True
+    smoothing: str = "none"
 
     def __post_init__(self) -> None:
         v.choice("rounding", self.rounding, ("largest_remainder", "floor"))
+        v.choice("smoothing", self.smoothing, ("none", "auto"))
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a Grid, got grid={self.grid!r}")
         object.__setattr__(self, "n", v.count("n", self.n, 2))
@@ -216,6 +223,8 @@ class Run:
                  f"data_seed={c.data_seed}"]
         if c.input is not None:  # keys of built-in data sweeps stay as they were
             parts.append(f"input={c.input}:{c.input_format}:{c.bbox}")
+        if c.smoothing != "none" and self.model in ("shuffle", "central"):
+            parts.append(f"smoothing={c.smoothing}")
         if self.model == "shuffle":
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
             if c.dropout:  # keys of sweeps without dropout stay as they were

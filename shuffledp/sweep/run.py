@@ -143,6 +143,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
     else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
+    if c.smoothing == "auto" and run.model in ("shuffle", "central"):
+        rel = rel.smoothed()
     t1 = time.perf_counter()
     truth = normalise(aggregate)
     if c.sigma > 0:

@@ -140,3 +140,31 @@ def test_eq7_printed_factor_ignores_shards_and_the_texts_meaning_divides_by_sqrt
     assert eq7_target(1.0, 1000, 10, 10_000, "shards") == 100.0
     with pytest.raises(ValueError, match="form"):
         eq7_target(1.0, 10, 1, 10, "text")
+
+
+def test_cli_federated_default_data_is_a_population_image(tmp_path):
+    """Built-in data: users sampled from population_image, the truth of --report-error being
+    the image (Bagdasaryan et al. Sec. 6.1); c = 0.05 and eq. 7 'shards' by default."""
+    from shuffledp.cli import main
+
+    res = CliRunner().invoke(main, ["federated", "--n", "2000", "--depth", "5", "--seed", "4",
+                                    "--report-error", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert "population_image" in rep["input"] and rep["aggregation"] == "simulate"
+    assert rep["truth"].startswith("the population image")
+    assert rep["guarantee"]["parameters"]["c"] == 0.05
+    assert rep["guarantee"]["parameters"]["eq7"] == "shards"
+    assert "communication" in res.output
+
+
+def test_population_image_and_sampling():
+    from shuffledp.datasets import population_image, sample_pixels
+
+    img = population_image(64, rng=1)
+    assert img.shape == (64, 64) and img.sum() == pytest.approx(1.0) and (img >= 0).all()
+    assert 0.5 < (img > 0).mean() < 0.9  # land and water
+    rows, cols = sample_pixels(img, 500, rng=2)
+    assert rows.shape == cols.shape == (500,) and (img[rows, cols] > 0).all()
+    with pytest.raises(ValueError, match="side"):
+        population_image(8)

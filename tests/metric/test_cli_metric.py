@@ -167,3 +167,33 @@ def test_linear_refuses_unequal_users(tmp_path):
     path.write_text("user_id,x,y\na,0.1,0.1\na,0.2,0.2\nb,0.3,0.3\n")
     res = _run("linear", "--input", path, "--alpha", 1, "--out", tmp_path / "o")
     assert res.exit_code == 1 and "same number of points" in res.output, res.output
+
+
+def test_freq_default_releases_the_mechanism_the_public_rule_picks(data, tmp_path):
+    """Local model: --mechanism auto picks GKRR or Hadamard response by a simulation on
+    public synthetic data; report.json names the choice and release.json holds only it."""
+    from shuffledp.analyzers.metric.freq import choose_freq_mechanism
+
+    path, users = data
+    out = tmp_path / "auto"
+    res = _run("freq", *_common(path, out, "--model", "local", "--target-alpha", 10,
+                                "--seed", 1))
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    rel = json.loads((out / "release.json").read_text())
+    want = choose_freq_mechanism(200, 1000, 3, 4, 0.25, 1e-9, "local", target_alpha=10)
+    assert rep["choice"]["mechanism"] == want["choice"]
+    assert set(rep["choice"]["predicted_emd"]) == {"gkrr", "hadamard"}
+    assert {"gkrr", "hadamard", "baseline"} <= set(rep["errors"])
+    notion = {"gkrr": "metric_emd", "hadamard": "pure"}[want["choice"]]
+    assert rep["guarantee"]["notion"] == notion == rel["guarantee"]["notion"]
+    assert "released" in res.output
+    for mech, notion in (("gkrr", "metric_emd"), ("hadamard", "pure")):
+        o = tmp_path / mech
+        res = _run("freq", *_common(path, o, "--model", "local", "--target-alpha", 10,
+                                    "--seed", 1, "--mechanism", mech))
+        assert res.exit_code == 0, res.output
+        assert json.loads((o / "report.json").read_text())["guarantee"]["notion"] == notion
+    res = _run("freq", *_common(path, tmp_path / "c", "--target-alpha", 10, "--mechanism",
+                                "hadamard"))
+    assert res.exit_code == 2 and "--mechanism" in res.output
