@@ -1,18 +1,23 @@
 """The shuffle-model private heatmap end to end ([Ghazi23]_ App. F with Alg. 1-2).
 
-:func:`shuffle_heatmap` runs the three parties in one process:
+:func:`shuffle_heatmap` runs the three parties in one process. It is the documented entry
+point and dispatches to one function per path, each taking the derived
+:class:`~shuffledp.protocol.params.ProtocolParams` and only the arguments its path uses:
 
-- simulation path (default): every user's shares are drawn exactly as on a device (Polya
-  noise from ``rng``, shares from the secure generator) and summed per coordinate mod q by
-  the analyzer's accumulator; the physical permutation and the encryption are skipped, which
-  changes nothing in the sums (they do not depend on order);
-- ``wire=True``: users' batches go through the binary wire format and the
-  :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the analyzer
-  streams the mixed batch (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`). Plaintext: a
-  simulation aid only -- the shuffler sees every share and user batches carry no integrity;
-- ``encrypt=True`` (deployment path): as ``wire=True`` with every message encrypted to a fresh
-  analyzer X25519 key and the mixed batch authenticated with a fresh shuffler-analyzer MAC
-  key (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+- :func:`simulation_heatmap` (default; the research path): every user's shares are drawn
+  exactly as on a device (Polya noise from ``rng``, shares from the secure generator) and
+  summed per coordinate mod q by the analyzer's accumulator; the physical permutation and the
+  encryption are skipped, which changes nothing in the sums (they do not depend on order);
+- :func:`dask_heatmap` (``backend="dask"``): the simulation path on a Dask cluster;
+- :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
+  :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
+  analyzer streams the mixed batch (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`).
+  Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
+  integrity;
+- :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted
+  to a fresh analyzer X25519 key and the mixed batch authenticated with a fresh
+  shuffler-analyzer MAC key (slow: one X25519 exchange per message; see
+  ``bench/shuffle_deploy.py``).
 
 References
 ----------
@@ -26,6 +31,7 @@ References
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -98,16 +104,177 @@ def user_batches(
         yield frame_messages(params, messages(params, sh), analyzer_public)
 
 
-def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dict):
+@dataclasses.dataclass(frozen=True)
+class _Round:
+    """What every path shares: the record, the users, who takes part and the randomness.
+
+    ``rng`` is the caller's (``None``: a private release); ``noise`` the one stream the
+    encoders draw their noise from; ``source`` the secure generator of shares, keys and
+    permutations.
+    """
+
+    params: ProtocolParams
+    users: UserDistributions
+    participants: np.ndarray
+    n_dropped: int
+    rng: RngLike
+    noise: SecureRandom | np.random.Generator
+    source: SecureRandom
+
+
+def _check_users(users: object) -> UserDistributions:
+    if not isinstance(users, UserDistributions):
+        raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
+    return users
+
+
+def _plan_round(users: UserDistributions, params: ProtocolParams, rng: RngLike,
+                simulate_dropouts: int) -> _Round:
+    """Check ``params`` against the users and choose who takes part (the dropouts by ``rng``)."""
+    _check_users(users)
+    if not isinstance(params, ProtocolParams):
+        raise TypeError(f"params must be a ProtocolParams, got params={params!r}")
+    if params.n != users.n_users or params.grid != users.grid:
+        raise ValueError(
+            f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
+            f"{users.grid}"
+        )
+    g = as_generator(rng)  # dropout simulation only
+    src = SecureRandom()
+    noise = noise_source(rng, src)
+    k = int(simulate_dropouts)
+    if not (0 <= k <= users.n_users):
+        raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
+    order = np.arange(users.n_users)
+    participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
+    return _Round(params, users, participants, k, rng, noise, src)
+
+
+def _release(rnd: _Round, acc: ModularAccumulator, n_fwd: int, n_dropped: int, path: str,
+             timings: dict, layout: str | None = None) -> HeatmapRelease:
+    """Decode, Reconstruct and release the round's sums; mark a seeded run as such."""
+    t2 = time.perf_counter()
+    release = analyze(rnd.params, acc, n_fwd, n_dropped, {"path": path, **timings})
+    out = dict(release.protocol)
+    out["wire_layout"] = layout
+    if layout not in (None, "v2"):
+        out["bytes_per_user"] = out.pop("bytes_per_user_written")
+    out["reconstruct_seconds"] = time.perf_counter() - t2
+    seeded = rnd.rng is not None
+    parameters = {**release.parameters, "randomness": "seeded" if seeded else "secure"}
+    guarantee = release.guarantee
+    if seeded:
+        guarantee = dataclasses.replace(guarantee, notes=(*guarantee.notes, SEEDED_NOTE))
+    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out)
+
+
+def simulation_heatmap(
+    users: UserDistributions,
+    params: ProtocolParams,
+    *,
+    rng: RngLike = None,
+    simulate_dropouts: int = 0,
+    progress: Callable[[int], object] | None = None,
+) -> HeatmapRelease:
+    """Simulation (research) path: shares summed mod q in process, no wire, no shuffler.
+
+    Every participant's shares are drawn as on a device (:func:`simulate_sums`); the
+    permutation and the encryption are skipped, which changes nothing in the sums.
+    ``progress`` is called with the number of users encoded after each chunk. The other
+    arguments are those of :func:`shuffle_heatmap`.
+    """
+    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    t0 = time.perf_counter()
+    acc = simulate_sums(params, users, rnd.participants, rnd.noise, rnd.source, progress)
+    timings = {"encode_and_sum_seconds": time.perf_counter() - t0}
+    return _release(rnd, acc, rnd.participants.size, rnd.n_dropped, "simulation", timings)
+
+
+def dask_heatmap(
+    users: UserDistributions,
+    params: ProtocolParams,
+    client: object,
+    *,
+    rng: RngLike = None,
+    simulate_dropouts: int = 0,
+) -> HeatmapRelease:
+    """Simulation path on a Dask cluster (:func:`shuffledp.protocol.dask_backend.dask_sums`).
+
+    ``client`` is a ``distributed.Client``; encoders run per user partition, block shuffles
+    and mod-q sums per coordinate range, Reconstruct on the driver. A seed is split into one
+    stream per user partition, so the release is reproducible for a seed and partitioning.
+    """
+    if client is None:
+        raise ValueError("dask_heatmap needs a distributed.Client, got client=None")
+    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    t0 = time.perf_counter()
+    acc = dask_sums(params, users, rnd.participants, rng, client)
+    timings = {"encode_shuffle_and_sum_seconds": time.perf_counter() - t0}
+    return _release(rnd, acc, rnd.participants.size, rnd.n_dropped, "simulation (dask)",
+                    timings)
+
+
+def wire_heatmap(
+    users: UserDistributions,
+    params: ProtocolParams,
+    *,
+    layout: str = "v2",
+    rng: RngLike = None,
+    simulate_dropouts: int = 0,
+) -> HeatmapRelease:
+    """Plaintext wire path: user batches in a wire layout -> shuffler -> analyzer.
+
+    ``layout="v2"`` streams byte-aligned records through the
+    :class:`~shuffledp.protocol.shuffler.Shuffler` and
+    :func:`~shuffledp.protocol.analyzer_input.accumulate_mixed`; ``"packed"`` and
+    ``"coordinate-major"`` run the bit-packed rounds of :mod:`shuffledp.protocol.packed` in
+    memory. A simulation aid only: the shuffler sees every share and user batches carry no
+    integrity. ``protocol["bytes_per_user"]`` is the length of the batch actually written.
+    """
+    layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
+    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    timings: dict[str, object] = {}
+    if layout == "v2":
+        res, report = _wire_round(rnd, False, timings)
+        timings.update(res.figures())
+        timings["shuffler"] = report.to_dict()
+        return _release(rnd, res.accumulator, res.header.n_users, res.header.n_dropped, "wire",
+                        timings, layout)
+    h, acc = _packed_round(rnd, layout, timings)
+    return _release(rnd, acc, h.n_users, h.n_dropped, "wire", timings, layout)
+
+
+def deployment_heatmap(
+    users: UserDistributions,
+    params: ProtocolParams,
+    *,
+    rng: RngLike = None,
+    simulate_dropouts: int = 0,
+) -> HeatmapRelease:
+    """Deployment path in one process: encrypted batches -> shuffler -> analyzer.
+
+    Every message is encrypted to a fresh analyzer X25519 key (ChaCha20-Poly1305) and the
+    mixed batch authenticated with a fresh shuffler-analyzer MAC key; the v2 wire format
+    throughout (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+    """
+    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    timings: dict[str, object] = {}
+    res, report = _wire_round(rnd, True, timings)
+    timings.update(res.figures())
+    timings["shuffler"] = report.to_dict()
+    return _release(rnd, res.accumulator, res.header.n_users, res.header.n_dropped,
+                    "deployment", timings)
+
+
+def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
     """Users -> shuffler (streaming, to a spooled file) -> analyzer; (MixedBatchResult, report)."""
-    import tempfile
-
-
+    params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
     key = generate_analyzer_key() if encrypt else None
     mac_key = generate_mac_key()
-    batches = user_batches(params, users, participants, g, src, public_bytes(key) if key else None)
-    with Shuffler(params, encrypted=encrypt, source=src, mac_key=mac_key) as s, \
+    batches = user_batches(params, users, rnd.participants, rnd.noise, rnd.source,
+                           public_bytes(key) if key else None)
+    with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key) as s, \
             tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
         for k, data in enumerate(batches):
             s.submit(data, sender=k)
@@ -121,16 +288,15 @@ def _wire_round(params, users, participants, g, src, encrypt: bool, timings: dic
     return res, s.report
 
 
-def _packed_round(params, users, participants, g, src, layout: str, n_dropped: int,
-                  timings: dict):
+def _packed_round(rnd: _Round, layout: str, timings: dict):
     """Users -> bit-packed batches -> per-layout mixing -> analyzer (in memory); (Header, acc)."""
-
+    params, users, g, src = rnd.params, rnd.users, rnd.noise, rnd.source
     t0 = time.perf_counter()
     mac_key = generate_mac_key()
     batches = [frame_user(params, encode_shares(params, users, np.array([j]), g, src)[0], layout)
-               for j in participants]
+               for j in rnd.participants]
     timings["bytes_per_user_written"] = len(batches[0]) if batches else 0
-    mixed = mix(params, batches, layout, src, mac_key, n_dropped=n_dropped)
+    mixed = mix(params, batches, layout, src, mac_key, n_dropped=rnd.n_dropped)
     timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     h, acc = accumulate(params, mixed, mac_key)
@@ -160,6 +326,10 @@ def shuffle_heatmap(
     progress: Callable[[int], object] | None = None,
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
+
+    Derives the protocol record (unless ``params`` is given) and dispatches to the path's
+    function: :func:`dask_heatmap` (``backend="dask"``), :func:`deployment_heatmap`
+    (``encrypt=True``), :func:`wire_heatmap` (``wire=True``), else :func:`simulation_heatmap`.
 
     Parameters
     ----------
@@ -218,68 +388,26 @@ def shuffle_heatmap(
     shuffledp.analyzers.heatmap.modular.ReleaseRefused
         If more users dropped out than the declared fraction allows.
     """
-    if not isinstance(users, UserDistributions):
-        raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
+    _check_users(users)
     layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
     if layout != "v2" and (encrypt or not wire):
         raise ValueError(f"layout={layout!r} is a plaintext wire layout: it needs wire=True "
                          f"and encrypt=False, got wire={wire!r}, encrypt={encrypt!r}")
+    if backend not in ("local", "dask"):
+        raise ValueError(f"backend must be 'local' or 'dask', got backend={backend!r}")
+    if backend == "dask" and (encrypt or wire or client is None):
+        raise ValueError("backend='dask' needs client= and the simulation path "
+                         f"(encrypt={encrypt!r}, wire={wire!r})")
     if params is None:
         params = derive_params(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
             rounding=rounding, dropout=dropout, neighbour=neighbour,
         )
-    elif params.n != users.n_users or params.grid != users.grid:
-        raise ValueError(
-            f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
-            f"{users.grid}"
-        )
-    g = as_generator(rng)  # dropout simulation only
-    src = SecureRandom()
-    noise = noise_source(rng, src)
-    k = int(simulate_dropouts)
-    if not (0 <= k <= users.n_users):
-        raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
-    order = np.arange(users.n_users)
-    participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
-    t0 = time.perf_counter()
-    timings: dict[str, object] = {}
-    if backend not in ("local", "dask"):
-        raise ValueError(f"backend must be 'local' or 'dask', got backend={backend!r}")
+    common = {"rng": rng, "simulate_dropouts": simulate_dropouts}
     if backend == "dask":
-
-        if encrypt or wire or client is None:
-            raise ValueError("backend='dask' needs client= and the simulation path "
-                             f"(encrypt={encrypt!r}, wire={wire!r})")
-        acc = dask_sums(params, users, participants, rng, client)
-        n_fwd, n_dropped = participants.size, k
-        timings["encode_shuffle_and_sum_seconds"] = time.perf_counter() - t0
-        path = "simulation (dask)"
-    elif not (encrypt or wire):
-        acc = simulate_sums(params, users, participants, noise, src, progress)
-        n_fwd, n_dropped = participants.size, k
-        timings["encode_and_sum_seconds"] = time.perf_counter() - t0
-        path = "simulation"
-    elif layout != "v2":
-        h, acc = _packed_round(params, users, participants, noise, src, layout, k, timings)
-        n_fwd, n_dropped = h.n_users, h.n_dropped
-        path = "wire"
-    else:
-        res, report = _wire_round(params, users, participants, noise, src, encrypt, timings)
-        acc, n_fwd, n_dropped = res.accumulator, res.header.n_users, res.header.n_dropped
-        timings.update(res.figures())
-        timings["shuffler"] = report.to_dict()
-        path = "deployment" if encrypt else "wire"
-    t2 = time.perf_counter()
-    extra = {"path": path, **timings}
-    release = analyze(params, acc, n_fwd, n_dropped, extra)
-    out = dict(release.protocol)
-    out["wire_layout"] = layout if path == "wire" else None
-    if layout != "v2":
-        out["bytes_per_user"] = out.pop("bytes_per_user_written")
-    out["reconstruct_seconds"] = time.perf_counter() - t2
-    parameters = {**release.parameters, "randomness": "secure" if rng is None else "seeded"}
-    guarantee = release.guarantee
-    if rng is not None:
-        guarantee = dataclasses.replace(guarantee, notes=(*guarantee.notes, SEEDED_NOTE))
-    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out)
+        return dask_heatmap(users, params, client, **common)
+    if encrypt:
+        return deployment_heatmap(users, params, **common)
+    if wire:
+        return wire_heatmap(users, params, layout=layout, **common)
+    return simulation_heatmap(users, params, progress=progress, **common)
