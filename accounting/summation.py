@@ -380,25 +380,77 @@ def summation_parameters(
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
                                  neighbour, dropout, wrap_target, decoding)
     m = int(sum(sizes))
-    # [Bagdasaryan22] Sec. 4: over-provision the noise for the declared dropout fraction
+    n_min = _minimum_users(n, dropout)
+    budgets, sens, a, std = _level_noise(eps, gamma, sizes, neighbour, B)
+    shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
+    t, q, low = _modulus(n, B, m, eps, budgets, sens, a, shape, wrap_target, decoding)
+    margin = min(low, q - 1 - low - n * B)  # = t in both layouts
+    wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
+                                                                               strict=True)))
+    delta_mix, delta_sampler = delta_split(eps, delta, n, m)
+    r = shares_needed(eps, delta_mix, m, q, n_min)
+    bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
+    notes = _notes(n_min, t, wrap, neighbour)
+    g = _guarantee(delta, neighbour, budgets, sens, sizes, a, notes,
+                   {"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
+                    "rounding": rounding, "dropout": dropout})
+    return SummationParameters(
+        n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
+        levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,
+        dropout=dropout, level_epsilons=budgets, level_sensitivities=sens, dl_parameters=a,
+        polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
+        messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
+        wrap_target=wrap_target, wrap_probability=wrap,
+        delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler}, gamma=gamma,
+        guarantee=g, notes=tuple(notes),
+    )
+
+
+def _minimum_users(n: int, dropout: float) -> int:
+    """n_min = ceil((1 - dropout) n), the users the noise is planned for ([Bagdasaryan22]_
+    Sec. 4: over-provision the noise for the declared dropout fraction); ValueError if < 2."""
     n_min = math.ceil((1.0 - dropout) * n - 1e-9)
     if n_min < 2:
         raise ValueError(
             f"dropout={dropout} leaves n_min = ceil((1 - dropout) n) = {n_min} < 2 users "
             f"for n={n}"
         )
+    return n_min
+
+
+def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Neighbour,
+                 B: int) -> tuple[tuple[float, ...], tuple[int, ...], tuple[float, ...],
+                                  tuple[float, ...]]:
+    """The budget split and each level's discrete Laplace: (eps_i, Delta_i, a_i, std_i).
+
+    eps_i proportional to gamma^i over the measured levels, summing to eps ([Ghazi23]_ proof
+    of Thm 3.1); Delta_i the scaled level vector's sensitivity under ``neighbour`` (entries
+    in [0, B], level sum <= B under both rounding rules); a_i = exp(-eps_i / Delta_i) and
+    std_i = sqrt(2 a_i) / (1 - a_i), the standard deviation of DL(a_i).
+    """
     budgets = tuple(float(e) for e in level_budgets(eps, 0, len(sizes) - 1, gamma))
     if not min(budgets) > 0:
         raise ValueError(f"a level budget underflows to 0 (or is not a number) with "
                          f"epsilon={eps!r}, gamma={gamma!r} over {len(sizes)} levels")
-    # scaled rounded level vectors: entries in [0, B], level sum <= B (both rules)
     sens_one = neighbour.level_sensitivity(B)
     sens = tuple(sens_one for _ in sizes)
     # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in [Ghazi23] App. F, docs/errata.md)
     a = tuple(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
     std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
                 for ai, e, s in zip(a, budgets, sens, strict=True))
-    shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
+    return budgets, sens, a, std
+
+
+def _modulus(n: int, B: int, m: int, eps: float, budgets: tuple[float, ...],
+             sens: tuple[int, ...], a: tuple[float, ...], shape: float, wrap_target: float,
+             decoding: str) -> tuple[int, int, int]:
+    """The search for q: (headroom t, modulus q, decode_low).
+
+    t >= 1 is the smallest headroom with P(|noise_i| > t) <= wrap_target / m on every level
+    (a union bound over the m coordinates gives the wrap target); then q = n B + 2 t + 1 with
+    the window [-t, q - 1 - t] (``"shifted"``) or q = 2 (n B + t) + 1 centred. ValueError
+    when q would exceed 2^32 or a message its bit budget (ProtocolParams' limits).
+    """
     per_coord = wrap_target / m
     # ProtocolParams' limits: q <= 2^32 and a headroom t >= 1 (decode_low >= 1)
     t_max = _headroom_limit(n * B, decoding)
@@ -421,12 +473,11 @@ def summation_parameters(
         q = 2 * (n * B + t) + 1
         low = n * B + t
     _check_wire_limits(m, q)
-    margin = min(low, q - 1 - low - n * B)  # = t in both layouts
-    wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
-                                                                               strict=True)))
-    delta_mix, delta_sampler = delta_split(eps, delta, n, m)
-    r = shares_needed(eps, delta_mix, m, q, n_min)
-    bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
+    return t, q, low
+
+
+def _notes(n_min: int, t: int, wrap: float, neighbour: Neighbour) -> list[str]:
+    """The conditions the guarantee holds under, as the release states them."""
     notes = [
         f"holds while at least n_min={n_min} users' messages are all delivered "
         "(Bagdasaryan et al., PoPETs 2022, Sec. 4); with fewer survivors the noise is below "
@@ -439,6 +490,18 @@ def summation_parameters(
     if neighbour is Neighbour.ADD_REMOVE:
         notes.append("add/remove: the number of messages reveals the number of users; "
                      "[BBGN20]'s split-and-mix analysis is for a fixed, public n")
+    return notes
+
+
+def _guarantee(delta: float, neighbour: Neighbour, budgets: tuple[float, ...],
+               sens: tuple[int, ...], sizes: tuple[int, ...], a: tuple[float, ...],
+               notes: list[str], record: dict) -> Guarantee:
+    """The guarantee assembly: (sum eps_i, delta)-shuffle DP with its composable event.
+
+    ``record`` holds the protocol's numbers (n, n_min, B, m, q, r, rounding, dropout); the
+    event is, per level, DL(a_i) at sensitivity Delta_i, plus the statistical distance
+    delta / (1 + e^eps) of split-and-mix and the sampler tables.
+    """
     g = Guarantee(
         notion="approximate", model="shuffle", epsilon=float(sum(budgets)), delta=delta,
         neighbour=neighbour,
@@ -448,24 +511,10 @@ def summation_parameters(
             "Laplace from Polya differences (Bagdasaryan et al., PoPETs 2022, Thm 4.2, eq. 4) "
             "per level, eps_i split of Ghazi et al. proof of Thm 3.1 (basic composition)"
         ),
-        parameters={"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
-                    "rounding": rounding, "dropout": dropout,
-                    "level_epsilons": list(budgets), "dl_parameters": list(a)},
+        parameters={**record, "level_epsilons": list(budgets), "dl_parameters": list(a)},
         notes=tuple(notes),
     )
-    # the release as a composable event: per level DL(a_i) at sensitivity Delta_i, plus the
-    # statistical distance delta / (1 + e^eps) of split-and-mix and the sampler tables
-    g = g.with_event(polya_sum_event(budgets, sens, sizes, delta, neighbour, "shuffle"))
-    return SummationParameters(
-        n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
-        levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,
-        dropout=dropout, level_epsilons=budgets, level_sensitivities=sens, dl_parameters=a,
-        polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
-        messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
-        wrap_target=wrap_target, wrap_probability=wrap,
-        delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler}, gamma=gamma,
-        guarantee=g, notes=tuple(notes),
-    )
+    return g.with_event(polya_sum_event(budgets, sens, sizes, delta, neighbour, "shuffle"))
 
 
 def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, neighbour,
