@@ -177,14 +177,37 @@ def reconstruct_details(
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got tie_break={tie_break!r}")
     counts = _iv(counts, grid, start, w)
-    depth = grid.depth
-    n_meas = depth - start + 1
+    n_meas = grid.depth - start + 1
     sides = np.array([grid.cell_side(start + k) for k in range(n_meas)])
     shapes = [grid.level_shape(start + k) for k in range(n_meas)]
+    selected, left_out = _select(counts, shapes, w)
+    lp = _reduced_lp(counts, sides, shapes, selected, left_out)
+    res = _solve(lp.c, lp.a_ub, lp.b_ub)
+    x = np.maximum(res.x[:lp.n_var], 0.0)
+    if tie_break == "measured" and lp.n_lo:
+        lo_counts = np.concatenate([counts[k].ravel()[lo] for k, lo in enumerate(left_out)])
+        x = _second_stage((lp.c, lp.a_ub, lp.b_ub), float(res.fun), lp.n_var, lp.n_lo,
+                          lo_counts)
+    est = _place(x, lp, grid, start, shapes, placement)
+    return ReconstructResult(
+        estimate=est.reshape(grid.height, grid.width),
+        selected=selected,
+        n_variables=int(lp.n_var),
+        lp_objective=float(res.fun),
+        tie_break=tie_break,
+    )
 
+
+def _select(counts: list[np.ndarray], shapes: list[tuple[int, int]],
+            w: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Alg. 2 lines 3-7 of [Ghazi23]_: the selected cells S_k and the left-out T_k \\ S_k.
+
+    S_0 is every cell of the first measured level; T_k = children(S_{k-1}) and S_k its
+    min(w, |T_k|) cells with the largest noisy counts, ties towards the smaller flat index.
+    """
     selected: list[np.ndarray] = [np.arange(shapes[0][0] * shapes[0][1])]
     left_out: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
-    for k in range(1, n_meas):
+    for k in range(1, len(shapes)):
         t = _children(selected[-1], shapes[k - 1], shapes[k])
         vals = counts[k].ravel()[t]
         if t.size > w:
@@ -196,7 +219,32 @@ def reconstruct_details(
             keep = np.ones(t.size, dtype=bool)
         selected.append(np.sort(t[keep]))
         left_out.append(t[~keep])
+    return selected, left_out
 
+
+@dataclass(frozen=True)
+class _ReducedLP:
+    """min c^T (x, t) s.t. a_ub (x, t) <= b_ub; x: the left-out children (the first n_lo
+    variables, level-major) then the selected leaves, each with its level and flat cell."""
+
+    c: np.ndarray
+    a_ub: scipy.sparse.csr_matrix
+    b_ub: np.ndarray
+    var_level: np.ndarray
+    var_cell: np.ndarray
+    n_lo: int
+    n_var: int
+
+
+def _reduced_lp(counts: list[np.ndarray], sides: np.ndarray, shapes: list[tuple[int, int]],
+                selected: list[np.ndarray], left_out: list[np.ndarray]) -> _ReducedLP:
+    """Alg. 2 line 9 with one variable per left-out child and per selected leaf (module doc).
+
+    Rows are the selected cells, level-major, with y_hat_u = side(u) * count_u; a left-out
+    child costs sum_{j >= k} side_j per unit of mass and counts towards its selected
+    ancestors at the levels above it, a selected leaf towards itself and its ancestors.
+    """
+    n_meas = len(shapes)
     # Rows: the selected cells, level-major. Row id lookup per level.
     row_offset = np.cumsum([0] + [s.size for s in selected])
     n_rows = int(row_offset[-1])
@@ -246,16 +294,18 @@ def reconstruct_details(
     )
     b_ub = np.concatenate([-y_hat, y_hat])
     c = np.concatenate([cost_x, np.ones(n_rows)])
-    res = _solve(c, a_ub, b_ub)
-    x = np.maximum(res.x[:n_var], 0.0)
-    if tie_break == "measured" and n_lo:
-        lo_counts = np.concatenate([counts[k].ravel()[lo] for k, lo in enumerate(left_out)])
-        x = _second_stage((c, a_ub, b_ub), float(res.fun), n_var, n_lo, lo_counts)
+    return _ReducedLP(c, a_ub, b_ub, var_level, var_cell, int(n_lo), int(n_var))
 
+
+def _place(x: np.ndarray, lp: _ReducedLP, grid: Grid, start: int,
+           shapes: list[tuple[int, int]], placement: str) -> np.ndarray:
+    """The flat pixel estimate: each selected leaf's mass on its pixel, each left-out cell's
+    spread evenly over its pixels (``"uniform"``) or on its centre pixel (``"centre"``)."""
+    n_lo, n_var, var_level, var_cell = lp.n_lo, lp.n_var, lp.var_level, lp.var_cell
     est = np.zeros(grid.n_pixels)
     leaf_vars = slice(n_lo, n_var)
     np.add.at(est, var_cell[leaf_vars], x[leaf_vars])
-    for k in range(1, n_meas):
+    for k in range(1, len(shapes)):
         m = var_level[:n_lo] == k
         if not m.any():
             continue
@@ -272,13 +322,7 @@ def reconstruct_details(
             side = 1 << (grid.depth - level)
             up = np.repeat(np.repeat(dens, side, axis=0), side, axis=1)
             est += up[: grid.height, : grid.width].ravel()
-    return ReconstructResult(
-        estimate=est.reshape(grid.height, grid.width),
-        selected=selected,
-        n_variables=int(n_var),
-        lp_objective=float(res.fun),
-        tie_break=tie_break,
-    )
+    return est
 
 
 def reconstruct(
