@@ -343,16 +343,7 @@ def adaptive_histogram(
     progress : callable, optional
         Called with 1 after each secure-aggregation shard of every sub-query.
     """
-    L = v.bounded_count("depth", depth, 1, 12)
-    side = 1 << L
-    r = np.asarray(rows)
-    cc = np.asarray(cols)
-    if r.shape != cc.shape or r.ndim != 1 or r.size == 0:
-        raise ValueError(f"rows and cols must be 1-d arrays of one length, got shapes "
-                         f"{r.shape} and {cc.shape}")
-    for name, a in (("rows", r), ("cols", cc)):
-        if not np.issubdtype(a.dtype, np.integer) or (a < 0).any() or (a >= side).any():
-            raise ValueError(f"{name} must be integers in 0..{side - 1} (depth={L})")
+    L, r, cc = _check_pixels(rows, cols, depth)
     eps_total = v.positive("epsilon", epsilon)
     n = r.size
     U = n if users_per_query is None else v.bounded_count("users_per_query",
@@ -378,10 +369,7 @@ def adaptive_histogram(
         vec = tree.vector_nodes()
         T = len(vec)
         sigma = eq7_target(c, U, T, shard_size, eq7)
-        eps_q = (eps_total / max_q if sched == "even"
-                 else next_query_epsilon(rem, dl_epsilon_for_std(sigma), b))
-        if len(rounds) + 1 >= max_q:
-            eps_q = rem
+        eps_q = _query_epsilon(eps_total, rem, sigma, b, max_q, sched, len(rounds))
         rem = rem - eps_q if eps_q < rem else 0.0
         users = public.choice(n, size=U, replace=False)
         cells = tree.report_index(r[users], cc[users])
@@ -391,22 +379,9 @@ def adaptive_histogram(
                                    neighbour=nb, rng=noise, progress=progress)
         acc.compose(hist.guarantee.event)  # sequential: every round sees the same users
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
-        rounds.append({
-            "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
-            "tree_nodes": len(tree.nodes), "users": U,
-            "survivors": int(sum(s["survivors"] for s in hist.shards)),
-            "shards": len(hist.shards), "delta": hist.guarantee.delta,
-            "secagg_server_seconds": float(sum(s.get("server_seconds", 0.0)
-                                               for s in hist.shards)),
-        })
+        rounds.append(_round_record(eps_q, sigma, T, len(tree.nodes), U, hist))
         if rem > 0:
             tree.update(counts, sigma if fixed is None else fixed)
-    owners = tree.owner_map()
-    vec = tree.vector_nodes()
-    mass = np.array([max(counts.get(node, 0), 0) for node in vec], dtype=float)
-    pix = np.bincount(owners.ravel(), minlength=len(vec)).astype(float)
-    dens = (mass / np.maximum(pix, 1))[owners]
-    est = dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
     # basic composition over the rounds by the accountant: the schedule spends eps_total
     # (the last round takes the remainder), so the sum is eps_total up to rounding
     eps_sum, delta_sum = acc.basic()
@@ -423,7 +398,59 @@ def adaptive_histogram(
                   notes=hist.guarantee.notes,
                   event=Sequential(steps=tuple(e for e, k in acc.events for _ in range(k)),
                                    neighbour=nb))
-    return AdaptiveRelease(estimate=est, counts=counts, tree=tree, rounds=rounds, guarantee=g)
+    return AdaptiveRelease(estimate=_tree_estimate(tree, counts), counts=counts, tree=tree,
+                           rounds=rounds, guarantee=g)
+
+
+def _check_pixels(rows: Any, cols: Any, depth: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """(L, rows, cols): the depth in 1..12 and one pixel per user of the 2^L x 2^L grid."""
+    L = v.bounded_count("depth", depth, 1, 12)
+    side = 1 << L
+    r = np.asarray(rows)
+    cc = np.asarray(cols)
+    if r.shape != cc.shape or r.ndim != 1 or r.size == 0:
+        raise ValueError(f"rows and cols must be 1-d arrays of one length, got shapes "
+                         f"{r.shape} and {cc.shape}")
+    for name, a in (("rows", r), ("cols", cc)):
+        if not np.issubdtype(a.dtype, np.integer) or (a < 0).any() or (a >= side).any():
+            raise ValueError(f"{name} must be integers in 0..{side - 1} (depth={L})")
+    return L, r, cc
+
+
+def _query_epsilon(eps_total: float, rem: float, sigma: float, b: float, max_q: int,
+                   sched: str, done: int) -> float:
+    """The next sub-query's budget: eqs. 8-9 of [Bagdasaryan22]_ (the budget whose discrete
+    Laplace has standard deviation sigma, expanded by b, from what remains), or
+    eps_total / max_q (``"even"``); the last query allowed takes the remainder."""
+    eps_q = (eps_total / max_q if sched == "even"
+             else next_query_epsilon(rem, dl_epsilon_for_std(sigma), b))
+    if done + 1 >= max_q:
+        eps_q = rem
+    return eps_q
+
+
+def _round_record(eps_q: float, sigma: float, T: int, tree_nodes: int, U: int,
+                  hist: FederatedHistogram) -> dict:
+    """What a release reports of one sub-query."""
+    return {
+        "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
+        "tree_nodes": tree_nodes, "users": U,
+        "survivors": int(sum(s["survivors"] for s in hist.shards)),
+        "shards": len(hist.shards), "delta": hist.guarantee.delta,
+        "secagg_server_seconds": float(sum(s.get("server_seconds", 0.0)
+                                           for s in hist.shards)),
+    }
+
+
+def _tree_estimate(tree: PartitionTree, counts: dict) -> np.ndarray:
+    """The pixel distribution: each leaf's clipped count spread evenly over its pixels,
+    normalised (uniform when every count is <= 0)."""
+    owners = tree.owner_map()
+    vec = tree.vector_nodes()
+    mass = np.array([max(counts.get(node, 0), 0) for node in vec], dtype=float)
+    pix = np.bincount(owners.ravel(), minlength=len(vec)).astype(float)
+    dens = (mass / np.maximum(pix, 1))[owners]
+    return dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
 
 
 def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: Any
