@@ -4,19 +4,58 @@ For user j with distribution p_j over the leaf pixels:
 
 1. y^j = [P_start p_j, ..., P_L p_j]: the user's mass in every cell of the measured levels
    (unscaled level counts, :func:`shuffledp.pyramid.level_counts` of p_j), computed sparsely.
-2. z^j = round(B y^j) per level (:func:`shuffledp.encoders.rounding.scale_round`).
+2. z^j = round(B y^j) per level (:func:`scale_round`, "Scale and round" below).
 3. z'^j = z^j + X - Y with X, Y i.i.d. Polya(1/n_min, a_i) per coordinate of level i,
    a_i = exp(-eps_i / Delta_i) ([Bagdasaryan22]_ Thm 4.2; App. F slips fixed: calibrated to the
    scaled sensitivity, two-sided, over-provisioned for dropouts).
-4. Split & Mix of the *noisy* z'^j into r additive shares over Z_q from the cryptographically
-   secure :class:`~shuffledp.encoders.sharing.SecureRandom` (the App. F slip splits z^j).
+4. Split & Mix of the *noisy* z'^j into r additive shares over Z_q (:func:`share`,
+   "Additive sharing" below; the App. F slip splits z^j).
 5. Messages (a, w^b_a) for a in [0, m), b in [0, r): :func:`messages` packs them as
-   ``(a << share_bits) | w``.
+   ``(a << share_bits) | w``; :func:`frame_messages` frames them as a wire batch, encrypted to
+   the analyzer on the deployment path.
 
 The deployment entry point :func:`encode_user` draws everything, the noise included, from the
 cryptographically secure generator and refuses a seed. The research functions
 (:func:`noisy_vectors`, :func:`encode_shares`) take ``rng`` for the noise (None = secure);
 shares always come from the secure generator.
+
+Scale and round
+---------------
+A user's level-i vector y_i (the user's mass in each level-i cell) is non-negative and sums
+to 1. It is scaled by the integer B and rounded to an integer vector z_i ([Ghazi23]_ App. F
+"Scaled & round"):
+
+``"floor"``
+    z_i = floor(B y_i) coordinate-wise, as written in App. F. Entries are >= 0 and
+    B - (support - 1) <= sum z_i <= B: up to one unit of mass per occupied cell is lost.
+``"largest_remainder"``
+    Hamilton's method: floor, then give the B - sum floor(B y_i) missing units to the cells
+    with the largest fractional parts (ties to the lower cell index). Every level sums to
+    exactly B, and |z_ik - B y_ik| < 1 per cell. This is the default.
+
+Sensitivities (exact; the tests check them exhaustively on small grids and show they are
+attained). Both rules give a non-negative z_i with sum z_i <= B, so
+
+- add/remove one user: ||z_i||_1 <= B, attained (e.g. a user at one pixel): Delta_i = B;
+- replace one user (n public, the neighbour notion of the summation protocol behind App. F,
+  [BBGN20]_): ||z_i - z'_i||_1 <= ||z_i||_1 + ||z'_i||_1 <= 2B, attained by two
+  users at distinct cells: Delta_i = 2B.
+
+The discrete Laplace noise of level i must therefore use a = exp(-eps_i / Delta_i) (the
+App. F text writes exp(-eps_i), a slip: see docs/errata.md).
+
+Additive sharing
+----------------
+Split & Mix of [Ghazi23]_ App. F (after [BBGN20]_; with the slip fixed: the *noisy* vector
+z' is split): w^1, ..., w^{r-1} i.i.d. uniform on Z_q^m and w^r = z' - w^1 - ... - w^{r-1}
+(mod q). Any r - 1 of the r shares are i.i.d. uniform and independent of z'; all r sum to z'
+mod q.
+
+Randomness: :class:`~shuffledp.randomness.SecureRandom` is a ChaCha20 keystream (RFC 8439
+cipher from ``cryptography``) keyed with 32 bytes from ``os.urandom`` and re-keyed every 2^30
+bytes, the same construction as the kernel's getrandom and OpenBSD's arc4random. Uniform
+integers in [0, q) use Lemire's multiply-shift with rejection ([Lemire19]_): exactly uniform,
+no modulo bias. Never a numpy Generator.
 
 References
 ----------
@@ -25,22 +64,231 @@ References
 .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
    M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
    Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
+   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
+   2019.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.summation import check_rounding, check_scale
 from shuffledp.encoders.noise.polya import polya_difference
-from shuffledp.encoders.rounding import level_entries
-from shuffledp.encoders.sharing import share
 from shuffledp.protocol.crypto import encrypt_records, encrypted_record_bytes
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
-from shuffledp.randomness import RngLike, SecureRandom, noise_source
+from shuffledp.randomness import RngLike, SecureRandom, check_modulus, noise_source
 from shuffledp.users import UserDistributions
 
 
+# --------------------------------------------------------------------------- scale and round
+def sensitivity(B: int, neighbour: str = "replace") -> int:
+    """l1-sensitivity Delta_i of one scaled, rounded level vector (same for both rules).
+
+    ``neighbour`` is a :class:`~shuffledp.accounting.guarantee.Neighbour` or its token:
+    2B for replace-one (n public), B for zero-out and add/remove.
+    """
+
+    return Neighbour.parse(neighbour).level_sensitivity(check_scale(B))
+
+
+def level_entries(
+    users, start: int, B: int, rounding: str = "largest_remainder"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sparse z^j = round(B y^j) of every user on levels ``start..L``, vectorised.
+
+    y^j_i is user j's mass in each level-i cell; each user's level vector is scaled by B and
+    rounded with ``rounding`` (:func:`scale_round`, one group per user and level).
+
+    Returns
+    -------
+    user, coordinate, value : ndarray of int64
+        One entry per (user, occupied cell) with a non-zero value; ``coordinate`` is the flat
+        index over levels start..L (level-major, row-major within a level, as
+        :func:`shuffledp.pyramid.flatten`). Per user and level the values sum to B (largest
+        remainder) or at most B (floor).
+    """
+    B = check_scale(B)
+    check_rounding(rounding)
+    grid = users.grid
+    L = grid.depth
+    grid._check_level(start)
+    uid = users.user_index()
+    rows = users.pixels // grid.width
+    cols = users.pixels % grid.width
+    n_lev = L - start + 1
+    k = uid.size
+    sizes = np.asarray([grid.level_size(i) for i in range(start, L + 1)], dtype=np.int64)
+    offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    m = int(sizes.sum())
+    lev = np.repeat(np.arange(n_lev, dtype=np.int64), k)
+    shift = (L - (start + lev)).astype(np.int64)
+    ncols = np.asarray([grid.level_shape(i)[1] for i in range(start, L + 1)], dtype=np.int64)
+    r_all = np.tile(rows, n_lev) >> shift
+    c_all = np.tile(cols, n_lev) >> shift
+    coord = offs[lev] + r_all * ncols[lev] + c_all
+    key = np.tile(uid, n_lev).astype(np.int64) * m + coord
+    ukey, inv = np.unique(key, return_inverse=True)
+    mass = np.bincount(inv.ravel(), weights=np.tile(users.weights, n_lev), minlength=ukey.size)
+    u_of = ukey // m
+    c_of = ukey % m
+    level_of = np.searchsorted(offs, c_of, side="right") - 1
+    z = scale_round(mass, B, rounding, groups=u_of * n_lev + level_of)
+    keep = z != 0
+    return u_of[keep], c_of[keep], z[keep]
+
+
+def scale_round(
+    values: np.ndarray,
+    B: int,
+    rounding: str = "largest_remainder",
+    groups: np.ndarray | None = None,
+) -> np.ndarray:
+    """Scale non-negative masses by B and round to int64 ([Ghazi23]_ App. F).
+
+    Parameters
+    ----------
+    values : ndarray, 1D, float
+        Non-negative masses; each group should sum to 1 (one user's level vector).
+    B : int
+        Scaling factor B >= 1.
+    rounding : {"floor", "largest_remainder"}
+    groups : ndarray of int, optional
+        Group label of every entry (e.g. user * n_levels + level); entries of one group must
+        be contiguous and groups in increasing order. With ``largest_remainder`` every group
+        is rounded to sum exactly B. ``None`` means one group.
+
+    Returns
+    -------
+    ndarray of int64, same shape as ``values``.
+    """
+    B = check_scale(B)
+    check_rounding(rounding)
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1:
+        raise ValueError(f"values must be 1D, got shape {v.shape}")
+    if v.size and not (np.all(np.isfinite(v)) and v.min() >= 0):
+        raise ValueError("values must be finite and >= 0")
+    x = v * B
+    # Snap values within 1e-9 of an integer to it, so that the result does not depend on the
+    # order in which floating-point masses were summed (sparse vs dense measurement). Each
+    # snapped entry moves by < 1e-9, so with fewer than 1e9 entries sum(floor) <= B still holds.
+    xr = np.rint(x)
+    x = np.where(np.abs(x - xr) <= 1e-9, xr, x)
+    z = np.floor(x)
+    if rounding == "floor" or v.size == 0:
+        return z.astype(np.int64)
+    frac = x - z
+    zi = z.astype(np.int64)
+    if groups is None:
+        g = np.zeros(v.size, dtype=np.int64)
+    else:
+        g = np.asarray(groups, dtype=np.int64)
+        if g.shape != v.shape:
+            raise ValueError(f"groups must have shape {v.shape}, got {g.shape}")
+        if g.size > 1 and np.any(np.diff(g) < 0):
+            raise ValueError("groups must be non-decreasing (contiguous groups in order)")
+    # group boundaries
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, g.size])
+    gid = np.repeat(np.arange(starts.size), sizes)
+    deficit = B - np.add.reduceat(zi, starts)
+    # The masses of a group sum to 1 up to float error, so 0 <= deficit <= group size.
+    deficit = np.clip(deficit, 0, sizes)
+    # Hamilton: within each group, the `deficit` entries with largest fractional part get +1;
+    # ties go to the lower position (stable order).
+    order = np.lexsort((np.arange(v.size), -frac, gid))
+    rank = np.arange(v.size) - np.repeat(starts, sizes)  # rank within group, in sorted order
+    bump = rank < np.repeat(deficit, sizes)
+    zi[order[bump]] += 1
+    return zi
+
+
+# --------------------------------------------------------------------------- additive sharing
+def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None) -> np.ndarray:
+    """Split integer vector(s) into r additive shares over Z_q ([Ghazi23]_ App. F, Split & Mix).
+
+    Parameters
+    ----------
+    values : ndarray of int, shape (m,) or (n, m)
+        The noisy vector z' (any integers; reduced mod q). 2D input shares every row.
+    q : int
+        Modulus, 2 <= q <= 2^32.
+    r : int
+        Number of shares, r >= 2.
+    source : SecureRandom, optional
+        Cryptographically secure source (a fresh one if omitted).
+
+    Returns
+    -------
+    ndarray of uint32, shape (r, m) or (n, r, m)
+        ``shares[..., b, a]`` is w^{b+1}_a; rows 0..r-2 are uniform, the last completes the sum:
+        sum_b shares[..., b, a] = values[..., a] (mod q).
+    """
+    q = check_modulus(q)
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2:
+        raise ValueError(f"r must be an integer >= 2, got r={r!r}")
+    src = source if source is not None else SecureRandom()
+    v = np.asarray(values)
+    if not np.issubdtype(v.dtype, np.integer):
+        raise TypeError(f"values must be integers, got dtype {v.dtype}")
+    squeeze = v.ndim == 1
+    if v.ndim == 1:
+        v = v[None, :]
+    if v.ndim != 2:
+        raise ValueError(f"values must be 1D or 2D, got shape {v.shape}")
+    n, m = v.shape
+    vm = np.mod(v.astype(np.int64), q).astype(np.uint32)
+    out = np.empty((n, r, m), dtype=np.uint32)
+    need = n * (r - 1) * m
+    t = (1 << 32) % q
+    while True:
+        # slack: expected rejections are need * t / 2^32; 8 standard deviations + 64 more
+        mean_rej = need * t / 2.0**32
+        extra = int(mean_rej + 8.0 * mean_rej**0.5) + 64
+        buf = src.uint32(need + extra)
+        if _share_kernel(vm, np.uint64(q), np.uint64(t), buf, out) >= 0:
+            break
+    return out[0] if squeeze else out
+
+
+@numba.njit(cache=True, nogil=True)
+def _share_kernel(vm, q, t, buf, out):  # pragma: no cover - compiled
+    """Fused Lemire draws + last share; returns words consumed, or -1 if ``buf`` ran out."""
+    n, r, m = out.shape
+    pos = 0
+    nb = buf.size
+    mask = np.uint64(0xFFFFFFFF)
+    for u in range(n):
+        for a in range(m):
+            acc = np.uint64(0)
+            for b in range(r - 1):
+                while True:
+                    if pos >= nb:
+                        return -1
+                    p = np.uint64(buf[pos]) * q
+                    pos += 1
+                    if (p & mask) >= t:
+                        break
+                w = p >> np.uint64(32)
+                out[u, b, a] = w
+                acc += w
+            out[u, r - 1, a] = (np.uint64(vm[u, a]) + q - acc % q) % q
+    return pos
+
+
+def reconstruct_shares(shares: np.ndarray, q: int) -> np.ndarray:
+    """sum_b shares[..., b, :] mod q as int64 (exact integer arithmetic)."""
+    q = check_modulus(q)
+    s = np.asarray(shares)
+    return (s.sum(axis=-2, dtype=np.uint64) % np.uint64(q)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- the device
 def _check(params: ProtocolParams) -> None:
     if not isinstance(params, ProtocolParams):
         raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")

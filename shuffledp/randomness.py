@@ -19,8 +19,8 @@ Every integer noise sampler of the toolkit
 :func:`shuffledp.encoders.noise.polya.polya_difference`) is a deterministic function of a stream of
 i.i.d. uniform 64-bit words. Where the words come from decides what the output is good for:
 
-* :class:`~shuffledp.encoders.sharing.SecureRandom` (ChaCha20 keyed from ``os.urandom``): the
-  deployment path (device encoders, central releases made without a seed). No seed exists.
+* :class:`SecureRandom` (ChaCha20 keyed from ``os.urandom``): the deployment path (device
+  encoders, central releases made without a seed). No seed exists.
 * a numpy ``Generator`` (``rng`` seed): reproducible research runs. A release made this way is
   *not* private against anyone who knows or can guess the seed, and reports say so.
 

@@ -9,8 +9,13 @@ from shuffle_helpers import params_for, random_users
 
 from shuffledp import Grid, UserDistributions
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator
-from shuffledp.encoders.encoder import encode_shares, encode_user, messages, noisy_vectors
-from shuffledp.encoders.rounding import scale_round
+from shuffledp.encoders.encoder import (
+    encode_shares,
+    encode_user,
+    messages,
+    noisy_vectors,
+    scale_round,
+)
 from shuffledp.pyramid import flatten, level_counts
 
 

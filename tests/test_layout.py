@@ -60,6 +60,7 @@ COMPAT = frozenset({
     "shuffledp.packed_round", "shuffledp.shuffler", "shuffledp.analyzer_io",
     "shuffledp.backend", "shuffledp.release",
     "shuffledp.encoders.words", "shuffledp.encoders.polya", "shuffledp.encoders.gaussian",
+    "shuffledp.encoders.rounding", "shuffledp.encoders.sharing",
     "shuffledp.encoders.metric_spaces", "shuffledp.encoders.metric_mechanisms",
     "shuffledp.analyzers.central", "shuffledp.analyzers.modular",
     "shuffledp.analyzers.reconstruct", "shuffledp.analyzers.baselines",

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shuffledp.encoders.rounding import scale_round, sensitivity
+from shuffledp.encoders.encoder import scale_round, sensitivity
 
 
 def _compositions(total: int, parts: int):

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from shuffledp.encoders.sharing import reconstruct_shares, share
+from shuffledp.encoders.encoder import reconstruct_shares, share
 from shuffledp.randomness import SecureRandom
 
 # Statistical tests use SecureRandom.for_testing(seed): a fixed ChaCha20 key, so each test is

@@ -187,8 +187,7 @@ def test_shares_split_the_noisy_vector_not_the_rounded_one():
     .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
        N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
     """
-    from shuffledp.encoders.encoder import noisy_vectors
-    from shuffledp.encoders.sharing import reconstruct_shares
+    from shuffledp.encoders.encoder import noisy_vectors, reconstruct_shares
 
     grid = Grid(8, 8)
     p = params_for(grid, n=3, B=64)

@@ -45,8 +45,8 @@ from shuffledp.accounting.events import DiscreteLaplace, PolyaSum
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.encoders.encoder import level_entries
 from shuffledp.encoders.noise.laplace import discrete_laplace_for, dl_rational
-from shuffledp.encoders.rounding import level_entries
 from shuffledp.grid import Grid
 from shuffledp.pyramid import n_coordinates, unflatten
 from shuffledp.randomness import SEEDED_NOTE, RngLike, is_seeded

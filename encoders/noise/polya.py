@@ -33,7 +33,7 @@ The total variation between the sampled law and Polya(s, a) is then at most
 No floating-point Gamma/Poisson draw is involved, so the same words give the same integers on
 every platform.
 
-Randomness: every sampler takes ``rng``: a :class:`~shuffledp.encoders.sharing.SecureRandom`
+Randomness: every sampler takes ``rng``: a :class:`~shuffledp.randomness.SecureRandom`
 or ``None`` (the cryptographically secure generator: deployment), or a seed / numpy Generator
 (reproducible research runs only).
 

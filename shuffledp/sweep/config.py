@@ -69,7 +69,7 @@ class SweepConfig:
         floor(dropout n) users, drawn at random, never send their batch; the metrics compare
         with the aggregate of all n users (dropping users is part of the error).
     rounding : {"largest_remainder", "floor"}
-        Shuffle model: the scale-and-round rule (:mod:`shuffledp.encoders.rounding`).
+        Shuffle model: the scale-and-round rule (:func:`shuffledp.encoders.encoder.scale_round`).
         ``"floor"`` is [Ghazi23]_ App. F's, whose rounding error shrinks as B grows (the trend
         of Fig. 13); ``"largest_remainder"`` keeps each level summing to exactly B.
     emd : bool
