@@ -3,7 +3,7 @@
 Every case builds the honest batches of 4 users (2x2 grid, n = 4, declared dropout 0.5 so a
 release needs >= 2 users), mutates either one user's batch on its way to the shuffler or
 the mixed batch on its way to the analyzer, runs :class:`shuffledp.protocol.shuffler.Shuffler` and
-:func:`shuffledp.protocol.analyzer_input.accumulate_mixed` with the count check of
+:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed` with the count check of
 :meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`, and classifies:
 
 - ``rejected``: the analyzer refused (WireError / ReleaseRefused), nothing released;
@@ -44,8 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from shuffledp import Grid
-from shuffledp.analyzers.heatmap.modular import ReleaseRefused, check_participation
-from shuffledp.protocol.analyzer_input import accumulate_mixed
+from shuffledp.analyzers.heatmap.modular import (
+    ReleaseRefused,
+    accumulate_mixed,
+    check_participation,
+)
 from shuffledp.protocol.crypto import (
     encrypt_records,
     encrypted_record_bytes,

@@ -10,9 +10,9 @@
    are the same. The mixed batch is ~12.5 GB and the bucket files take as much in
    ``--workdir`` while it runs.
 2. Analyzer: real encrypted messages, decrypted by
-   :func:`shuffledp.protocol.analyzer_input.accumulate_mixed` with 1 and 2 worker processes, against
-   the pre-change single-thread loop (``decrypt_records`` of commit c15f5af, HKDF objects
-   per message) when git can show it. Wall-clock figures depend on the machine being idle.
+   :func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed` with 1 and 2 worker processes,
+   against the pre-change single-thread loop (``decrypt_records`` of commit c15f5af, HKDF
+   objects per message) when git can show it. Wall-clock figures depend on the machine being idle.
 
 Run: ``python bench/shuffler_memory.py [--users 2000] [--messages 120000] [--skip-shuffler]``
 """
@@ -84,7 +84,7 @@ def _old_module():
 
 def analyzer(messages: int) -> None:
     from shuffledp import Grid
-    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed
     from shuffledp.protocol.crypto import (
         encrypt_records,
         encrypted_record_bytes,

@@ -49,7 +49,7 @@ _LAZY = {
     "shuffle_ldp": "shuffledp.accounting",
     "summation_parameters": "shuffledp.accounting",
     "Neighbour": "shuffledp.accounting.guarantee",
-    "release_mixed": "shuffledp.protocol.analyzer_input",
+    "release_mixed": "shuffledp.analyzers.heatmap.modular",
     "central_heatmap": "shuffledp.analyzers.heatmap.central",
     "freq_est_local": "shuffledp.analyzers.metric.freq",
     "priv_emd_itemwise": "shuffledp.analyzers.metric.itemwise",

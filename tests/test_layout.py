@@ -58,6 +58,8 @@ ALLOWED = {
 COMPAT = frozenset({
     "shuffledp.crypto", "shuffledp.protocol_params", "shuffledp.wire",
     "shuffledp.packed_round", "shuffledp.shuffler", "shuffledp.analyzer_io",
+    # the analyzer's input loop of the first 0.2 layout, now in analyzers.heatmap.modular
+    "shuffledp.protocol.analyzer_input",
     "shuffledp.backend", "shuffledp.release",
     "shuffledp.encoders.words", "shuffledp.encoders.polya", "shuffledp.encoders.gaussian",
     "shuffledp.encoders.rounding", "shuffledp.encoders.sharing",

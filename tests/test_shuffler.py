@@ -266,7 +266,7 @@ def _spliced(p, batches):
 
 
 def _sums(p, key, order):
-    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed
 
     s = Shuffler(p, encrypted=True)
     for k, b in enumerate(order):
@@ -332,8 +332,7 @@ def test_duplicate_ephemeral_key_within_a_batch_is_rejected(enc_setup):
 def test_record_from_another_run_fails_authentication(enc_setup):
     # regression: two runs with the same numbers had the same digest, so a ciphertext of one
     # run decrypted fine in the other
-    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
-    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused, release_mixed
 
     p, key, batches = enc_setup
     other = params_for(Grid(3, 2), n=4, B=2, dropout=0.5)
@@ -356,7 +355,7 @@ def test_record_from_another_run_fails_authentication(enc_setup):
 
 
 def test_mixed_batch_counts_are_authenticated(enc_setup):
-    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed
     from shuffledp.protocol.crypto import generate_mac_key
     from shuffledp.protocol.wire import WireError
 
@@ -497,7 +496,7 @@ def test_hybrid_post_quantum_kem_round_trip(setup):
 
 
 def test_parallel_decryption_gives_the_same_exact_sums(enc_setup):
-    from shuffledp.protocol.analyzer_input import accumulate_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed
 
     p, key, batches = enc_setup
     s = Shuffler(p, encrypted=True)
@@ -561,7 +560,7 @@ def test_reordered_copy_under_another_sender_cannot_veto_the_release(enc_no_head
     # another id, made the shuffler drop both as duplicate_record, and the analyzer (noise
     # planned for all n users) then refused the whole round. Now the copy is a replay
     # whichever comes first, never takes one of the n places, and the release is exact.
-    from shuffledp.protocol.analyzer_input import accumulate_mixed, release_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed, release_mixed
 
     p, key, batches = enc_no_headroom
     copy = _reordered(p, batches[0])
@@ -590,7 +589,7 @@ def test_partial_copy_after_the_original_cannot_knock_it_out(enc_no_headroom):
     # issue 18, item 1: one record of an honest batch copied into an attacker's otherwise
     # valid batch, submitted later: the attacker's batch goes, the honest one stays, and the
     # honest users' release is exact (the old rule removed both and the round was refused)
-    from shuffledp.protocol.analyzer_input import accumulate_mixed, release_mixed
+    from shuffledp.analyzers.heatmap.modular import accumulate_mixed, release_mixed
 
     p, key, batches = enc_no_headroom
     forged = _spliced(p, [batches[3], batches[0]])  # batch 3 with one record of batch 0
@@ -657,7 +656,7 @@ def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
 def test_default_dropout_leaves_headroom_so_one_lost_user_does_not_sink_the_round():
     # issue 18, item 1: the default declared dropout was 0, so a single user lost or removed
     # by the shuffler made the analyzer refuse the round (noise planned for all n users)
-    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.analyzers.heatmap.modular import release_mixed
     from shuffledp.protocol.params import DEFAULT_DROPOUT
 
     grid = Grid(3, 2)

@@ -19,7 +19,7 @@ without ``--force``. ``encode --analyzer-pub`` encrypts every message to the ana
 ``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
 :mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
 (``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
-counts (:mod:`shuffledp.protocol.analyzer_input`, the toolkit's one decrypt-then-count loop) and
+counts (:mod:`shuffledp.analyzers.heatmap.modular`, the toolkit's one decrypt-then-count loop) and
 writes
 ``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
 figures, the shuffler's report, whether the mixed batch was authenticated).
@@ -745,8 +745,7 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     Refuses to release (exit 1) a batch that is malformed, of another run, altered after
     the shuffler (tag), holds a message that does not decrypt, or misses messages.
     """
-    from shuffledp.analyzers.heatmap.modular import ReleaseRefused
-    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.analyzers.heatmap.modular import ReleaseRefused, release_mixed
     from shuffledp.protocol.wire import WireError, read_header
 
     if key_path is not None and plaintext_simulation:

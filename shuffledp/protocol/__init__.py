@@ -9,7 +9,6 @@ Contract (every party, imported by encoders and analyzers as well):
 Roles (import the layers below them, never imported by them):
 
 - :mod:`~shuffledp.protocol.shuffler` -- the streaming shuffler;
-- :mod:`~shuffledp.protocol.analyzer_input` -- the analyzer's read-verify-decrypt-sum loop;
 - :mod:`~shuffledp.protocol.packed` -- plaintext rounds over the bit-packed wire layouts;
 - :mod:`~shuffledp.protocol.runner` -- the three roles in one process (research runs);
 - :mod:`~shuffledp.protocol.dask_backend` -- the Dask backend;

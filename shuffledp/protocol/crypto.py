@@ -191,7 +191,7 @@ def open_records(
     """Decrypt whole encrypted records: (coordinates, shares, n_failed), the core loop.
 
     Picklable arguments only, so process pools can run it on chunks
-    (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`).
+    (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
     """
     open_ = hpke_suite(kem).decrypt
     info = INFO_LABEL + ad_prefix

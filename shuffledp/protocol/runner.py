@@ -11,7 +11,7 @@ point and dispatches to one function per path, each taking the derived
 - :func:`dask_heatmap` (``backend="dask"``): the simulation path on a Dask cluster;
 - :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
   :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
-  analyzer streams the mixed batch (:func:`shuffledp.protocol.analyzer_input.accumulate_mixed`).
+  analyzer streams the mixed batch (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
   Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
   integrity;
 - :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted
@@ -40,10 +40,9 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.analyzers.heatmap.modular import ModularAccumulator, analyze
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
-from shuffledp.protocol.analyzer_input import accumulate_mixed
 from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
@@ -226,7 +225,7 @@ def wire_heatmap(
 
     ``layout="v2"`` streams byte-aligned records through the
     :class:`~shuffledp.protocol.shuffler.Shuffler` and
-    :func:`~shuffledp.protocol.analyzer_input.accumulate_mixed`; ``"packed"`` and
+    :func:`~shuffledp.analyzers.heatmap.modular.accumulate_mixed`; ``"packed"`` and
     ``"coordinate-major"`` run the bit-packed rounds of :mod:`shuffledp.protocol.packed` in
     memory. A simulation aid only: the shuffler sees every share and user batches carry no
     integrity. ``protocol["bytes_per_user"]`` is the length of the batch actually written.

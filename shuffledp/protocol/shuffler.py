@@ -103,7 +103,7 @@ Deployment path: every message is encrypted to the analyzer's X25519 public key
 HKDF-SHA256) ([RFC5869]_), ChaCha20-Poly1305; a fresh ephemeral key ``enc`` per message).
 Two ciphertexts of one user share nothing but the coordinate field (which every user fills
 the same way), so the shuffler and the analyzer cannot link them. The analyzer side is
-:mod:`shuffledp.protocol.analyzer_input`.
+:mod:`shuffledp.analyzers.heatmap.modular`.
 
 References
 ----------

@@ -103,7 +103,7 @@ def _is_problem(r, status, reason):
 
 
 def test_round_survives_a_kill_and_releases(run_dir, tmp_path):
-    from shuffledp.protocol.analyzer_input import release_mixed
+    from shuffledp.analyzers.heatmap.modular import release_mixed
     from shuffledp.protocol.crypto import as_private_key
 
     d, data = run_dir, tmp_path / "svc"
