@@ -156,21 +156,9 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
 
     t_start = time.perf_counter()
     progress = _Progress(quiet)
-    if model == "shuffle" and neighbour == "add_remove":
-        raise click.BadParameter(
-            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
-            param_hint="--neighbour")
-    if (backend == "dask" or scheduler) and model != "shuffle" or scheduler and backend != "dask":
-        raise click.UsageError(f"--backend {backend} --scheduler {scheduler!r}: the dask "
-                               "backend (and --scheduler) need --model shuffle --backend dask")
+    _check_model_options(model, neighbour, backend, scheduler)
     box = _check_input_options(input_path, fmt, bbox, n)
-    ledger = None
-    if budget_ledger is not None:
-        from shuffledp.accounting.ledger import BudgetLedger
-
-        ledger = as_usage_error(BudgetLedger.open, budget_ledger, budget_epsilon, budget_delta)
-    elif budget_epsilon is not None or budget_delta is not None:
-        raise click.UsageError("--budget-epsilon/--budget-delta need --budget-ledger FILE")
+    ledger = _open_ledger(budget_ledger, budget_epsilon, budget_delta)
     n = SYNTHETIC_USERS if n is None else n
     n_points = _count_points(input_path, n)
     what = (f"--n {n} ({n_points:,} points)" if input_path is None
@@ -203,20 +191,9 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
         ours = ours.smoothed()
     seconds_ours = time.perf_counter() - t_ours
     if ledger is not None:  # recorded before anything is written; refused: nothing is
-        _, spent = as_refusal(f"--budget-ledger {budget_ledger}", ledger.append,
-                              ours.guarantee.event or _plain_event(ours.guarantee),
-                              f"heatmap --out {out_dir}")
-        progress(f"budget ledger {budget_ledger}: {spent.releases} releases compose to "
-                 f"epsilon={spent.epsilon:.6g} at delta={spent.delta:g} ({spent.method}; "
-                 f"total {ledger.epsilon:g})")
-
-    from shuffledp.analyzers.heatmap.baselines import laplace_baseline
-
+        _charge_ledger(ledger, budget_ledger, ours, out_dir, progress)
     aggregate = users.aggregate()
-    baselines = {"laplace": laplace_baseline(aggregate, epsilon, rng=rngs[1])}
-    for t, rng in zip(top_percent, rngs[2:]):
-        baselines[f"laplace_top_{t:g}%"] = laplace_baseline(
-            aggregate, epsilon, rng=rng, top_percent=t)
+    baselines = _baselines(aggregate, epsilon, top_percent, rngs[1:])
 
     from shuffledp.analyzers.heatmap.release import normalise
     from shuffledp.analyzers.heatmap.render import gaussian_heatmap
@@ -256,13 +233,65 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
              f"({report['release']})")
     if not quiet and metrics:
-        click.echo(f"{'':24s}{'EMD':>10s}{'KL':>10s}{'CC':>8s}{'SIM':>8s}", err=True)
-        for name, m in metrics.items():
-            e = "-" if m["emd"] is None else f"{m['emd']:.4f}"
-            click.echo(f"{name:24s}{e:>10s}{m['kl']:10.4f}{m['cc']:8.3f}{m['sim']:8.3f}",
-                       err=True)
-        if metric_set == "fast" and len(metrics) > 2:
-            click.echo("(EMD of the top-t% baselines: --metrics full)", err=True)
+        _print_metrics(metrics, metric_set)
+
+
+def _check_model_options(model: str, neighbour: str | None, backend: str,
+                         scheduler: str | None) -> None:
+    """--neighbour add_remove has no shuffle protocol (n must be public); --backend dask and
+    --scheduler belong to --model shuffle."""
+    if model == "shuffle" and neighbour == "add_remove":
+        raise click.BadParameter(
+            "the shuffle protocol needs n public: use replace or zero_out, got add_remove",
+            param_hint="--neighbour")
+    if (backend == "dask" or scheduler) and model != "shuffle" or scheduler and backend != "dask":
+        raise click.UsageError(f"--backend {backend} --scheduler {scheduler!r}: the dask "
+                               "backend (and --scheduler) need --model shuffle --backend dask")
+
+
+def _open_ledger(path: str | None, epsilon: float | None, delta: float | None) -> Any:
+    """The --budget-ledger to charge (created with --budget-epsilon/--budget-delta), or None."""
+    if path is not None:
+        from shuffledp.accounting.ledger import BudgetLedger
+
+        return as_usage_error(BudgetLedger.open, path, epsilon, delta)
+    if epsilon is not None or delta is not None:
+        raise click.UsageError("--budget-epsilon/--budget-delta need --budget-ledger FILE")
+    return None
+
+
+def _charge_ledger(ledger: Any, path: str, ours: Any, out_dir: str, progress: Any) -> None:
+    """Record the release in the ledger, refused (exit 1) if the budget would be exceeded."""
+    _, spent = as_refusal(f"--budget-ledger {path}", ledger.append,
+                          ours.guarantee.event or _plain_event(ours.guarantee),
+                          f"heatmap --out {out_dir}")
+    progress(f"budget ledger {path}: {spent.releases} releases compose to "
+             f"epsilon={spent.epsilon:.6g} at delta={spent.delta:g} ({spent.method}; "
+             f"total {ledger.epsilon:g})")
+
+
+def _baselines(aggregate: np.ndarray, epsilon: float, top_percent: Any,
+               rngs: list) -> dict[str, Any]:
+    """The Laplace baseline and its top-t% thresholdings (Ghazi et al. Sec. 4), one noise
+    stream each."""
+    from shuffledp.analyzers.heatmap.baselines import laplace_baseline
+
+    baselines = {"laplace": laplace_baseline(aggregate, epsilon, rng=rngs[0])}
+    for t, rng in zip(top_percent, rngs[1:]):
+        baselines[f"laplace_top_{t:g}%"] = laplace_baseline(
+            aggregate, epsilon, rng=rng, top_percent=t)
+    return baselines
+
+
+def _print_metrics(metrics: dict[str, Any], metric_set: str) -> None:
+    """The metrics table on stderr."""
+    click.echo(f"{'':24s}{'EMD':>10s}{'KL':>10s}{'CC':>8s}{'SIM':>8s}", err=True)
+    for name, m in metrics.items():
+        e = "-" if m["emd"] is None else f"{m['emd']:.4f}"
+        click.echo(f"{name:24s}{e:>10s}{m['kl']:10.4f}{m['cc']:8.3f}{m['sim']:8.3f}",
+                   err=True)
+    if metric_set == "fast" and len(metrics) > 2:
+        click.echo("(EMD of the top-t% baselines: --metrics full)", err=True)
 
 
 def _heatmap_metrics(metric_set: str, grid: Any, sigma: float, h_truth: np.ndarray,
