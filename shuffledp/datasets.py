@@ -369,56 +369,13 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
     ws: list[float] = []
     with _open_text(p, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
-        header = None
+        header = _csv_header(reader, p)
+        cols = (*(header.index(h) for h in _CSV_REQUIRED),
+                header.index("weight") if "weight" in header else None)
         for row in reader:
-            if row and any(cell.strip() for cell in row):
-                header = [cell.strip().lower() for cell in row]
-                break
-        if header is None:
-            raise ValueError(f"{p}: empty file; expected a header user_id,x,y[,weight]")
-        unknown = [h for h in header if h not in _CSV_REQUIRED + _CSV_OPTIONAL]
-        if unknown:
-            raise ValueError(
-                f"{p}: unknown column(s) {', '.join(map(repr, unknown))}; "
-                "allowed: user_id, x, y, weight"
-            )
-        dup = sorted({h for h in header if header.count(h) > 1})
-        if dup:
-            raise ValueError(f"{p}: duplicate column(s) {', '.join(map(repr, dup))}")
-        missing = [h for h in _CSV_REQUIRED if h not in header]
-        if missing:
-            raise ValueError(f"{p}: missing column(s) {', '.join(map(repr, missing))}")
-        iu, ix, iy = (header.index(h) for h in _CSV_REQUIRED)
-        iw = header.index("weight") if "weight" in header else None
-        ncol = len(header)
-        for row in reader:
-            line = reader.line_num
             if not row or not any(cell.strip() for cell in row):
                 continue
-            if len(row) != ncol:
-                raise ValueError(
-                    f"{p}, line {line}: expected {ncol} fields ({','.join(header)}), "
-                    f"got {len(row)}: {','.join(row)!r}"
-                )
-            uid = row[iu].strip()
-            if not uid:
-                raise ValueError(f"{p}, line {line}: empty user_id")
-            x = _parse_float(row[ix], "x", line, p)
-            y = _parse_float(row[iy], "y", line, p)
-            for name, v, raw in (("x", x, row[ix]), ("y", y, row[iy])):
-                if not (0.0 <= v < 1.0):
-                    raise ValueError(
-                        f"{p}, line {line}: {name} must be in [0, 1) (and not NaN), "
-                        f"got {name}={raw.strip()!r}"
-                    )
-            w = 1.0
-            if iw is not None:
-                w = _parse_float(row[iw], "weight", line, p)
-                if not (math.isfinite(w) and w >= 0):
-                    raise ValueError(
-                        f"{p}, line {line}: weight must be finite and >= 0, "
-                        f"got weight={row[iw].strip()!r}"
-                    )
+            uid, x, y, w = _csv_record(row, reader.line_num, header, cols, p)
             users.append(uid)
             xs.append(x)
             ys.append(y)
@@ -432,6 +389,64 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
         weight=np.array(ws),
         info={"source": "csv", "path": p, "n_records": len(users)},
     )
+
+
+def _csv_header(reader: Any, p: str) -> list[str]:
+    """The first non-blank row, lower-cased: user_id, x, y and optionally weight, each once."""
+    header = None
+    for row in reader:
+        if row and any(cell.strip() for cell in row):
+            header = [cell.strip().lower() for cell in row]
+            break
+    if header is None:
+        raise ValueError(f"{p}: empty file; expected a header user_id,x,y[,weight]")
+    unknown = [h for h in header if h not in _CSV_REQUIRED + _CSV_OPTIONAL]
+    if unknown:
+        raise ValueError(
+            f"{p}: unknown column(s) {', '.join(map(repr, unknown))}; "
+            "allowed: user_id, x, y, weight"
+        )
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise ValueError(f"{p}: duplicate column(s) {', '.join(map(repr, dup))}")
+    missing = [h for h in _CSV_REQUIRED if h not in header]
+    if missing:
+        raise ValueError(f"{p}: missing column(s) {', '.join(map(repr, missing))}")
+    return header
+
+
+def _csv_record(row: list[str], line: int, header: list[str], cols: tuple,
+                p: str) -> tuple[str, float, float, float]:
+    """(user_id, x, y, weight) of one non-blank row, checked; errors name the line.
+
+    ``cols`` holds the indices of user_id, x, y and weight (None when absent) in ``header``.
+    """
+    iu, ix, iy, iw = cols
+    if len(row) != len(header):
+        raise ValueError(
+            f"{p}, line {line}: expected {len(header)} fields ({','.join(header)}), "
+            f"got {len(row)}: {','.join(row)!r}"
+        )
+    uid = row[iu].strip()
+    if not uid:
+        raise ValueError(f"{p}, line {line}: empty user_id")
+    x = _parse_float(row[ix], "x", line, p)
+    y = _parse_float(row[iy], "y", line, p)
+    for name, val, raw in (("x", x, row[ix]), ("y", y, row[iy])):
+        if not (0.0 <= val < 1.0):
+            raise ValueError(
+                f"{p}, line {line}: {name} must be in [0, 1) (and not NaN), "
+                f"got {name}={raw.strip()!r}"
+            )
+    w = 1.0
+    if iw is not None:
+        w = _parse_float(row[iw], "weight", line, p)
+        if not (math.isfinite(w) and w >= 0):
+            raise ValueError(
+                f"{p}, line {line}: weight must be finite and >= 0, "
+                f"got weight={row[iw].strip()!r}"
+            )
+    return uid, x, y, w
 
 
 # --------------------------------------------------------------------------- SNAP check-ins
@@ -515,36 +530,14 @@ def load_snap(
             if not text.strip():
                 continue
             n_lines += 1
-            fields = text.split("\t")
-            if len(fields) != 5:
-                raise ValueError(
-                    f"{p}, line {line_no}: expected 5 tab-separated fields "
-                    "(user, time, latitude, longitude, location_id), "
-                    f"got {len(fields)}: {text[:80]!r}"
-                )
-            uid, when, lat_s, lon_s, _loc = fields
-            if not uid.strip():
-                raise ValueError(f"{p}, line {line_no}: empty user field")
-            try:
-                lat = float(lat_s)
-                lon = float(lon_s)
-            except ValueError:
-                raise ValueError(
-                    f"{p}, line {line_no}: latitude/longitude must be numbers, "
-                    f"got latitude={lat_s!r}, longitude={lon_s!r}"
-                ) from None
-            if not (math.isfinite(lat) and math.isfinite(lon)):
-                raise ValueError(
-                    f"{p}, line {line_no}: latitude/longitude must be finite, "
-                    f"got latitude={lat_s!r}, longitude={lon_s!r}"
-                )
+            uid, when, lat, lon = _snap_record(text, line_no, p)
             if (since is not None and when < since) or (until is not None and when >= until):
                 out_time += 1
                 continue
             if not (lat_min <= lat < lat_max and lon_min <= lon < lon_max):
                 outside += 1
                 continue
-            users.append(uid.strip())
+            users.append(uid)
             lats.append(lat)
             lons.append(lon)
     if not users:
@@ -576,3 +569,32 @@ def load_snap(
             "until": until,
         },
     )
+
+
+def _snap_record(text: str, line_no: int, p: str) -> tuple[str, str, float, float]:
+    """(user, time, latitude, longitude) of one non-blank SNAP line, checked; errors name
+    the line."""
+    fields = text.split("\t")
+    if len(fields) != 5:
+        raise ValueError(
+            f"{p}, line {line_no}: expected 5 tab-separated fields "
+            "(user, time, latitude, longitude, location_id), "
+            f"got {len(fields)}: {text[:80]!r}"
+        )
+    uid, when, lat_s, lon_s, _loc = fields
+    if not uid.strip():
+        raise ValueError(f"{p}, line {line_no}: empty user field")
+    try:
+        lat = float(lat_s)
+        lon = float(lon_s)
+    except ValueError:
+        raise ValueError(
+            f"{p}, line {line_no}: latitude/longitude must be numbers, "
+            f"got latitude={lat_s!r}, longitude={lon_s!r}"
+        ) from None
+    if not (math.isfinite(lat) and math.isfinite(lon)):
+        raise ValueError(
+            f"{p}, line {line_no}: latitude/longitude must be finite, "
+            f"got latitude={lat_s!r}, longitude={lon_s!r}"
+        )
+    return uid.strip(), when, lat, lon
