@@ -239,12 +239,7 @@ def render_png(
         raise ValueError(f"min_size must be an integer >= 1, got min_size={min_size!r}")
     if origin not in ("upper", "lower"):
         raise ValueError(f"origin must be 'upper' or 'lower', got origin={origin!r}")
-    items: list[tuple[str, np.ndarray]] = []
-    for i, panel in enumerate(panels):
-        if not (isinstance(panel, (tuple, list)) and len(panel) == 2):
-            raise ValueError(f"panels[{i}] must be a (title, array) pair, got {panel!r:.80}")
-        title, arr = panel
-        items.append((str(title), _iv_map(f"panels[{i}]", arr)))
+    items = _iv_panels(panels)
     global_max = max(float(a.max()) for _, a in items)
 
     if caption is None:
@@ -255,17 +250,9 @@ def render_png(
         lines = [str(x) for x in caption]
     font = _font(12)
     pad, title_h, line_h = 8, 18, 16
-    images = []
-    for title, arr in items:
-        top = global_max if shared_scale else float(arr.max())
-        v = arr / top if top > 0 else np.zeros_like(arr)
-        if origin == "lower":
-            v = v[::-1]
-        rgb = COLORMAP[np.clip((v * 255).round(), 0, 255).astype(np.intp)]
-        img = Image.fromarray(np.ascontiguousarray(rgb))
-        factor = max(1, -(-int(min_size) // max(arr.shape)))
-        img = img.resize((arr.shape[1] * factor, arr.shape[0] * factor), Image.Resampling.NEAREST)
-        images.append((title, img))
+    images = [(title, _panel_image(arr, global_max if shared_scale else float(arr.max()),
+                                   origin, int(min_size)))
+              for title, arr in items]
     panel_h = max(img.height for _, img in images)
     bar_w, bar_label_w = 14, 110
     width = pad + sum(img.width + pad for _, img in images)
@@ -284,19 +271,54 @@ def render_png(
         canvas.paste(img, (x, top_y))
         x += img.width + pad
     if colorbar:
-        ramp = COLORMAP[np.linspace(255, 0, panel_h).round().astype(np.intp)]
-        strip = np.repeat(ramp[:, None, :], bar_w, axis=1)
-        canvas.paste(Image.fromarray(np.ascontiguousarray(strip)), (x, top_y))
-        lx = x + bar_w + 4
-        what = "of the common max" if shared_scale else "of each panel's max"
-        draw.text((lx, top_y), "1.0", fill=(0, 0, 0), font=font)
-        draw.text((lx, top_y + panel_h // 2 - 6), "0.5", fill=(0, 0, 0), font=font)
-        draw.text((lx, top_y + panel_h - 14), "0", fill=(0, 0, 0), font=font)
-        draw.text((lx, top_y + panel_h // 4), "share", fill=(0, 0, 0), font=font)
-        draw.text((lx, top_y + panel_h // 4 + 14), what, fill=(0, 0, 0), font=font)
+        _draw_colorbar(canvas, draw, (x, top_y), bar_w, panel_h, shared_scale, font)
     out = Path(path)
     canvas.save(out, format="PNG")
     return out
+
+
+def _iv_panels(panels: Sequence[Any]) -> list[tuple[str, np.ndarray]]:
+    """(title, checked 2-D array) of every panel; a clear error naming the bad one."""
+    items: list[tuple[str, np.ndarray]] = []
+    for i, panel in enumerate(panels):
+        if not (isinstance(panel, (tuple, list)) and len(panel) == 2):
+            raise ValueError(f"panels[{i}] must be a (title, array) pair, got {panel!r:.80}")
+        title, arr = panel
+        items.append((str(title), _iv_map(f"panels[{i}]", arr)))
+    return items
+
+
+def _panel_image(arr: np.ndarray, top: float, origin: str, min_size: int) -> Any:
+    """One panel: arr / top through :data:`COLORMAP` (row 0 at the bottom with
+    ``origin="lower"``), enlarged by the smallest integer factor reaching ``min_size``."""
+    from PIL import Image
+
+    v = arr / top if top > 0 else np.zeros_like(arr)
+    if origin == "lower":
+        v = v[::-1]
+    rgb = COLORMAP[np.clip((v * 255).round(), 0, 255).astype(np.intp)]
+    img = Image.fromarray(np.ascontiguousarray(rgb))
+    factor = max(1, -(-min_size // max(arr.shape)))
+    return img.resize((arr.shape[1] * factor, arr.shape[0] * factor), Image.Resampling.NEAREST)
+
+
+def _draw_colorbar(canvas: Any, draw: Any, at: tuple[int, int], bar_w: int, panel_h: int,
+                   shared_scale: bool, font: Any) -> None:
+    """The colour ramp at ``at`` (top left), labelled 1.0 / 0.5 / 0 with what they are a
+    share of."""
+    from PIL import Image
+
+    x, top_y = at
+    ramp = COLORMAP[np.linspace(255, 0, panel_h).round().astype(np.intp)]
+    strip = np.repeat(ramp[:, None, :], bar_w, axis=1)
+    canvas.paste(Image.fromarray(np.ascontiguousarray(strip)), (x, top_y))
+    lx = x + bar_w + 4
+    what = "of the common max" if shared_scale else "of each panel's max"
+    draw.text((lx, top_y), "1.0", fill=(0, 0, 0), font=font)
+    draw.text((lx, top_y + panel_h // 2 - 6), "0.5", fill=(0, 0, 0), font=font)
+    draw.text((lx, top_y + panel_h - 14), "0", fill=(0, 0, 0), font=font)
+    draw.text((lx, top_y + panel_h // 4), "share", fill=(0, 0, 0), font=font)
+    draw.text((lx, top_y + panel_h // 4 + 14), what, fill=(0, 0, 0), font=font)
 
 
 def _font(size: int) -> Any:
