@@ -25,6 +25,7 @@ References
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -137,12 +138,7 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     per_query = users_per_query or rows.size
     shards = -(-per_query // shard_size)
     if aggregation == "secagg":
-        pairs = per_query * min(shard_size, per_query)
-        if pairs > 200_000:
-            warn(f"--aggregation secagg with {per_query} users per sub-query in shards of "
-                 f"{min(shard_size, per_query)}: about {pairs:,} pairwise key agreements per "
-                 f"sub-query (roughly {pairs / 7e3:,.0f} s each on 2 cores); for a quick run "
-                 "use --n 1000 --shard-size 100")
+        _warn_secagg_cost(per_query, shard_size, warn)
     with progress_bar(None, f"sub-queries ({shards} shard{'s' if shards > 1 else ''} each)",
                       "shard", False) as bar:
         rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
@@ -156,11 +152,7 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     panels = [("adaptive estimate", rel.estimate), ("final partition", edges)]
     evaluation = {}
     if report_error:
-        if density is not None:  # the paper's truth: the image the users are sampled from
-            truth = density
-        else:
-            truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
-            truth = truth / truth.sum()
+        truth = _truth(rows, cols, side, density)
         flat = flat_histogram(rows, cols, depth, epsilon, shard_size=shard_size,
                               dropout=dropout, aggregation="simulate",
                               rng=None if seed is None else seed + 1)
@@ -183,13 +175,39 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         "seconds": time.perf_counter() - t0, **evaluation,
     }
     write_report(out, report)
+    _summary(report, rel.rounds, side, aggregation, out)
+
+
+def _warn_secagg_cost(per_query: int, shard_size: int, warn: Callable[[str], object]) -> None:
+    """Warn when real secure aggregation would need more than 200,000 key agreements per
+    sub-query (pairwise within a shard)."""
+    pairs = per_query * min(shard_size, per_query)
+    if pairs > 200_000:
+        warn(f"--aggregation secagg with {per_query} users per sub-query in shards of "
+             f"{min(shard_size, per_query)}: about {pairs:,} pairwise key agreements per "
+             f"sub-query (roughly {pairs / 7e3:,.0f} s each on 2 cores); for a quick run "
+             "use --n 1000 --shard-size 100")
+
+
+def _truth(rows: np.ndarray, cols: np.ndarray, side: int,
+           density: np.ndarray | None) -> np.ndarray:
+    """The density the estimate is compared with: the population image the users were sampled
+    from (the paper's truth) or, for --input, the users' own normalised histogram."""
+    if density is not None:
+        return density
+    truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side)
+    return truth / truth.sum()
+
+
+def _summary(report: dict, rounds: list[dict], side: int, aggregation: str, out: Path) -> None:
+    """The one-line summary on stdout."""
     err = (f", mse {report['mse']:.3g} (flat {report['mse_flat_baseline']:.3g})"
-           if report_error else "")
+           if "mse" in report else "")
     agg = {"simulate": "shard noise sums sampled from their exact law (--aggregation secagg "
                        "runs the real protocol)",
            "secagg": "real secure aggregation", "plain": "plain sums"}[aggregation]
-    comm = sum(r["vector_length"] for r in rel.rounds)
-    click.echo(f"{len(rel.rounds)} sub-queries, final vector {report['final_vector_length']} "
+    comm = sum(r["vector_length"] for r in rounds)
+    click.echo(f"{len(rounds)} sub-queries, final vector {report['final_vector_length']} "
                f"of {side * side} cells, communication {comm}"
                f" (sum of vector sizes){err}; {agg}; wrote {out}/estimate.npy, report.json, "
                "tree.png")
