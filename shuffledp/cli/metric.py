@@ -207,15 +207,7 @@ def freq_cmd(input_path, s, t, r, delta, model, alpha0, target_alpha, max_delta_
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hr = rel.baseline
-    if chosen == "gkrr":
-        record = {**rel.to_dict(), "baseline": krr.to_dict()}
-        guarantee = rel.guarantee
-        name = "FreqEstLocal with GKRR"
-    else:
-        record = {"mechanism": "user-level Hadamard response of one sampled item",
-                  **hr.to_dict()}
-        guarantee = hr.guarantee
-        name = "user-level Hadamard response of one sampled item"
+    record, guarantee, name = _chosen_release(chosen, rel, krr)
     _write_json(out / "release.json", record)
     errors = {"gkrr": _errors(s, t, r, rel.estimate, truth),
               "baseline": _errors(s, t, r, krr.estimate, truth)}
@@ -244,6 +236,17 @@ def freq_cmd(input_path, s, t, r, delta, model, alpha0, target_alpha, max_delta_
                f"d_EM error GKRR {e['gkrr']['emd']:.4g}{hr_txt}, k-RR baseline (eps="
                f"{krr.epsilon:.4g}) {e['baseline']['emd']:.4g}; released: {name} "
                f"({choice['rule']}); wrote {out}/release.json and report.json")
+
+
+def _chosen_release(chosen: str, rel: Any, krr: Any) -> tuple[dict, Any, str]:
+    """(release.json record, guarantee, name) of the released mechanism: FreqEstLocal with
+    GKRR (its k-RR baseline alongside) or the user-level Hadamard response."""
+    if chosen == "gkrr":
+        return ({**rel.to_dict(), "baseline": krr.to_dict()}, rel.guarantee,
+                "FreqEstLocal with GKRR")
+    hr = rel.baseline
+    return ({"mechanism": "user-level Hadamard response of one sampled item", **hr.to_dict()},
+            hr.guarantee, "user-level Hadamard response of one sampled item")
 
 
 @metric.command("itemwise")
