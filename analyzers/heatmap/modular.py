@@ -28,6 +28,7 @@ import numpy as np
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.errors import Refused
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.pyramid import unflatten
 
@@ -38,8 +39,12 @@ THEOREM = (
 )
 
 
-class ReleaseRefused(RuntimeError):
-    """The analyzer refuses to release (too many dropouts, missing or rejected messages)."""
+class ReleaseRefused(Refused, RuntimeError):
+    """The analyzer refuses to release (too many dropouts, missing or rejected messages).
+
+    A :class:`shuffledp.Refused` (so a ``ValueError``); still a ``RuntimeError``, its base
+    before 0.2, for callers that catch that.
+    """
 
 
 @numba.njit(cache=True, nogil=True)
