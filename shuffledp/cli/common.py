@@ -216,7 +216,6 @@ class Real(click.ParamType):
 
 GRID = GridType()
 COUNT = Count(1)
-COUNT2 = Count(2)
 SEED = Count(0)
 POSITIVE = Real(0.0)
 NONNEGATIVE = Real(0.0, closed_low=True)

@@ -101,7 +101,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -676,14 +675,3 @@ class BatchWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
-
-
-def read_batch_file(path: str, mac_key: bytes | None = None) -> tuple[Header, np.ndarray]:
-    """Read a whole batch file (header + all records; the tag of a mixed batch verified)."""
-    with open(path, "rb") as f:
-        return decode_batch(f.read(), mac_key)
-
-
-def batch_bytes_io(data: bytes) -> io.BytesIO:
-    """A file-like view of batch bytes (for chunked reading in tests and pipes)."""
-    return io.BytesIO(data)
