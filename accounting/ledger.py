@@ -39,6 +39,7 @@ from shuffledp.accounting.events import (
     event_from_dict,
 )
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.errors import Refused
 from shuffledp.safe_io import read_regular_text, write_atomic
 
 #: largest JSON file read (reports and specs)
@@ -122,7 +123,7 @@ def accountant_from_reports(paths: list[str], discretization: float = DEFAULT_DI
     return acc, notes
 
 
-class BudgetExceeded(ValueError):
+class BudgetExceeded(Refused):
     """A release would take the composition past the ledger's total."""
 
 

@@ -28,6 +28,10 @@ accounting      :func:`summation_parameters`, :func:`shuffle_ldp`, :func:`emd_it
                 :func:`emd_itemwise_alpha0`, :func:`reduction_alpha`, :func:`level_budgets`
 records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
                 :class:`ReleaseRefused`, :class:`WireError`
+refusals        :class:`Refused`: the base of every refusal (:class:`ReleaseRefused`,
+                :class:`FederatedRefused`, ``SecAggRefused``, ``SecAggAborted``,
+                ``BudgetExceeded``); a release or step that cannot be proven safe or
+                correct is refused, not reported
 
 References
 ----------
@@ -56,6 +60,7 @@ _LAZY = {
     "priv_emd_linear": "shuffledp.analyzers.metric.linear",
     "bounded_emd_reduction": "shuffledp.analyzers.metric.reduction",
     "ReleaseRefused": "shuffledp.analyzers.heatmap.modular",
+    "Refused": "shuffledp.errors",
     "AnonHistogram": "shuffledp.analyzers.privhist",
     "privhist": "shuffledp.analyzers.privhist",
     "generate_analyzer_key": "shuffledp.protocol.crypto",
@@ -99,6 +104,7 @@ __all__ = [
     "HeatmapRelease",
     "Neighbour",
     "ProtocolParams",
+    "Refused",
     "ReleaseRefused",
     "Shuffler",
     "UserDistributions",

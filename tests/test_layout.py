@@ -20,7 +20,8 @@ import shuffledp
 #: layers, lowest first; a module belongs to the layer of its longest matching prefix
 LAYERS = {
     "base": ("shuffledp._validation", "shuffledp._compat", "shuffledp.randomness", "shuffledp.grid",
-             "shuffledp.pyramid", "shuffledp.users", "shuffledp.safe_io", "shuffledp.datasets"),
+             "shuffledp.pyramid", "shuffledp.users", "shuffledp.safe_io", "shuffledp.datasets",
+             "shuffledp.errors"),
     "accounting": ("shuffledp.accounting",),
     # what every party agrees on: parameters, bytes on the wire, keys
     "contract": ("shuffledp.protocol.params", "shuffledp.protocol.wire",

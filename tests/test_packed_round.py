@@ -55,7 +55,7 @@ def test_coordinate_major_is_smaller_than_packed_and_v2(setup):
 def test_foreign_or_malformed_batches_are_refused(setup):
     p, sh = setup
     b = frame_user(p, sh[0], "packed")
-    with pytest.raises(WireError, match="not a coordinate-major user batch"):
+    with pytest.raises(WireError, match="wrong_kind: expected the coordinate-major layout"):
         mix(p, [b], "coordinate-major")
     with pytest.raises(WireError, match="header promises"):
         mix(p, [b[:-1]], "packed")

@@ -200,6 +200,30 @@ def test_params_come_from_the_accounting_record():
     assert p.summation.guarantee.model == "shuffle"
 
 
+#: the accounting record's numbers a ProtocolParams reads as its own (issue 22: properties,
+#: no __getattr__ redirect)
+RECORD_NUMBERS = ("n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min",
+                  "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma")
+
+
+def test_params_list_every_number_they_read_from_the_record():
+    import inspect
+
+    p = params_for(Grid(4, 4), n=5, B=4)
+    assert "__getattr__" not in vars(ProtocolParams)
+    members = dict(inspect.getmembers(ProtocolParams))
+    listed = set(dir(p))
+    for name in RECORD_NUMBERS:
+        assert name in listed, name
+        prop = members[name]
+        assert isinstance(prop, property) and prop.__doc__, name
+        assert getattr(p, name) == getattr(p.summation, name), name
+    with pytest.raises(AttributeError, match="no_such_field"):
+        p.no_such_field  # noqa: B018
+    with pytest.raises(AttributeError, match="level_noise_std"):
+        p.level_noise_std  # noqa: B018 - on the record, deliberately not forwarded
+
+
 def test_round_id_is_fresh_bound_into_the_digest_and_kept_by_json():
     import json
 

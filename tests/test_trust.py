@@ -68,7 +68,10 @@ def test_encoder_and_analyzer_recheck_a_tampered_record():
     users = random_users(grid, 4)
     acc = ModularAccumulator(p)
     acc.add_shares(encode_shares(p, users, rng=1))
-    object.__setattr__(p, "r", 2)  # bypass the frozen dataclass, as a hostile edit would
+    # bypass the frozen dataclass, as a hostile edit would, on r's one home (ProtocolParams.r
+    # is a read-only property of the accounting record)
+    object.__setattr__(p.summation, "r", 2)
+    assert p.r == 2
     with pytest.raises(ValueError, match="split-and-mix requirement"):
         encode_user(p, np.array([0]), np.array([1.0]))
     with pytest.raises(ValueError, match="split-and-mix requirement"):

@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass, field
 
 from shuffledp import _validation as v
-from shuffledp.accounting.guarantee import BOUNDED_EMD, Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 MODELS = ("local", "central")
 #: default cap on delta' = delta e^{h}: above it the bound is vacuous (not valid)
@@ -264,7 +264,7 @@ def emd_itemwise(
     if valid:
         g = Guarantee(
             notion="metric_emd", model=model, epsilon=alpha, delta=dout,
-            neighbour=BOUNDED_EMD,
+            neighbour=Neighbour.BOUNDED_EMD,
             theorem="Imola-Roy Chowdhury-Chaudhuri, Metric DP at the user level, Thm 4.4 "
                     "(via Thm 4.3), alpha = sup_w h/w = m alpha0 K/2",
             parameters={"alpha0": alpha0, "m": m, "n": n, "N": N, "delta": delta,

@@ -42,7 +42,7 @@ from scipy.signal import fftconvolve
 from scipy.stats import binom
 
 from shuffledp.accounting.events import ShuffledKRR
-from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.accounting.shuffle_ldp._common import ShuffleBound, _iv_rtol, _iv_shuffle
 
 #: largest n (one FFT per data set m, each on a window of O(sqrt n))
@@ -206,13 +206,13 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
                      f"falling back to the local guarantee ({eps0:.6g}, 0)")
     guarantee = Guarantee(
         notion="approximate", model="shuffle", epsilon=eps_up, delta=delta_out,
-        neighbour=REPLACE_ONE,
+        neighbour=Neighbour.REPLACE_ONE,
         theorem="exact worst case over every data set of shuffled binary randomized response "
                 "(shuffledp.accounting.shuffle_ldp.binary_rr)",
         parameters={"n": n, "eps0": eps0, "k": 2, "method": "binary-rr-exact"},
         # composition: the stronger-clone pair (one pair for every data set), see events
         event=ShuffledKRR(n=n, k=2, eps0=eps0, epsilon=eps_up, delta=delta_out,
-                          neighbour=REPLACE_ONE))
+                          neighbour=Neighbour.REPLACE_ONE))
     return ShuffleBound(
         epsilon=eps_up, delta=delta_out, method="binary-rr-exact", n=n, eps0=eps0,
         epsilon_lower=min(eps_low, eps_up), tolerance=eps_up - min(eps_low, eps_up),

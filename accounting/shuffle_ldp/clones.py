@@ -74,7 +74,7 @@ from typing import Any
 
 from shuffledp import _validation as v
 from shuffledp.accounting.events import ShuffledLDP
-from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 # the closed form, the clone probability and the bound record are defined with the pairs in
 # _common (krr_shuffle and events use them too) and are part of this module's API
@@ -464,10 +464,10 @@ def _guarantee(eps: float, delta: float, n: int, eps0: float, method: str,
     # dominates every shuffled eps0-LDP (alpha0 d_X-DP) randomizer
     return Guarantee(
         notion="approximate", model="shuffle", epsilon=eps, delta=delta,
-        neighbour=REPLACE_ONE, theorem=theorem,
+        neighbour=Neighbour.REPLACE_ONE, theorem=theorem,
         parameters={"n": n, "eps0": eps0, "d": d, "method": method},
         event=ShuffledLDP(n=n, eps0=eps0, d=d, epsilon=eps, delta=delta,
-                          reduction="variation-ratio", neighbour=REPLACE_ONE),
+                          reduction="variation-ratio", neighbour=Neighbour.REPLACE_ONE),
     )
 
 

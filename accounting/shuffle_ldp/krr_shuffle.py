@@ -56,7 +56,7 @@ import math
 
 from shuffledp import _validation as v
 from shuffledp.accounting.events import ShuffledKRR
-from shuffledp.accounting.guarantee import REPLACE_ONE, Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401  (MAX_CELLS: public here)
     MAX_CELLS,
     SELF_CHECK_NOTE,
@@ -159,14 +159,14 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
                      f"for n={n}; falling back to the local guarantee ({eps0:.6g}, 0)")
     guarantee = Guarantee(
         notion="approximate", model="shuffle", epsilon=r.epsilon, delta=r.delta,
-        neighbour=REPLACE_ONE,
+        neighbour=Neighbour.REPLACE_ONE,
         theorem=("exact hockey-stick divergence of the privacy-blanket pair of k-ary "
                  "randomized response (Balle-Bell-Gascon-Nissim 2019, The privacy blanket of "
                  "the shuffle model, Sec. 3; reduction in "
                  "shuffledp.accounting.shuffle_ldp.krr_shuffle)"),
         parameters={"n": n, "eps0": eps0, "k": k, "method": "krr-blanket"},
         event=ShuffledKRR(n=n, k=k, eps0=eps0, epsilon=r.epsilon, delta=r.delta,
-                          neighbour=REPLACE_ONE))
+                          neighbour=Neighbour.REPLACE_ONE))
     return ShuffleBound(
         epsilon=r.epsilon, delta=r.delta, method="krr-blanket", n=n, eps0=eps0,
         epsilon_lower=r.epsilon_lower, tolerance=r.epsilon - r.epsilon_lower,

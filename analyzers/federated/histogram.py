@@ -43,6 +43,7 @@ from shuffledp import _validation as v
 from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.accounting.summation import SAMPLER_TV_MAX
+from shuffledp.errors import Refused
 from shuffledp.randomness import SEEDED_NOTE
 
 THEOREM = ("Bagdasaryan et al., PoPETs 2022, Thm 4.2 (distributed discrete Laplace from "
@@ -50,7 +51,7 @@ THEOREM = ("Bagdasaryan et al., PoPETs 2022, Thm 4.2 (distributed discrete Lapla
            "noise over-provisioned for the planned dropout")
 
 
-class FederatedRefused(ValueError):
+class FederatedRefused(Refused):
     """A shard ended with fewer survivors than its noise was calibrated for."""
 
 

@@ -59,6 +59,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.errors import Refused
 from shuffledp.protocol.crypto import (
     as_private_key,
     associated_data_prefix,
@@ -71,7 +72,7 @@ from shuffledp.protocol.wire import (
     KIND_MIXED,
     KIND_MIXED_ENC,
     Header,
-    WireError,
+    check_header,
     iter_records,
     read_header,
     unpack_records,
@@ -85,8 +86,12 @@ THEOREM = (
 )
 
 
-class ReleaseRefused(RuntimeError):
-    """The analyzer refuses to release (too many dropouts, missing or rejected messages)."""
+class ReleaseRefused(Refused, RuntimeError):
+    """The analyzer refuses to release (too many dropouts, missing or rejected messages).
+
+    A :class:`shuffledp.Refused` (so a ``ValueError``); still a ``RuntimeError``, its base
+    before 0.2, for callers that catch that.
+    """
 
 
 @numba.njit(cache=True, nogil=True)
@@ -372,26 +377,6 @@ def _open_source(source: bytes | str | os.PathLike | BinaryIO):
     raise TypeError(f"source must be bytes, a path or a binary file, got {type(source).__name__}")
 
 
-def _check_header(params: ProtocolParams, h: Header, encrypted: bool) -> None:
-    if h.kind not in (KIND_MIXED, KIND_MIXED_ENC):
-        raise WireError(f"not a mixed batch (kind {h.kind})")
-    if h.digest != params.digest:
-        raise WireError("mixed batch was produced under other protocol parameters or in "
-                        "another run (digest differs)")
-    if (h.kind == KIND_MIXED_ENC) != encrypted:
-        raise WireError(
-            "the mixed batch is encrypted: pass the analyzer's key" if h.kind == KIND_MIXED_ENC
-            else "the mixed batch is plaintext (simulation aid) but an analyzer key was given: "
-                 "the deployment path expects encrypted messages")
-    rb = encrypted_record_bytes(params) if encrypted else params.record_bytes
-    if h.record_bytes != rb:
-        raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
-    if h.n_records != params.messages_per_user * h.n_users:
-        raise WireError(
-            f"header counts disagree: n_records = {h.n_records} but r * m * n_users = "
-            f"{params.messages_per_user} x {h.n_users} = {params.messages_per_user * h.n_users}")
-
-
 def _decrypted_chunks(params, chunks, key: X25519PrivateKey, workers: int):
     """Yield (coords, shares, failed) per chunk, in order, in-process or over a pool."""
     rb, sb, ad = encrypted_record_bytes(params), params.share_bytes, associated_data_prefix(params)
@@ -462,7 +447,7 @@ def accumulate_mixed(
     fh, owned = _open_source(source)
     try:
         h = read_header(fh)
-        _check_header(params, h, encrypted=k is not None)
+        check_header(params, h, KIND_MIXED if k is None else KIND_MIXED_ENC)
         acc = ModularAccumulator(params)
         chunks = iter_records(fh, h, chunk_records, mac_key)
         failed = 0

@@ -44,6 +44,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ from shuffledp.analyzers.metric.user_level import (
     user_level_krr,
 )
 from shuffledp.encoders.metric.mechanisms import GKRR
+from shuffledp.encoders.metric.transport import TreeMetric, transport_cost
 from shuffledp.randomness import (
     RngLike,
     SecureRandom,
@@ -123,8 +125,9 @@ def product_emd(s: int, t: int, r: float, p: Any, q: Any) -> float:
     """Exact d_EM on B x C (discrete inner metric) between p and q of equal total mass.
 
     d_EM(p, q) = (r/2) ||p - q||_1 + ((1 - r)/2) sum_b |P_b - Q_b| (tree metric, see the
-    module docstring); p and q may be signed (an unbiased estimate) but must have the same
-    sum up to 1e-9.
+    module docstring), the tree case of
+    :func:`shuffledp.encoders.metric.transport.transport_cost`; p and q may be signed (an
+    unbiased estimate) but must have the same sum up to 1e-9.
     """
     s, t = v.count("s", s), v.count("t", t)
     r = v.interval("r", r, 0.0, 1.0, open_high=False)
@@ -137,9 +140,17 @@ def product_emd(s: int, t: int, r: float, p: Any, q: Any) -> float:
     if abs(a.sum() - b.sum()) > 1e-9:
         raise ValueError(f"p and q must have the same total mass, got {a.sum()!r} and "
                          f"{b.sum()!r}")
-    diff = a - b
-    return float(0.5 * r * np.abs(diff).sum()
-                 + 0.5 * (1.0 - r) * np.abs(diff.reshape(s, t).sum(axis=1)).sum())
+    return transport_cost(a, b, _product_tree(s, t, r))
+
+
+@functools.lru_cache(maxsize=16)
+def _product_tree(s: int, t: int, r: float) -> TreeMetric:
+    """B x C as a tree: item b t + c at r/2 below cluster node k + b, clusters (1 - r)/2 below
+    the root k + s (k = s t)."""
+    k = s * t
+    parent = np.concatenate([k + np.arange(k) // t, np.full(s, k + s), [-1]])
+    length = np.concatenate([np.full(k, r / 2), np.full(s, (1.0 - r) / 2), [0.0]])
+    return TreeMetric(parent, length, k)
 
 
 def freq_est_local(

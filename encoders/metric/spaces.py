@@ -13,10 +13,10 @@ mechanisms of :mod:`shuffledp.encoders.metric.mechanisms`:
 * :func:`product_space`: B x C of [Imola]_ Sec. 6.2: distance 1 between different clusters b,
   r d_C(c, c') inside a cluster (the paper's case: d_C the discrete metric, so r).
 
-Items are integer indices 0..k-1 into the domain. d_EM is computed exactly: between two
-datasets of the same size by the assignment problem (Lemma 2.1 of [Imola]_, Birkhoff-von
-Neumann: an optimal coupling is a permutation), between two normalised histograms by the
-transport linear programme (HiGHS).
+Items are integer indices 0..k-1 into the domain. d_EM is computed exactly, between two
+normalised histograms and between two datasets, by the package's one transport solver
+(:func:`shuffledp.encoders.metric.transport.transport_cost`, a network simplex on the
+transport problem restricted to the supports).
 
 References
 ----------
@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment, linprog
 
 from shuffledp import _validation as v
+from shuffledp.encoders.metric.transport import transport_cost
 from shuffledp.randomness import RngLike, as_generator
 
 #: tolerance of the metric checks (distances are float64 computations of exact quantities)
@@ -295,9 +295,10 @@ def product_space(s: int, t: int, r: float, inner: MetricSpace | None = None) ->
 def emd_datasets(space: MetricSpace, K, K2) -> float:
     """d_EM between the normalised histograms of two datasets of equal size ([Imola]_ Lemma 2.1).
 
-    By the Birkhoff-von Neumann theorem an optimal coupling of two empirical distributions
-    with m points each is a permutation, so d_EM = min over pi of (1/m) sum_i d(x_i, y_pi(i)),
-    solved exactly by the assignment problem (scipy ``linear_sum_assignment``).
+    d_EM(K~, K2~) is the optimal transport cost between the two normalised histograms
+    (:func:`emd_histograms`). By the Birkhoff-von Neumann theorem an optimal coupling of two
+    empirical distributions with m points each is a permutation, so this also equals
+    min over pi of (1/m) sum_i d(x_i, y_pi(i)) (the assignment problem).
 
     Raises
     ------
@@ -310,9 +311,8 @@ def emd_datasets(space: MetricSpace, K, K2) -> float:
     if a.size != b.size:
         raise ValueError(f"K and K2 must have the same size (bounded d_EM), got |K|={a.size}, "
                          f"|K2|={b.size}; use emd_histograms for datasets of different sizes")
-    cost = space.distances[np.ix_(a, b)]
-    rows, cols = linear_sum_assignment(cost)
-    return float(cost[rows, cols].sum() / a.size)
+    return transport_cost(np.bincount(a, minlength=space.k) / a.size,
+                          np.bincount(b, minlength=space.k) / b.size, space.distances)
 
 
 def histogram(space: MetricSpace, K) -> np.ndarray:
@@ -332,21 +332,11 @@ def _as_distribution(name: str, p, k: int) -> np.ndarray:
 
 
 def emd_histograms(space: MetricSpace, p, q) -> float:
-    """d_EM between two normalised histograms by the transport LP (HiGHS).
+    """d_EM between two normalised histograms: the exact optimal transport cost.
 
-    minimise sum_{x, y} C(x, y) d(x, y) subject to row sums p, column sums q, C >= 0,
-    restricted to the supports of p and q.
+    minimise sum_{x, y} C(x, y) d(x, y) subject to row sums p, column sums q, C >= 0, solved
+    on the supports of p and q by :func:`shuffledp.encoders.metric.transport.transport_cost`.
     """
     p = _as_distribution("p", p, space.k)
     q = _as_distribution("q", q, space.k)
-    sp, sq = np.flatnonzero(p), np.flatnonzero(q)
-    cost = space.distances[np.ix_(sp, sq)]
-    a, b = sp.size, sq.size
-    rows = np.kron(np.eye(a), np.ones((1, b)))
-    cols = np.kron(np.ones((1, a)), np.eye(b))
-    res = linprog(cost.ravel(), A_eq=np.vstack([rows, cols]),
-                  b_eq=np.concatenate([p[sp], q[sq] * (p.sum() / q.sum())]),
-                  bounds=(0, None), method="highs")
-    if res.status != 0:  # pragma: no cover - a transport LP with equal masses is feasible
-        raise RuntimeError(f"transport LP failed: {res.message}")
-    return float(res.fun)
+    return transport_cost(p, q, space.distances)

@@ -260,12 +260,6 @@ def polya_difference(
     return xy[:size] - xy[size:]
 
 
-def polya_difference_tv_bound(shape: float, a: float | np.ndarray) -> float:
-    """Largest per-coordinate total variation of :func:`polya_difference` over the given a."""
-    a_arr = np.unique(_check_a_array(a))
-    return max(2.0 * polya_table(shape, float(x)).tv_bound for x in a_arr.ravel())
-
-
 def _size(size: int) -> int:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ValueError(f"size must be an integer >= 0, got size={size!r}")

@@ -4,7 +4,8 @@ Error path. Every command is a :class:`Command` (every group a :class:`Group`), 
 ``invoke`` runs inside :func:`one_line_errors`. Exit codes of every command: 0 success; 2
 usage error (a bad option value, a missing or contradictory option, a path that is not a
 regular file); 1 refusal (input whose content is invalid, a parameter set that no protocol
-supports or whose size is absurd, a release the analyzer refuses, an existing key). Every
+supports or whose size is absurd, an existing key, and every :class:`shuffledp.Refused`: a
+release the analyzer refuses, a refused secure-aggregation step, an exceeded budget). Every
 error is one line on stderr naming the option or file and the value; no traceback reaches the
 user. Inside a command, :func:`as_usage_error` and :func:`as_refusal` classify a library
 call's ``ValueError`` / ``TypeError`` explicitly.
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 import click
 
 # the report and array writers are shared with the services (shuffledp.serve): base layer
+from shuffledp.errors import Refused
 from shuffledp.safe_io import json_default, write_npy, write_report  # noqa: F401
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,7 +66,8 @@ SIMULATION_BYTES = 600 << 20
 def one_line_errors() -> Iterator[None]:
     """Turn library errors into one-line click errors (exit status 1, no traceback).
 
-    Input errors (ValueError, TypeError, OSError, ...) become ``Error: <message>``; a
+    Input errors (ValueError, TypeError, OSError, ...) and refusals (:class:`shuffledp.Refused`,
+    a ``ValueError``) become ``Error: <message>``; a
     MemoryError says so; any other exception becomes ``Error: unexpected <type>: <message>``
     unless the environment variable ``SHUFFLEDP_TRACEBACK`` is set (then it propagates).
     Click's own exceptions (usage errors, exit 2) pass through unchanged.
@@ -111,9 +114,12 @@ _LIBRARY_ERRORS = (ValueError, TypeError, ArithmeticError)
 
 def as_usage_error(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``; its ValueError/TypeError/ArithmeticError is a usage error
-    (exit 2): an option value outside the domain the library accepts."""
+    (exit 2): an option value outside the domain the library accepts. A
+    :class:`shuffledp.Refused` stays a refusal (exit 1)."""
     try:
         return fn(*args, **kwargs)
+    except Refused as exc:
+        raise click.ClickException(str(exc)) from None
     except _LIBRARY_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -210,7 +216,6 @@ class Real(click.ParamType):
 
 GRID = GridType()
 COUNT = Count(1)
-COUNT2 = Count(2)
 SEED = Count(0)
 POSITIVE = Real(0.0)
 NONNEGATIVE = Real(0.0, closed_low=True)

@@ -632,21 +632,18 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
 
 def _check_mixed_header(p: Any, h: Any, size: int) -> None:
     """The header is a mixed batch of these parameters and this run, no larger than n users
-    can send, whose file length is exactly header + records + 32-byte tag (wire format v2)."""
-    from shuffledp.protocol.crypto import encrypted_record_bytes
-    from shuffledp.protocol.wire import HEADER_SIZE, KIND_MIXED_ENC, TAG_SIZE, WireError
+    can send (:func:`shuffledp.protocol.wire.check_header`, the analyzer's own check), whose
+    file length is exactly header + records + 32-byte tag (wire format v2)."""
+    from shuffledp.protocol.wire import (
+        HEADER_SIZE,
+        KIND_MIXED,
+        KIND_MIXED_ENC,
+        TAG_SIZE,
+        WireError,
+        check_header,
+    )
 
-    if not h.mixed:
-        raise WireError(f"not a mixed batch (kind {h.kind}: a user batch?)")
-    if h.digest != p.digest:
-        raise WireError("mixed batch was produced under other protocol parameters or in another "
-                        "run (another setup's round id)")
-    most = p.n * p.messages_per_user
-    if h.n_records > most:
-        raise WireError(f"{h.n_records} records, more than n r m = {most} possible")
-    rb = encrypted_record_bytes(p) if h.kind == KIND_MIXED_ENC else p.record_bytes
-    if h.record_bytes != rb:
-        raise WireError(f"records of {h.record_bytes} bytes, expected {rb}")
+    check_header(p, h, KIND_MIXED_ENC if h.encrypted else KIND_MIXED)
     if size != h.total_bytes:
         raise WireError(f"{size} bytes, the header promises {HEADER_SIZE} + {h.n_records} x "
                         f"{h.record_bytes} + {TAG_SIZE} (tag) = {h.total_bytes}")

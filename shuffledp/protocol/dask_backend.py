@@ -43,8 +43,6 @@ from shuffledp.protocol.params import ProtocolParams
 from shuffledp.randomness import RngLike, SecureRandom, secure_shuffle
 from shuffledp.users import UserDistributions
 
-BACKENDS = ("local", "dask")
-
 
 def _dask_missing() -> RuntimeError:
     return RuntimeError(

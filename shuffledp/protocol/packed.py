@@ -43,7 +43,7 @@ from shuffledp.protocol.wire import (
     KIND_MIXED_PACKED,
     KIND_USER_PACKED,
     Header,
-    WireError,
+    check_header,
     decode_batch,
     encode_batch,
 )
@@ -86,11 +86,7 @@ def frame_user(params: ProtocolParams, shares: np.ndarray, layout: str) -> bytes
 
 def _read_user(params: ProtocolParams, data: bytes, layout: str) -> np.ndarray:
     h, rec = decode_batch(data)
-    if (h.kind != KIND_USER_PACKED or h.digest != params.digest
-            or h.record_bytes != _bits(params, layout) or h.flags != _flags(layout)
-            or h.n_records != params.messages_per_user):
-        raise WireError(f"not a {layout} user batch of this run (kind {h.kind}, "
-                        f"{h.n_records} records of {h.record_bytes} bits, flags {h.flags})")
+    check_header(params, h, KIND_USER_PACKED, layout_flags=_flags(layout))
     return rec
 
 
@@ -134,12 +130,8 @@ def accumulate(params: ProtocolParams, data: bytes, mac_key: bytes | None = None
     """
 
     h, rec = decode_batch(data, mac_key)
+    check_header(params, h, KIND_MIXED_PACKED)  # either layout, as the header says
     layout = "coordinate-major" if h.coordinate_major else "packed"
-    if (h.kind != KIND_MIXED_PACKED or h.digest != params.digest
-            or h.record_bytes != _bits(params, layout)
-            or h.n_records != h.n_users * params.messages_per_user):
-        raise WireError(f"not a {layout} mixed batch of this run (kind {h.kind}, "
-                        f"{h.n_records} records of {h.record_bytes} bits, {h.n_users} users)")
     acc = ModularAccumulator(params)
     if layout == "coordinate-major":
         coords = np.repeat(np.arange(params.m, dtype=np.int64), h.n_users * params.r)

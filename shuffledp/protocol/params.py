@@ -9,7 +9,7 @@ Polya shape (over-provisioned for dropouts, [Bagdasaryan22]_ Sec. 4). The wire f
 
 Neighbour notion: the summation protocol behind App. F ([BBGN20]_) is private
 under *replacement of one user's input with n public*; the scaled, rounded level vector then
-has l1-sensitivity Delta_i = 2B (see :mod:`shuffledp.encoders.rounding`).
+has l1-sensitivity Delta_i = 2B (see :func:`shuffledp.encoders.encoder.scale_round`).
 
 Message layout: a message (a, w) with coordinate a in [0, m) and share w in [0, q) is one
 unsigned integer ``(a << share_bits) | w`` with ``share_bits = ceil(log2 q)``; it takes
@@ -60,11 +60,6 @@ from shuffledp.protocol.wire import HEADER_SIZE
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
 ROUND_ID_BYTES = 16
-#: numbers a ProtocolParams reads from its accounting record (SummationParameters)
-_DELEGATED = frozenset({
-    "n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min", "q", "r",
-    "decode_low", "wrap_probability", "wrap_target", "gamma",
-})
 
 
 @dataclass(frozen=True)
@@ -80,8 +75,9 @@ class ProtocolParams:
         The accounting record (:func:`shuffledp.accounting.summation.summation_parameters`):
         the one home of n, epsilon, delta, B, rounding, neighbour (REPLACE_ONE or ZERO_OUT),
         dropout, n_min, q, r, decode_low, the per-level budgets and sensitivities, the
-        wrap-around probability and the delta split. They read as attributes of this record
-        (``params.q``, ``params.level_epsilons``...). r must reach the split-and-mix
+        wrap-around probability and the delta split. They read as properties of this record
+        (``params.q``, ``params.level_epsilons``..., listed under "the accounting record's
+        numbers" below; nothing else is forwarded). r must reach the split-and-mix
         requirement (:meth:`check_supported`); q must leave headroom for sums in [0, B n].
     round_id : bytes
         16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
@@ -184,12 +180,76 @@ class ProtocolParams:
     def guarantee_delta_parts(self) -> Mapping[str, Any]:
         return MappingProxyType(dict(self.summation.delta_parts))
 
-    def __getattr__(self, name: str) -> Any:
-        # n, epsilon, delta, B, rounding, neighbour, dropout, n_min, q, r, decode_low,
-        # wrap_probability, gamma, wrap_target: read from the accounting record
-        if name in _DELEGATED:
-            return getattr(object.__getattribute__(self, "summation"), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def n(self) -> int:
+        """Users the protocol is provisioned for (the noise and r are planned for them)."""
+        return self.summation.n
+
+    @property
+    def epsilon(self) -> float:
+        """Target epsilon of the release (the per-level budgets sum to at most this)."""
+        return self.summation.epsilon
+
+    @property
+    def delta(self) -> float:
+        """Target delta of the release (split as :attr:`guarantee_delta_parts`)."""
+        return self.summation.delta
+
+    @property
+    def B(self) -> int:
+        """Scaling factor B: level vectors are multiplied by B and rounded to integers."""
+        return self.summation.B
+
+    @property
+    def rounding(self) -> str:
+        """Rounding rule of the scaled level vectors
+        (:func:`shuffledp.encoders.encoder.scale_round`)."""
+        return self.summation.rounding
+
+    @property
+    def neighbour(self) -> Neighbour:
+        """Neighbour notion of the guarantee (REPLACE_ONE or ZERO_OUT)."""
+        return self.summation.neighbour
+
+    @property
+    def dropout(self) -> float:
+        """Declared dropout fraction: the noise is over-provisioned for it."""
+        return self.summation.dropout
+
+    @property
+    def n_min(self) -> int:
+        """Fewest surviving users for which the guarantee holds; the analyzer refuses fewer."""
+        return self.summation.n_min
+
+    @property
+    def q(self) -> int:
+        """Modulus of the shares (sums are exact mod q)."""
+        return self.summation.q
+
+    @property
+    def r(self) -> int:
+        """Shares per coordinate (split-and-mix, :meth:`check_supported`)."""
+        return self.summation.r
+
+    @property
+    def decode_low(self) -> int:
+        """A sum s mod q decodes to ((s + decode_low) mod q) - decode_low."""
+        return self.summation.decode_low
+
+    @property
+    def wrap_probability(self) -> float:
+        """Achieved union bound on any coordinate's sum leaving the decoding window."""
+        return self.summation.wrap_probability
+
+    @property
+    def wrap_target(self) -> float:
+        """Requested bound on the wrap-around probability."""
+        return self.summation.wrap_target
+
+    @property
+    def gamma(self) -> float:
+        """Decay of the per-level budget split (eps_i proportional to gamma^|i - start|)."""
+        return self.summation.gamma
 
     def check_supported(self) -> None:
         """Re-check that the parameters support the guarantee they claim; raise otherwise.

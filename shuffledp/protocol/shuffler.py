@@ -145,10 +145,13 @@ from shuffledp.protocol.wire import (
     Header,
     WireError,
     decode_batch,
+    header_mismatch,
     unpack_records,
 )
 from shuffledp.randomness import SecureRandom, secure_permutation
 
+#: the first five of a header that parses are checked by
+#: :func:`shuffledp.protocol.wire.header_mismatch` (:data:`~shuffledp.protocol.wire.HEADER_REASONS`)
 REJECT_REASONS = (
     "malformed",  # header does not parse, or the batch is longer than its header promises
     "truncated",  # the header parses but fewer bytes follow than it promises
@@ -394,13 +397,9 @@ class Shuffler:
             h = Header.unpack(bytes(data[:HEADER_SIZE]))
         except WireError:
             return "malformed", None
-        if h.digest != p.digest:
-            return "wrong_digest", None
-        if h.kind != (KIND_USER_ENC if self.encrypted else KIND_USER) or h.n_users != 1 \
-                or h.n_dropped != 0:
-            return "wrong_kind", None
-        if h.record_bytes != self._rb:
-            return "wrong_record_size", None
+        bad = header_mismatch(p, h, KIND_USER_ENC if self.encrypted else KIND_USER)
+        if bad is not None:  # wrong_digest, wrong_kind, wrong_record_size, incomplete
+            return bad.reason, None
         if len(data) < h.total_bytes:
             return "truncated", None
         if len(data) != h.total_bytes:

@@ -73,19 +73,43 @@ deployed.
 A batch whose length is not exactly 64 + n_records * record_bytes (bit-packed kinds:
 64 + ceil(n_records b / 8)) (+ 32 for a mixed batch) is malformed. Reading and writing work
 in chunks (:func:`iter_records`, :class:`BatchWriter`).
+
+Checking a header against the run. A header that parses is checked against the run's
+:class:`~shuffledp.protocol.params.ProtocolParams` and the kind the reader expects by one
+function, :func:`header_mismatch` (:func:`check_header` raises it); every reader (the
+shuffler, the analyzer's input loop, the bit-packed rounds, the ``analyze`` command) uses it,
+so a batch is judged by the same rules and named by the same reasons everywhere
+(:data:`HEADER_REASONS`, a subset of the shuffler's
+:data:`~shuffledp.protocol.shuffler.REJECT_REASONS`), in this order:
+
+``wrong_digest``
+    the digest differs: other parameters, or another run (the digest covers the round id);
+``wrong_kind``
+    another kind (user / mixed, plaintext / encrypted / bit-packed), another bit-packed
+    layout, or a user batch whose header does not say n_users = 1, n_dropped = 0;
+``wrong_record_size``
+    ``record_bytes`` differs from what the parameters give for the kind (plaintext:
+    ceil(record_bits / 8); encrypted: 4 + 32 + ceil(share_bits / 8) + 16; bit-packed: record_bits,
+    or share_bits in the coordinate-major layout);
+``incomplete``
+    n_records is not r m (a user batch) or r m n_users (a mixed batch);
+``over_capacity``
+    a mixed batch of more than the n users the parameters provision for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
+
+if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
+    from shuffledp.protocol.params import ProtocolParams
 
 MAGIC = b"SDPW"
 VERSION = 2
@@ -113,8 +137,32 @@ _HEADER = struct.Struct("<4sHBB16sQQQB15s")
 assert _HEADER.size == HEADER_SIZE
 
 
+#: what each kind is, in messages
+KIND_NAMES = {
+    KIND_USER: "a plaintext user batch", KIND_MIXED: "a plaintext mixed batch",
+    KIND_USER_ENC: "an encrypted user batch", KIND_MIXED_ENC: "an encrypted mixed batch",
+    KIND_USER_PACKED: "a bit-packed user batch", KIND_MIXED_PACKED: "a bit-packed mixed batch",
+}
+ENCRYPTED_KINDS = (KIND_USER_ENC, KIND_MIXED_ENC)
+#: why a well-formed header does not fit the run, in the order :func:`header_mismatch`
+#: checks (the names of :data:`shuffledp.protocol.shuffler.REJECT_REASONS`)
+HEADER_REASONS = ("wrong_digest", "wrong_kind", "wrong_record_size", "incomplete",
+                  "over_capacity")
+
+
 class WireError(ValueError):
     """A batch that does not follow the wire format (malformed header, length, digest...)."""
+
+
+class HeaderMismatch(WireError):
+    """A well-formed header that does not fit the run; ``reason`` is one of
+    :data:`HEADER_REASONS` and the message starts with it (``"wrong_digest: ..."``)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        if reason not in HEADER_REASONS:
+            raise ValueError(f"reason must be one of {HEADER_REASONS}, got reason={reason!r}")
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}")
 
 
 @dataclass(frozen=True)
@@ -223,6 +271,93 @@ class Header:
             return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags)
         except ValueError as e:
             raise WireError(str(e)) from None
+
+
+def expected_record_size(params: ProtocolParams, kind: int, flags: int = 0) -> int:
+    """``record_bytes`` of a batch of ``kind`` under ``params``: bytes per record, or bits for
+    the bit-packed kinds (share_bits alone when ``flags`` has :data:`FLAG_COORD_MAJOR`)."""
+    if kind in PACKED_KINDS:
+        return params.share_bits if flags & FLAG_COORD_MAJOR else params.record_bits
+    if kind in ENCRYPTED_KINDS:  # coordinate + X25519 enc + share + Poly1305 tag
+        return ENC_OVERHEAD + params.share_bytes
+    return params.record_bytes
+
+
+def _kind_detail(want: int, got: int) -> str:
+    detail = f"expected {KIND_NAMES[want]} (kind {want}), got {KIND_NAMES[got]} (kind {got})"
+    if got in ENCRYPTED_KINDS and want not in ENCRYPTED_KINDS:
+        detail += "; the batch is encrypted: pass the analyzer's key"
+    elif want in ENCRYPTED_KINDS and got not in ENCRYPTED_KINDS:
+        detail += ("; plaintext batches are a simulation aid, the deployment path expects "
+                   "encrypted messages")
+    return detail
+
+
+def header_mismatch(params: ProtocolParams, header: Header, kind: int, *,
+                    layout_flags: int | None = None) -> HeaderMismatch | None:
+    """Why ``header`` does not fit the run of ``params`` as a batch of ``kind``, or None.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters (digest, r, m, n and the record sizes).
+    header : Header
+        A header that parsed (:meth:`Header.unpack`).
+    kind : int
+        The kind the reader expects (one of :data:`KINDS`).
+    layout_flags : int, optional
+        For a bit-packed kind: the layout the reader expects, ``FLAG_COORD_MAJOR`` or 0;
+        None accepts either (the record size then follows the header's layout).
+
+    Returns
+    -------
+    HeaderMismatch or None
+        The first failed check of the module docstring's list (its ``reason`` one of
+        :data:`HEADER_REASONS`), not raised: the shuffler counts it, a reader raises it
+        (:func:`check_header`).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got kind={kind!r}")
+    h = header
+    if h.digest != params.digest:
+        return HeaderMismatch("wrong_digest", "the batch was produced under other protocol "
+                                              "parameters or in another run (digest differs; "
+                                              "each setup draws a fresh round id)")
+    if h.kind != kind:
+        return HeaderMismatch("wrong_kind", _kind_detail(kind, h.kind))
+    if not h.mixed and (h.n_users, h.n_dropped) != (1, 0):
+        return HeaderMismatch("wrong_kind", f"a user batch says n_users = 1, n_dropped = 0, "
+                                            f"got {h.n_users}, {h.n_dropped}")
+    layout = h.flags & FLAG_COORD_MAJOR
+    if layout_flags is not None and layout != layout_flags:
+        name = {0: "packed", FLAG_COORD_MAJOR: "coordinate-major"}
+        return HeaderMismatch("wrong_kind", f"expected the {name[layout_flags]} layout, got "
+                                            f"the {name[layout]} layout")
+    rb = expected_record_size(params, kind, layout)
+    if h.record_bytes != rb:
+        unit = "bits" if h.packed else "bytes"
+        return HeaderMismatch("wrong_record_size", f"records of {h.record_bytes} {unit}, "
+                                                   f"expected {rb}")
+    users = h.n_users if h.mixed else 1
+    if h.n_records != params.messages_per_user * users:
+        return HeaderMismatch(
+            "incomplete", f"header counts disagree: n_records = {h.n_records} but r m n_users"
+                          f" = {params.messages_per_user} x {users} = "
+                          f"{params.messages_per_user * users}")
+    if h.n_users > params.n:
+        return HeaderMismatch("over_capacity", f"{h.n_users} users, more than the n = "
+                                               f"{params.n} the parameters provision for")
+    return None
+
+
+def check_header(params: ProtocolParams, header: Header, kind: int, *,
+                 layout_flags: int | None = None) -> Header:
+    """``header`` if it fits the run as a batch of ``kind``; else raises the
+    :class:`HeaderMismatch` of :func:`header_mismatch` (same arguments)."""
+    bad = header_mismatch(params, header, kind, layout_flags=layout_flags)
+    if bad is not None:
+        raise bad
+    return header
 
 
 def record_dtype(record_bytes: int) -> np.dtype:
@@ -540,14 +675,3 @@ class BatchWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
-
-
-def read_batch_file(path: str, mac_key: bytes | None = None) -> tuple[Header, np.ndarray]:
-    """Read a whole batch file (header + all records; the tag of a mixed batch verified)."""
-    with open(path, "rb") as f:
-        return decode_batch(f.read(), mac_key)
-
-
-def batch_bytes_io(data: bytes) -> io.BytesIO:
-    """A file-like view of batch bytes (for chunked reading in tests and pipes)."""
-    return io.BytesIO(data)

@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from shuffledp.errors import Refused
 from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
@@ -51,7 +52,7 @@ SHARE_PLAIN = struct.Struct("<II32s32s")  # sender, receiver, s_sk share, b shar
 SHARE_CT = SHARE_PLAIN.size + 16
 
 
-class SecAggRefused(ValueError):
+class SecAggRefused(Refused):
     """An honest client refuses a server request that would break its privacy."""
 
 

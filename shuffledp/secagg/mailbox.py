@@ -36,7 +36,6 @@ from pathlib import Path
 from shuffledp.safe_io import UnsafeFileError, read_regular, write_atomic
 
 POLL = 0.02
-SESSION_BYTES = 16
 MAX_SERVER_MESSAGE = 16 << 20  # bounds a client's read of any server message
 SESSION_FILE = "session"
 RESULT_FILES = ("result.npy", "report.json")

@@ -58,6 +58,7 @@ import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from shuffledp.errors import Refused
 from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
@@ -88,7 +89,7 @@ def message_limits(n_clients: int, vector_length: int) -> list[int]:
 ROUND_NAMES = ("advertise keys", "share keys", "masked input", "unmasking")
 
 
-class SecAggAborted(ValueError):
+class SecAggAborted(Refused):
     """Fewer clients than the threshold answered a round: no sum is released."""
 
 

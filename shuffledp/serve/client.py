@@ -16,7 +16,12 @@ from shuffledp.safe_io import atomic_output
 
 
 class Refused(Exception):
-    """The service refused (4xx/5xx after retries); ``problem`` is its problem-details body."""
+    """The service refused (4xx/5xx after retries); ``problem`` is its problem-details body.
+
+    A remote service's HTTP error answer, not a :class:`shuffledp.Refused` (a decision of
+    this process that a release or step cannot be proven safe): it covers an unauthorised
+    token or an unavailable service as well, and is not a ``ValueError``.
+    """
 
     def __init__(self, status: int, problem: dict[str, Any]) -> None:
         self.status, self.problem = status, problem

@@ -1,0 +1,44 @@
+"""The one base class of the package's refusals.
+
+A release, or a protocol step, whose safety or correctness cannot be proven from what the
+party holds is *refused*: the party raises a :class:`Refused` carrying the reason and outputs
+nothing, rather than reporting a result with a caveat. Examples: an analyzer whose mixed
+batch misses messages or has fewer than n_min users (the noise was calibrated for more), a
+federated shard with fewer survivors than its noise assumes, a secure-aggregation client
+asked to reveal both secrets of one peer, a server with fewer than t clients left, a
+release that would take a privacy ledger past its total.
+
+Every refusal type of the package subclasses :class:`Refused`:
+
+======================================================  ========================================
+:class:`shuffledp.analyzers.heatmap.modular.ReleaseRefused`  the heatmap analyzer (also a
+                                                        ``RuntimeError``, its base before 0.2)
+:class:`shuffledp.analyzers.federated.FederatedRefused`  a federated round's release
+:class:`shuffledp.secagg.SecAggRefused`                 an honest secure-aggregation client
+:class:`shuffledp.secagg.SecAggAborted`                 the secure-aggregation server
+:class:`shuffledp.accounting.ledger.BudgetExceeded`     a privacy-budget ledger
+======================================================  ========================================
+
+:class:`Refused` subclasses ``ValueError``, so callers that caught the individual types as
+``ValueError`` keep working; ``except shuffledp.Refused`` catches all of them and nothing
+else (an invalid argument is a plain ``ValueError``/``TypeError``, a malformed batch a
+:class:`shuffledp.protocol.wire.WireError`). The command line prints a refusal as one line,
+``Error: <reason>``, and exits with status 1.
+
+The HTTP client's :class:`shuffledp.serve.client.Refused` is not one of them: it reports a
+remote service's error answer (a 4xx, or a 5xx after retries), not a decision of this
+process.
+"""
+
+from __future__ import annotations
+
+
+class Refused(ValueError):
+    """A release or step refused because it cannot be proven safe or correct.
+
+    Raised instead of returning anything; the message names the reason (which check failed,
+    with the numbers). See the module docstring for the subclasses.
+    """
+
+
+__all__ = ["Refused"]

@@ -1,0 +1,83 @@
+"""One base class of refusals (issue 22): every refusal type is a ``shuffledp.Refused`` (a
+``ValueError``), and the command line turns each into one line with exit status 1."""
+
+from __future__ import annotations
+
+import click
+import numpy as np
+import pytest
+
+import shuffledp
+from shuffledp.accounting.ledger import BudgetExceeded
+from shuffledp.analyzers.federated import FederatedRefused
+from shuffledp.analyzers.heatmap.modular import ReleaseRefused
+from shuffledp.cli.common import as_refusal, as_usage_error, one_line_errors
+from shuffledp.errors import Refused
+from shuffledp.protocol.federated import federated_histogram
+from shuffledp.secagg import SecAggAborted, SecAggRefused
+from shuffledp.serve.client import Refused as ServiceRefused
+
+REFUSALS = (ReleaseRefused, FederatedRefused, SecAggRefused, SecAggAborted, BudgetExceeded)
+
+
+def test_refused_is_exported_and_a_value_error():
+    assert shuffledp.Refused is Refused
+    assert "Refused" in shuffledp.__all__
+    assert issubclass(Refused, ValueError)
+
+
+@pytest.mark.parametrize("cls", REFUSALS, ids=lambda c: c.__name__)
+def test_every_refusal_type_is_a_refused(cls):
+    assert issubclass(cls, shuffledp.Refused)
+    assert issubclass(cls, ValueError)  # callers that caught ValueError keep working
+
+
+def test_release_refused_is_still_a_runtime_error():
+    assert issubclass(ReleaseRefused, RuntimeError)  # its base before 0.2
+
+
+def test_the_http_clients_refused_is_not_a_refusal_of_this_process():
+    assert not issubclass(ServiceRefused, Refused)
+
+
+def test_a_raised_refusal_is_caught_as_refused():
+    dropped = np.zeros(20, bool)
+    dropped[:3] = True  # 17 survivors < n_min = 18
+    with pytest.raises(Refused, match="n_min=18"):
+        federated_histogram(np.zeros(20, dtype=int), 4, 1.0, shard_size=20, dropout=0.1,
+                            dropped=dropped, aggregation="plain", rng=0)
+
+
+def _raise(cls):
+    raise cls("the reason, with numbers: 17 < 18")
+
+
+@pytest.mark.parametrize("cls", REFUSALS, ids=lambda c: c.__name__)
+def test_the_cli_maps_a_refusal_to_exit_1_and_one_line(cls):
+    with pytest.raises(click.ClickException) as e, one_line_errors():
+        _raise(cls)
+    assert not isinstance(e.value, click.UsageError)
+    assert e.value.exit_code == 1
+    assert e.value.format_message() == "the reason, with numbers: 17 < 18"
+    # even where a ValueError would be a usage error (exit 2), a refusal stays exit 1
+    with pytest.raises(click.ClickException) as e:
+        as_usage_error(_raise, cls)
+    assert e.value.exit_code == 1 and not isinstance(e.value, click.UsageError)
+    with pytest.raises(click.ClickException) as e:
+        as_refusal("--x 1", _raise, cls)
+    assert e.value.exit_code == 1
+    assert e.value.format_message() == "--x 1: the reason, with numbers: 17 < 18"
+
+
+@pytest.mark.parametrize("alias,member", [("REPLACE_ONE", "REPLACE_ONE"),
+                                          ("ADD_REMOVE_ONE", "ADD_REMOVE"),
+                                          ("ZERO_OUT", "ZERO_OUT"),
+                                          ("BOUNDED_EMD", "BOUNDED_EMD")])
+def test_old_neighbour_aliases_warn_and_resolve(alias, member):
+    # issue 22 dead code: the module-level aliases of accounting.guarantee are deprecated
+    from shuffledp.accounting import guarantee
+
+    with pytest.warns(DeprecationWarning, match=f"Neighbour.{member}"):
+        assert getattr(guarantee, alias) is guarantee.Neighbour[member]
+    with pytest.raises(AttributeError, match="NO_SUCH"):
+        guarantee.NO_SUCH  # noqa: B018
