@@ -30,8 +30,7 @@ References
    User-Level" (preprint).
 """
 
-import importlib as _importlib
-from typing import Any as _Any
+from shuffledp._compat import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
@@ -91,17 +90,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
 __all__ = [
     "Accountant",

@@ -39,8 +39,7 @@ References
    N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
-import importlib as _importlib
-from typing import Any as _Any
+from shuffledp._compat import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
@@ -82,17 +81,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -38,10 +38,8 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.analyzers.metric.itemwise import as_user_items
-from shuffledp.analyzers.metric.user_level import BaselineRelease
+from shuffledp.analyzers.metric.user_level import BaselineRelease, iv_user_level
 from shuffledp.encoders.metric.mechanisms import (
     _shift,
     one_item_per_user,
@@ -119,9 +117,7 @@ def user_level_hadamard(users: Any, k: int, epsilon: float,
         ``estimate`` the closed-form unbiased estimate of K~, ``reports`` the histogram of
         the n reports over [0, K), ``epsilon`` the realised ln(w_in / w_out).
     """
-    k = v.count("k", k, 2)
-    eps = v.positive("epsilon", epsilon)
-    items = as_user_items(users, k)
+    items, k, eps = iv_user_level(users, k, epsilon)
     n, m = items.shape
     K = 1 << k.bit_length()  # smallest power of two > k: rows 1..k of H_K
     rng = noise_source(rng)

@@ -55,6 +55,13 @@ class BaselineRelease:
                 "guarantee": self.guarantee.to_dict()}
 
 
+def iv_user_level(users: Any, k: int, epsilon: float) -> tuple[np.ndarray, int, float]:
+    """Checked arguments of a user-level baseline: (items of shape (n, m), k >= 2, eps > 0)."""
+    k = v.count("k", k, 2)
+    eps = v.positive("epsilon", epsilon)
+    return as_user_items(users, k), k, eps
+
+
 def user_level_krr(users: Any, k: int, epsilon: float,
                    rng: RngLike | SecureRandom = None) -> BaselineRelease:
     """The user-level DP baseline: one sampled item per user through epsilon-k-RR.
@@ -76,9 +83,7 @@ def user_level_krr(users: Any, k: int, epsilon: float,
         The unbiased estimate (v - q) / (p - q) with p, q the exact k-RR probabilities of
         the integer weights, and an epsilon-DP local guarantee (replace one user).
     """
-    k = v.count("k", k, 2)
-    eps = v.positive("epsilon", epsilon)
-    items = as_user_items(users, k)
+    items, k, eps = iv_user_level(users, k, epsilon)
     n, m = items.shape
     rng = noise_source(rng)
     krr = GKRR(k, 1, 1.0, eps)
