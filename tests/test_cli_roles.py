@@ -80,6 +80,29 @@ def test_three_parties_over_files(tmp_path, encrypted):
     assert report["shuffler"] == rep
 
 
+def test_analyze_releases_the_smoothed_estimate_as_heatmap_does(plain_run, tmp_path):
+    """Deployment and simulation release the same post-processing by default; --smoothing
+    none gives Reconstruct's output as is (its normalised s_hat)."""
+    params = plain_run / "params.json"
+    mixed = tmp_path / "m.bin"
+    run("shuffle", "--params", params, "--in-dir", plain_run / "b", "--out", mixed,
+        "--plaintext-simulation")
+    outs = {}
+    for mode in ("auto", "none"):
+        run("analyze", "--params", params, "--in", mixed, "--out", tmp_path / mode,
+            "--plaintext-simulation", "--smoothing", mode)
+        outs[mode] = (np.load(tmp_path / mode / "estimate.npy"),
+                      np.load(tmp_path / mode / "raw.npy"),
+                      json.loads((tmp_path / mode / "report.json").read_text()))
+    est, raw, rep = outs["none"]
+    assert "smoothing" not in rep["parameters"]
+    np.testing.assert_allclose(est, raw / raw.sum())
+    est_s, raw_s, rep_s = outs["auto"]
+    assert rep_s["parameters"]["smoothing"]["floor"] > 0
+    assert abs(est_s.sum() - 1) < 1e-9 and (est_s > 0).all()  # the floor: no zero pixel
+    assert (raw_s == raw_s).all() and rep_s["guarantee"] == rep["guarantee"]
+
+
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
     """A plaintext-simulation run: params for 3 users, their batches (fast: no encryption)."""

@@ -289,6 +289,18 @@ def w_option(**kwargs: Any) -> Callable[[F], F]:
     return option("--w", "w", type=COUNT, default=20, show_default=True, **kwargs)
 
 
+def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--smoothing auto|none``: the release's post-processing
+    (:meth:`~shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed`)."""
+    kwargs.setdefault(
+        "help", "auto: mix the released estimate with a smoothed copy and a uniform floor "
+        "(post-processing, no privacy cost; bandwidth and floor from the released total and "
+        "epsilon), which keeps KL and SIM competitive at few users; none: Reconstruct's "
+        "output as is (Ghazi et al. Alg. 2).")
+    return option("--smoothing", "smoothing", type=click.Choice(["auto", "none"]), default="auto",
+                  show_default=True, **kwargs)
+
+
 def out_dir_option(**kwargs: Any) -> Callable[[F], F]:
     """``--out`` (alias ``--out-dir``) for a command that writes a set of files."""
     kwargs.setdefault("help", "Output directory (created if missing).")

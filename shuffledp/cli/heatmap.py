@@ -42,6 +42,7 @@ from shuffledp.cli.common import (
     out_dir_option,
     parse_bbox,
     refuse_if_large,
+    smoothing_option,
     w_option,
     warn,
     write_npy,
@@ -119,12 +120,7 @@ class _Progress:
                    "baseline; full: exact EMD for every baseline too (slow: seconds per "
                    "256x256 heatmap); none: no metrics.")
 @click.option("--no-metrics", is_flag=True, help="Same as --metrics none.")
-@click.option("--smoothing", type=click.Choice(["auto", "none"]), default="auto",
-              show_default=True,
-              help="auto: mix the released estimate with a smoothed copy and a uniform floor "
-                   "(post-processing, no privacy cost; bandwidth and floor from the released "
-                   "total and epsilon), which keeps KL and SIM competitive at few users; none: "
-                   "Reconstruct's output as is (Ghazi et al. Alg. 2).")
+@smoothing_option()
 @click.option("--quiet", is_flag=True, help="No progress messages.")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
               show_default=True, help="Shuffle model: run in this process or on Dask "

@@ -74,6 +74,7 @@ from shuffledp.cli.common import (
     out_file_option,
     protocol_memory,
     refuse_if_large,
+    smoothing_option,
     w_option,
     warn,
     write_npy,
@@ -733,11 +734,13 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
               help="Processes decrypting a large batch [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True,
               help="Accept a plaintext mixed batch (simulation aid only).")
+@smoothing_option()
 @allow_large_option
 def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
-            plaintext_simulation, allow_large):
+            plaintext_simulation, smoothing, allow_large):
     """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
-    estimate and report.json.
+    estimate (post-processed as `shuffledp heatmap` releases it, --smoothing) and
+    report.json.
 
     Refuses to release (exit 1) a batch that is malformed, of another run, altered after
     the shuffler (tag), holds a message that does not decrypt, or misses messages.
@@ -767,6 +770,8 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
             release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers)
     except (WireError, ReleaseRefused) as e:
         raise _refusal(in_path, e, mac_key_path) from None
+    if smoothing == "auto":
+        release = release.smoothed()
     _write_release(Path(out_dir), p, release, h, shuffler)
 
 
