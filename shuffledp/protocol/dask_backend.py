@@ -178,7 +178,10 @@ def dask_sums(
                                     len(client.scheduler_info().get("workers", {})))
     user_sel, edges = _plan(params, participants, part)
     seeds = partition_streams(rng, len(user_sel))
-    p_fut, u_fut = client.scatter([params, users], broadcast=True)
+    # random keys: with content-hashed keys a second run on equal inputs reuses the keys of
+    # the first run's data while the scheduler is still releasing them, and its tasks fail
+    # with "lost dependencies" (dask/distributed issue #8576; the workaround given there)
+    p_fut, u_fut = client.scatter([params, users], broadcast=True, hash=False)
     enc = [client.submit(encode_partition, p_fut, u_fut, s, sd, edges, pure=False)
            for s, sd in zip(user_sel, seeds)]
     nb = edges.size - 1
