@@ -36,7 +36,7 @@ import struct
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -85,9 +85,8 @@ def _private_key(rng: SecureRandom) -> tuple[X25519PrivateKey, int]:
     return X25519PrivateKey.from_private_bytes(x.to_bytes(KEY_BYTES, "little")), x
 
 
-def _public(key: X25519PrivateKey) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
+def raw_public(key: X25519PrivateKey) -> bytes:
+    """The 32 raw bytes of ``key``'s X25519 public key."""
     return key.public_key().public_bytes(serialization.Encoding.Raw,
                                          serialization.PublicFormat.Raw)
 
@@ -125,13 +124,13 @@ class SecAggClient:
 
     # ------------------------------------------------------------------ round 0
     def advertise(self) -> bytes:
-        return msg.frame(0, self.uid, self.session, _public(self._c_sk) + _public(self._s_sk))
+        return msg.frame(0, self.uid, self.session, raw_public(self._c_sk) + raw_public(self._s_sk))
 
     # ------------------------------------------------------------------ round 1
     def share_keys(self, broadcast: bytes) -> bytes:
         m = msg.parse(broadcast, self.session, round_=16)
         keys = parse_key_list(m.payload)
-        mine = (_public(self._c_sk), _public(self._s_sk))
+        mine = (raw_public(self._c_sk), raw_public(self._s_sk))
         if keys.get(self.uid) != mine:
             raise SecAggRefused(f"client {self.uid}: the key list omits or alters its own keys")
         if len(keys) < self.t:

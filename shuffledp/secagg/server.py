@@ -55,7 +55,6 @@ import struct
 from collections import Counter
 
 import numpy as np
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shuffledp.errors import Refused
@@ -69,6 +68,7 @@ from shuffledp.secagg.client import (
     mask_seed,
     pair_sign,
     parse_bundle,
+    raw_public,
     unmask_request,
 )
 from shuffledp.secagg.prg import expand
@@ -108,7 +108,8 @@ class SecAggServer:
         self._inbox: dict[int, bytes] = {}
         self.members: list[set[int]] = [set(range(self.n))]  # U0 (all), U1, U2, U3, U4
         self._keys: dict[int, tuple[bytes, bytes]] = {}
-        self._shares: dict[int, bytes] = {}
+        self._advertised: set[bytes] = set()  # round-0 public keys accepted so far
+        self._wanted: list[tuple[int, int]] = []  # round 3: (user, 0 b | 1 s_sk), in order
         self._y: dict[int, np.ndarray] = {}
         self._commits: dict[int, bytes] = {}
         self._reveals: dict[int, bytes] = {}
@@ -147,6 +148,8 @@ class SecAggServer:
             self.rejected[f"round {self.round}: {reason}"] += 1
             return False
         self._inbox[m.sender] = m.payload
+        if self.round == 0:
+            self._advertised.update((m.payload[:32], m.payload[32:]))
         return True
 
     def _payload_error(self, m: msg.Message) -> str:
@@ -155,8 +158,7 @@ class SecAggServer:
         if self.round == 0:
             if len(p) != 64:
                 return "malformed payload"
-            seen = {k for q in self._inbox.values() for k in (q[:32], q[32:])}
-            if p[:32] in seen or p[32:] in seen or p[:32] == p[32:]:
+            if p[:32] in self._advertised or p[32:] in self._advertised or p[:32] == p[32:]:
                 return "keys already advertised by another client"
             return ""
         if self.round == 1:
@@ -176,12 +178,9 @@ class SecAggServer:
             return "" if bool(((y >= 0) & (y < self.m)).all()) else "entry outside [0, m)"
         if len(p) < 4 or len(p) != 4 + REVEAL.size * struct.unpack_from("<I", p)[0]:
             return "malformed payload"
-        survivors = sorted(self.members[3])
-        expected = [(v, 0) for v in survivors] + [(v, 1) for v in
-                                                  sorted(self.members[2] - self.members[3])]
         got = [REVEAL.unpack_from(p, 4 + REVEAL.size * i)
                for i in range(struct.unpack_from("<I", p)[0])]
-        if [(v, kind) for v, kind, _ in got] != expected:
+        if [(v, kind) for v, kind, _ in got] != self._wanted:
             return "unmasking entries are not exactly one share per survivor and dropped client"
         if any(int.from_bytes(y, "little") >= shamir.P for _, _, y in got):
             return "share outside the field"
@@ -220,32 +219,35 @@ class SecAggServer:
                        inbox.items()}
             survivors = sorted(got)
             dropped = sorted(self.members[2] - got)
+            self._wanted = [(v, 0) for v in survivors] + [(v, 1) for v in dropped]
             return msg.frame(18, msg.SERVER, self.session, unmask_request(survivors, dropped))
         self._reveals = inbox
         self.total = self._unmask()
         return self.total
 
     def _unmask(self) -> np.ndarray:
-        survivors = sorted(self.members[3])
-        dropped = sorted(self.members[2] - self.members[3])
+        survivors = [v for v, kind in self._wanted if kind == 0]
+        dropped = [v for v, kind in self._wanted if kind == 1]
         holders = sorted(self._reveals)
         xs = [w + 1 for w in holders]
         # validated in receive: every holder sent one share per survivor, then per dropped
         shares = {w: [int.from_bytes(p[9 + REVEAL.size * i:4 + REVEAL.size * (i + 1)],
-                                     "little") for i in range(len(survivors) + len(dropped))]
+                                     "little") for i in range(len(self._wanted))]
                   for w, p in self._reveals.items()}
         checker = shamir.ShareChecker(xs, self.t, SecureRandom())
         secrets: list[int] = []
         wrong: dict[int, list[str]] = {}
         unsure: dict[int, list[str]] = {}
-        for j, (v, kind) in enumerate([(u, 0) for u in survivors] + [(u, 1) for u in dropped]):
+        for j, (v, kind) in enumerate(self._wanted):
             ys = [shares[w][j] for w in holders]
             what = (f"self-mask seed of client {v}" if kind == 0
                     else f"mask key of dropped client {v}")
             verify = self._b_check(v) if kind == 0 else self._s_check(v)
-            if checker.consistent(ys) and verify(checker.secret(ys)):
-                secrets.append(checker.secret(ys))
-                continue
+            if checker.consistent(ys):
+                secret = checker.secret(ys)
+                if verify(secret):
+                    secrets.append(secret)
+                    continue
             try:
                 rec = shamir.robust_reconstruct(list(zip(xs, ys)), self.t, verify)
             except shamir.ShareError as e:
@@ -281,9 +283,8 @@ class SecAggServer:
         want = self._keys[v][1]
 
         def check(s_sk: int) -> bool:
-            pub = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little")).public_key()
-            return pub.public_bytes(serialization.Encoding.Raw,
-                                    serialization.PublicFormat.Raw) == want
+            key = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little"))
+            return raw_public(key) == want
         return check
 
 

@@ -87,7 +87,7 @@ def test_masks_uniform_and_pairwise_seeds_agree():
     assert np.array_equal(x, expand(bytes(range(32)), 200_000, m))  # deterministic
     sess = os.urandom(16)
     u, w = SecAggClient(3, [1], 10, 2, sess), SecAggClient(8, [1], 10, 2, sess)
-    pu, pw = cl._public(u._s_sk), cl._public(w._s_sk)
+    pu, pw = cl.raw_public(u._s_sk), cl.raw_public(w._s_sk)
     assert cl.mask_seed(u._s_sk, pw, sess, 3, 8) == cl.mask_seed(w._s_sk, pu, sess, 8, 3)
 
 
