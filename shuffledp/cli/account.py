@@ -37,8 +37,6 @@ from typing import Any
 
 import click
 
-from shuffledp.accounting.budget import DEFAULT_DROPOUT
-
 # Light imports only: scipy and numba load inside the command that needs them, so
 # `shuffledp --help` stays fast.
 from shuffledp.accounting.metric.shuffle import (
@@ -52,13 +50,13 @@ from shuffledp.cli.common import (
     POSITIVE,
     UNIT,
     UNIT_CLOSED_HIGH,
-    UNIT_CLOSED_LOW,
     B_option,
     Group,
     Real,
     as_refusal,
     as_usage_error,
     delta_option,
+    dropout_option,
     epsilon_option,
     grid_option,
     n_option,
@@ -242,9 +240,7 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
               default="largest_remainder", show_default=True)
 @click.option("--neighbour", type=click.Choice(["replace", "add_remove"]),
               default="replace", show_default=True)
-@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
-              help="Declared dropout fraction: the noise is planned for n_min = "
-                   "ceil((1 - dropout) n) users (as `shuffledp setup --dropout`).")
+@dropout_option()
 @click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True)
 @click.option("--decoding", type=click.Choice(["shifted", "centred"]), default="shifted",
               show_default=True)

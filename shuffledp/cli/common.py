@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import click
 
 # the report and array writers are shared with the services (shuffledp.serve): base layer
+from shuffledp.accounting.budget import DEFAULT_DROPOUT
 from shuffledp.errors import Refused
 from shuffledp.safe_io import json_default, write_npy, write_report  # noqa: F401
 
@@ -287,6 +288,19 @@ def w_option(**kwargs: Any) -> Callable[[F], F]:
     """``--w``: children kept per level by Reconstruct, an integer >= 1."""
     kwargs.setdefault("help", "Children kept per level by Reconstruct (fixes the start level).")
     return option("--w", "w", type=COUNT, default=20, show_default=True, **kwargs)
+
+
+def dropout_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--dropout``: the declared dropout fraction of the shuffle summation protocol,
+    default :data:`shuffledp.accounting.budget.DEFAULT_DROPOUT`."""
+    kwargs.setdefault(
+        "help", "Declared dropout fraction, in [0, 1): the noise is planned for "
+        "n_min = ceil((1 - dropout) n) users and the analyzer releases with any n_min of them "
+        "(0 refuses the round if one user is lost or removed; the default costs about 2.6% "
+        "more noise standard deviation when all n are present, and leaves no headroom below "
+        "n = 20).")
+    return option("--dropout", "dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT,
+                  show_default=True, **kwargs)
 
 
 def smoothing_option(**kwargs: Any) -> Callable[[F], F]:

@@ -53,19 +53,18 @@ from typing import Any
 import click
 import numpy as np
 
-from shuffledp.accounting.budget import DEFAULT_DROPOUT
 from shuffledp.cli.common import (
     COUNT,
     KEY_BYTES,
     PARAMS_FILE_LIMIT,
     POINTS_FILE_LIMIT,
     REPORT_FILE_LIMIT,
-    UNIT_CLOSED_LOW,
     B_option,
     Command,
     allow_large_option,
     as_refusal,
     delta_option,
+    dropout_option,
     epsilon_option,
     grid_option,
     n_option,
@@ -267,12 +266,7 @@ _params_option = click.option(
 @w_option()
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True)
-@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_DROPOUT, show_default=True,
-              help="Declared dropout fraction, in [0, 1): the noise is planned for "
-                   "n_min = ceil((1 - dropout) n) users and the analyzer releases with any "
-                   "n_min of them (0 refuses the round if one user is lost or removed; the "
-                   "default costs about 2.6% more noise standard deviation when all n are "
-                   "present, and leaves no headroom below n = 20).")
+@dropout_option()
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
               show_default=True,
               help="Neighbour relation of the guarantee (n public): replace one user's input "
