@@ -220,3 +220,34 @@ def test_every_release_carries_its_event() -> None:
     assert steps.certified()[0] <= rel.guarantee.epsilon
     # the guarantee's dict carries the event, and it reads back
     assert event_from_dict(p.guarantee.to_dict()["event"]) == ev
+
+
+def _hockey_stick(p: np.ndarray, q: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    return np.array([np.maximum(p - a * q, 0.0).sum() for a in alphas])
+
+
+@pytest.mark.parametrize("t", [0.05, 0.5, 2.0])
+def test_hiding_mass_dominates_a_view_within_tv_tau_of_the_ideal_pair(t: float) -> None:
+    """PolyaSum charges tau' at infinite loss for a view within total variation tau of an
+    ideal eps*-DP pair: sound iff (1 + alpha) tau <= tau' (1 - H_ideal(alpha)) for alpha in
+    [1, e^eps*]. Checked on the exact hockey-stick curves of the discrete Laplace pair and
+    of randomized response, the worst eps*-DP pair (Kairouz, Oh, Viswanath 2015, Thm 2.4):
+    the charge holds on both, and a charge just below the boundary (1 + e^eps*) tau fails
+    on randomized response, so no smaller constant is valid for every eps*-DP pair.
+    (tau' itself is (1 + e^eps*) / 2 times that boundary: sound, not tight.)"""
+    tau = 1e-9
+    ev = PolyaSum(levels=(DiscreteLaplace(parameter=t, neighbour="replace"),), tv=tau,
+                  delta=tau * (1 + math.exp(t)), neighbour="replace")
+    alphas = np.exp(np.linspace(0.0, t, 2001))
+    a = math.exp(-t)
+    x = np.arange(-6000, 6001)
+    dl = _hockey_stick(a ** np.abs(x) * (1 - a) / (1 + a),
+                       a ** np.abs(x - 1) * (1 - a) / (1 + a), alphas)
+    p_rr = math.exp(t) / (1 + math.exp(t))
+    rr = _hockey_stick(np.array([p_rr, 1 - p_rr]), np.array([1 - p_rr, p_rr]), alphas)
+    need = (1 + alphas) * tau
+    for h in (dl, rr):
+        assert np.all(need <= ev.hiding_mass() * (1 - h) * (1 + 1e-12))
+    boundary = (1 + math.exp(t)) * tau
+    assert np.all(need <= boundary * (1 - rr) * (1 + 1e-12))
+    assert not np.all(need <= boundary * (1 - 1e-6) * (1 - rr))
