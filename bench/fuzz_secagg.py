@@ -207,8 +207,11 @@ def oracle(tr: Trial) -> tuple[bool, list[set[int]]]:
     return required, per_round
 
 
-def run_trial(g: np.random.Generator, tr: Trial) -> tuple[str, int]:
-    """Outcome and the number of mutated round-2/3 messages delivered."""
+def run_trial(g: np.random.Generator, tr: Trial,
+              honest_survivors: set[int]) -> tuple[str, int]:
+    """Outcome and the number of mutated round-2/3 messages delivered; a release is silent
+    (wrong) unless its survivors are ``honest_survivors`` (the oracle's round-2 set) and its
+    sum theirs."""
     X = [g.integers(0, tr.m, tr.L) for _ in range(tr.n)]
     session = os.urandom(16)
     server = SecAggServer(tr.n, tr.L, tr.m, tr.t, session)
@@ -254,12 +257,11 @@ def run_trial(g: np.random.Generator, tr: Trial) -> tuple[str, int]:
             incoming = {i: reply for i in server.members[-1]}
         else:
             total = reply
-    required, per_round = oracle(tr)
     survivors = set(server.members[3])
     want = np.zeros(tr.L, dtype=object)
     for u in survivors:
         want = want + X[u].astype(object) + keep["edit"].get(u, 0)
-    if survivors != per_round[2] or total.tolist() != [int(w % tr.m) for w in want]:
+    if survivors != honest_survivors or total.tolist() != [int(w % tr.m) for w in want]:
         return "silent", mutated
     return "released", mutated
 
@@ -286,10 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             kinds[f"r{r}:{kind}"] += 1
         for r in tr.drop.values():
             kinds[f"drop@{r}"] += 1
-        required, _ = oracle(tr)
+        required, per_round = oracle(tr)
         signal.setitimer(signal.ITIMER_REAL, a.trial_timeout)
         try:
-            outcome, mut = run_trial(g, tr)
+            outcome, mut = run_trial(g, tr, per_round[2])
             mutated += mut
         except Hang:
             outcome = "hang"
