@@ -39,6 +39,7 @@ References
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -324,31 +325,31 @@ def robust_reconstruct(points: Sequence[tuple[int, int]], t: int,
     if len({x for x, _ in pts}) != k or any(x % prime == 0 for x, _ in pts):
         raise ShareError(f"share points must be distinct and non-zero, got "
                          f"{[x for x, _ in pts][:10]}")
-    f = interpolate(pts[:t], prime)
-    first = _accept(pts, f, t, prime, "consistent")
-    if verify(first.secret) and (not first.wrong or first.certain):
-        return first if not first.wrong else Reconstruction(first.secret, first.wrong,
-                                                            True, "search")
+    first = _accept(pts, interpolate(pts[:t], prime), t, prime, "search")
+    first_ok = verify(first.secret)
+    if first_ok and not first.wrong:
+        return dataclasses.replace(first, method="consistent")
+    if first_ok and first.certain:
+        return first
     if k - t >= 2:
         g = gao_decode(pts, t, prime)
         if g is not None and verify(_horner(g, 0, prime)):
             return _accept(pts, g, t, prime, "decoded")
-    best = _accept(pts, f, t, prime, "search") if verify(first.secret) else None
+    best = first if first_ok else None
+    subsets = itertools.chain.from_iterable(itertools.combinations(range(k), e)
+                                            for e in range(1, k - t + 1))
     tried = 0
-    for e in range(1, k - t + 1):
-        for left_out in itertools.combinations(range(k), e):
-            if tried >= budget:
-                break
-            tried += 1
-            skip = set(left_out)
-            g = interpolate([pts[i] for i in range(k) if i not in skip][:t], prime)
-            if not verify(_horner(g, 0, prime)):
-                continue
-            cand = _accept(pts, g, t, prime, "search")
-            if cand.certain:
-                return cand
-            if best is None or len(cand.wrong) < len(best.wrong):
-                best = cand
+    for left_out in itertools.islice(subsets, budget):
+        tried += 1
+        skip = set(left_out)
+        g = interpolate([pts[i] for i in range(k) if i not in skip][:t], prime)
+        if not verify(_horner(g, 0, prime)):
+            continue
+        cand = _accept(pts, g, t, prime, "search")
+        if cand.certain:
+            return cand
+        if best is None or len(cand.wrong) < len(best.wrong):
+            best = cand
     if best is not None:
         return best
     raise ShareError(f"{k} shares (t={t}): no polynomial through t of them matches the "
