@@ -101,13 +101,8 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
     left: dict[int, list[int]] = {}
 
     def report(status: str, **extra) -> dict:
-        return {"status": status, "session": session.hex(),
-                "survivors": sorted(server.members[3]) if len(server.members) > 3 else [],
-                "dropped_per_round": dropped, "left_per_round": left, "threshold": t,
-                "rejected": dict(server.rejected),
-                "excluded": {str(k): v for k, v in sorted(server.excluded.items())},
-                "suspects": {str(k): v for k, v in sorted(server.suspects.items())},
-                "seconds": time.perf_counter() - t0, **extra}
+        return {"status": status, **server.summary(), "dropped_per_round": dropped,
+                "left_per_round": left, "seconds": time.perf_counter() - t0, **extra}
 
     try:
         for r in range(ROUNDS):

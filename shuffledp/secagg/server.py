@@ -275,6 +275,16 @@ class SecAggServer:
                 total = (total - pair_sign(u, v) * p) % self.m
         return total
 
+    def summary(self) -> dict:
+        """The run's outcome for a report (JSON-ready): session, threshold, survivors (the
+        clients whose input is in the sum), rejected messages by reason, excluded clients
+        and suspects."""
+        return {"session": self.session.hex(), "threshold": self.t,
+                "survivors": sorted(self.members[3]) if len(self.members) > 3 else [],
+                "rejected": dict(self.rejected),
+                "excluded": {str(k): v for k, v in sorted(self.excluded.items())},
+                "suspects": {str(k): v for k, v in sorted(self.suspects.items())}}
+
     def _b_check(self, u: int):
         want = self._commits[u]
         return lambda b: commit_b(b, self.session, u) == want

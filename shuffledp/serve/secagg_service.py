@@ -161,13 +161,8 @@ class SecAggRun:
         await on_done()
 
     def _report(self, status: str, **extra) -> dict:
-        s = self.server
-        return {"status": status, "session": self.session.hex(), "transport": "http",
-                "survivors": sorted(s.members[3]) if len(s.members) > 3 else [],
+        return {"status": status, "transport": "http", **self.server.summary(),
                 "dropped_per_round": self.dropped, "left_per_round": self.left,
-                "threshold": self.t, "rejected": dict(s.rejected),
-                "excluded": {str(k): v for k, v in sorted(s.excluded.items())},
-                "suspects": {str(k): v for k, v in sorted(s.suspects.items())},
                 "seconds": time.perf_counter() - self.t0, **extra}
 
     def message_for(self, r: int, i: int | None) -> bytes | None:
