@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import digamma, gammaln, logsumexp
+from scipy.special import digamma, gammaln
 
 from shuffledp import _validation as v
 from shuffledp.analyzers.federated.histogram import FederatedRefused
@@ -90,9 +90,12 @@ from shuffledp.analyzers.federated.histogram import FederatedRefused
 #: default delta spent on the joining user's own noise share, per release
 DEFAULT_SHARE_DELTA = 1e-10
 #: Renyi orders tried (log-spaced); every order gives a valid bound, the best is kept
-_ALPHAS = tuple(float(x) for x in np.exp(np.linspace(math.log(1.05), math.log(1e6), 28)))
+_ALPHAS = tuple(float(x) for x in np.exp(np.linspace(math.log(1.05), math.log(1e6), 20)))
 #: the series bound is skipped (the closed form alone is used) above this many terms
 _MAX_TERMS = 1 << 18
+#: above this many terms the series is used only where the closed form is infinite (as a
+#: tends to 1 the series tends to the closed form: 3% apart at a = e^{-0.01})
+_CHEAP_TERMS = 1 << 12
 #: relative slack added to every computed divergence (covers floating-point rounding)
 _SLACK = 1e-9
 
@@ -172,9 +175,9 @@ def gamma_share_rdp(alpha: float, n_min: int) -> float:
     return _slack(float(max(up, down, 0.0)))
 
 
-@functools.lru_cache(maxsize=64)
-def _log_ratio_bounds(a: float, h: float, K: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, up) with lo_k <= ln(Q(k) / P(k)) <= up_k for k = 0..K, P = Polya(1, a) (geometric),
+@functools.lru_cache(maxsize=32)
+def _log_ratio_bounds(a: float, h: float, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, up, ln P) with lo_k <= ln(Q(k) / P(k)) <= up_k for k = 0..K, P = Polya(1, a),
     Q = Polya(1 + h, a): ln rho_k = h ln(1 - a) - lnGamma(1 + h) + [lnGamma(x + h) -
     lnGamma(x)], x = k + 1, the bracket between the trapezoid h (psi(x) + psi(x + h)) / 2 and
     the midpoint h psi(x + h / 2) (psi is concave)."""
@@ -183,7 +186,20 @@ def _log_ratio_bounds(a: float, h: float, K: int) -> tuple[np.ndarray, np.ndarra
     trap = h * 0.5 * (digamma(x) + digamma(x + h))
     mid = h * digamma(x + 0.5 * h)
     pad = 4e-15 * (abs(base) + np.abs(mid) + 1.0)
-    return base + trap - pad, base + mid + pad
+    log_p = math.log1p(-a) + (x - 1.0) * math.log(a)
+    return base + trap - pad, base + mid + pad, log_p
+
+
+def _terms_needed(al: float, h: float, a: float) -> int:
+    """Terms of the series kept at order alpha: past the bulk of P(k) rho_k^alpha (which
+    peaks near alpha h / ln(1/a)) and far enough that the Q || P tail's geometric ratio
+    a (1 + 1/(K + 2))^{alpha h} is at most sqrt(a)."""
+    L = -math.log(a)
+    ah = al * h
+    K = math.ceil((45.0 + ah * math.log(2.0 + ah / L)) / L + 3.0 * ah / L) + 64
+    if L < 100.0 * ah:
+        K = max(K, math.ceil(1.0 / math.expm1(L / (2.0 * ah))))
+    return K
 
 
 def series_share_rdp(alpha: float, n_min: int, a: float) -> float:
@@ -193,17 +209,17 @@ def series_share_rdp(alpha: float, n_min: int, a: float) -> float:
     al = _alpha(alpha)
     h = 1.0 / v.count("n_min", n_min)
     a = v.probability("a", a)
-    L = -math.log(a)
-    ah = al * h
-    K = math.ceil((90.0 + ah * math.log(2.0 + ah / L)) / L + 3.0 * ah / L) + 64
-    # the Q || P tail's geometric ratio a (1 + 1/(K + 2))^{alpha h} must stay below 1
-    if L < 100.0 * ah:
-        K = max(K, math.ceil(1.0 / math.expm1(L / (2.0 * ah))))
+    K = _terms_needed(al, h, a)
     if K > _MAX_TERMS:
         return math.inf
-    lo, up = _log_ratio_bounds(a, h, K)
-    k = np.arange(K + 1, dtype=np.float64)
-    log_p = math.log1p(-a) + k * math.log(a)
+    return _series(al, h, a, K, _log_ratio_bounds(a, h, K))
+
+
+def _series(al: float, h: float, a: float, K: int,
+            table: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
+    """:func:`series_share_rdp` with the first K + 1 entries of a (lo, up, ln P) table."""
+    lo, up, log_p = table[0][:K + 1], table[1][:K + 1], table[2][:K + 1]
+    ah = al * h
     log_c = h * math.log1p(-a) - float(gammaln(1.0 + h))  # rho_k <= C (k + 1)^h (Wendel)
     log_q = math.log(a) + ah * math.log1p(1.0 / (K + 2))
     log_tail_qp = (math.log1p(-a) + (K + 1) * math.log(a) + al * log_c
@@ -223,7 +239,9 @@ def _renyi_sum(log_p: np.ndarray, expo: np.ndarray, log_tail: float, p_tail: flo
         err = 2.0**-40 * float(np.abs(terms).sum()) + 1e-300
         s = float(terms.sum()) - p_tail + math.exp(log_tail) + err
         return math.log1p(s) if s > -1.0 else -math.inf
-    return float(logsumexp(np.append(log_p + expo, log_tail))) + 1e-12
+    x = log_p + expo
+    top = max(float(x.max()), log_tail)
+    return top + math.log(float(np.exp(x - top).sum()) + math.exp(log_tail - top)) + 1e-12
 
 
 def share_rdp(alpha: float, n_min: int, a: float) -> float:
@@ -248,6 +266,12 @@ def joining_share_epsilon(n_min: int, a: float, dimension: int, delta: float
     a = v.probability("a", a)
     d = v.count("dimension", dimension)
     delta = v.probability("delta", delta)
+    h = 1.0 / n_min
+    al_max = min(_ALPHAS[-1], 100.0 * n_min + 100.0)
+    K_max = min(_terms_needed(al_max, h, a), _MAX_TERMS)
+    if K_max > _CHEAP_TERMS and al_max < 1.0 + n_min:
+        K_max = min(K_max, _CHEAP_TERMS)
+    table = _log_ratio_bounds(a, h, K_max)
     best = [math.inf, math.nan]
 
     def f(log_al: float) -> float:
@@ -255,19 +279,25 @@ def joining_share_epsilon(n_min: int, a: float, dimension: int, delta: float
         conv = (al * math.log1p(-1.0 / al) - math.log(al - 1.0) - math.log(delta)) / (al - 1.0)
         if conv >= best[0]:  # the divergence is >= 0: this order cannot do better
             return conv
-        val = 2 * d * share_rdp(al, n_min, a) + conv
+        K = _terms_needed(al, h, a)
+        tau = gamma_share_rdp(al, n_min)
+        # the series is the a-dependent refinement: worth its cost while a is far from 1
+        # (K small) or where the closed form is infinite (alpha >= 1 + n_min)
+        if K <= K_max and (K <= _CHEAP_TERMS or math.isinf(tau)):
+            tau = min(tau, _series(al, h, a, K, table))
+        val = 2 * d * tau + conv
         if val < best[0]:
             best[:] = [val, al]
         return val
 
-    grid = np.linspace(math.log(_ALPHAS[0]), math.log(_ALPHAS[-1]), len(_ALPHAS))
+    grid = np.linspace(math.log(_ALPHAS[0]), math.log(al_max), len(_ALPHAS))
     vals = [f(x) for x in grid]
     i = int(np.argmin(vals))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
     g = (math.sqrt(5.0) - 1.0) / 2.0
     x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
     f1, f2 = f(x1), f(x2)
-    for _ in range(12):
+    for _ in range(10):
         if f1 <= f2:
             hi, x2, f2 = x2, x1, f1
             x1 = hi - g * (hi - lo)
@@ -328,7 +358,8 @@ def add_remove_noise(epsilon: float, delta: float, l1_bound: int, n_min: int,
     """Calibrate an add/remove federated release to (epsilon, delta) (module docstring).
 
     An eps_noise close to the largest with eps_noise + eps_share(a(eps_noise)) <= epsilon
-    (checked), delta_1 = delta e^{-epsilon}.
+    (checked), delta_1 = delta e^{-epsilon}. eps_share falls as a moves away from 1, so
+    x + eps_share(x) need not be monotone: the search keeps a checked feasible point.
 
     Raises
     ------
@@ -350,30 +381,22 @@ def add_remove_noise(epsilon: float, delta: float, l1_bound: int, n_min: int,
     def ok(x: float) -> bool:
         return x > 0 and x + share(x)[0] <= eps
 
-    # eps_share grows slowly with the noise's a = e^{-x / Delta}: a fixed-point step from
-    # x = eps with a small margin is feasible in one or two steps; bisection otherwise
-    x = eps
-    for _ in range(3):
-        x = eps - share(x)[0] * (1.0 + 1e-3) - 1e-9 * eps
-        if x <= 0 or ok(x):
-            break
-    if not ok(x):
-        grid = [eps * f for f in (0.9, 0.7, 0.5, 0.3, 0.1, 0.03, 0.01)]
-        feasible = [y for y in grid if ok(y)]
-        if not feasible:
+    # a feasible point (the fixed point's first step, else a coarser one), then bisection
+    # towards eps: any feasible point is sound, the search only buys accuracy
+    lo = eps - share(eps)[0] * 1.01
+    if not ok(lo):
+        lo = next((eps * f for f in (0.5, 0.25, 0.1, 0.03, 0.01) if ok(eps * f)), None)
+        if lo is None:
             s = share(eps * 0.01)[0]
             raise FederatedRefused(
                 f"add/remove: the joining user's own noise share costs eps_share >= {s:.4g} "
                 f"with n_min={n_min} survivors per shard over {d} cells, more than "
                 f"epsilon={epsilon!r} can pay; raise max_users or shard_size (a larger "
                 "n_min), lower the dropout, or use neighbour='zero_out' (participants public)")
-        lo = max(feasible)
-        hi = min([y for y in grid if y > lo], default=eps)
-        for _ in range(12):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-        x = lo
-    lo = x
+    hi = eps
+    for _ in range(7):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     e_share, alpha = share(lo)
     return AddRemoveNoise(epsilon=eps, delta=delta, l1_bound=bound, n_min=n_min, dimension=d,
                           noise_epsilon=lo, share_epsilon=e_share, share_delta=d1,
