@@ -4,12 +4,15 @@ Under add/remove the number of users n is private, so nothing the noise depends 
 function of n. Two things in a federated round are, unless fixed in advance:
 
 1. **The shard layout and each client's Polya shape.** :class:`ShardPlan` fixes both from
-   public numbers declared before the data are seen: a roster of ``max_users`` = N user ids
-   0..N-1, K = ceil(N / S_max) shards, user id i in shard i mod K (so adding or removing one
-   user never moves another user and never opens a shard), and one Polya shape 1 / n_min for
-   every client with n_min = ceil((1 - dropout) floor(N / K)): ``dropout`` is the fraction of
-   each shard's roster slots that may be empty or drop out. A shard with fewer than n_min
-   survivors is refused (as for dropout, [Bagdasaryan22]_ Sec. 4).
+   public numbers declared before the data are seen: a bound ``max_users`` = N on the
+   population, K = ceil(N / S_max) shards, the user with id i in shard i mod K, where a user's
+   id is fixed by her own identity (her position in a public roster, or a hash of her
+   account), not by the other users (so adding or removing one user never moves another user
+   and never opens a shard), and one Polya shape 1 / n_min for every client with
+   n_min = ceil((1 - dropout) floor(N / K)): ``dropout`` is the fraction of each shard's
+   planned N / K users that may be missing or drop out. A round with more than N users, or a
+   shard with fewer than n_min survivors, is refused (as for dropout, [Bagdasaryan22]_
+   Sec. 4).
 
 2. **The number of noise shares.** Every client adds its own X - Y, X, Y ~ Polya(1/n_min, a)
    per cell, so the user who joins also adds a share, in *every* cell. With k >= n_min
@@ -107,12 +110,12 @@ class ShardPlan:
     Attributes
     ----------
     max_users : int
-        N: the roster of user ids 0..N-1, declared before the data (>= 2). A round with more
-        users, or a user id outside the roster, is refused.
+        N: the bound on the population declared before the data (>= 2); a round with more
+        users is refused.
     shard_size : int
         S_max: the most clients one secure-aggregation shard may hold (>= 2).
     dropout : float in [0, 1)
-        Fraction of each shard's roster slots that may be empty or drop out.
+        Fraction of each shard's planned floor(N / K) users that may be missing or drop out.
     shards : int
         K = ceil(N / S_max) (derived).
     n_min : int
@@ -139,22 +142,23 @@ class ShardPlan:
     def assign(self, user_ids: Any, n: int) -> np.ndarray:
         """The shard (0..K-1) of each of n users: ``user_ids`` (default 0..n-1) mod K.
 
-        Raises ValueError when n > N, or an id is not an integer in 0..N-1, or repeats.
+        A user's id must be fixed by her own identity (a public roster position, a hash of her
+        account), never by the other users. Raises FederatedRefused when n > N, ValueError
+        when an id is not a non-negative integer or repeats.
         """
         if n > self.max_users:
-            raise ValueError(f"the round has more users than max_users={self.max_users} "
-                             "declared; refused (the population bound is public)")
+            raise FederatedRefused(f"the round has more users than max_users="
+                                   f"{self.max_users} declared (the population bound is "
+                                   "public); not released")
         ids = np.arange(n) if user_ids is None else np.asarray(user_ids)
         if ids.shape != (n,) or (n and not np.issubdtype(ids.dtype, np.integer)):
             raise ValueError(f"user_ids must be {n} integers (one per user), got shape "
                              f"{ids.shape}, dtype {ids.dtype}")
-        bad = (ids < 0) | (ids >= self.max_users)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"user_ids[{i}]={int(ids[i])} is outside the roster "
-                             f"0..{self.max_users - 1} (max_users={self.max_users})")
+        if n and int(ids.min()) < 0:
+            i = int(np.argmin(ids))
+            raise ValueError(f"user_ids must be >= 0, got user_ids[{i}]={int(ids[i])}")
         if np.unique(ids).size != n:
-            raise ValueError("user_ids must not repeat (one roster slot per user)")
+            raise ValueError("user_ids must not repeat (one id per user)")
         return (ids % self.shards).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:

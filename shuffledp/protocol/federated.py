@@ -254,11 +254,11 @@ def federated_sum(
     neighbour : Neighbour or str
         ADD_REMOVE (default; needs ``max_users``), ZERO_OUT or REPLACE_ONE.
     max_users : int, optional
-        Add/remove only, required there: N, the public roster (user ids 0..N-1) the shards
+        Add/remove only, required there: N, the public bound on the population the shards
         and the noise are planned for, declared before the data.
     user_ids : array_like of int, shape (n,), optional
-        Add/remove only: each user's roster id (default 0..n-1, the position); user id i is
-        in shard i mod K.
+        Add/remove only: each user's id, a non-negative integer fixed by her own identity
+        (default 0..n-1, the position in a public roster); user id i is in shard i mod K.
     delta : float, optional
         Add/remove only: the delta spent on the joining user's own noise share (default
         :data:`~shuffledp.analyzers.federated.population.DEFAULT_SHARE_DELTA`); the release's
@@ -389,6 +389,7 @@ def adaptive_histogram(
     schedule: str = "eq9",
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
     max_users: int | None = None,
+    user_ids: Any = None,
     delta: float | None = None,
     eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
@@ -399,7 +400,7 @@ def adaptive_histogram(
     Parameters
     ----------
     rows, cols : array_like of int
-        Each user's pixel (user i has roster id i under add/remove).
+        Each user's pixel.
     depth : int
         L: the finest level (grid 2^L x 2^L), 1 <= L <= 12.
     epsilon : float
@@ -460,6 +461,10 @@ def adaptive_histogram(
         max_q = min(max_q, L + 1)
     fixed = None if threshold is None else v.positive("threshold", threshold)
     round_kw, U_pub = _round_plan(nb, users_per_query, U, max_users, delta, max_q, aggregation)
+    if user_ids is not None and "max_users" not in round_kw:
+        raise ValueError(f"user_ids place users in the shards of an add/remove plan "
+                         f"(max_users); this run has none, got user_ids={user_ids!r:.60}")
+    uid = np.arange(n) if user_ids is None else np.asarray(user_ids)
     S_eq7 = max(U_pub, 2) if aggregation == "central" else shard_size
     plan = (ShardPlan(round_kw["max_users"], shard_size, dropout) if "max_users" in round_kw
             else None)
@@ -489,7 +494,7 @@ def adaptive_histogram(
         users = public.choice(n, size=U, replace=False)
         cells = tree.report_index(r[users], cc[users])
         dropped = public.random(U) < rate
-        ids = {"user_ids": users} if "max_users" in round_kw else {}
+        ids = {"user_ids": uid[users]} if "max_users" in round_kw else {}
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
                                    rng=noise, progress=progress, **round_kw, **ids)
