@@ -259,9 +259,10 @@ def joining_share_epsilon(n_min: int, a: float, dimension: int, delta: float
     """(eps_share, alpha): the shape pair of ``dimension`` cells, noise of n_min against
     n_min + 1 shares of X - Y, is (eps_share, delta)-indistinguishable in both directions.
 
-    Renyi divergence 2 d tau(alpha) (two Polya variables per cell, d cells) converted by
-    [CKS20]_ Prop. 12: eps = rdp + (alpha ln(1 - 1/alpha) - ln(alpha - 1) - ln delta) /
-    (alpha - 1), minimised over the orders (a log-spaced grid, then a golden-section search
+    Renyi divergence 2 d tau(alpha) (two Polya variables per cell, d independent cells:
+    additivity, as in the composition of [Mironov17]_ Prop. 1) converted by [CKS20]_
+    Prop. 12: eps = rdp + (alpha ln(1 - 1/alpha) - ln(alpha - 1) - ln delta) / (alpha - 1),
+    minimised over the orders (a log-spaced grid, then a golden-section search
     around its best point; every order gives a valid bound).
     """
     n_min = v.count("n_min", n_min)
