@@ -70,7 +70,13 @@ def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modul
 def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: int, *,
                   neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
                   rng: RngLike | SecureRandom = None) -> np.ndarray:
-    """One client's vector: ModuloClip(one_hot(cell) + X - Y, m) ([Bagdasaryan22]_ Alg. 1)."""
+    """One client's vector: ModuloClip(one_hot(cell) + X - Y, m) ([Bagdasaryan22]_ Alg. 1).
+
+    Under add/remove a deployment passes the public plan's n_min and the calibrated noise
+    epsilon (:func:`shuffledp.analyzers.federated.population.add_remove_noise`'s
+    ``noise_epsilon``), not the release's epsilon: the joining user's own share is paid from
+    the difference.
+    """
     d = v.count("n_cells", n_cells)
     x = np.zeros(d, dtype=np.int64)
     x[v.bounded_count("cell", cell, 0, d - 1)] = 1

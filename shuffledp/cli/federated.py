@@ -132,11 +132,11 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "--input), zero out one user's data (the user still takes part, n public; "
                    "sensitivity 1) or replace one (2).")
 @click.option("--max-users", "max_users", type=Count(2), default=None,
-              help="add_remove: the public bound on the population (a roster of user ids "
-                   "0..N-1) the shards and the noise are planned for, declared before the "
-                   "data; rounds with more users are refused, and each shard's noise is "
-                   "planned for (1 - dropout) of its roster  [default: --n for the built-in "
-                   "data; required with --input]")
+              help="add_remove: the public bound N on the population the shards and the "
+                   "noise are planned for, declared before the data: ceil(N / shard size) "
+                   "shards, each client's noise planned for (1 - dropout) of a shard's N / "
+                   "shards users; rounds with more users are refused  [default: --n for the "
+                   "built-in data; required with --input]")
 @delta_option(default=1e-9, help="add_remove: the total delta spent on each joining user's "
                                  "own noise share (split over the sub-queries).")
 @click.option("--report-error", "report_error", is_flag=True,

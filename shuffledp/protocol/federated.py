@@ -242,7 +242,7 @@ def federated_sum(
         ``vectors``; add/remove: the public plan of ``max_users``).
     dropout : float in [0, 1)
         Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S)
-        (add/remove: of each shard's roster slots, :class:`ShardPlan`).
+        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`).
     dropped : array_like of bool or int, shape (n,), optional
         Simulated dropouts. Booleans: True drops before sending the masked input. Integers:
         the secure-aggregation round in which the user drops (0 advertise keys, 1 share
@@ -343,8 +343,8 @@ def federated_sum(
         shards.append(info)
         if progress is not None:  # e.g. a progress bar's update: one shard done
             progress(1)
-    # the Polya tables' charge: one per draw; under add/remove from the public plan (every
-    # roster slot may draw), so that the stated delta does not depend on n
+    # the Polya tables' charge: one per draw; under add/remove from the public bound (at most
+    # max_users clients draw), so that the stated delta does not depend on n
     per = len(groups) if agg == "simulate" else (plan.max_users if plan is not None else n)
     return federated_release(total, shards, epsilon=eps, neighbour=nb, draws=2 * D * per,
                              parameters=params, seeded=is_seeded(rng), share=share)
@@ -424,8 +424,9 @@ def adaptive_histogram(
     neighbour : Neighbour or str
         ADD_REMOVE (default), ZERO_OUT (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
     max_users : int, optional
-        Add/remove: N, the public roster the shards and noise are planned for and eq. 7's
-        number of users; required unless ``users_per_query`` is given. With
+        Add/remove: N, the public bound on the population the shards and the noise are
+        planned for, and eq. 7's number of users; required unless ``users_per_query`` is
+        given. With
         ``users_per_query`` each sub-query holds U public slots: a neighbour's sample differs
         from the other's by at most one replaced user (couple the two samples), so each
         sub-query is calibrated for replace-one (sensitivity 2) and is then eps_q-DP under
