@@ -354,7 +354,7 @@ def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOU
     timeout : float
         Seconds to wait for a lock held by another process (polled every 20-100 ms).
     what : str
-        How to name the locked resource in the error message.
+        How to name the locked resource in error messages (default: the lock file).
 
     Raises
     ------
@@ -366,7 +366,7 @@ def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOU
     import fcntl
     import time
 
-    label = _label(what, path)
+    label = what or os.fspath(path)
     if not (timeout >= 0 and math.isfinite(timeout)):
         raise ValueError(f"timeout must be a finite number >= 0, got timeout={timeout!r}")
     try:
@@ -577,7 +577,8 @@ class ChainedLog:
 
     # ---- writing
     def _write_head(self) -> None:
-        text = json.dumps({"entries": len(self._hashes), "hash": self.head,
+        last = self._hashes[-1] if self._hashes else GENESIS
+        text = json.dumps({"entries": len(self._hashes), "hash": last,
                            "log": self.path.name}) + "\n"
         with atomic_output(self.head_path) as f:
             f.write(text.encode())
@@ -627,7 +628,8 @@ class ChainedLog:
     def locked(self) -> Iterator[ChainedLog]:
         """Take the lock, read and verify the log; yields ``self`` (read :attr:`bodies`,
         :meth:`append`). Raises :class:`LockBusy` or :class:`TamperedLog`."""
-        with exclusive_lock(self.lock_path, timeout=self.timeout, what=self.what):
+        with exclusive_lock(self.lock_path, timeout=self.timeout,
+                            what=f"{self.what} {self.path}"):
             self._load()
             self._held = True
             try:
