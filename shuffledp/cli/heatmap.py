@@ -336,16 +336,16 @@ def _public_source(input_path: str | None, data_seed: int | None) -> str:
 
 
 def _release_caption(release: Any, grid: Any, sigma: float, seed: int | None) -> list[str]:
+    """Short lines (one panel wide): the guarantee, the grid and the filter, nothing else."""
     g = release.guarantee
     delta = "" if g.delta == 0 else f", delta = {g.delta:.2g}"
     kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
-    lines = [f"private release: {g.model} model, {kind}, epsilon = {g.epsilon:g}{delta}; "
-             f"neighbours: {g.neighbour.value}",
-             f"{grid} grid; the estimate with a Gaussian filter, sigma = {sigma:g} px "
-             "(post-processing); nothing else from the data is shown"]
-    if seed is not None:
-        lines[0] = "--seed: reproducible evaluation, not a private release; " + lines[0][17:]
-    return lines
+    what = ("private release" if seed is None
+            else f"--seed {seed}: reproducible, not a private release")
+    return [f"{what}: {g.model} model",
+            f"{kind}, epsilon = {g.epsilon:g}{delta}",
+            f"neighbours: {g.neighbour.value}",
+            f"{grid} grid; Gaussian filter {sigma:g} px (post-processing)"]
 
 
 def _check_model_options(model: str, neighbour: str | None, backend: str,
@@ -461,8 +461,9 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
         f"{n_users} users ({data}), {grid} grid; heatmaps with a Gaussian filter, sigma = "
         f"{sigma:g} px; CC (1 = perfect) and EMD (0 = perfect) against the true heatmap",
     ]
-    if seed is not None:
-        lines.append(f"--seed {seed}: reproducible evaluation, not a private release")
+    lines.append("evaluation run, not a private release: the true heatmap and a second "
+                 "release (the Laplace baseline) are shown" + (
+                     "" if seed is None else f"; --seed {seed}: reproducible noise"))
     return lines
 
 
