@@ -371,7 +371,8 @@ def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOU
         raise ValueError(f"timeout must be a finite number >= 0, got timeout={timeout!r}")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+                     | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NOFOLLOW", 0), 0o644)  # never through a planted link
     except OSError as e:
         raise NotRegularFileError(f"{label}: cannot open the lock file {os.fspath(path)}: "
                                   f"{e.strerror or e}") from None
