@@ -6,7 +6,8 @@ nothing, rather than reporting a result with a caveat. Examples: an analyzer who
 batch misses messages or has fewer than n_min users (the noise was calibrated for more), a
 federated shard with fewer survivors than its noise assumes, a secure-aggregation client
 asked to reveal both secrets of one peer, a server with fewer than t clients left, a
-release that would take a privacy ledger past its total.
+release that would take a privacy ledger past its total, a ledger whose log does not verify
+or whose lock another process holds.
 
 Every refusal type of the package subclasses :class:`Refused`:
 
@@ -17,6 +18,12 @@ Every refusal type of the package subclasses :class:`Refused`:
 :class:`shuffledp.secagg.SecAggRefused`                 an honest secure-aggregation client
 :class:`shuffledp.secagg.SecAggAborted`                 the secure-aggregation server
 :class:`shuffledp.accounting.ledger.BudgetExceeded`     a privacy-budget ledger
+:class:`shuffledp.accounting.ledger.LegacyLedger`       a ledger in the format before hash
+                                                        chaining (convert it first)
+:class:`shuffledp.safe_io.LockBusy`                     a lock (a ledger's) held by another
+                                                        process past the wait agreed
+:class:`shuffledp.safe_io.TamperedLog`                  a hash-chained log (a ledger's) that
+                                                        does not verify
 ======================================================  ========================================
 
 :class:`Refused` subclasses ``ValueError``, so callers that caught the individual types as

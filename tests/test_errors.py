@@ -3,21 +3,28 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+from pathlib import Path
+
 import click
 import numpy as np
 import pytest
 
 import shuffledp
-from shuffledp.accounting.ledger import BudgetExceeded
+import shuffledp.errors
+from shuffledp.accounting.ledger import BudgetExceeded, LegacyLedger
 from shuffledp.analyzers.federated import FederatedRefused
 from shuffledp.analyzers.heatmap.modular import ReleaseRefused
 from shuffledp.cli.common import as_refusal, as_usage_error, one_line_errors
 from shuffledp.errors import Refused
 from shuffledp.protocol.federated import federated_histogram
+from shuffledp.safe_io import LockBusy, TamperedLog
 from shuffledp.secagg import SecAggAborted, SecAggRefused
 from shuffledp.serve.client import Refused as ServiceRefused
 
-REFUSALS = (ReleaseRefused, FederatedRefused, SecAggRefused, SecAggAborted, BudgetExceeded)
+REFUSALS = (ReleaseRefused, FederatedRefused, SecAggRefused, SecAggAborted, BudgetExceeded,
+            LegacyLedger, LockBusy, TamperedLog)
 
 
 def test_refused_is_exported_and_a_value_error():
@@ -30,6 +37,43 @@ def test_refused_is_exported_and_a_value_error():
 def test_every_refusal_type_is_a_refused(cls):
     assert issubclass(cls, shuffledp.Refused)
     assert issubclass(cls, ValueError)  # callers that caught ValueError keep working
+
+
+def _refusal_classes_in_the_source() -> dict[str, str]:
+    """{class name: module} of every class of the installed package that subclasses Refused
+    (directly or through another refusal), found by parsing the source (no imports)."""
+    found: dict[str, str] = {}
+    defs = []
+    roots = [Path(p) for p in shuffledp.__path__]
+    for sub in ("analyzers", "accounting", "encoders"):
+        mod = importlib.util.find_spec(f"shuffledp.{sub}")
+        roots.extend(Path(p) for p in mod.submodule_search_locations)
+    for base in dict.fromkeys(roots):
+        for path in sorted(base.rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    names = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                             for b in node.bases]
+                    defs.append((node.name, names, path.name))
+    known = {"Refused"}
+    while True:
+        new = {(n, p) for n, bases, p in defs if n not in known and known & set(bases)}
+        if not new:
+            return found
+        for n, p in new:
+            known.add(n)
+            found[n] = p
+
+
+def test_the_table_and_the_tests_list_every_refusal_type():
+    """Every Refused subclass of the package is in REFUSALS (so the tests above check it)
+    and in the table of shuffledp/errors.py's docstring."""
+    in_source = _refusal_classes_in_the_source()
+    assert set(in_source) == {c.__name__ for c in REFUSALS}, in_source
+    doc = shuffledp.errors.__doc__
+    for cls in REFUSALS:
+        assert f".{cls.__name__}`" in doc, cls.__name__
 
 
 def test_release_refused_is_still_a_runtime_error():
