@@ -55,7 +55,6 @@ import numpy as np
 
 from shuffledp.cli.common import (
     COUNT,
-    KEY_BYTES,
     PARAMS_FILE_LIMIT,
     POINTS_FILE_LIMIT,
     REPORT_FILE_LIMIT,
@@ -148,32 +147,30 @@ def _load_params(path: str, allow_large: bool = False):
     return p
 
 
-def _load_public_key(path: str) -> bytes:
-    """``--analyzer-pub``: exactly 32 bytes, a point usable for X25519."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import (
-        X25519PrivateKey,
-        X25519PublicKey,
-    )
+def _read_key(path: str, kind: str, option: str) -> bytes:
+    """A typed key file named by ``option`` (:func:`shuffledp.protocol.crypto.read_key_file`):
+    exit 2 if it is not a regular file, 1 if it holds another kind of key or is invalid."""
+    from shuffledp.protocol.crypto import KeyFileError, read_key_file
 
-    raw = _read_file(path, KEY_BYTES, "--analyzer-pub")
-    if len(raw) != KEY_BYTES:
-        raise click.ClickException(
-            f"--analyzer-pub {path}: {len(raw)} bytes, an X25519 public key has {KEY_BYTES}"
-        )
     try:
-        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
-    except ValueError:
-        raise click.ClickException(
-            f"--analyzer-pub {path}: not a usable X25519 public key (a low-order point)"
-        ) from None
-    return raw
+        return read_key_file(path, kind, what=option)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
+    except (KeyFileError, UnsafeFileError) as e:
+        raise click.ClickException(str(e)) from None
 
 
-def _read_secret(path: str, option: str, what: str) -> bytes:
-    """A secret key file named by ``option``: exactly 32 bytes; warns if others may read it."""
-    raw = _read_file(path, KEY_BYTES, option)
-    if len(raw) != KEY_BYTES:
-        raise click.ClickException(f"{option} {path}: {len(raw)} bytes, {what} has {KEY_BYTES}")
+def _load_public_key(path: str) -> bytes:
+    """``--analyzer-pub``: the analyzer's public key file (kind checked; a usable X25519
+    point); returns the 32 raw bytes."""
+    from shuffledp.protocol.crypto import KEY_ANALYZER_PUBLIC
+
+    return _read_key(path, KEY_ANALYZER_PUBLIC, "--analyzer-pub")
+
+
+def _read_secret(path: str, option: str, kind: str) -> bytes:
+    """A secret key file named by ``option``, of ``kind``; warns if others may read it."""
+    raw = _read_key(path, kind, option)
     mode = os.stat(path).st_mode
     if mode & 0o077:
         warn(f"{option} {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
@@ -181,18 +178,22 @@ def _read_secret(path: str, option: str, what: str) -> bytes:
 
 
 def _load_private_key(path: str):
-    """``--key``: the analyzer's X25519 private key (32 raw bytes)."""
+    """``--key``: the analyzer's X25519 private key file."""
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+    from shuffledp.protocol.crypto import KEY_ANALYZER_PRIVATE
+
     return X25519PrivateKey.from_private_bytes(
-        _read_secret(path, "--key", "an X25519 private key"))
+        _read_secret(path, "--key", KEY_ANALYZER_PRIVATE))
 
 
 def _load_mac_key(path: str | None) -> bytes | None:
     """``--mac-key``: the key shuffler and analyzer share for the mixed batch's tag."""
+    from shuffledp.protocol.crypto import KEY_MAC
+
     if path is None:
         return None
-    return _read_secret(path, "--mac-key", f"a MAC key written by `shuffledp setup` ({MAC_FILE})")
+    return _read_secret(path, "--mac-key", KEY_MAC)
 
 
 def _show(text: str, width: int = 40) -> str:
@@ -317,6 +318,10 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
 def _write_keys(out: Path, force: bool) -> None:
     """The analyzer's key pair and the MAC key; refuses (before writing any) to overwrite."""
     from shuffledp.protocol.crypto import (
+        KEY_ANALYZER_PRIVATE,
+        KEY_ANALYZER_PUBLIC,
+        KEY_MAC,
+        encode_key_file,
         generate_analyzer_key,
         generate_mac_key,
         private_bytes,
@@ -334,12 +339,14 @@ def _write_keys(out: Path, force: bool) -> None:
                 "the keys")
     k = generate_analyzer_key()
     try:
-        create_private(out / KEY_FILE, private_bytes(k), force=force)
-        create_private(out / MAC_FILE, generate_mac_key(), force=force)
+        create_private(out / KEY_FILE, encode_key_file(KEY_ANALYZER_PRIVATE, private_bytes(k)),
+                       force=force)
+        create_private(out / MAC_FILE, encode_key_file(KEY_MAC, generate_mac_key()),
+                       force=force)
     except FileExistsError as e:  # created by someone else since the check above
         raise click.ClickException(f"{e.filename} appeared while setup was writing it; "
                                    "refusing to overwrite it") from None
-    write_atomic(out / PUB_FILE, public_bytes(k))
+    write_atomic(out / PUB_FILE, encode_key_file(KEY_ANALYZER_PUBLIC, public_bytes(k)))
 
 
 # --------------------------------------------------------------------------- encode
