@@ -98,6 +98,7 @@ PLAINTEXT_WARNING = (
 KEY_FILE = "analyzer.key"
 PUB_FILE = "analyzer.pub"
 MAC_FILE = "mac.key"
+LEDGER_FILE = "releases.jsonl"
 _SIM_HELP = (
     "Plaintext wire path (simulation aid only: the shuffler sees every user's shares)."
 )
@@ -691,21 +692,30 @@ def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> byte
     return mac_key
 
 
-def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
-    """Decrypt the first message only, to refuse a wrong ``--key`` before the whole batch.
+KEY_PROBE = 64  # messages decrypted to tell a wrong --key before the whole batch
 
-    Any message that does not open makes the release refused anyway (the count check).
+
+def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
+    """Decrypt the first :data:`KEY_PROBE` messages, to refuse a wrong ``--key`` before the
+    whole batch: refused when none opens.
+
+    A few unreadable messages are not a wrong key: a device that encrypted to another key
+    leaves its whole batch unreadable, and the analyzer leaves it out (the messages are in
+    uniformly random order, so with the right key all of the first 64 fail only when nearly
+    every batch is unreadable, and the release is refused then anyway).
     """
     from shuffledp.protocol.crypto import decrypt_records
     from shuffledp.protocol.wire import HEADER_SIZE
 
-    if h.n_records == 0:
+    k = min(h.n_records, KEY_PROBE)
+    if k == 0:
         return
     fh.seek(HEADER_SIZE)
-    if decrypt_records(p, read_up_to(fh, h.record_bytes), key)[2]:
+    if decrypt_records(p, read_up_to(fh, k * h.record_bytes), key)[2] == k:
         raise click.ClickException(
-            f"--key {key_path}: the first message of {in_path} does not decrypt: not the "
-            "analyzer key of this run (or a corrupt message); refusing to release")
+            f"--key {key_path}: none of the first {k} messages of {in_path} decrypts: not the "
+            "analyzer key of this run (or every device encrypted to another key); refusing "
+            "to release")
 
 
 def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.ClickException:
@@ -735,24 +745,32 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
               help="Processes decrypting a large batch [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True,
               help="Accept a plaintext mixed batch (simulation aid only).")
+@click.option("--release-ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+              help=f"Ledger of the rounds released (JSON lines, hash-chained): a second release "
+                   f"of a round is refused [default: {LEDGER_FILE} next to --params].")
 @smoothing_option()
 @allow_large_option
 def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
-            plaintext_simulation, smoothing, allow_large):
-    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
-    estimate (post-processed as `shuffledp heatmap` releases it, --smoothing) and
-    report.json.
+            plaintext_simulation, ledger_path, smoothing, allow_large):
+    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; record the
+    release in the release ledger; write the estimate (post-processed as `shuffledp heatmap`
+    releases it, --smoothing) and report.json.
 
     Refuses to release (exit 1) a batch that is malformed, of another run, altered after
-    the shuffler (tag), holds a message that does not decrypt, or misses messages.
+    the shuffler (tag), misses messages, holds fewer than n_min users whose messages all
+    decrypt (a batch whose every message fails, e.g. encrypted to another key, is left out
+    and counted; part of a batch failing is refused), or is of a round already released
+    with other messages (--release-ledger).
     """
-    from shuffledp.analyzers.heatmap.modular import ReleaseRefused, release_mixed
+    from shuffledp.analyzers.heatmap.modular import release_mixed
+    from shuffledp.errors import Refused
     from shuffledp.protocol.wire import WireError, read_header
 
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
                                  param_hint="--key")
     p = _load_params(params_path, allow_large)
+    ledger = _release_ledger(ledger_path, params_path)
     try:
         fh = open_regular(in_path)
     except NotRegularFileError as e:
@@ -768,12 +786,30 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
             if key is not None:
                 _check_key_opens(p, fh, h, key, key_path, in_path)
             fh.seek(0)
-            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers)
-    except (WireError, ReleaseRefused) as e:
+            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers,
+                                    ledger=ledger, label=os.path.abspath(in_path))
+    except (WireError, Refused) as e:
         raise _refusal(in_path, e, mac_key_path) from None
     if smoothing == "auto":
         release = release.smoothed()
     _write_release(Path(out_dir), p, release, h, shuffler)
+
+
+def _release_ledger(ledger_path: str | None, params_path: str) -> Any:
+    """``--release-ledger``, else ``releases.jsonl`` next to ``--params``: checked to be a
+    regular file (or absent) in an existing folder before anything is decrypted."""
+    from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger
+
+    path = Path(ledger_path) if ledger_path else Path(params_path).parent / LEDGER_FILE
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"{path}: its folder does not exist",
+                                 param_hint="--release-ledger")
+    if os.path.lexists(path):
+        try:
+            check_regular(path, what="--release-ledger")
+        except NotRegularFileError as e:
+            raise click.BadParameter(str(e), param_hint="--release-ledger") from None
+    return ReleaseLedger(path)
 
 
 def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:

@@ -413,10 +413,24 @@ def open_records(
     raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key,
     kem: str = KEM_X25519,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Decrypt whole encrypted records: (coordinates, shares, n_failed), the core loop.
+    """Decrypt whole encrypted records: (coordinates, shares, n_failed).
 
-    Picklable arguments only, so process pools can run it on chunks
-    (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
+    :func:`open_records_detailed` with the failed messages counted.
+    """
+    c, s, failed = open_records_detailed(raw, record_bytes, share_bytes, ad_prefix, key, kem)
+    return c, s, int(failed.size)
+
+
+def open_records_detailed(
+    raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key,
+    kem: str = KEM_X25519,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decrypt whole encrypted records, the core loop: (coordinates, shares, failed).
+
+    ``failed`` holds the clear coordinate field of every message that did not open (int64),
+    so the analyzer can tell a whole batch encrypted to another key (r failures at every
+    coordinate) from part of one. Picklable arguments only, so process pools can run it on
+    chunks (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
     """
     open_ = hpke_suite(kem).decrypt
     info = INFO_LABEL + ad_prefix
@@ -424,19 +438,21 @@ def open_records(
     k = len(raw) // record_bytes
     coords = np.empty(k, dtype=np.int64)
     shares = np.empty(k, dtype=np.int64)
-    failed = good = 0
+    failed = np.empty(k, dtype=np.int64)
+    nf = good = 0
     for i in range(k):
         o = i * record_bytes
         a = raw[o : o + 4]
         try:
             w = open_(mv[o + 4 : o + record_bytes], key, info + a)
         except Exception:  # InvalidTag, or an invalid point: a tampered message
-            failed += 1
+            failed[nf] = int.from_bytes(a, "little")
+            nf += 1
             continue
         coords[good] = int.from_bytes(a, "little")
         shares[good] = int.from_bytes(w[:share_bytes], "little")
         good += 1
-    return coords[:good], shares[:good], failed
+    return coords[:good], shares[:good], failed[:nf]
 
 
 def decrypt_records(
