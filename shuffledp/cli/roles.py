@@ -653,7 +653,7 @@ def _check_mixed_header(p: Any, h: Any, size: int) -> None:
 
 
 def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
-                     plaintext_simulation: bool) -> Any:
+                     plaintext_simulation: bool, key: Any = None) -> Any:
     """Match the batch's kind with the flags: the analyzer key for an encrypted batch, None
     for a plaintext one (after the loud warning)."""
     if h.encrypted:
@@ -662,7 +662,7 @@ def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
                                      "--plaintext-simulation", param_hint="--plaintext-simulation")
         if key_path is None:
             raise click.UsageError(f"--key is required: the mixed batch {in_path} is encrypted")
-        return _load_private_key(key_path)
+        return key if key is not None else _load_private_key(key_path)
     if not plaintext_simulation:
         raise click.UsageError(
             f"the mixed batch {in_path} is plaintext (simulation path: the shuffler saw every "
@@ -672,7 +672,8 @@ def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
     return None
 
 
-def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> bytes | None:
+def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None,
+                         mac_key: bytes | None = None) -> bytes | None:
     """``--mac-key``: required for an encrypted or keyed batch; a batch without a keyed tag
     is refused when one is given (anyone who edits a batch can recompute a plain SHA-256)."""
     if mac_key_path is None:
@@ -683,7 +684,7 @@ def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> byte
                 f"--mac-key is required: the mixed batch {in_path} {why} with the key the "
                 f"shuffler shares with the analyzer (setup writes OUT/{MAC_FILE})")
         return None
-    mac_key = _load_mac_key(mac_key_path)
+    mac_key = mac_key if mac_key is not None else _load_mac_key(mac_key_path)
     if not h.keyed:
         raise click.ClickException(
             f"refusing to release {in_path}: --mac-key {mac_key_path} was given but the mixed "
@@ -771,6 +772,9 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
                                  param_hint="--key")
     p = _load_params(params_path, allow_large)
     ledger = _release_ledger(ledger_path, params_path)
+    # the key files' kinds are checked before the batch is read
+    given_key = _load_private_key(key_path) if key_path is not None else None
+    given_mac = _load_mac_key(mac_key_path)
     try:
         fh = open_regular(in_path)
     except NotRegularFileError as e:
@@ -779,8 +783,8 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
         with fh:
             h = read_header(fh)
             _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
-            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
-            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation, given_key)
+            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path, given_mac)
             shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
                                              report_path is not None)
             if key is not None:

@@ -104,7 +104,13 @@ def _is_problem(r, status, reason):
 
 def test_round_survives_a_kill_and_releases(run_dir, tmp_path):
     from shuffledp.analyzers.heatmap.modular import release_mixed
-    from shuffledp.protocol.crypto import as_private_key
+    from shuffledp.protocol.crypto import (
+        KEY_ANALYZER_PRIVATE,
+        KEY_ANALYZER_PUBLIC,
+        KEY_MAC,
+        as_private_key,
+        read_key_file,
+    )
 
     d, data = run_dir, tmp_path / "svc"
     p = _round(d)
@@ -113,7 +119,8 @@ def test_round_survives_a_kill_and_releases(run_dir, tmp_path):
     proc, url = start_server(data, *_shuffler_args(d))
     try:
         cfg = httpx.get(url + "/hpke_config").json()
-        assert cfg["round"] == rnd and cfg["public_key"] == (d / "analyzer.pub").read_bytes().hex()
+        pub = read_key_file(d / "analyzer.pub", KEY_ANALYZER_PUBLIC)
+        assert cfg["round"] == rnd and cfg["public_key"] == pub.hex()
         assert cfg["suite"] == {"kem_id": 0x20, "kdf_id": 1, "aead_id": 3}
         devices = [_device(url, d, j, rids[j]) for j in range(2)]  # two device processes
         for j, dev in enumerate(devices):
@@ -157,15 +164,16 @@ def test_round_survives_a_kill_and_releases(run_dir, tmp_path):
                               headers=hdr), 409, "round_closed")
     finally:
         stop(proc)
-    key = as_private_key((d / "analyzer.key").read_bytes())
+    key = as_private_key(read_key_file(d / "analyzer.key", KEY_ANALYZER_PRIVATE))
     mixed = out.read_bytes()
-    release = release_mixed(p, mixed, key=key, mac_key=(d / "mac.key").read_bytes())
+    release = release_mixed(p, mixed, key=key, mac_key=read_key_file(d / "mac.key", KEY_MAC),
+                            ledger=tmp_path / "releases.jsonl")
     assert release.guarantee.epsilon > 0
     from shuffledp.protocol.wire import Header
 
     assert Header.unpack(mixed[:64]).n_users == 4
     # a restart after close keeps the round closed with the same report
-    state = ShufflerState(p, data, mac_key=(d / "mac.key").read_bytes())
+    state = ShufflerState(p, data, mac_key=read_key_file(d / "mac.key", KEY_MAC))
     assert state.closed and state.status()["report"]["n_forwarded"] == 4
 
 
