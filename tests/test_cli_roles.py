@@ -169,7 +169,8 @@ def test_shuffle_report_path_option_and_consistency_check(plain_run, tmp_path):
 def test_setup_writes_keys_by_default_with_mode_0600_and_never_overwrites(tmp_path, existing):
     _setup(tmp_path)
     key, mac = tmp_path / "analyzer.key", tmp_path / "mac.key"
-    kinds = {key: KEY_ANALYZER_PRIVATE, mac: KEY_MAC, tmp_path / "analyzer.pub": KEY_ANALYZER_PUBLIC}
+    kinds = {key: KEY_ANALYZER_PRIVATE, mac: KEY_MAC,
+             tmp_path / "analyzer.pub": KEY_ANALYZER_PUBLIC}
     raw = {f: decode_key_file(f.read_bytes(), kind) for f, kind in kinds.items()}
     for f in (key, mac):
         assert stat.S_IMODE(os.stat(f).st_mode) == 0o600 and len(raw[f]) == 32

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from shuffle_helpers import params_for
 
 from shuffledp import Grid
 from shuffledp.analyzers.heatmap.modular import ReleaseRefused, accumulate_mixed, release_mixed
@@ -28,8 +29,6 @@ from shuffledp.cli import main
 from shuffledp.encoders.encoder import user_batch
 from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.protocol.shuffler import Shuffler
-
-from shuffle_helpers import params_for
 
 CLI = [sys.executable, "-c", "from shuffledp.cli import main; main()"]
 RNG = np.random.default_rng(7)

@@ -94,8 +94,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
-from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger, as_ledger, sums_digest
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger, as_ledger, sums_digest
 from shuffledp.errors import Refused
 from shuffledp.protocol.crypto import (
     as_private_key,
@@ -282,12 +282,13 @@ class ModularAccumulator:
         wrong = np.flatnonzero(total != expect)
         if wrong.size or self.unplaceable:
             a = int(wrong[0]) if wrong.size else 0
+            unread = f" + {int(self.unusable[a])} unreadable" if self.unusable[a] else ""
+            nowhere = (f", {self.unplaceable} of them at no coordinate < m"
+                       if self.unplaceable else "")
             raise ReleaseRefused(
                 f"{wrong.size} coordinates did not receive r * n_users = {expect} messages "
-                f"(coordinate {a} got {int(self.counts[a])}"
-                f"{f' + {int(self.unusable[a])} unreadable' if self.unusable[a] else ''}; "
-                f"{self.rejected} messages rejected"
-                f"{f', {self.unplaceable} of them at no coordinate < m' if self.unplaceable else ''})")
+                f"(coordinate {a} got {int(self.counts[a])}{unread}; "
+                f"{self.rejected} messages rejected{nowhere})")
         if not self.unusable.any():
             return n, 0
         k, rest = np.divmod(self.unusable, p.r)

@@ -14,15 +14,23 @@ The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (
 :class:`~shuffledp.protocol.params.ProtocolParams`, with a fresh round id: batches of another
 setup are rejected), the analyzer's X25519 key pair (``analyzer.key``; ``analyzer.pub`` for the
 users) and the MAC key ``mac.key`` shared by the shuffler and the analyzer only (32 random
-bytes). Both secret files are created with mode 0600 from the start and never overwritten
-without ``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
+bytes). Key files are typed (:func:`shuffledp.protocol.crypto.encode_key_file`: a header
+naming the kind, the format version, the algorithm and the key's id) and every command
+checks the kind it reads, so ``encode --analyzer-pub mac.key`` is refused naming both. Both
+secret files are created with mode 0600 from the start and never overwritten without
+``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
 ``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
 :mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
 (``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
 counts (:mod:`shuffledp.analyzers.heatmap.modular`, the toolkit's one decrypt-then-count loop) and
 writes
 ``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
-figures, the shuffler's report, whether the mixed batch was authenticated).
+figures, the shuffler's report, whether the mixed batch was authenticated). A batch whose
+every message fails to decrypt is left out and counted, and n_min applies to the users that
+remain (:mod:`shuffledp.analyzers.heatmap.modular`, "Unreadable batches"). Each release is
+recorded in the release ledger (``--release-ledger``, default ``releases.jsonl`` next to
+``--params``; :mod:`shuffledp.analyzers.heatmap.release_ledger`) before anything is written,
+and a second release of a round is refused.
 
 ``--plaintext-simulation`` (on every role) selects the plaintext wire path instead: the
 shuffler then sees every user's shares, so it is a simulation aid only and each role says so
@@ -291,8 +299,9 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
     key; keep it on the analyzer), analyzer.pub (give it to the users), and mac.key (32
     random bytes shared by the shuffler and the analyzer only: the shuffler authenticates
     the mixed batch's header and records with it, HMAC-SHA256, and the analyzer refuses a
-    batch whose tag does not verify). The two secret files are created with mode 0600 and
-    never overwritten without --force.
+    batch whose tag does not verify). Key files are typed text naming their kind, which
+    every command checks. The two secret files are created with mode 0600 and never
+    overwritten without --force.
     """
     from shuffledp.protocol.params import derive_params
 
