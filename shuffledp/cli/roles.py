@@ -96,6 +96,7 @@ from shuffledp.safe_io import (
     read_regular,
     read_regular_text,
     read_up_to,
+    sync_to_disk,
     write_atomic,
 )
 
@@ -320,6 +321,7 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
     if keys:
         _write_keys(out, force)
     write_atomic(out / "params.json", p.to_json().encode())
+    sync_to_disk(out / "params.json")
     if plaintext_simulation:
         warn(PLAINTEXT_WARNING)
     click.echo(json.dumps(p.figures(), indent=1))
@@ -357,6 +359,7 @@ def _write_keys(out: Path, force: bool) -> None:
         raise click.ClickException(f"{e.filename} appeared while setup was writing it; "
                                    "refusing to overwrite it") from None
     write_atomic(out / PUB_FILE, encode_key_file(KEY_ANALYZER_PUBLIC, public_bytes(k)))
+    sync_to_disk(out / KEY_FILE, out / MAC_FILE, out / PUB_FILE)
 
 
 # --------------------------------------------------------------------------- encode
