@@ -135,16 +135,19 @@ def test_part_of_a_batch_unreadable_is_refused_naming_the_coordinate(six, tmp_pa
         release_mixed(p, mixed, key=key, mac_key=mac, ledger=tmp_path / "l.jsonl")
 
 
-def test_a_ledger_that_does_not_verify_refuses_every_release(six, tmp_path):
+@pytest.mark.parametrize("keep", [slice(1, None), slice(None, 1)], ids=["first", "last"])
+def test_a_ledger_that_does_not_verify_refuses_every_release(six, tmp_path, keep):
+    """An entry removed (the first: the chain breaks; the last: the head records more
+    entries) refuses every release: a deleted entry could let a round be released twice."""
     p, key, mac, batches, _ = six
     q = params_for(Grid(4, 4), n=6, B=4, dropout=0.2)
     ledger = tmp_path / "l.jsonl"
     book = ReleaseLedger(ledger)
     book.record(round_id=q.round_id, digest=q.digest, sums_sha256="a" * 64, n_users=6)
-    book.record(round_id=bytes(16), digest=q.digest, sums_sha256="b" * 64, n_users=6)
+    book.record(round_id=p.round_id, digest=p.digest, sums_sha256="b" * 64, n_users=6)
     lines = ledger.read_bytes().splitlines(keepends=True)
-    ledger.write_bytes(lines[1])  # the first entry removed: the chain no longer verifies
-    with pytest.raises(LedgerError, match="line 1 does not verify"):
+    ledger.write_bytes(b"".join(lines[keep]))
+    with pytest.raises(LedgerError, match="fails verification.*no release is recorded"):
         release_mixed(p, _mix(p, mac, batches), key=key, mac_key=mac, ledger=ledger)
 
 

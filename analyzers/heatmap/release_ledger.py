@@ -23,23 +23,21 @@ and the sums; :func:`sums_digest`) and answers such a request as a *repeat* inst
 refusal, so an analyzer that crashed after recording and before writing its output can
 finish. Any other batch of the round is refused.
 
-The file. One JSON object per line (``version``, ``round_id``, ``digest``, ``sums_sha256``,
-``n_users``, ``n_unreadable``, ``n_dropped``, ``label``, ``time``, ``prev``), each line
-naming the SHA-256 of the line before it (``prev``; 64 zeros for the first), so an edited,
-reordered or truncated-in-the-middle ledger is detected; a ledger that does not verify
-refuses every release until it is repaired (fail closed). An append takes an exclusive
-``fcntl.flock`` on ``<ledger>.lock``, reads and verifies the ledger, checks the round,
-writes the new content to a fresh temporary file, fsyncs it, renames it over the ledger
-and fsyncs the directory: two analyzers racing on one round cannot both record it, and a
-crash leaves the old ledger or the new one, never half a line.
+The file. The ledger is a :class:`shuffledp.safe_io.ChainedLog` (the primitive the budget
+ledger uses too): JSON lines, each entry hash-chained to the one before, its head stored in
+``<ledger>.head``, read, verified and appended only under an exclusive ``flock`` on
+``<ledger>.lock``, every append fsynced before it returns. An entry's body holds
+``version``, ``round_id``, ``digest``, ``sums_sha256``, ``n_users``, ``n_unreadable``,
+``n_dropped``, ``label`` and ``time``. The round is checked and the entry appended under one
+lock, so two analyzers racing on one round cannot both record it; a ledger that does not
+verify (an entry edited or deleted, the ledger truncated) refuses every release until it is
+repaired (fail closed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -49,14 +47,9 @@ from typing import Any
 import numpy as np
 
 from shuffledp.errors import Refused
-from shuffledp.safe_io import NotRegularFileError, read_regular
+from shuffledp.safe_io import ChainedLog, LockBusy, TamperedLog, UnsafeFileError
 
 LEDGER_VERSION = 1
-#: largest ledger read (about 200,000 releases)
-MAX_LEDGER_BYTES = 64 << 20
-GENESIS = "0" * 64
-_FIELDS = ("version", "round_id", "digest", "sums_sha256", "n_users", "n_unreadable",
-           "n_dropped", "label", "time", "prev")
 
 
 class RoundAlreadyReleased(Refused, RuntimeError):
@@ -88,48 +81,6 @@ def sums_digest(digest: bytes, n_users: int, sums: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _line(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-
-
-@contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` + ``.lock`` for the duration of the block."""
-    lock = path.with_name(path.name + ".lock")
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        raise LedgerError(f"release ledger {path}: cannot open its lock file {lock}: "
-                          f"{e.strerror or e}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _replace_durably(path: Path, data: bytes) -> None:
-    """Write ``data`` to a fresh file next to ``path``, fsync it, rename it over ``path``
-    and fsync the directory."""
-    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 class ReleaseLedger:
     """The rounds released so far, in a file (``path``) or in this process only (None).
 
@@ -153,52 +104,36 @@ class ReleaseLedger:
         return os.fspath(self.path) if self.path is not None else "(this process)"
 
     # ------------------------------------------------------------------ reading
-    def _load(self) -> tuple[list[dict[str, Any]], bytes]:
-        """Entries and the raw bytes; raises :class:`LedgerError` if it does not verify."""
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[tuple[list[dict[str, Any]], Any]]:
+        """(entries, append) under the lock; I/O and verification failures are
+        :class:`LedgerError` (a refusal: nothing is released)."""
         if self.path is None:
-            return list(self._memory), b""
+            yield list(self._memory), self._memory.append
+            return
         try:
-            data = read_regular(self.path, MAX_LEDGER_BYTES, what="release ledger")
-        except NotRegularFileError as e:
-            if not os.path.lexists(self.path):
-                return [], b""
-            raise LedgerError(str(e)) from None
-        except ValueError as e:  # too large, unreadable
-            raise LedgerError(str(e)) from None
-        entries = []
-        prev = GENESIS
-        if data and not data.endswith(b"\n"):
-            raise LedgerError(f"release ledger {self.path}: the last line is incomplete; "
-                              "the ledger was edited or damaged, refusing every release "
-                              "until it is repaired")
-        for no, raw in enumerate(data.splitlines(keepends=True), start=1):
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                entry = None
-            if not isinstance(entry, dict) or entry.get("prev") != prev or not isinstance(
-                    entry.get("round_id"), str):
-                raise LedgerError(
-                    f"release ledger {self.path}: line {no} does not verify (malformed, or "
-                    "its 'prev' is not the SHA-256 of the line before): the ledger was "
-                    "edited or damaged, refusing every release until it is repaired")
-            entries.append(entry)
-            prev = hashlib.sha256(raw).hexdigest()
-        return entries, data
+            with ChainedLog(self.path, what="release ledger").locked() as log:
+                yield [dict(b) for b in log.bodies], log.append
+        except (TamperedLog, LockBusy) as e:
+            raise LedgerError(f"{e}; no release is recorded or made until the ledger is "
+                              "repaired") from None
+        except (UnsafeFileError, OSError) as e:
+            raise LedgerError(f"release ledger {self.path}: {e}; not releasing") from None
 
     def entries(self) -> list[dict[str, Any]]:
         """Every recorded release, oldest first (the ledger is verified first)."""
-        return self._load()[0]
+        with self._locked() as (entries, _):
+            return entries
 
     def released(self, round_id: bytes | str) -> dict[str, Any] | None:
         """The recorded release of ``round_id`` (bytes or hex), or None."""
         rid = round_id.hex() if isinstance(round_id, (bytes, bytearray)) else str(round_id)
-        return next((e for e in self._load()[0] if e["round_id"] == rid), None)
+        return next((e for e in self.entries() if e["round_id"] == rid), None)
 
     def _decide(self, entries: list[dict[str, Any]], round_id: str, sums: str
                 ) -> tuple[int, dict[str, Any]] | None:
         for i, e in enumerate(entries):
-            if e["round_id"] != round_id:
+            if e.get("round_id") != round_id:
                 continue
             if e.get("sums_sha256") == sums:
                 return i, e
@@ -213,14 +148,15 @@ class ReleaseLedger:
     def check(self, round_id: bytes, sums_sha256: str) -> dict[str, Any] | None:
         """Raise :class:`RoundAlreadyReleased` if the round was released with other sums;
         the recorded entry if these sums were released already (a repeat), else None."""
-        found = self._decide(self._load()[0], round_id.hex(), sums_sha256)
+        found = self._decide(self.entries(), bytes(round_id).hex(), sums_sha256)
         return None if found is None else found[1]
 
     # ------------------------------------------------------------------ recording
     def record(self, *, round_id: bytes, digest: bytes, sums_sha256: str, n_users: int,
                n_unreadable: int = 0, n_dropped: int = 0, label: str = ""
                ) -> tuple[int, dict[str, Any], bool]:
-        """Record a release of ``round_id`` (under the lock), or recognise a repeat.
+        """Record a release of ``round_id`` (checked and appended under one lock), or
+        recognise a repeat.
 
         Returns
         -------
@@ -239,28 +175,16 @@ class ReleaseLedger:
             The ledger does not verify or cannot be written (nothing is released then).
         """
         rid = bytes(round_id).hex()
-        lock = _exclusive(self.path) if self.path is not None else contextlib.nullcontext()
-        with lock:
-            entries, data = self._load()
+        with self._locked() as (entries, append):
             found = self._decide(entries, rid, sums_sha256)
             if found is not None:
                 return found[0] + 1, found[1], True
-            prev = (hashlib.sha256(data.splitlines(keepends=True)[-1]).hexdigest()
-                    if data else GENESIS)
             entry = {"version": LEDGER_VERSION, "round_id": rid, "digest": bytes(digest).hex(),
                      "sums_sha256": sums_sha256, "n_users": int(n_users),
                      "n_unreadable": int(n_unreadable), "n_dropped": int(n_dropped),
                      "label": str(label),
-                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "prev": prev}
-            if self.path is None:
-                entry["prev"] = GENESIS
-                self._memory.append(entry)
-                return len(self._memory), entry, False
-            try:
-                _replace_durably(self.path, data + _line(entry))
-            except OSError as e:
-                raise LedgerError(f"release ledger {self.path}: cannot write it: "
-                                  f"{e.strerror or e}; not releasing") from None
+                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            append(entry)
             return len(entries) + 1, entry, False
 
 
@@ -280,5 +204,5 @@ def as_ledger(ledger: ReleaseLedger | str | os.PathLike[str] | None) -> ReleaseL
                     f"{type(ledger).__name__}")
 
 
-__all__ = ["GENESIS", "LEDGER_VERSION", "LedgerError", "PROCESS_LEDGER", "ReleaseLedger",
+__all__ = ["LEDGER_VERSION", "LedgerError", "PROCESS_LEDGER", "ReleaseLedger",
            "RoundAlreadyReleased", "as_ledger", "sums_digest"]

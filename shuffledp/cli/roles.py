@@ -759,7 +759,7 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
 @click.option("--plaintext-simulation", is_flag=True,
               help="Accept a plaintext mixed batch (simulation aid only).")
 @click.option("--release-ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
-              help=f"Ledger of the rounds released (JSON lines, hash-chained): a second release "
+              help=f"Ledger of the rounds released (a hash-chained log): a second release "
                    f"of a round is refused [default: {LEDGER_FILE} next to --params].")
 @smoothing_option()
 @allow_large_option
