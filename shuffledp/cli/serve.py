@@ -34,7 +34,7 @@ from pathlib import Path
 
 import click
 
-from shuffledp.cli.common import COUNT, POSITIVE, Command, Group
+from shuffledp.cli.common import COUNT, POSITIVE, Command, Group, out_dir_option
 
 _EXTRA = 'the services need the optional extra: pip install "shuffledp[serve]"'
 
@@ -282,9 +282,9 @@ def serve_shuffler(params_path, mac_key_path, analyzer_pub, listen, data_dir, to
                    "for several.")
 @click.option("--count", "n_devices", type=COUNT, default=None,
               help="Enrol this many devices with fresh random ids.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
-              help="Directory for the credential files (ID.credential, mode 0600), one per "
-                   "device, to hand to each device.")
+@out_dir_option(required=True,
+                help="Directory for the credential files (ID.credential, mode 0600), one per "
+                     "device, to hand to each device.")
 def serve_enrol(data_dir, device_ids, n_devices, out_dir):
     """Enrol devices with the shuffler service of DATA: write one credential per device.
 

@@ -305,9 +305,12 @@ class DeviceRegistry:
 
     def _append(self, records: list[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(r) + "\n" for r in records).encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND
                      | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line a crash cut short
+                lines = b"\n" + lines
             view = memoryview(lines)
             while view:
                 view = view[os.write(fd, view):]

@@ -84,6 +84,7 @@ TITLES = {
     "wrong_phase": "The server is not in this round",
     "rejected_message": "The message was rejected",
     "too_late": "The round's deadline has passed",
+    "client_disconnected": "The client closed the connection before the body ended",
 }
 
 #: errno values that mean "no space": the disk or the quota is full (507, retryable)
@@ -163,6 +164,19 @@ def declared_length(request: Any, limit: int) -> int | None:
     return n
 
 
+async def _stream(request: Any):
+    """The request body's chunks; a client that goes away is a :class:`ProblemError` (its
+    answer goes nowhere), not an unexpected error."""
+    from starlette.requests import ClientDisconnect
+
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect:
+        raise ProblemError(400, "client_disconnected", "the connection closed before the "
+                           "body ended") from None
+
+
 async def read_body(request: Any, limit: int, timeout: float) -> bytes:
     """The request body, at most ``limit`` bytes, received within ``timeout`` seconds.
 
@@ -175,7 +189,7 @@ async def read_body(request: Any, limit: int, timeout: float) -> bytes:
 
     async def collect() -> bytes:
         buf = bytearray()
-        async for chunk in request.stream():
+        async for chunk in _stream(request):
             buf += chunk
             if len(buf) > limit:
                 raise ProblemError(413, "body_too_large",
@@ -204,7 +218,7 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
 
     async def collect() -> None:
         nonlocal n
-        async for chunk in request.stream():
+        async for chunk in _stream(request):
             n += len(chunk)
             if n > limit:
                 raise ProblemError(413, "body_too_large",

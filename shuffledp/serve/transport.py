@@ -434,7 +434,8 @@ def serve(app: Any, host: str, port: int, data_dir: Path, *,
                             log_level="warning", access_log=False,
                             timeout_keep_alive=int(max(1, round(policy.idle_timeout))),
                             limit_concurrency=None, h11_max_incomplete_event_size=policy.max_head,
-                            timeout_graceful_shutdown=5, server_header=False)
+                            timeout_graceful_shutdown=5, server_header=False,
+                            proxy_headers=False)  # limits use the peer, never a header
     server = uvicorn.Server(config)
     if hasattr(app, "state"):  # lets an app end the service (one secure-aggregation run)
         app.state.uvicorn_server = server
