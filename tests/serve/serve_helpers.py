@@ -110,9 +110,11 @@ def signed_put(url: str, rnd: bytes, rid: str, batch: bytes, cred: Credential | 
         headers.update(sign_upload(cred, rnd, rid, batch, config_id=config_id,
                                    timestamp=timestamp))
     headers.update(kw.pop("headers", {}))
+    if client is None:
+        kw.setdefault("timeout", 30)
     c = client or httpx
     return c.put(f"{url}/rounds/{rnd.hex()}/batches/{rid}", content=batch, headers=headers,
-                 timeout=kw.pop("timeout", 30), **kw)
+                 **kw)
 
 
 def is_problem(r, status: int, reason: str) -> dict:
