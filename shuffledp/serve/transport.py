@@ -214,6 +214,10 @@ class _Gate(asyncio.Protocol):
         self.body_started: float | None = None
         self.connected = False
         self.closed = False
+        # decrypted bytes the TLS layer delivers after its handshake but before start_tls
+        # has returned to us (the client's first request often arrives right then)
+        self._early: list[bytes] = []
+        self._early_eof = False
 
     # ----- asyncio protocol -----
     def connection_made(self, transport: Any) -> None:
@@ -252,9 +256,18 @@ class _Gate(asyncio.Protocol):
         self.connected = True
         self.app_transport = transport
         self.inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+        if self._early_eof and not self.closed:
+            self.eof_received()
 
     def data_received(self, data: bytes) -> None:
         if not self.connected:
+            if sum(map(len, self._early)) + len(data) > 4 * self.table.policy.max_head:
+                self.drop("oversized_early_data")
+            else:
+                self._early.append(bytes(data))
             return
         now = self.last_byte = time.monotonic()
         conn = self.inner.conn
@@ -271,7 +284,10 @@ class _Gate(asyncio.Protocol):
             self.body_started = None
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.connected else None
+        if not self.connected:
+            self._early_eof = True
+            return True  # keep the transport until the handshake's outcome is known
+        return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
