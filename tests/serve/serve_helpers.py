@@ -61,7 +61,7 @@ def shuffler_args(d: Path, *extra) -> list:
 
 
 def start_server(data: Path, *args, prefix: tuple = (), listen_json: Path | None = None,
-                 verify=True):
+                 verify=True, listen: str = "127.0.0.1:0"):
     """Start ``shuffledp serve ARGS --data DATA`` on a free loopback port: (process, url)."""
     listen_json = listen_json or data / "listen.json"
     listen_json.unlink(missing_ok=True)
@@ -69,7 +69,7 @@ def start_server(data: Path, *args, prefix: tuple = (), listen_json: Path | None
     log = open(data.parent / f"{data.name}.stderr", "ab")
     proc = subprocess.Popen(
         [*prefix, sys.executable, "-m", "shuffledp.cli", "serve", *map(str, args), "--data",
-         str(data), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=log)
+         str(data), "--listen", listen], stdout=subprocess.PIPE, stderr=log)
     log.close()
     proc.log_path = data.parent / f"{data.name}.stderr"
     t0 = time.monotonic()

@@ -39,7 +39,8 @@ from serve_helpers import (  # noqa: E402
 from shuffledp.serve.admission import DeviceRegistry  # noqa: E402
 
 # Starlette's test client warns that it wants another httpx; the in-process tests use it as is
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:Using `httpx` with")]
 from shuffledp.serve.shuffler_service import (  # noqa: E402
     MIXED_FILE,
     ShufflerState,
