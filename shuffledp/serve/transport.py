@@ -66,6 +66,8 @@ from shuffledp.safe_io import write_atomic
 from shuffledp.serve.common import PROBLEM_MEDIA, guard, problem_body
 
 SWEEP_SECONDS = 0.5
+#: bytes read from a socket at once: a connection's transient buffers stay near this
+READ_SIZE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ class _Gate(asyncio.Protocol):
     # ----- asyncio protocol -----
     def connection_made(self, transport: Any) -> None:
         self.raw = transport
+        if hasattr(transport, "max_size"):  # bytes per socket read (asyncio: 256 KiB)
+            transport.max_size = READ_SIZE
         peer = transport.get_extra_info("peername")
         self.host = str(peer[0]) if peer else "unknown"
         self.opened = self.last_byte = time.monotonic()
