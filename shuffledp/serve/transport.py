@@ -6,13 +6,16 @@ that idle or slow clients cannot exhaust the server ([Slowloris]_):
 - **Admission at accept time, with eviction of waiting connections.** Every accepted TCP
   connection is counted (before any TLS handshake or byte) per client address and in total.
   A new connection beyond ``max_per_client`` for its address, or beyond ``max_connections``
-  in total, first *evicts* the oldest connection (of that address, then of anyone) that is
-  only waiting -- in its TLS handshake, before its first request, between requests, or in a
-  request head that has not completed -- and is refused only when none is waiting (503
-  problem, then closed). A connection serving a request (body being received or the
-  application answering) is never evicted. So sockets held open without a request cannot
-  deny service: each new client takes the place of the oldest idle one, and one address
-  holds at most ``max_per_client`` of them.
+  in total, first *evicts* a connection (of that address, then of anyone) that is only
+  waiting -- in its TLS handshake, before its first request, between requests, or in a
+  request head that has not completed -- and whose client has sent nothing the server has
+  not read yet (peeked on the socket); it is refused only when none is waiting (503 problem,
+  then closed). The victim is the oldest connection quiet for half a second, else the
+  newest, so a burst of reconnections evicts itself rather than the client that connected
+  just before it. A connection serving a request (body being received or the application
+  answering) is never evicted. So sockets held open without a request cannot deny service:
+  each new client takes the place of an idle one, and one address holds at most
+  ``max_per_client`` of them.
 - **Deadlines** (checked twice a second over all connections): the TLS handshake and each
   request head must complete within ``header_timeout`` (from the accept, or from the
   head's first byte); a request body within ``body_timeout`` of its head (the application
@@ -68,6 +71,8 @@ from shuffledp.serve.common import PROBLEM_MEDIA, guard, problem_body
 SWEEP_SECONDS = 0.5
 #: bytes read from a socket at once: a connection's transient buffers stay near this
 READ_SIZE = 64 * 1024
+#: seconds a connection must have been quiet to be evicted first (see ConnectionTable._evict)
+GRACE = 0.5
 
 
 @dataclass(frozen=True)
@@ -147,10 +152,26 @@ class ConnectionTable:
         return True
 
     def _evict(self, conns: OrderedDict) -> bool:
+        """Close one waiting connection of ``conns`` (oldest first); False if none waits.
+
+        A connection whose client has sent bytes the server has not read yet (a request
+        head in the socket buffer) is not waiting: it is never evicted for being quiet.
+        Among the waiting ones, the oldest that has been quiet for ``GRACE`` seconds goes;
+        if all are younger (a burst of new connections), the newest goes instead, so that a
+        burst consumes itself rather than the client that connected just before it.
+        """
+        now = time.monotonic()
+        young = None
         for g in conns:
-            if g.waiting():
+            if not g.waiting() or g.has_unread_bytes():
+                continue
+            if now - max(g.opened, g.last_byte) >= GRACE:
                 g.drop("evicted_idle")
                 return True
+            young = g
+        if young is not None:
+            young.drop("evicted_idle")
+            return True
         return False
 
     def remove(self, gate: _Gate) -> None:
@@ -207,7 +228,8 @@ class _Gate(asyncio.Protocol):
     def __init__(self, config: Any, server_state: Any, app_state: Any,
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.loop = _loop or asyncio.get_event_loop()
-        self.inner = _H11(config, server_state, app_state, _loop=self.loop)
+        self._args = (config, server_state, app_state)
+        self.inner: _H11 | None = None  # made once admitted (a refused connection costs less)
         self.raw: asyncio.Transport | None = None
         self.app_transport: Any = None
         self.host = "unknown"
@@ -238,6 +260,7 @@ class _Gate(asyncio.Protocol):
             transport.close()
             return
         self.table.ensure_sweeper(self.loop)
+        self.inner = _H11(*self._args, _loop=self.loop)
         if self.tls is None:
             self._connect(transport)
         else:
@@ -323,6 +346,19 @@ class _Gate(asyncio.Protocol):
         if c.conn.their_state is not h11.IDLE:
             return False
         return c.cycle is None or c.cycle.response_complete
+
+    def has_unread_bytes(self) -> bool:
+        """True if the client sent bytes this server has not read yet (peeked, not consumed)."""
+        sock = self.raw.get_extra_info("socket") if self.raw is not None else None
+        sock = getattr(sock, "_sock", sock)  # asyncio's TransportSocket wraps the socket
+        if sock is None:
+            return False
+        try:
+            return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False
 
     def drop(self, reason: str, answer: tuple[int, str, str] | None = None) -> None:
         """Close now (counted under ``reason``); first write ``answer`` (status, problem
