@@ -300,8 +300,37 @@ def attack_sybil(tmp: Path, a) -> dict:
     return res
 
 
-def _hold_idle(port: int, sources: list[str], count: int, stop: threading.Event,
-               stats: dict) -> None:
+def _attacker(target, *args):
+    """Run ``target(*args, stop, stats)`` in its own process (the attacker must not share
+    this process's interpreter lock with the honest devices); returns (process, stop, queue)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    out = ctx.Queue()
+    proc = ctx.Process(target=_run_attacker, args=(target, args, stop, out), daemon=True)
+    proc.start()
+    return proc, stop, out
+
+
+def _run_attacker(target, args, stop, out) -> None:
+    stats: dict = {"opened": 0, "connect_errors": 0, "closed_by_server": 0, "longest": 0.0,
+                   "held_samples": []}
+    try:
+        target(*args, stop, stats)
+    finally:
+        out.put(stats)
+
+
+def _finish(attacker) -> dict:
+    proc, stop, out = attacker
+    stop.set()
+    stats = out.get(timeout=60)
+    proc.join(30)
+    return stats
+
+
+def _hold_idle(port: int, sources: list[str], count: int, stop, stats: dict) -> None:
     """Hold ``count`` idle sockets, reopening each one the server closes."""
     socks: list[socket.socket | None] = [None] * count
 
@@ -349,21 +378,16 @@ def attack_idle(tmp: Path, a) -> dict:
     data = tmp / "svc-idle"
     honest = enrol(data, a.honest, "dev")
     svc = Service(rnd, data)
-    stop = threading.Event()
-    stats = {"opened": 0, "connect_errors": 0, "held_samples": []}
-    holder = threading.Thread(target=_hold_idle, args=(
-        svc.port, ["127.0.0.1", "127.0.0.2"], a.idle, stop, stats))
+    attacker = _attacker(_hold_idle, svc.port, ["127.0.0.1", "127.0.0.2"], a.idle)
     try:
-        holder.start()
-        time.sleep(1.0)  # the attacker's sockets are in place before the devices come
+        time.sleep(3.0)  # the attacker's sockets are in place before the devices come
         accepted, refused = upload_honest(svc, rnd, rnd.batches, honest, 0.0,
                                           time.monotonic() + a.time_limit)
-        stop.set()
-        holder.join()
+        stats = _finish(attacker)
         conn = svc.status(rnd).get("connections", {})
         status, mixed = svc.close_and_fetch(rnd)
     finally:
-        stop.set()
+        attacker[1].set()
         svc.stop()
     return verdict("idle", rnd, accepted, refused,
                    f"held {a.idle} idle sockets (half from the devices' own address) for the "
@@ -374,7 +398,7 @@ def attack_idle(tmp: Path, a) -> dict:
                    mixed, close_status=status)
 
 
-def _hold_slow(port: int, count: int, stop: threading.Event, stats: dict) -> None:
+def _hold_slow(port: int, count: int, stop, stats: dict) -> None:
     """``count`` connections trickling a request head, 25 per address (127.0.3.x), so the
     per-address limit does not close them: the head deadline must."""
     head = b"PUT /rounds/x/batches/y HTTP/1.1\r\nHost: shuffler\r\nX-Pad: " + b"a" * 4000
@@ -418,25 +442,23 @@ def attack_slow(tmp: Path, a) -> dict:
     data = tmp / "svc-slow"
     honest = enrol(data, a.honest, "dev")
     svc = Service(rnd, data, "--header-timeout", 5)
-    stop = threading.Event()
-    stats = {"opened": 0, "connect_errors": 0, "closed_by_server": 0, "longest": 0.0}
-    holder = threading.Thread(target=_hold_slow, args=(svc.port, a.slow, stop, stats))
+    attacker = _attacker(_hold_slow, svc.port, a.slow)
     try:
-        holder.start()
-        time.sleep(2.0)
+        time.sleep(3.0)
+        t0 = time.monotonic()
         accepted, refused = upload_honest(svc, rnd, rnd.batches, honest, 0.0,
                                           time.monotonic() + a.time_limit)
-        time.sleep(max(0.0, 9.0 - 2.0))  # let the head deadline pass for the first wave
-        stop.set()
-        holder.join()
+        time.sleep(max(0.0, 8.0 - (time.monotonic() - t0)))  # the head deadline passes
+        stats = _finish(attacker)
         conn = svc.status(rnd).get("connections", {})
         status, mixed = svc.close_and_fetch(rnd)
     finally:
-        stop.set()
+        attacker[1].set()
         svc.stop()
     return verdict("slow", rnd, accepted, refused,
                    f"{stats['opened']} slow-head connections opened ({a.slow} at a time from "
-                   f"{-(-a.slow // 25)} addresses, one byte a second); the server closed {stats['closed_by_server']} "
+                   f"{-(-a.slow // 25)} addresses, one byte a second); the server closed "
+                   f"{stats['closed_by_server']} "
                    f"(header_timeout {conn.get('header_timeout', 0)}, idle "
                    f"{conn.get('idle_timeout', 0)}, evicted {conn.get('evicted_idle', 0)}), "
                    f"the longest lived {stats['longest']:.1f} s (limit 5 s; the attacker notices "

@@ -20,7 +20,10 @@ and exits; ``shuffledp secagg client --server URL --id i ...`` runs client i
 The channel is the client id in the URL: :meth:`SecAggServer.receive` rejects a message
 whose sender field names another client, exactly as the mailbox binds it to the file name.
 (Nothing authenticates the id itself here, as nothing authenticates who may write a mailbox
-file; a deployment puts per-client credentials, e.g. mutual TLS, in front.) GETs long-poll
+file; a deployment puts per-client credentials, e.g. mutual TLS, in front.) The service runs
+behind the same connection limits, deadlines and optional TLS 1.3 as the shuffler
+(:mod:`shuffledp.serve.transport`), so idle or slow sockets cannot stall a run; a client
+retries a busy server (429, 503, ...) until its timeout and then names the answer. GETs long-poll
 (``?wait=S``, at most 25 s): 200 with the message once the round closed, 204 if not yet, 410
 ``aborted`` with the reason once the run aborted. A round closes when every expected client
 has answered or left, or at its deadline (``--round-timeout`` after it opened; round 0, which
