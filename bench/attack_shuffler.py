@@ -30,11 +30,12 @@ an attacker adds none).
    largest batch and then holding; the server's RSS before and while they are held. The same
    held-body probe runs once more against a 32x32-grid round, whose batches are 1.1 MB (the
    memory a buffering server would need is printed next to what it used).
-5. ``disk``: the service's data directory is a 4 MiB tmpfs (mounted in a user namespace:
-   ``unshare -rm``; skipped where that is not allowed). Half the devices upload, the disk is
-   filled, the other half upload (getting 507 and retrying), close is attempted on the full
-   disk (507, then retried), the disk is freed after 3 s. Target: 0 acknowledged batches lost
-   (every 201 is in the release).
+5. ``disk``: the service's data directory is a small tmpfs (mounted in a user namespace:
+   ``unshare -rm``; skipped where that is not allowed), and this round plans for dropout 0.5
+   (n_min = 30) so that close can be tried early. 70% of the devices upload, the disk is
+   filled, the others upload (getting 507 and retrying), close is attempted on the full disk
+   (507, nothing left behind, then retried), the disk is freed after 3 s. Target: 0
+   acknowledged batches lost (every 201 is in the release).
 
 Bounded: at most the given counts, and each attack stops at ``--time-limit`` seconds.
 
@@ -89,11 +90,12 @@ def _encode(args) -> list[bytes]:
 class Round:
     """params.json, keys and ``count`` encoded batches in ``folder``."""
 
-    def __init__(self, folder: Path, count: int, grid: int = GRID, n: int = N) -> None:
+    def __init__(self, folder: Path, count: int, grid: int = GRID, n: int = N,
+                 dropout: float = DROPOUT) -> None:
         folder.mkdir(parents=True)
         self.dir = folder
         self.p = sdp.derive_params(sdp.Grid(grid, grid), n, epsilon=2.0, delta=1e-6, B=16,
-                                   dropout=DROPOUT)
+                                   dropout=dropout)
         self.key = sdp.generate_analyzer_key()
         self.pub = sdp.public_bytes(self.key)
         self.mac = sdp.generate_mac_key()
@@ -487,6 +489,12 @@ def _held_bodies(svc: Service, rnd: Round, creds: list[Credential], k: int,
     return held
 
 
+def _held_note(k: int, max_body: int, rss0: float, rss1: float) -> str:
+    return (f"{k} held bodies of {max_body - 1} bytes ({k * max_body / 2**20:.0f} MiB in all, "
+            f"streamed to disk): server RSS {rss0:.0f} -> {rss1:.0f} MiB, "
+            f"{(rss1 - rss0) * 1024 / k:.0f} KiB per held connection")
+
+
 def attack_oversize(tmp: Path, a) -> dict:
     rnd = Round(tmp / "r-oversize", a.honest)
     data = tmp / "svc-oversize"
@@ -547,9 +555,7 @@ def attack_oversize(tmp: Path, a) -> dict:
                                           time.monotonic() + a.time_limit)
         for s in held:
             s.close()
-        notes.append(f"{a.held} held bodies of {max_body - 1} bytes: RSS {rss0:.0f} -> "
-                     f"{rss_held:.0f} MiB (buffered they would be "
-                     f"{a.held * max_body / 2**20:.0f} MiB)")
+        notes.append(_held_note(a.held, max_body, rss0, rss_held))
         status, mixed = svc.close_and_fetch(rnd)
     finally:
         svc.stop()
@@ -566,9 +572,7 @@ def attack_oversize(tmp: Path, a) -> dict:
         rss_held = svc2.rss_mib()
         for s in held:
             s.close()
-        notes.append(f"32x32 round: {a.held} held bodies of {max_body - 1} bytes: RSS "
-                     f"{rss0:.0f} -> {rss_held:.0f} MiB (buffered they would be "
-                     f"{a.held * max_body / 2**20:.0f} MiB)")
+        notes.append("32x32 round: " + _held_note(a.held, max_body, rss0, rss_held))
     finally:
         svc2.stop()
     return verdict("oversize", rnd, accepted, refused, "; ".join(notes), mixed,
@@ -588,7 +592,7 @@ def attack_disk(tmp: Path, a) -> dict | None:
     if not _unshare_works():
         print("\n[disk] skipped: needs `unshare -rm` and tmpfs in a user namespace")
         return None
-    rnd = Round(tmp / "r-disk", a.honest)
+    rnd = Round(tmp / "r-disk", a.honest, dropout=0.5)  # n_min 30: close can be tried early
     data = tmp / "svc-disk"
     data.mkdir()
     creds_dir = tmp / "creds-disk"
@@ -598,7 +602,8 @@ def attack_disk(tmp: Path, a) -> dict | None:
     svc = Service(rnd, data, script=script)
     creds = sorted((Credential.load(f) for f in creds_dir.glob("*.credential")),
                    key=lambda c: c.device_id)
-    half = a.honest // 2
+    # enough batches for close to start mixing, the rest while the disk is full
+    half = min(a.honest, max(rnd.p.n_min, (7 * a.honest) // 10))
     deadline = time.monotonic() + a.time_limit
     filler = svc.root / "filler"
     try:

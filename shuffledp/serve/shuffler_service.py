@@ -139,6 +139,8 @@ MAX_IN_FLIGHT = 2
 MAX_VALIDATING = 2
 HPKE_SUITE = {"kem_id": 0x0020, "kdf_id": 0x0001, "aead_id": 0x0003}
 _BATCH_NAME = re.compile(r"(\d{10})\.([A-Za-z0-9_-]{16,64})\.([A-Za-z0-9_-]{1,64})\.bin")
+#: a batch stored by a version without admission control (no device id)
+_LEGACY_NAME = re.compile(r"(\d{10})-([A-Za-z0-9_-]{16,64})\.bin")
 
 log = logging.getLogger("shuffledp.serve")
 
@@ -240,6 +242,10 @@ class ShufflerState:
             m = _BATCH_NAME.fullmatch(f.name)
             if m is not None:
                 entries.append((int(m.group(1)), m.group(2), m.group(3), f))
+            elif (m := _LEGACY_NAME.fullmatch(f.name)) is not None:
+                # acknowledged before admission control existed: kept, under a device id no
+                # enrolled device can have (enrolment ids cannot hold a dot)
+                entries.append((int(m.group(1)), m.group(2), f"legacy.{m.group(1)}", f))
         for seq, rid, dev, f in sorted(entries):
             data = read_regular(f, self.max_body, what="stored batch")
             reason, rows = self._checker._validate(data)

@@ -166,8 +166,10 @@ def test_a_crash_in_close_leaves_no_temporary_files(run_dir, app_client):
     (state.dir / "shuffledp-old").mkdir()
     (state.dir / f".{MIXED_FILE}.0123.tmp").write_bytes(b"partial")
     (state.batch_dir / ".incoming-0123.tmp").write_bytes(b"partial")
+    # a batch acknowledged by a version without device ids is kept, not silently dropped
+    (state.batch_dir / f"{99:010d}-{rid()}.bin").write_bytes((run_dir / "u3.bin").read_bytes())
     again = ShufflerState(state.params, state.dir.parent, mac_key=state.mac_key)
-    assert not leftovers(again) and again.status()["accepted"] == 3
+    assert not leftovers(again) and again.status()["accepted"] == 4
 
 
 # --------------------------------------------------------------------- a real full disk
