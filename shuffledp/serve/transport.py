@@ -52,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import socket
 import ssl
 import time
@@ -354,7 +353,7 @@ class _Gate(asyncio.Protocol):
         if sock is None:
             return False
         try:
-            return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            return bool(sock.recv(1, socket.MSG_PEEK))  # asyncio's sockets do not block
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -440,8 +439,13 @@ def client_tls_context(ca_cert: str | os.PathLike | None = None,
     return ctx
 
 
-def raise_open_files_limit(want: int) -> int:
-    """Raise the soft limit on open files towards ``want`` (at most the hard limit)."""
+def raise_open_files_limit(want: int) -> int | None:
+    """Raise the soft limit on open files towards ``want`` (at most the hard limit); None
+    where the platform has no such limit."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
