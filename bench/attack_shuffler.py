@@ -304,23 +304,28 @@ def attack_sybil(tmp: Path, a) -> dict:
 
 def _attacker(target, *args):
     """Run ``target(*args, stop, stats)`` in its own process (the attacker must not share
-    this process's interpreter lock with the honest devices); returns (process, stop, queue)."""
+    this process's interpreter lock with the honest devices) and wait until it has made its
+    first round of connections; returns (process, stop, queue)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    stop = ctx.Event()
+    stop, ready = ctx.Event(), ctx.Event()
     out = ctx.Queue()
-    proc = ctx.Process(target=_run_attacker, args=(target, args, stop, out), daemon=True)
+    proc = ctx.Process(target=_run_attacker, args=(target, args, stop, ready, out), daemon=True)
     proc.start()
+    if not ready.wait(120):
+        raise SystemExit("the attacker process did not start")
     return proc, stop, out
 
 
-def _run_attacker(target, args, stop, out) -> None:
+def _run_attacker(target, args, stop, ready, out) -> None:
     stats: dict = {"opened": 0, "connect_errors": 0, "closed_by_server": 0, "longest": 0.0,
-                   "held_samples": []}
+                   "held_samples": [], "ready": ready}
     try:
         target(*args, stop, stats)
     finally:
+        ready.set()
+        del stats["ready"]
         out.put(stats)
 
 
@@ -368,6 +373,7 @@ def _hold_idle(port: int, sources: list[str], count: int, stop, stats: dict) -> 
                     except OSError:
                         stats["connect_errors"] += 1
             stats["held_samples"].append(held)
+            stats["ready"].set()
             stop.wait(0.2)
     finally:
         for s in socks:
@@ -382,7 +388,7 @@ def attack_idle(tmp: Path, a) -> dict:
     svc = Service(rnd, data)
     attacker = _attacker(_hold_idle, svc.port, ["127.0.0.1", "127.0.0.2"], a.idle)
     try:
-        time.sleep(3.0)  # the attacker's sockets are in place before the devices come
+        time.sleep(1.0)  # the attacker's sockets are in place before the devices come
         accepted, refused = upload_honest(svc, rnd, rnd.batches, honest, 0.0,
                                           time.monotonic() + a.time_limit)
         stats = _finish(attacker)
@@ -431,6 +437,7 @@ def _hold_slow(port: int, count: int, stop, stats: dict) -> None:
                     stats["longest"] = max(stats["longest"], time.monotonic() - t0)
                     s.close()
                     conns.remove(c)
+            stats["ready"].set()
             stop.wait(1.0)
     finally:
         for s, t0, _ in conns:
@@ -446,7 +453,7 @@ def attack_slow(tmp: Path, a) -> dict:
     svc = Service(rnd, data, "--header-timeout", 5)
     attacker = _attacker(_hold_slow, svc.port, a.slow)
     try:
-        time.sleep(3.0)
+        time.sleep(1.0)
         t0 = time.monotonic()
         accepted, refused = upload_honest(svc, rnd, rnd.batches, honest, 0.0,
                                           time.monotonic() + a.time_limit)
@@ -608,11 +615,10 @@ def attack_disk(tmp: Path, a) -> dict | None:
     filler = svc.root / "filler"
     try:
         acc1, ref1 = upload_honest(svc, rnd, rnd.batches[:half], creds[:half], 60.0, deadline)
-        with open(filler, "wb") as fh:  # fill the disk
+        with open(filler, "wb", buffering=0) as fh:  # fill the disk
             try:
                 while True:
                     fh.write(b"\0" * 65536)
-                    fh.flush()
             except OSError as e:
                 if e.errno != errno.ENOSPC:
                     raise
