@@ -16,7 +16,6 @@ import numpy as np
 from click.testing import CliRunner
 
 from shuffledp.cli import main
-from shuffledp.serve.admission import Credential, sign_upload
 
 DEADLINE = 60.0  # hang guard only; nothing depends on speed
 OCTET = {"content-type": "application/octet-stream"}
@@ -47,8 +46,10 @@ def params(d: Path):
     return ProtocolParams.from_json((d / "params.json").read_text())
 
 
-def enrol(data: Path, k: int, out: Path | None = None) -> list[Credential]:
+def enrol(data: Path, k: int, out: Path | None = None) -> list:
     """Enrol ``k`` devices with the service of ``data``; their credentials (file order)."""
+    from shuffledp.serve.admission import Credential
+
     out = out or data.parent / f"creds-{data.name}"
     res = run_cli("serve", "enrol", "--data", data, "--count", k, "--out", out)
     paths = [line.split("\t")[1] for line in res.output.strip().splitlines()]
@@ -102,11 +103,14 @@ def stop(proc, sig=signal.SIGTERM):
             proc.wait()
 
 
-def signed_put(url: str, rnd: bytes, rid: str, batch: bytes, cred: Credential | None, *,
+def signed_put(url: str, rnd: bytes, rid: str, batch: bytes, cred, *,
                client=None, config_id: str = "", timestamp: int | None = None, **kw):
-    """One PUT of ``batch`` under report id ``rid``, signed with ``cred`` (None: unsigned)."""
+    """One PUT of ``batch`` under report id ``rid``, signed with ``cred`` (a Credential;
+    None: unsigned)."""
     headers = dict(OCTET)
     if cred is not None:
+        from shuffledp.serve.admission import sign_upload
+
         headers.update(sign_upload(cred, rnd, rid, batch, config_id=config_id,
                                    timestamp=timestamp))
     headers.update(kw.pop("headers", {}))
