@@ -10,6 +10,11 @@ import time
 
 import pytest
 
+from shuffledp.protocol.crypto import (  # noqa: I001
+    KEY_ANALYZER_PUBLIC,
+    read_key_file,
+)
+
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
@@ -120,7 +125,8 @@ def test_signed_time_config_id_and_digest(run_dir, service):
                       "outdated_config")
     cfg = httpx.get(f"{url}/hpke_config").json()
     assert cfg["config_id"] in body["detail"]
-    assert cfg["config_id"] == hpke_config_id((run_dir / "analyzer.pub").read_bytes())
+    pub = read_key_file(run_dir / "analyzer.pub", KEY_ANALYZER_PUBLIC)
+    assert cfg["config_id"] == hpke_config_id(pub)
     # the body must be the one signed
     r1 = rid()
     headers = {**OCTET, **sign_upload(creds[0], rnd, r1, b)}

@@ -22,6 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from shuffledp.protocol.crypto import (  # noqa: I001
+    KEY_ANALYZER_PRIVATE,
+    KEY_ANALYZER_PUBLIC,
+    KEY_MAC,
+    read_key_file,
+)
+
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
@@ -67,9 +74,10 @@ def app_client(run_dir, tmp_path):
     data.mkdir()
     registry = DeviceRegistry(data)
     creds = registry.enrol([f"dev-{j}" for j in range(6)])
-    state = ShufflerState(p, data, mac_key=(run_dir / "mac.key").read_bytes(), min_batches=3)
+    mac = read_key_file(run_dir / "mac.key", KEY_MAC)
+    state = ShufflerState(p, data, mac_key=mac, min_batches=3)
     app = make_app(state, token="t" * 32, registry=registry,
-                   analyzer_pub=(run_dir / "analyzer.pub").read_bytes())
+                   analyzer_pub=read_key_file(run_dir / "analyzer.pub", KEY_ANALYZER_PUBLIC))
     with TestClient(app, base_url="http://shuffler") as c:
         yield c, state, creds
 
@@ -268,8 +276,10 @@ def test_a_real_full_disk(run_dir, tmp_path):
         mixed = httpx.get(f"{url}/rounds/{rnd.hex()}/mixed", headers=auth).content
     finally:
         stop(proc)
-    release = release_mixed(p, mixed, key=as_private_key((d / "analyzer.key").read_bytes()),
-                            mac_key=(d / "mac.key").read_bytes())
+    key = as_private_key(read_key_file(d / "analyzer.key", KEY_ANALYZER_PRIVATE))
+    release = release_mixed(p, mixed, key=key,
+                            mac_key=read_key_file(d / "mac.key", KEY_MAC),
+                            ledger=tmp_path / "releases.jsonl")
     from shuffledp.protocol.wire import Header
 
     assert Header.unpack(mixed[:64]).n_users == 5 and release.guarantee.epsilon > 0
