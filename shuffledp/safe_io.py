@@ -57,6 +57,7 @@ __all__ = [
     "read_regular",
     "read_regular_text",
     "read_up_to",
+    "sync_to_disk",
     "write_atomic",
 ]
 
@@ -280,6 +281,27 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
     except BaseException:
         os.unlink(target)
         raise
+
+
+def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
+    """fsync each file of ``paths`` and then each folder holding one, so that files just
+    written (and renamed into place) survive a power loss."""
+    folders = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in folders:
+            folders.append(folder)
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def json_default(o: Any) -> Any:

@@ -39,7 +39,7 @@ def test_the_tree_holds_every_command():
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
                              "federated", "sweep", "serve", "serve shuffler", "serve secagg",
-                             "serve close", "upload"}
+                             "serve close", "serve enrol", "serve revoke", "upload"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -118,7 +118,7 @@ def test_one_spelling_per_concept():
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear", "federated", "sweep"}
+         "metric linear", "federated", "sweep", "serve enrol"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
                                                                           "serve close"}
     for p in out.values():
