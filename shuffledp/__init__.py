@@ -30,9 +30,10 @@ records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
                 :class:`ReleaseRefused`, :class:`WireError`
 refusals        :class:`Refused`: the base of every refusal (:class:`ReleaseRefused`,
                 :class:`FederatedRefused`, ``SecAggRefused``, ``SecAggAborted``,
-                ``BudgetExceeded``, ``LegacyLedger``, ``LockBusy``, ``TamperedLog``:
-                the table in :mod:`shuffledp.errors`); a release or step that cannot
-                be proven safe or correct is refused, not reported
+                ``BudgetExceeded``, ``LegacyLedger``, ``LockBusy``, ``TamperedLog``,
+                ``RoundAlreadyReleased``, ``LedgerError``: the table in
+                :mod:`shuffledp.errors`); a release or step that cannot be proven safe
+                or correct is refused, not reported
 
 References
 ----------

@@ -14,6 +14,12 @@ Every refusal type of the package subclasses :class:`Refused`:
 ======================================================  ========================================
 :class:`shuffledp.analyzers.heatmap.modular.ReleaseRefused`  the heatmap analyzer (also a
                                                         ``RuntimeError``, its base before 0.2)
+:class:`shuffledp.analyzers.heatmap.release_ledger.RoundAlreadyReleased`
+                                                        a second release of a round the
+                                                        analyzer's release ledger holds
+:class:`shuffledp.analyzers.heatmap.release_ledger.LedgerError`
+                                                        a release ledger that cannot be read,
+                                                        verified or written (fail closed)
 :class:`shuffledp.analyzers.federated.FederatedRefused`  a federated round's release
 :class:`shuffledp.secagg.SecAggRefused`                 an honest secure-aggregation client
 :class:`shuffledp.secagg.SecAggAborted`                 the secure-aggregation server

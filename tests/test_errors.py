@@ -16,6 +16,7 @@ import shuffledp.errors
 from shuffledp.accounting.ledger import BudgetExceeded, LegacyLedger
 from shuffledp.analyzers.federated import FederatedRefused
 from shuffledp.analyzers.heatmap.modular import ReleaseRefused
+from shuffledp.analyzers.heatmap.release_ledger import LedgerError, RoundAlreadyReleased
 from shuffledp.cli.common import as_refusal, as_usage_error, one_line_errors
 from shuffledp.errors import Refused
 from shuffledp.protocol.federated import federated_histogram
@@ -24,7 +25,7 @@ from shuffledp.secagg import SecAggAborted, SecAggRefused
 from shuffledp.serve.client import Refused as ServiceRefused
 
 REFUSALS = (ReleaseRefused, FederatedRefused, SecAggRefused, SecAggAborted, BudgetExceeded,
-            LegacyLedger, LockBusy, TamperedLog)
+            LegacyLedger, LockBusy, TamperedLog, RoundAlreadyReleased, LedgerError)
 
 
 def test_refused_is_exported_and_a_value_error():
