@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -86,8 +86,10 @@ U = 2.0 ** -53
 TAIL = 1e-30
 #: direct (O(n m)) convolution when the product of the lengths is at most this
 DIRECT_MAX = 4_000_000
-#: largest grid (points) a single law may span; beyond it the PLD is not computed
+#: largest grid (points) a composed law may span; beyond it the PLD is not computed
 MAX_POINTS = 1 << 24
+#: largest grid (points) one mechanism's law may span (about +-210 at h = 1e-4)
+MAX_EVENT_POINTS = 1 << 22
 #: safety factor on the Cooley-Tukey error bound (numpy's transforms are mixed radix)
 FFT_SAFETY = 10.0
 #: weights lambda >= 0 at which error bounds are tracked (plus every tilt used)
@@ -193,6 +195,10 @@ class LossPMF:
         The representation of the masses (above).
     err_entries : ndarray or None
         Per-entry error bounds of the (untilted) masses, when known (inputs).
+    slack : float
+        The exact losses exceed the grid's by at most this (>= 0): a loss within 1e-12
+        (relative) above a grid point is put on it, and the difference is charged here
+        (divergences are read at eps - slack, epsilons returned + slack).
     """
 
     h: float
@@ -205,6 +211,7 @@ class LossPMF:
     tilt: float = 0.0
     scale: float = 0.0
     err_entries: np.ndarray | None = None
+    slack: float = 0.0
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -272,9 +279,9 @@ class LossPMF:
 
     # ------------------------------------------------------------------ hockey stick
     def _err_term(self, eps: float) -> float:
-        """Bound on sum_{l h > eps} |mass_hat_l - mass_l| (min over the tracked weights)."""
-        e = max(eps, 0.0)
-        best = min((le - lam * e for lam, le in self.log_err.items() if lam >= 0),
+        """Bound on sum_{l h > eps} |mass_hat_l - mass_l| (min over the tracked weights:
+        for lam >= 0 each such term is at most |e_l| e^{lam (l h - eps)})."""
+        best = min((le - lam * eps for lam, le in self.log_err.items() if lam >= 0),
                    default=math.inf)
         return math.exp(best) if best < 700 else math.inf
 
@@ -286,7 +293,13 @@ class LossPMF:
         return i
 
     def delta(self, eps: float) -> float:
-        """Upper bound on the exact hockey-stick divergence at ``eps`` (>= 0)."""
+        """Upper bound on the exact hockey-stick divergence at ``eps``."""
+        if self.slack:
+            # exact losses <= grid losses + slack: H_exact(eps) <= H_grid(eps - slack)
+            return self._delta_grid_law(eps - self.slack)
+        return self._delta_grid_law(eps)
+
+    def _delta_grid_law(self, eps: float) -> float:
         i0 = self._first_above(eps)
         m = self.masses(i0)
         losses = (self.lower + np.arange(i0, self.size)) * self.h
@@ -298,7 +311,8 @@ class LossPMF:
         return out if math.isfinite(out) else math.inf
 
     def delta_grid(self, j_top: int) -> np.ndarray:
-        """Upper bounds on delta(j h) for j = 0..j_top (vectorised, same guarantees).
+        """Upper bounds on the grid law's delta(j h) for j = 0..j_top (vectorised, same
+        guarantees; without the slack, see :meth:`epsilon`).
 
         delta(j h) = inf + A_j - e^{j h} C_j with A_j, C_j the suffix sums of the masses
         and of mass_l e^{-l h} over l > j; the cancellation is charged as rounding.
@@ -324,25 +338,32 @@ class LossPMF:
     def epsilon(self, delta: float) -> float:
         """Smallest eps >= 0 (found exactly between grid points) whose :meth:`delta` bound
         is <= ``delta``; ``inf`` if none."""
+        e = self._epsilon_grid_law(delta)
+        if not self.slack or not math.isfinite(e):
+            return e
+        return math.nextafter(e + self.slack, math.inf)
+
+    def _epsilon_grid_law(self, delta: float) -> float:
+        d_at = self._delta_grid_law
         if self.inf + self.inf_err > delta:
             return math.inf
-        if self.delta(0.0) <= delta:
+        if d_at(0.0) <= delta:
             return 0.0
         top = max(self.upper, 0)
-        if self.delta(top * self.h) > delta:
+        if d_at(top * self.h) > delta:
             # beyond the support only the infinity mass and the error bounds remain
             eps = top * self.h
             for _ in range(200):
                 eps = eps * 1.1 + 0.1
-                if self.delta(eps) <= delta:
+                if d_at(eps) <= delta:
                     return eps
             return math.inf
         grid = self.delta_grid(top)
         ok = np.flatnonzero(grid <= delta)
         j = int(ok[0]) if ok.size else top
-        while j < top and self.delta(j * self.h) > delta:
+        while j < top and d_at(j * self.h) > delta:
             j += 1
-        while j > 0 and self.delta((j - 1) * self.h) <= delta:
+        while j > 0 and d_at((j - 1) * self.h) <= delta:
             j -= 1
         if j == 0:
             return 0.0
@@ -353,20 +374,20 @@ class LossPMF:
         idx = self.lower + np.arange(i0, self.size)
         A = float(np.sum(m))
         C = float(np.sum(m * np.exp(-idx * self.h)))
-        slack = self.delta(left) - (self.inf + A - math.exp(left) * C)  # rounding + errors
+        slack = d_at(left) - (self.inf + A - math.exp(left) * C)  # rounding + errors
         eps = j * self.h
         if C > 0:
             num = self.inf + A + max(slack, 0.0) - delta
             if num > 0:
                 cand = min(max(math.log(num / C), left), eps)
                 cand = math.nextafter(cand * (1 + 1e-12) + 1e-15, math.inf)
-                if cand < eps and self.delta(cand) <= delta:
+                if cand < eps and d_at(cand) <= delta:
                     eps = cand
         return eps
 
 
 def _err_terms(pmf: LossPMF, eps: np.ndarray) -> np.ndarray:
-    e = np.maximum(eps, 0.0)
+    e = np.asarray(eps, dtype=np.float64)
     best = np.full(e.shape, np.inf)
     for lam, le in pmf.log_err.items():
         if lam >= 0:
@@ -398,12 +419,20 @@ def grid_fraction(h: float) -> Fraction:
     return Fraction(repr(float(h)))
 
 
-def _ceil_exact(nums: np.ndarray, scale: Fraction, h: float) -> np.ndarray:
-    """ceil(num * scale / h) for integers ``nums``, exactly.
+#: a loss within this relative distance above a grid point is put on it (slack charged)
+SNAP_RTOL = 1e-12
 
-    The float quotient is within a few ulps of the exact one; only the quotients within
-    1e-9 of an integer (where those ulps could cross it) are redone in exact rationals of
-    the floats involved (``scale`` and ``h`` are taken as the exact numbers they are).
+
+def _ceil_exact(nums: np.ndarray, scale: Fraction, h: float) -> tuple[np.ndarray, float]:
+    """(idx, slack): idx = ceil(num * scale / h_q) for integers ``nums``, exactly, except
+    that a value at most :data:`SNAP_RTOL` (relative) above an integer is put on that
+    integer; slack bounds what that leaves out (in loss units, rounded up).
+
+    The float quotient is within a few ulps of the exact one; only quotients within 1e-9 of
+    an integer (where those ulps could cross it) are redone in exact rationals of the
+    floats involved (``scale`` taken as the exact number it is, h_q =
+    :func:`grid_fraction`). Snapping matters for decimal parameters: the float 0.05 is
+    0.05000000000000000277, a hair above 500 grid steps of 1e-4.
     """
     nums = np.asarray(nums, dtype=np.int64)
     hq = grid_fraction(h)
@@ -411,17 +440,23 @@ def _ceil_exact(nums: np.ndarray, scale: Fraction, h: float) -> np.ndarray:
     out = np.ceil(x)
     near = np.abs(x - np.round(x)) <= 1e-9 * np.maximum(1.0, np.abs(x))
     res = out.astype(np.int64)
+    slack = Fraction(0)
     if np.any(near):
         q0 = scale / hq
         for i in np.flatnonzero(near):
             q = q0 * int(nums[i])
-            res[i] = -((-q.numerator) // q.denominator)
-    return res
+            r = round(q)
+            if 0 <= q - r <= SNAP_RTOL * max(1, abs(r)):
+                res[i] = r
+                slack = max(slack, (q - r) * hq)
+            else:
+                res[i] = -((-q.numerator) // q.denominator)
+    return res, _up(float(slack), 4 * U) if slack else 0.0
 
 
 def from_atoms(h: float, idx: np.ndarray, masses: np.ndarray, inf: float = 0.0, *,
                rel_err: float = 16 * U, abs_err: np.ndarray | float = 0.0,
-               inf_err: float = 0.0) -> LossPMF:
+               inf_err: float = 0.0, slack: float = 0.0) -> LossPMF:
     """A law with ``masses`` at grid indices ``idx`` (merged), each within
     ``rel_err * mass + abs_err`` of the exact value, plus ``inf`` at +infinity."""
     idx = np.asarray(idx, dtype=np.int64)
@@ -429,13 +464,14 @@ def from_atoms(h: float, idx: np.ndarray, masses: np.ndarray, inf: float = 0.0, 
     if np.any(~np.isfinite(m)) or np.any(m < 0):
         raise ValueError("masses must be finite and non-negative")
     lo, hi = int(idx.min()), int(idx.max())
-    if hi - lo + 1 > MAX_POINTS:
+    if hi - lo + 1 > MAX_EVENT_POINTS:
         raise NoPLD(f"the pair's losses span [{lo * h:.6g}, {hi * h:.6g}]: {hi - lo + 1} grid "
-                    f"points at discretization {h:g}, more than {MAX_POINTS}")
+                    f"points at discretization {h:g}, more than {MAX_EVENT_POINTS}")
     probs = np.bincount(idx - lo, weights=m, minlength=hi - lo + 1)
     err = np.bincount(idx - lo, weights=rel_err * m + abs_err, minlength=hi - lo + 1)
     err *= 1 + (m.size + 8) * U
-    return _with_bounds(h, lo, probs, float(inf), float(inf_err), err)
+    out = _with_bounds(h, lo, probs, float(inf), float(inf_err), err)
+    return replace(out, slack=float(slack)) if slack else out
 
 
 def _with_bounds(h: float, lower: int, probs: np.ndarray, inf: float, inf_err: float,
@@ -462,8 +498,8 @@ def discrete_laplace(t: float, sensitivity: int, h: float) -> LossPMF:
     if d > 1:
         logm[1:d] += math.log(-math.expm1(-t))
     masses = np.exp(logm)
-    idx = _ceil_exact(d - 2 * z, Fraction(t), h)
-    return from_atoms(h, idx, masses, rel_err=32 * U)
+    idx, slack = _ceil_exact(d - 2 * z, Fraction(t), h)
+    return from_atoms(h, idx, masses, rel_err=32 * U, slack=slack)
 
 
 def pure_pair(eps: float, delta: float, h: float) -> LossPMF:
@@ -471,8 +507,9 @@ def pure_pair(eps: float, delta: float, h: float) -> LossPMF:
     (1 - delta) e^eps/(1 + e^eps), -eps w.p. (1 - delta)/(1 + e^eps)."""
     hi = (1.0 - delta) / (1.0 + math.exp(-eps))
     lo = (1.0 - delta) * math.exp(-eps) / (1.0 + math.exp(-eps))
-    idx = _ceil_exact(np.array([1, -1]), Fraction(eps), h)
-    return from_atoms(h, idx, np.array([hi, lo]), delta, rel_err=16 * U, inf_err=2 * U * delta)
+    idx, slack = _ceil_exact(np.array([1, -1]), Fraction(eps), h)
+    return from_atoms(h, idx, np.array([hi, lo]), delta, rel_err=16 * U, inf_err=2 * U * delta,
+                      slack=slack)
 
 
 def discrete_gaussian(sigma: float, sensitivity: int, h: float) -> LossPMF:
@@ -492,13 +529,13 @@ def discrete_gaussian(sigma: float, sensitivity: int, h: float) -> LossPMF:
     Z = float(np.sum(w)) + tail_left + tail_right
     masses = w / Z
     # loss (d^2 - 2 d x) / (2 sigma^2), sigma^2 the exact square of the float sigma
-    idx = _ceil_exact(d * d - 2 * d * x, 1 / (2 * Fraction(sigma) ** 2), h)
+    idx, slack = _ceil_exact(d * d - 2 * d * x, 1 / (2 * Fraction(sigma) ** 2), h)
     abs_err = np.zeros(x.size)
     # the right tail (most negative losses) moved to the lowest kept loss: error there
     lowest = int(np.argmin(idx))
     abs_err[lowest] += tail_right / Z * 2
     return from_atoms(h, idx, masses, 0.0, rel_err=(x.size + 64) * U, abs_err=abs_err,
-                      inf_err=2 * tail_left / Z)
+                      inf_err=2 * tail_left / Z, slack=slack)
 
 
 def _gauss_tail(m: int, s2: float) -> float:
@@ -734,7 +771,8 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     log_err = {lam: _lse(prop[lam], log_conv[lam]) + 4 * U for lam in lams}
     inf = a.inf + b.inf * (1.0 - a.inf)
     inf_err = a.inf_err + b.inf_err + 4 * U * inf
-    out = LossPMF(h, lower, c, inf, inf_err, log_err, log_mgf, tilt=lam0, scale=shift)
+    out = LossPMF(h, lower, c, inf, inf_err, log_err, log_mgf, tilt=lam0, scale=shift,
+                  slack=_up(a.slack + b.slack))
     return _truncate(out, tail)
 
 
@@ -807,7 +845,7 @@ def _truncate(c: LossPMF, tail: float) -> LossPMF:
         log_mgf = {lam: (_lse(lm, log_tail + lam * at) if lam > 0 else lm)
                    for lam, lm in log_mgf.items()}
     return LossPMF(h, lower + lo, c.probs[lo:hi + 1], inf, inf_err, log_err, log_mgf,
-                   tilt=c.tilt, scale=c.scale)
+                   tilt=c.tilt, scale=c.scale, slack=c.slack)
 
 
 def self_compose(a: LossPMF, k: int, tilt: float | None = None, *,
@@ -843,7 +881,8 @@ def mix_infinity(a: LossPMF, tau: float) -> LossPMF:
         2 * U * a.masses() * s
     inf = a.inf * s + tau
     return LossPMF(a.h, a.lower, a.probs * s, min(inf, 1.0), a.inf_err * s + 4 * U * inf,
-                   log_err, log_mgf, tilt=a.tilt, scale=a.scale, err_entries=err)
+                   log_err, log_mgf, tilt=a.tilt, scale=a.scale, err_entries=err,
+                   slack=a.slack)
 
 
 # ----------------------------------------------------------------------------- a PLD
@@ -887,7 +926,7 @@ class PLD:
 
     def error_at(self, eps: float) -> float:
         """The numerical-error part charged in :meth:`delta` at eps."""
-        return max(d._err_term(eps) + d.inf_err for d in self.directions)
+        return max(d._err_term(eps - d.slack) + d.inf_err for d in self.directions)
 
     def infinity_mass(self) -> float:
         return max(d.inf + d.inf_err for d in self.directions)
