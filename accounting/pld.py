@@ -52,7 +52,8 @@ entry ([Higham02]_ Sec. 3.1).
 Truncation. After each convolution the support is cut where a Chernoff bound on the *exact*
 law leaves at most ``TAIL`` of mass: the upper tail goes to +infinity and the lower tail to
 the lowest kept point. Both moves only increase losses, so the truncated exact law still
-dominates ([MM18]_, [KJH20]_); the moved masses and their errors are charged.
+dominates ([MM18]_, [KJH20]_); the computed arrays drop both tails and the error bounds grow
+by ``TAIL`` (at +infinity, and at the lowest point).
 
 References
 ----------
@@ -235,8 +236,12 @@ class LossPMF:
         """log of an upper bound on sum_l |mass_hat_l| e^{lam l h} (the computed masses)."""
         key = ("norm", lam)
         if key not in self._cache:
-            self._cache[key] = _log_weighted(self.probs, self.lower, self.h,
-                                             lam - self.tilt) + self.scale
+            if lam == self.tilt:  # the stored values are the tilted masses themselves
+                s = float(np.sum(self.probs))
+                val = math.log(_up(s, (self.size + 16) * U)) + self.scale if s > 0 else -math.inf
+            else:
+                val = _log_weighted(self.probs, self.lower, self.h, lam - self.tilt) + self.scale
+            self._cache[key] = val
         return self._cache[key]
 
     def log_err_at(self, lam: float) -> float:
@@ -270,8 +275,12 @@ class LossPMF:
     def masses(self, start: int = 0) -> np.ndarray:
         """The computed untilted masses of entries start.. (inf where they overflow)."""
         idx = self.lower + np.arange(start, self.size)
-        with np.errstate(over="ignore"):
-            return self.probs[start:] * np.exp(self.scale - self.tilt * self.h * idx)
+        p = self.probs[start:]
+        if self.tilt == 0.0 and self.scale == 0.0:
+            return p
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = p * np.exp(self.scale - self.tilt * self.h * idx)
+        return np.where(p > 0, m, 0.0)
 
     def max_loss(self) -> float:
         nz = np.flatnonzero(self.probs > 0)
@@ -720,7 +729,8 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     mgf_lams = sorted(set(MGF_GRID) | {lam0})
     log_mgf = {lam: a.log_mgf_at(lam) + b.log_mgf_at(lam) + 4 * U for lam in mgf_lams}
     log_q = log_mgf[-1.0]
-    lams = sorted({lam for lam in (set(a.log_err) | set(b.log_err) | {lam0}) if lam >= 0})
+    # error bounds tracked at 0 and around the tilt (others convert, see log_err_at)
+    lams = sorted({0.0, lam0 / 2, lam0, 2 * lam0})
     prop = {}
     for lam in lams:
         ea, eb = a.log_err_at(lam), b.log_err_at(lam)
@@ -828,15 +838,9 @@ def _truncate(c: LossPMF, tail: float) -> LossPMF:
     inf, inf_err = c.inf, c.inf_err
     log_err, log_mgf = dict(c.log_err), dict(c.log_mgf)
     if hi < n - 1:
-        moved = float(np.sum(c.masses(hi + 1)))
-        cut = (lower + hi + 1) * h
-        bound = min((le - lam * cut for lam, le in log_err.items() if lam > 0),
-                    default=math.inf)
-        bound = min(bound, log_err.get(0.0, math.inf))
-        if not math.isfinite(moved):
-            moved, bound = 1.0, 0.0
-        inf = min(1.0, inf + moved)
-        inf_err = inf_err + (math.exp(bound) if bound < 700 else math.inf) + 4 * U * moved
+        # the exact mass above the cut (<= tail, Chernoff) goes to +infinity; the computed
+        # array just drops it, so the infinity mass's error grows by at most tail
+        inf_err = inf_err + tail
     if lo > 0:
         at = (lower + lo) * h
         # the exact mass moved (<= tail) sits at the new lowest point; nothing is added to
@@ -943,17 +947,36 @@ def chernoff_tilt(log_mgf: Callable[[float], float], *, eps: float | None = None
                   log_delta: float | None = None) -> float:
     """The weight lambda > 0 of the best Chernoff bound: for a target ``eps``,
     argmin log M(lambda) - lambda eps; for a target delta, argmin (log M(lambda) -
-    log delta) / lambda (the eps it certifies). Searched on a log grid of [1/64, 32]."""
-    grid = np.exp(np.linspace(math.log(1 / 64), math.log(32), 121))
-    best, arg = math.inf, 1.0
-    for lam in grid:
-        lm = log_mgf(float(lam))
+    log delta) / lambda (the eps it certifies). Powers of 2 in [1/64, 16], then a
+    golden-section search within a factor 2 of the best (any tilt is valid; a good one keeps
+    the charged error small)."""
+
+    def f(lam: float) -> float:
+        lm = log_mgf(lam)
         if not math.isfinite(lm):
-            continue
-        v = lm - lam * eps if eps is not None else (lm - (log_delta or 0.0)) / lam
-        if v < best:
-            best, arg = v, float(lam)
-    return arg
+            return math.inf
+        return lm - lam * eps if eps is not None else (lm - (log_delta or 0.0)) / lam
+
+    coarse = [2.0 ** j for j in range(-6, 5)]
+    vals = [f(x) for x in coarse]
+    k = int(np.argmin(vals))
+    if not math.isfinite(vals[k]):
+        return 1.0
+    lo, hi = math.log(coarse[k] / 2), math.log(coarse[k] * 2)
+    g = (math.sqrt(5) - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = f(math.exp(x1)), f(math.exp(x2))
+    for _ in range(12):
+        if f1 <= f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - g * (hi - lo)
+            f1 = f(math.exp(x1))
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + g * (hi - lo)
+            f2 = f(math.exp(x2))
+    best = min([(vals[k], coarse[k]), (f1, math.exp(x1)), (f2, math.exp(x2))])
+    return float(best[1])
 
 
 def describe(pmf: LossPMF) -> dict[str, Any]:
