@@ -134,6 +134,8 @@ from shuffledp.accounting.zcdp import zcdp_delta
 DEFAULT_DISCRETIZATION = 1e-4
 #: a curve point whose upper divergence is below this ends a curve's grid (rest -> infinity)
 CURVE_FLOOR = 1e-15
+#: the shuffle pairs' curves are computed at every 8th grid point, chords in between
+_CURVE_STRIDE = 8
 #: relative tolerance between a stated delta and the one its parameters give, where both
 #: are closed forms of the same numbers (float rounding only)
 STATED_RTOL = 1e-12
@@ -732,8 +734,13 @@ class Parallel(PrivacyEvent):
             return None
         plds = [w.pld for w in views]
         top = max(p.max_loss() for p in plds)
+        j_top = max(1, math.ceil(top / h - 1e-9))
+        grid = np.max([p.delta_on_grid(j_top) for p in plds], axis=0)
 
         def worst(eps: float) -> float:
+            j = round(eps / h)
+            if abs(j * h - eps) <= 1e-9 * h and 0 <= j <= j_top:
+                return float(grid[j])
             return max(p.delta(eps) for p in plds)
 
         # every curve is >= its infinity mass: the grid stops at the largest one (or the
@@ -852,7 +859,7 @@ def _clone_law(n: int, eps0: float, d: float, reduction: str, h: float) -> Any:
     """The clones / variation-ratio pair's law (cached: it depends on the pair only)."""
     mix = _mixture_cached(n, eps0, d, 1e-16, reduction)
     return _pld.from_curve(lambda e: _divergence(mix, e)[1], h, mix.ad,
-                           label=f"{reduction} pair")
+                           label=f"{reduction} pair", stride=_CURVE_STRIDE)
 
 
 @lru_cache(maxsize=16)
@@ -862,7 +869,7 @@ def _krr_law(n: int, k: int, eps0: float, h: float) -> Any:
     bl = _blanket_cached(n, k, eps0, tail)
     return _pld.from_curve(lambda e: _blanket_divergence(bl, e)[1], h, eps0,
                            floor=max(CURVE_FLOOR, 4 * tail * (math.exp(eps0) + 1)),
-                           label=f"{k}-RR blanket pair")
+                           label=f"{k}-RR blanket pair", stride=_CURVE_STRIDE)
 
 
 def event_notion(e: PrivacyEvent) -> str:

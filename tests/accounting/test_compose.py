@@ -17,7 +17,6 @@ from shuffledp.accounting.events import (
     ShuffledKRR,
     ShuffledLDP,
     event_from_dict,
-    polya_sum_event,
 )
 from shuffledp.accounting.guarantee import Neighbour
 
