@@ -229,6 +229,8 @@ class Accountant:
         self._need()
         if self._notion() != "approximate":
             return None
+        if any(e.certified()[1] >= 1.0 for e, _ in self._entries):
+            return None  # a vacuous release (delta = 1): nothing to compose
         log_keep = math.fsum(k * math.log1p(-e.certified()[1]) for e, k in self._entries)
         # 1 - (1 - dt) prod(1 - d_j) = delta  <=>  1 - dt = (1 - delta) / prod(1 - d_j)
         keep = math.exp(log_keep)
@@ -339,9 +341,10 @@ class Accountant:
         if basic[1] <= delta:
             cands.append(("basic", basic[0]))
         if not cands:
+            why = f" ({'; '.join(notes)})" if notes else ""
             raise ValueError(
                 f"no method certifies the composition at delta={delta:g}: the releases' own "
-                f"deltas add up to {basic[1]:.3g} and the PLD gives no finite epsilon")
+                f"deltas add up to {basic[1]:.3g} and the PLD gives no finite epsilon{why}")
         method, eps = min(cands, key=lambda c: (c[1], METHODS.index(c[0])))
         return Composition(epsilon=eps, delta=delta, method=method, basic=basic, advanced=adv,
                            pld=pld, releases=self.releases, neighbour=self.neighbour,

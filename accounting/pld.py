@@ -319,29 +319,33 @@ class LossPMF:
         out = _up(est + rounding + self.inf_err + self._err_term(eps))
         return out if math.isfinite(out) else math.inf
 
-    def delta_grid(self, j_top: int) -> np.ndarray:
-        """Upper bounds on the grid law's delta(j h) for j = 0..j_top (vectorised, same
-        guarantees; without the slack, see :meth:`epsilon`).
+    def delta_grid(self, j_top: int, offset: float = 0.0) -> np.ndarray:
+        """Upper bounds on the grid law's delta at eps_j = j h - offset, j = 0..j_top, for
+        0 <= offset < h (vectorised, same guarantees; without the slack, see
+        :meth:`epsilon` and :meth:`PLD.delta_on_grid`).
 
-        delta(j h) = inf + A_j - e^{j h} C_j with A_j, C_j the suffix sums of the masses
-        and of mass_l e^{-l h} over l > j; the cancellation is charged as rounding.
+        delta(eps_j) = inf + A_j - e^{eps_j} C_j with A_j, C_j the suffix sums of the masses
+        and of mass_l e^{-l h} over the losses above eps_j (l > j, or l >= j when offset >
+        0); the cancellation is charged as rounding.
         """
         j = np.arange(j_top + 1)
-        i0 = self._first_above(0.0)
+        eps = j * self.h - offset
+        i0 = self._first_above(-self.h)
         m = self.masses(i0)
         idx = self.lower + np.arange(i0, self.size)
-        w = m * np.exp(-idx * self.h)  # l > 0 here: no overflow
+        with np.errstate(over="ignore"):
+            w = m * np.exp(-idx * self.h)  # l >= 0 here: no overflow
         suffix_m = np.concatenate([np.cumsum(m[::-1])[::-1], [0.0]])
         suffix_w = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])
-        first = np.clip(j + 1 - (self.lower + i0), 0, m.size)
+        first = np.clip(j + (0 if offset > 0 else 1) - (self.lower + i0), 0, m.size)
         A = suffix_m[first]
         C = suffix_w[first]
         with np.errstate(over="ignore", invalid="ignore"):
-            eC = np.nan_to_num(np.exp(np.minimum(j * self.h, 700.0)) * C, nan=0.0)
+            eC = np.nan_to_num(np.exp(np.minimum(eps, 700.0)) * C, nan=0.0)
         est = self.inf + A - eC
         span = j * self.h + max(abs(self.lower), abs(self.upper)) * self.h
         rounding = (m.size + 16 + 4 * span) * U * 2 * (A + eC + self.inf)
-        out = np.maximum(est, 0.0) + rounding + self.inf_err + _err_terms(self, j * self.h)
+        out = np.maximum(est, 0.0) + rounding + self.inf_err + _err_terms(self, eps)
         return out * (1 + 16 * U)
 
     def epsilon(self, delta: float) -> float:
@@ -946,17 +950,17 @@ class PLD:
         return max(d.epsilon(delta) for d in self.directions)
 
     def delta_on_grid(self, j_top: int) -> np.ndarray:
-        """Upper bounds on delta(j h), j = 0..j_top (vectorised). With a slack, delta(j h)
-        <= the grid law's bound at (j - ceil(slack / h)) h, which is read off the same
-        vector (or computed directly below 0)."""
+        """Upper bounds on delta(j h), j = 0..j_top (vectorised). With a slack s, delta(j h)
+        <= the grid law's bound at j h - s, read as (j - q) h - r with s = q h + r."""
         out = np.zeros(j_top + 1)
         for d in self.directions:
-            g = d.delta_grid(j_top)
-            shift = math.ceil(d.slack / self.h) if d.slack else 0
-            if shift:
-                head = [d._delta_grid_law((j - shift) * self.h)
-                        for j in range(min(shift, j_top + 1))]
-                g = np.concatenate([head, g[:max(0, j_top + 1 - shift)]])
+            q, r = divmod(d.slack, self.h) if d.slack else (0.0, 0.0)
+            q = int(q)
+            g = d.delta_grid(j_top, r)
+            if q:
+                head = [d._delta_grid_law((j - q) * self.h - r)
+                        for j in range(min(q, j_top + 1))]
+                g = np.concatenate([head, g[:max(0, j_top + 1 - q)]])
             out = np.maximum(out, g)
         return np.minimum(out, 1.0)
 
