@@ -118,15 +118,17 @@ from shuffledp.accounting.pld import PLD, NoPLD
 from shuffledp.accounting.shuffle_ldp import _binary_core
 from shuffledp.accounting.shuffle_ldp._common import (
     REDUCTIONS,
-    _blanket,
+    _blanket_cached,
     _blanket_divergence,
     _divergence,
     _iv_d,
     _iv_k,
     _iv_shuffle,
-    _mixture,
+    _mixture_cached,
     clones_formula,
     clones_validity_limit,
+    default_tail,
+    krr_default_tail,
 )
 from shuffledp.accounting.zcdp import zcdp_delta
 
@@ -794,18 +796,11 @@ class Sequential(PrivacyEvent):
 
 
 # ----------------------------------------------------------------------- helpers
-@lru_cache(maxsize=64)
-def _mixture_cached(n: int, eps0: float, d: float, tail: float, reduction: str) -> Any:
-    return _mixture(n, eps0, d, tail, reduction)
-
-
 def _shuffle_tails(stated: float | None) -> tuple[float, ...]:
-    """Binomial tail masses tried: the composition's (1e-16) and the bound modules'
-    default for a stated delta."""
-    tails = {1e-16}
-    if stated is not None and stated > 0:
-        tails.add(max(min(1e-4 * stated, 1e-10), 1e-300))
-    return tuple(sorted(tails))
+    """Binomial tail masses tried: the bound modules' default for a stated delta (the
+    computation that certified it, usually remembered), then the composition's (1e-16)."""
+    tails = [default_tail(stated)] if stated is not None and stated > 0 else []
+    return tuple(tails + [1e-16])
 
 
 def _shuffle_upper(n: int, eps0: float, d: float, eps: float, stated: float | None) -> float:
@@ -836,19 +831,16 @@ def _krr_upper(n: int, k: int, eps0: float, eps: float, stated: float | None) ->
     if eps >= eps0:
         return 0.0
     best = math.inf
-    scale = 2.0 / (math.exp(eps0) + 1.0)
-    for t in _shuffle_tails(stated):
+    tails = [krr_default_tail(stated, eps0)] if stated is not None and stated > 0 else []
+    for t in tails + [1e-16 * 2.0 / (math.exp(eps0) + 1.0)]:
         try:
-            bl = _blanket_cached(n, k, eps0, max(t * scale, 1e-300))
+            bl = _blanket_cached(n, k, eps0, t)
         except ValueError:
             continue
         best = min(best, _blanket_divergence(bl, eps)[1])
+        if stated is not None and best <= stated:
+            break
     return best
-
-
-@lru_cache(maxsize=16)
-def _blanket_cached(n: int, k: int, eps0: float, tail: float) -> Any:
-    return _blanket(n, k, eps0, tail)
 
 
 @lru_cache(maxsize=64)
@@ -856,7 +848,7 @@ def _binary_rr_upper(n: int, eps0: float, eps: float) -> float:
     """Upper estimate of the exact worst case of shuffled binary RR at eps (n <= 2e5)."""
     if n > _binary_core.MAX_N:
         return math.inf
-    return _binary_core._worst(n, eps0, eps)[1]
+    return _binary_core.worst_case(n, eps0, eps)[1]
 
 
 @lru_cache(maxsize=16)

@@ -81,6 +81,18 @@ def _divergences(n: int, ms: np.ndarray, theta: float, E: float
     return lo, up
 
 
+#: results of full scans (every m), so that re-checking a released pair costs nothing
+_MEMO: dict[tuple[int, float, float], tuple[float, float, int]] = {}
+
+
+def worst_case(n: int, eps0: float, eps: float) -> tuple[float, float, int]:
+    """:func:`_worst` over every data set, remembered."""
+    key = (int(n), float(eps0), float(eps))
+    if key not in _MEMO:
+        _worst(n, eps0, eps)
+    return _MEMO[key]
+
+
 def _worst(n: int, eps0: float, eps: float, ms: np.ndarray | None = None,
            batch: int = 512, progress: Callable[[int, int], object] | None = None
            ) -> tuple[float, float, int]:
@@ -88,6 +100,7 @@ def _worst(n: int, eps0: float, eps: float, ms: np.ndarray | None = None,
     ``progress(done, total)`` after each batch."""
     theta = 1.0 / (1.0 + math.exp(-eps0))
     E = math.exp(eps)
+    ms_given = ms
     ms = np.arange(n) if ms is None else np.asarray(ms)
     best_lo, best_up, arg = 0.0, 0.0, 0
     for i in range(0, ms.size, batch):
@@ -99,7 +112,11 @@ def _worst(n: int, eps0: float, eps: float, ms: np.ndarray | None = None,
         best_up = max(best_up, float(up.max()))
         if progress is not None:
             progress(min(i + batch, ms.size), ms.size)
+    if ms_given is None:
+        _MEMO[(int(n), float(eps0), float(eps))] = (best_lo, best_up, arg)
+        if len(_MEMO) > 4096:
+            _MEMO.pop(next(iter(_MEMO)))
     return best_lo, best_up, arg
 
 
-__all__ = ["MAX_N", "_PMF_RTOL", "_divergences", "_rows", "_worst"]
+__all__ = ["MAX_N", "_PMF_RTOL", "_divergences", "_rows", "_worst", "worst_case"]

@@ -190,7 +190,9 @@ def test_365_shuffled_binary_rr_against_independent_computation() -> None:
     and tight (the upper curve exceeds delta 0.002 below it).
     """
     n, eps0, k, delta = 100_000, 1.0, 365, 1e-6
-    e = ShuffledKRR(n=n, k=2, eps0=eps0, epsilon=0.010146, delta=1e-6)
+    # the single release's exact epsilon at 1e-6 is 0.010146; the event's delta there is
+    # derived from the stronger-clone pair (the exact worst case would prove 1e-6, at ~30 s)
+    e = ShuffledKRR(n=n, k=2, eps0=eps0, epsilon=0.010146)
     r = Accountant(discretization=1e-4).compose(e, k).epsilon(delta)
     assert r.method == "pld"
     L, P = _clone_pair_loss_pmf(n, eps0)
