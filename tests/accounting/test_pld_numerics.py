@@ -54,7 +54,7 @@ def _dl_exact_curve(t: float, sens: int, k: int):
     return delta
 
 
-# --------------------------------------------------------------------------- the issue case
+# --------------------------------------------------------------------------- 365 x DL(0.5)
 @pytest.mark.parametrize("delta", [1e-10, 1e-12, 1e-14])
 def test_365_dl05_sound_and_tight_at_small_delta(delta: float) -> None:
     """365 x DL(0.5): the exact delta at the reported epsilon is <= the target, and
