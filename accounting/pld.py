@@ -80,6 +80,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from scipy.signal import lfilter
 
 #: unit roundoff of IEEE double precision
 U = 2.0 ** -53
@@ -324,27 +325,26 @@ class LossPMF:
         0 <= offset < h (vectorised, same guarantees; without the slack, see
         :meth:`epsilon` and :meth:`PLD.delta_on_grid`).
 
-        delta(eps_j) = inf + A_j - e^{eps_j} C_j with A_j, C_j the suffix sums of the masses
-        and of mass_l e^{-l h} over the losses above eps_j (l > j, or l >= j when offset >
-        0); the cancellation is charged as rounding.
+        delta(eps_j) = inf + A_j - B_j with A_j the mass above eps_j and B_j the sum of
+        mass_l e^{eps_j - l h} over the same losses (l > j, or l >= j when offset > 0). B
+        comes from the decaying recurrence S_i = m_i + e^{-h} S_{i+1} (no overflow at any
+        epsilon); the cancellation A - B is charged as rounding.
         """
         j = np.arange(j_top + 1)
         eps = j * self.h - offset
-        i0 = self._first_above(-self.h)
-        m = self.masses(i0)
-        idx = self.lower + np.arange(i0, self.size)
-        with np.errstate(over="ignore"):
-            w = m * np.exp(-idx * self.h)  # l >= 0 here: no overflow
+        m = self.masses()
+        n = m.size
         suffix_m = np.concatenate([np.cumsum(m[::-1])[::-1], [0.0]])
-        suffix_w = np.concatenate([np.cumsum(w[::-1])[::-1], [0.0]])
-        first = np.clip(j + (0 if offset > 0 else 1) - (self.lower + i0), 0, m.size)
-        A = suffix_m[first]
-        C = suffix_w[first]
-        with np.errstate(over="ignore", invalid="ignore"):
-            eC = np.nan_to_num(np.exp(np.minimum(eps, 700.0)) * C, nan=0.0)
-        est = self.inf + A - eC
+        S = np.concatenate([lfilter([1.0], [1.0, -math.exp(-self.h)], m[::-1])[::-1], [0.0]])
+        first = j + (0 if offset > 0 else 1) - self.lower  # position of the first loss above
+        pos = np.clip(first, 0, n)
+        A = suffix_m[pos]
+        # B = e^{eps_j - l_pos h} S_pos, l_pos = lower + pos >= j (+1): the factor is <= 1
+        with np.errstate(under="ignore"):
+            B = np.exp(eps - (self.lower + pos) * self.h) * S[pos]
+        est = self.inf + A - B
         span = j * self.h + max(abs(self.lower), abs(self.upper)) * self.h
-        rounding = (m.size + 16 + 4 * span) * U * 2 * (A + eC + self.inf)
+        rounding = (n + 16 + 4 * span) * U * 2 * (A + B + self.inf)
         out = np.maximum(est, 0.0) + rounding + self.inf_err + _err_terms(self, eps)
         return out * (1 + 16 * U)
 
@@ -380,19 +380,21 @@ class LossPMF:
             j -= 1
         if j == 0:
             return 0.0
-        # between (j-1)h and j h: delta_hat(eps) = inf + A - e^eps C, A, C over losses >= j h
+        # between (j-1)h and j h: delta_hat(eps) = inf + A - e^{eps - left} C' with A, C'
+        # over the losses >= j h, C' = sum mass_l e^{left - l h} (factors <= 1)
         left = (j - 1) * self.h
         i0 = self._first_above(left)
         m = self.masses(i0)
         idx = self.lower + np.arange(i0, self.size)
         A = float(np.sum(m))
-        C = float(np.sum(m * np.exp(-idx * self.h)))
-        slack = d_at(left) - (self.inf + A - math.exp(left) * C)  # rounding + errors
+        with np.errstate(under="ignore"):
+            C = float(np.sum(m * np.exp(left - idx * self.h)))
+        slack = d_at(left) - (self.inf + A - C)  # rounding + errors at the left end
         eps = j * self.h
         if C > 0:
             num = self.inf + A + max(slack, 0.0) - delta
             if num > 0:
-                cand = min(max(math.log(num / C), left), eps)
+                cand = min(max(left + math.log(num / C), left), eps)
                 cand = math.nextafter(cand * (1 + 1e-12) + 1e-15, math.inf)
                 if cand < eps and d_at(cand) <= delta:
                     eps = cand
@@ -750,8 +752,9 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     mgf_lams = sorted(set(MGF_GRID) | {lam0})
     log_mgf = {lam: a.log_mgf_at(lam) + b.log_mgf_at(lam) + 4 * U for lam in mgf_lams}
     log_q = log_mgf[-1.0]
-    # error bounds tracked at 0 and around the tilt (others convert, see log_err_at)
-    lams = sorted({0.0, lam0 / 2, lam0, 2 * lam0})
+    # error bounds tracked at 0 and around the tilt (others convert, see log_err_at); with
+    # no tilt asked for, on the default grid too
+    lams = sorted({0.0, lam0 / 2, lam0, 2 * lam0} | (set(ERR_GRID) if tilt is None else set()))
     prop = {}
     for lam in lams:
         ea, eb = a.log_err_at(lam), b.log_err_at(lam)
