@@ -36,9 +36,18 @@ inputs (:func:`fft_convolution_error`). Convolving the *tilted* arrays p_l e^{la
 (p * q) e^{lambda0 .}) makes that error relative to the tilted masses, which is where the
 hockey-stick divergence at eps lives when lambda0 is the Chernoff exponent of eps
 ([KJH20]_ use the plain transform; the tilt is the classical exponential change of measure
-of saddle-point methods). Untilted values are clipped to [0, min(1, M(-1) e^{l h})] (the
-exact mass lies there: M(-1) bounds the exact second distribution's mass), which can only
-shrink the error and removes the huge amplified noise far below the tilt's centre.
+of saddle-point methods). A composed law stays in its tilt (mass = stored value times
+e^{scale - lambda0 l h}) and is untilted only to answer a question, so the noise far below
+the tilt's centre is never amplified into later products. Computed values are clipped to
+the range the exact ones lie in -- [0, min over lambda of M(lambda) e^{-lambda l h}], the
+Chernoff bounds -- which can only shrink the error. When both supports lie on a lattice
+of the grid with a common stride (sensitivity-1 discrete Laplace, (eps, delta) pairs) the
+product is computed on the lattice.
+
+Grid. Losses are rounded up to multiples of the exact decimal behind the float ``h``
+(1e-4 is 1/10000). A loss a hair (1e-12 relative) above a grid point -- the float 0.05 is
+0.05000000000000000277 -- is put on that point and the hair is charged as an additive
+``slack`` on every epsilon, instead of a whole grid step.
 
 The FFT's own rounding is bounded with the standard error analysis of the Cooley-Tukey FFT
 ([Higham02]_ Thm 24.2: ||fl(FFT x) - FFT x||_2 <= log2(N) eta / (1 - log2(N) eta)
@@ -77,7 +86,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 from scipy.signal import lfilter
@@ -92,7 +100,8 @@ DIRECT_MAX = 4_000_000
 MAX_POINTS = 1 << 24
 #: largest grid (points) one mechanism's law may span (about +-210 at h = 1e-4)
 MAX_EVENT_POINTS = 1 << 22
-#: safety factor on the Cooley-Tukey error bound (numpy's transforms are mixed radix)
+#: safety factor on the Cooley-Tukey error bound (numpy's real transforms of power-of-two
+#: length use radix-4 and radix-2 passes, not the textbook radix-2 butterfly)
 FFT_SAFETY = 10.0
 #: weights lambda >= 0 at which error bounds are tracked (plus every tilt used)
 ERR_GRID = (0.0, 0.25, 1.0, 4.0)
@@ -114,10 +123,6 @@ def _lse(*xs: float) -> float:
         return math.inf
     m = max(vals)
     return m + math.log(math.fsum(math.exp(x - m) for x in vals))
-
-
-def _log(x: float) -> float:
-    return math.log(x) if x > 0 else -math.inf
 
 
 def _up(x: float, rel: float = 8 * U) -> float:
@@ -1016,12 +1021,6 @@ def chernoff_tilt(log_mgf: Callable[[float], float], *, eps: float | None = None
             f2 = f(math.exp(x2))
     best = min([(vals[k], coarse[k]), (f1, math.exp(x1)), (f2, math.exp(x2))])
     return float(best[1])
-
-
-def describe(pmf: LossPMF) -> dict[str, Any]:
-    """Diagnostics of one direction (sizes and bounds)."""
-    return {"lower": pmf.lower, "size": pmf.size, "inf": pmf.inf, "inf_err": pmf.inf_err,
-            "log_err": dict(pmf.log_err)}
 
 
 __all__ = ["DIRECT_MAX", "ERR_GRID", "MAX_POINTS", "MGF_GRID", "PLD", "TAIL", "LossPMF",
