@@ -172,7 +172,7 @@ def test_n_with_input_is_reported_as_ignored(tmp_path):
     csv = tmp_path / "u.csv"
     csv.write_text("user_id,x,y\na,0.1,0.2\nb,0.8,0.9\n")
     res = invoke("heatmap", "--input", csv, "--n", 500, "--grid", 8, "--no-metrics", "--quiet",
-                 "--out", tmp_path / "o")
+                 "--evaluate", "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert f"WARNING: --n 500 is ignored with --input (the users are those of {csv})" in \
         res.stderr
