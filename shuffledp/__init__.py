@@ -39,7 +39,7 @@ References
    N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
-from shuffledp._compat import lazy_names as _lazy_names
+from shuffledp._lazy import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
