@@ -40,6 +40,7 @@ References
 """
 
 from shuffledp._lazy import lazy_names as _lazy_names
+from shuffledp._version import __version__
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
@@ -83,7 +84,6 @@ _LAZY = {
 
 __getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
-__version__ = "0.1.0"
 __all__ = [
     "AnonHistogram",
     "FederatedHistogram",

@@ -19,7 +19,8 @@ import shuffledp
 
 #: layers, lowest first; a module belongs to the layer of its longest matching prefix
 LAYERS = {
-    "base": ("shuffledp._validation", "shuffledp._lazy", "shuffledp.randomness", "shuffledp.grid",
+    "base": ("shuffledp._validation", "shuffledp._lazy", "shuffledp._version",
+             "shuffledp.randomness", "shuffledp.grid",
              "shuffledp.pyramid", "shuffledp.users", "shuffledp.safe_io", "shuffledp.datasets",
              "shuffledp.errors"),
     "accounting": ("shuffledp.accounting",),
