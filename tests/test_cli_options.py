@@ -39,7 +39,7 @@ def test_the_tree_holds_every_command():
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
                              "federated", "sweep", "serve", "serve shuffler", "serve secagg",
-                             "serve close", "upload"}
+                             "serve close", "serve enrol", "serve revoke", "upload"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -118,7 +118,7 @@ def test_one_spelling_per_concept():
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear", "federated", "sweep"}
+         "metric linear", "federated", "sweep", "serve enrol"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
                                                                           "serve close"}
     for p in out.values():
@@ -172,7 +172,7 @@ def test_n_with_input_is_reported_as_ignored(tmp_path):
     csv = tmp_path / "u.csv"
     csv.write_text("user_id,x,y\na,0.1,0.2\nb,0.8,0.9\n")
     res = invoke("heatmap", "--input", csv, "--n", 500, "--grid", 8, "--no-metrics", "--quiet",
-                 "--out", tmp_path / "o")
+                 "--evaluate", "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert f"WARNING: --n 500 is ignored with --input (the users are those of {csv})" in \
         res.stderr

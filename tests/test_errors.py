@@ -45,7 +45,7 @@ def test_a_raised_refusal_is_caught_as_refused():
     dropped[:3] = True  # 17 survivors < n_min = 18
     with pytest.raises(Refused, match="n_min=18"):
         federated_histogram(np.zeros(20, dtype=int), 4, 1.0, shard_size=20, dropout=0.1,
-                            dropped=dropped, aggregation="plain", rng=0)
+                            dropped=dropped, neighbour="zero_out", aggregation="plain", rng=0)
 
 
 def _raise(cls):

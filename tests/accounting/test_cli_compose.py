@@ -74,9 +74,11 @@ def test_heatmap_budget_ledger_appends_and_refuses(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(heatmap, base + ["--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
-    data = json.loads(led.read_text())
-    assert len(data["releases"]) == 2 and data["spent"]["epsilon"] <= 2.0 + 1e-9
+    from shuffledp.accounting.ledger import BudgetLedger
+
+    rel = BudgetLedger.open(led).releases
+    assert len(rel) == 2 and rel[-1]["spent"]["epsilon"] <= 2.0 + 1e-9
     r = CliRunner().invoke(heatmap, base + ["--out", str(tmp_path / "c")])
     assert r.exit_code == 1 and "release refused" in r.output
     assert not (tmp_path / "c").exists()  # nothing written
-    assert len(json.loads(led.read_text())["releases"]) == 2
+    assert len(BudgetLedger.open(led).releases) == 2
