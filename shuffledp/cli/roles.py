@@ -545,7 +545,7 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
                    "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
                    "unless --plaintext-simulation (then the tag is a plain SHA-256).")
-@option("--shuffler-report", "report_path", aliases=("--report",),
+@option("--shuffler-report", "report_path",
         type=click.Path(dir_okay=False), default=None,
         help="Where to write the shuffler's report [default: OUT.report.json].")
 @click.option("--expected-users", type=COUNT, default=None,
