@@ -1,4 +1,4 @@
-"""Composition of daily releases: basic vs advanced vs PLD (issue 20).
+"""Composition of daily releases: basic vs advanced vs PLD.
 
 For 10, 100 and 365 daily releases at a total delta of 1e-6:
 

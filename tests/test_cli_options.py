@@ -1,5 +1,5 @@
 """One command-line vocabulary: one error path, one grid parser, one name per concept, the old
-spellings kept as hidden aliases, and one report.json schema (issue 8 item 5)."""
+one spelling per option, and one report.json schema."""
 
 from __future__ import annotations
 

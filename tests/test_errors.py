@@ -1,4 +1,4 @@
-"""One base class of refusals (issue 22): every refusal type is a ``shuffledp.Refused`` (a
+"""One base class of refusals: every refusal type is a ``shuffledp.Refused`` (a
 ``ValueError``), and the command line turns each into one line with exit status 1."""
 
 from __future__ import annotations
