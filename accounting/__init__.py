@@ -32,7 +32,7 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp._compat import lazy_names as _lazy_names
+from shuffledp._lazy import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.

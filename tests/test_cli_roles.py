@@ -406,8 +406,8 @@ def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
     assert p.level_sensitivities[0] == (8 if nb == "replace" else 4)  # 2B or B, B = 4
 
 
-# --------------------------------------------------------------------------- issue 18: the
-# input directory and the named reasons
+# --------------------------------------------------------------------------- the input
+# directory and the named reasons
 _NOT_BATCHES = {
     "directory": (lambda p: p.mkdir(), "not_a_regular_file"),
     "fifo": (os.mkfifo, "not_a_regular_file"),
@@ -419,7 +419,7 @@ _NOT_BATCHES = {
 
 @pytest.mark.parametrize("kind", sorted(_NOT_BATCHES))
 def test_shuffle_ignores_and_counts_entries_that_are_not_batch_files(plain_run, tmp_path, kind):
-    # issue 18, item 2: a directory, FIFO or empty file named like a batch counted as a batch
+    # a directory, FIFO or empty file named like a batch counted as a batch
     # and blocked the round (an error exit, or a wrong --expected-users count); it is now
     # skipped, counted under a named reason, and not a dropped user
     d = plain_run
@@ -449,7 +449,7 @@ def test_shuffle_with_only_non_batch_entries_names_them(plain_run, tmp_path):
 
 
 def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_path):
-    # issue 18, item 3: a batch whose header counts fewer records than r m was dropped with
+    # a batch whose header counts fewer records than r m was dropped with
     # an empty `rejected` in the report; it is `incomplete` now, a cut one `truncated`
     from shuffledp.protocol.wire import HEADER_SIZE, Header
 
@@ -469,7 +469,7 @@ def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_pat
 
 
 def test_setup_declares_a_nonzero_dropout_by_default(tmp_path):
-    # issue 18, item 1: `setup` planned the noise for all n users unless told otherwise, so
+    # `setup` planned the noise for all n users unless told otherwise, so
     # one lost user sank the round; the default (documented in --help) leaves headroom
     from shuffledp.protocol.params import DEFAULT_DROPOUT
 

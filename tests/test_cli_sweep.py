@@ -289,7 +289,7 @@ CASES = [
     # ------------------------------------------------------------------ shuffle
     C("shuf-empty-dir", 1, "no user batches", *SHUF, *MAC, "--in-dir", "{d}/emptydir"),
     # a directory, FIFO or link to /dev/zero named like a batch is skipped and counted, not
-    # an error (issue 18): test_cli_roles.py::test_shuffle_ignores_and_counts_entries_...
+    # an error: test_cli_roles.py::test_shuffle_ignores_and_counts_entries_...
     C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, *MAC,
       "--in-dir", "{d}/plain"),
     C("shuf-encrypted-batches-simulation", 1, "are encrypted; pass --encrypted", *SHUF,

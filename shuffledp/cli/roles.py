@@ -87,16 +87,19 @@ from shuffledp.cli.common import (
     write_report,
 )
 from shuffledp.safe_io import (
+    SHUFFLER_REPORT_SCHEMA,
     NotRegularFileError,
     UnsafeFileError,
     atomic_output,
     check_regular,
+    check_schema,
     create_private,
     open_regular,
     read_regular,
     read_regular_text,
     read_up_to,
     sync_to_disk,
+    with_schema,
     write_atomic,
 )
 
@@ -545,7 +548,7 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
                    "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
                    "unless --plaintext-simulation (then the tag is a plain SHA-256).")
-@option("--shuffler-report", "report_path", aliases=("--report",),
+@option("--shuffler-report", "report_path",
         type=click.Path(dir_okay=False), default=None,
         help="Where to write the shuffler's report [default: OUT.report.json].")
 @click.option("--expected-users", type=COUNT, default=None,
@@ -596,7 +599,7 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
     report.update(path=_kind_name(encrypted), n_batch_files=n_read,
                   mixed_batch=os.fspath(out_path), digest=p.digest.hex(),
                   round_id=p.round_id.hex(), authenticated=header.keyed)
-    text = json.dumps(report)
+    text = json.dumps(with_schema(report, SHUFFLER_REPORT_SCHEMA))
     write_atomic(report_path or f"{out_path}.report.json", (text + "\n").encode())
     click.echo(text, err=True)
 
@@ -637,6 +640,8 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
         return None
     text = _read_file(path, REPORT_FILE_LIMIT, "--shuffler-report", text=True)
     rep = _json_object(text, f"shuffler report {path}")
+    as_refusal("--shuffler-report", check_schema, rep, SHUFFLER_REPORT_SCHEMA,
+               f"shuffler report {path}")
     for key, value in (("n_forwarded", header.n_users), ("n_dropped", header.n_dropped)):
         if rep.get(key) != value:
             raise click.ClickException(

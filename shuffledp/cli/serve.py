@@ -424,7 +424,12 @@ def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert,
     import httpx
 
     from shuffledp.cli.roles import _load_params
-    from shuffledp.safe_io import read_regular, write_atomic
+    from shuffledp.safe_io import (
+        SHUFFLER_REPORT_SCHEMA,
+        read_regular,
+        with_schema,
+        write_atomic,
+    )
     from shuffledp.serve.client import Refused, close_round
 
     verify = _client_tls(ca_cert, client_cert, client_key)
@@ -436,7 +441,7 @@ def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert,
         raise click.ClickException(f"--server {server}: {e}") from None
     except (httpx.HTTPError, OSError) as e:
         raise click.ClickException(f"--server {server}: {type(e).__name__}: {e}") from None
-    text = json.dumps(report)
+    text = json.dumps(with_schema(report, SHUFFLER_REPORT_SCHEMA))
     if out_path:
         write_atomic(f"{out_path}.report.json", (text + "\n").encode())
     click.echo(text)
