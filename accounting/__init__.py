@@ -15,8 +15,10 @@ summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (
                 bits)
 reductions      BoundedEMDReduction ([Imola]_ Thm 5.3)
 zcdp            zCDP of the discrete Gaussian and its (eps, delta) / metric conversion
-events          every released mechanism as a composable event with its dominating pair
-compose         the Accountant: basic, advanced and PLD composition (dp_accounting)
+events          every released mechanism as a composable event with its dominating pair,
+                its (epsilon, delta) derived from or verified against its parameters
+pld             privacy loss distributions whose numerical error is bounded and charged
+compose         the Accountant: basic, advanced and PLD composition
 ledger          releases from report.json files / specs, and the budget ledger
 
 References
@@ -30,7 +32,7 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp._compat import lazy_names as _lazy_names
+from shuffledp._lazy import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.

@@ -44,8 +44,10 @@ from shuffledp.errors import Refused
 from shuffledp.safe_io import (
     GENESIS,
     LOCK_TIMEOUT,
+    REPORT_SCHEMA,
     ChainedLog,
     TamperedLog,
+    check_schema,
     exclusive_lock,
     read_regular_text,
 )
@@ -68,6 +70,8 @@ def event_of_report(report: Mapping[str, Any], source: str = "report") -> tuple[
     """The event of a release's report (``guarantee.event``), or, for a report written
     before events existed, an (epsilon, delta) event from its guarantee; the second value is
     a note saying so (None when the report carried its event)."""
+    if isinstance(report, Mapping):
+        check_schema(report, REPORT_SCHEMA, source)
     g = report.get("guarantee") if isinstance(report, Mapping) else None
     if not isinstance(g, Mapping):
         raise ValueError(f"{source}: no 'guarantee' object in the report")

@@ -57,6 +57,7 @@ __all__ = [
     "read_regular",
     "read_regular_text",
     "read_up_to",
+    "sync_to_disk",
     "write_atomic",
 ]
 
@@ -282,6 +283,27 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
         raise
 
 
+def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
+    """fsync each file of ``paths`` and then each folder holding one, so that files just
+    written (and renamed into place) survive a power loss."""
+    folders = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in folders:
+            folders.append(folder)
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def json_default(o: Any) -> Any:
     """``json.dumps`` hook: numpy scalars and arrays, tuples and sets, mappings."""
     if isinstance(o, np.generic):
@@ -297,10 +319,48 @@ def json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+#: The schema of every ``report.json`` the toolkit writes (its first field, ``"schema"``).
+#: Readers accept this version and a report without the field (written before versioning,
+#: same layout); a report of another schema or a later version is refused.
+REPORT_SCHEMA = "shuffledp-report/1"
+#: The schema of the shuffler's report next to a mixed batch (``OUT.report.json``).
+SHUFFLER_REPORT_SCHEMA = "shuffledp-shuffler-report/1"
+
+
+def with_schema(doc: Mapping[str, Any], schema: str = REPORT_SCHEMA) -> dict[str, Any]:
+    """``doc`` with ``"schema"`` as its first field."""
+    return {"schema": schema, **{k: v for k, v in doc.items() if k != "schema"}}
+
+
+def check_schema(doc: Mapping[str, Any], schema: str = REPORT_SCHEMA,
+                 what: str = "report") -> None:
+    """Refuse a document of another schema or a later version than ``schema``.
+
+    Parameters
+    ----------
+    doc : mapping
+        The parsed JSON document.
+    schema : str
+        The expected ``"name/version"``.
+    what : str
+        How to name the document in the error.
+
+    Raises
+    ------
+    ValueError
+        If ``doc["schema"]`` is present and differs from ``schema``.
+    """
+    got = doc.get("schema")
+    if got is not None and got != schema:
+        raise ValueError(f"{what} has schema={got!r}; this version of shuffledp reads "
+                         f"{schema!r}")
+
+
 def write_report(out_dir: Path, report: Mapping[str, Any]) -> Path:
-    """Write ``out_dir/report.json`` atomically (indented JSON); returns its path."""
+    """Write ``out_dir/report.json`` atomically (indented JSON, schema
+    :data:`REPORT_SCHEMA` first); returns its path."""
     path = Path(out_dir) / "report.json"
-    text = json.dumps(dict(report), indent=2, default=json_default) + "\n"
+    text = json.dumps(with_schema(report), indent=2, default=json_default) + "\n"
     write_atomic(path, text.encode())
     return path
 
@@ -318,6 +378,9 @@ LOCK_TIMEOUT = 60.0
 
 #: ``prev`` of a chained log's first entry.
 GENESIS = "0" * 64
+
+#: The format of a chained log, written in its head (``path.head``) and checked on every read.
+LOG_FORMAT = "shuffledp-chained-log/1"
 
 #: Largest chained log read (a budget ledger of ~100,000 releases).
 MAX_LOG_BYTES = 256 << 20
@@ -426,7 +489,8 @@ class ChainedLog:
 
     Files: ``path`` (one entry per line: ``{"seq", "prev", "body", "hash"}``, where ``hash``
     is SHA-256 of the canonical JSON of ``seq``, ``prev`` and ``body`` and ``prev`` the
-    previous entry's hash), ``path.head`` (``{"entries": n, "hash": <last hash>}``, replaced
+    previous entry's hash), ``path.head`` (``{"format": LOG_FORMAT, "entries": n, "hash":
+    <last hash>}``, replaced
     atomically after each append) and ``path.lock`` (the lock, :func:`exclusive_lock`).
 
     Use::
@@ -510,7 +574,10 @@ class ChainedLog:
             ok = False
         if not ok:
             raise self._fail(f"its head {str(self.head_path)!r} is not "
-                             '{"entries": int, "hash": str}')
+                             '{"format", "entries": int, "hash": str}')
+        if head.get("format") != LOG_FORMAT:
+            raise self._fail(f"its head has format={head.get('format')!r}; this version reads "
+                             f"{LOG_FORMAT!r}")
         return head
 
     def _load(self) -> None:
@@ -579,7 +646,7 @@ class ChainedLog:
     # ---- writing
     def _write_head(self) -> None:
         last = self._hashes[-1] if self._hashes else GENESIS
-        text = json.dumps({"entries": len(self._hashes), "hash": last,
+        text = json.dumps({"format": LOG_FORMAT, "entries": len(self._hashes), "hash": last,
                            "log": self.path.name}) + "\n"
         with atomic_output(self.head_path) as f:
             f.write(text.encode())

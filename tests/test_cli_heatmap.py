@@ -217,7 +217,7 @@ def test_heatmap_report_states_the_neighbour_relation(tmp_path):
 @pytest.mark.parametrize("metric_set", ["fast", "full", "none"])
 def test_metric_sets(tmp_path, metric_set):
     """fast: exact EMD for ours and Laplace only (the top-t% baselines get None); full: for
-    every heatmap; none: no metrics (issue 21)."""
+    every heatmap; none: no metrics."""
     out = tmp_path / "o"
     res = run(["heatmap", "--grid", "12", "--n", "40", "--seed", "2", "--out", str(out),
                "--quiet", "--metrics", metric_set])

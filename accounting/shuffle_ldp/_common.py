@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import betainc
@@ -537,3 +538,28 @@ def _iv_k(k) -> int:
     if k > 2**53:
         raise ValueError(f"k must be <= 2^53, got k={k!r}")
     return k
+
+
+# --------------------------------------------------------------------------- shared caches
+@lru_cache(maxsize=16)
+def _mixture_cached(N: int, alpha0: float, d: float, tail: float,
+                    reduction: str = "clones") -> _Mixture:
+    """:func:`_mixture`, remembered: the bound that certifies a release and the event that
+    re-checks it (:mod:`shuffledp.accounting.events`) compute the same pair once."""
+    return _mixture(N, alpha0, d, tail, reduction)
+
+
+@lru_cache(maxsize=2)
+def _blanket_cached(n: int, k: int, eps0: float, tail: float) -> _Blanket:
+    """:func:`_blanket`, remembered (two at most: a grid can take a few hundred MB)."""
+    return _blanket(n, k, eps0, tail)
+
+
+def krr_default_tail(delta: float, eps0: float) -> float:
+    """The W tail mass left out by default when certifying k-RR at ``delta``."""
+    return max(min(1e-4 * delta, 1e-10) * 2.0 / (math.exp(eps0) + 1.0), 1e-300)
+
+
+def default_tail(delta: float) -> float:
+    """The binomial tail mass left out by default when certifying at ``delta``."""
+    return max(min(1e-4 * delta, 1e-10), 1e-300)

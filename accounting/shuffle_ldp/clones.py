@@ -88,9 +88,11 @@ from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401
     _iv_rtol,
     _iv_shuffle,
     _mixture,
+    _mixture_cached,
     clone_probability,
     clones_formula,
     clones_validity_limit,
+    default_tail,
 )
 from shuffledp.accounting.shuffle_ldp.binary_rr import MAX_N as BINARY_RR_MAX_N
 from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
@@ -276,8 +278,8 @@ def _numerical(n, eps0, delta, *, d, rtol, tail, reduction) -> ShuffleBound:
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     d = _iv_d(d)
     rtol = _iv_rtol(rtol)
-    tail = max(min(1e-4 * delta, 1e-10), 1e-300) if tail is None else v.probability("tail", tail)
-    mix = _mixture(n, eps0, d, tail, reduction)
+    tail = default_tail(delta) if tail is None else v.probability("tail", tail)
+    mix = _mixture_cached(n, eps0, d, tail, reduction)
     h = math.log1p(rtol)
     top = mix.ad
     guess = min(top, clones_formula(n, eps0, delta, d) / 4.0) if n > 1 else top

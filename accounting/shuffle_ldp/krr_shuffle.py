@@ -62,12 +62,14 @@ from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401  (MAX_CELLS
     SELF_CHECK_NOTE,
     ShuffleBound,
     _blanket,
+    _blanket_cached,
     _blanket_divergence,
     _certify,
     _iv_k,
     _iv_rtol,
     _iv_shuffle,
     clones_formula,
+    krr_default_tail,
 )
 
 
@@ -143,10 +145,10 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     k = _iv_k(k)
     rtol = _iv_rtol(rtol)
     if tail is None:
-        tail = max(min(1e-4 * delta, 1e-10) * 2.0 / (math.exp(eps0) + 1.0), 1e-300)
+        tail = krr_default_tail(delta, eps0)
     else:
         tail = v.probability("tail", tail)
-    bl = _blanket(n, k, eps0, tail)
+    bl = _blanket_cached(n, k, eps0, tail)
     h = math.log1p(rtol)
     guess = min(eps0, clones_formula(n, eps0, delta) / 8.0) if n > 1 else eps0
     r = _certify(lambda e: _blanket_divergence(bl, e), eps0, guess, h, delta)

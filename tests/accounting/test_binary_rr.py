@@ -54,7 +54,7 @@ def test_tightest_for_binary_rr_and_errors():
 
 
 def test_windowed_pmf_recurrence_matches_scipy_within_the_charged_error():
-    """_rows builds each binomial row by the ratio recurrence anchored at the mode (issue 21:
+    """_rows builds each binomial row by the ratio recurrence anchored at the mode (
     3x faster); every entry must stay within the relative error _divergences charges."""
     import numpy as np
     from scipy.stats import binom

@@ -209,7 +209,7 @@ def test_eps0_for_target_round_trip():
     assert capped.eps0_next == math.inf and capped.eps0 <= 1.0
 
 
-# --------------------------------------------------------------------------- issue 7, item 1
+# ---------------------------------------------------------------------------
 # Every check below is against mp_clones.mp_divergence: the divergence of the reduction pair
 # summed outcome by outcome in mpmath at 50 digits (no closed form, no incomplete beta), with
 # the left-out mass of C charged to the upper end. "Certified" means: the released epsilon
