@@ -37,7 +37,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import dl_epsilon_for_std, dl_std, next_query_epsilon
-from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import Sequential, polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.federated.baselines import (
