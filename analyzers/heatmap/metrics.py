@@ -77,7 +77,7 @@ def _iv_pair(
 EMD_METHODS = METHODS
 
 
-def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simplex") -> float:
+def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> float:
     r"""Exact Earth Mover's Distance with l1 ground distance on the grid.
 
     .. math::
@@ -98,33 +98,44 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     :func:`shuffledp.encoders.metric.transport.transport_cost` with the structured cost
     :class:`~shuffledp.encoders.metric.transport.GridL1`:
 
-    * ``method="network_simplex"`` (default): the primal network simplex compiled with numba
-      (unit costs, so the potentials are integers and optimality is decided exactly; flows
-      in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
+    * ``method="auto"`` (default): the fastest exact solver for the input. When ``p - q`` is
+      sparse (raw aggregates of a few thousand points), the transport problem from the cells
+      where ``p > q`` to those where ``p < q`` with their l1 distances, solved by POT's
+      ``ot.emd2`` (exact, equal to the grid flow's optimum: the flow decomposes into paths of
+      at least the l1 length of their ends); otherwise (Gaussian-filtered heatmaps, every
+      pixel non-zero) the grid flow by our network simplex. The switch is at
+      ``SUPPORT_ARCS_FACTOR (H W)^1.5`` transport arcs
+      (:mod:`shuffledp.encoders.metric.transport`).
+    * ``method="network_simplex"``: the grid flow by the primal network simplex compiled with
+      numba (unit costs, so the potentials are integers and optimality is decided exactly;
+      flows in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
       relative.
-    * ``method="highs"``: the same flow as a sparse LP through
+    * ``method="pot"``: always the transport problem between the supports of ``(p - q)+`` and
+      ``(p - q)-`` by POT (refused above ``SUPPORT_MAX_ARCS`` arcs).
+    * ``method="highs"``: the grid flow as a sparse LP through
       :func:`scipy.optimize.linprog` (HiGHS interior point with crossover), supplies scaled
       to O(1) per pixel so HiGHS's absolute tolerances are negligible (~1e-12 relative).
 
     Grids with a single row or column use the closed form ``sum |cumsum(p - q)|``.
 
-    Cost, ``python bench/emd_timing.py`` on 2 cores (the first call in a fresh environment
-    also pays ~5 s of numba compilation, cached on disk afterwards):
+    Cost in seconds, ``python bench/emd_timing.py`` on the shared 2-core development machine
+    (medians; the first call in a fresh environment also pays ~5 s of numba compilation,
+    cached on disk afterwards; "sparse": two 1000-point synthetic aggregates, "filtered": the
+    same after the Gaussian filter, every pixel non-zero):
 
-    ========  ===============================  ==========================
-    grid      network_simplex                  highs
-    ========  ===============================  ==========================
-    64x64     0.01-0.02 s                      0.4-0.7 s
-    128x128   0.2-0.3 s                        6-11 s
-    256x256   1.0-1.3 s sparse, 3.6-5 s filt.  166 s sparse, 93 s filtered
-    512x512   24 s sparse, 3 min filtered      -
-    ========  ===============================  ==========================
+    ========  ==================  ====================  ===================
+    grid      auto                network_simplex       highs
+    ========  ==================  ====================  ===================
+    64x64     SPARSE64 sparse     0.02-0.05             0.4-0.7
+    128x128   SPARSE128 sparse    0.2-0.3               6-11
+    256x256   SPARSE256 sparse    1.0-3 sparse,         166 sparse,
+                                  3.6-8 filtered        93 filtered
+    512x512   -                   24 sparse, 180 filt.  -
+    ========  ==================  ====================  ===================
 
-    (ranges are across runs on a shared, loaded machine; the dense filtered maps cost more
-    because the spanning-tree updates touch larger subtrees.)
-
-    ("sparse": two 1000-point synthetic aggregates; "filtered": the same after the Gaussian
-    filter, every pixel non-zero.)
+    (``auto`` on filtered maps is the network simplex; ranges are across runs on a loaded
+    machine; the dense filtered maps cost more because the spanning-tree updates touch larger
+    subtrees.)
 
     Parameters
     ----------
@@ -134,8 +145,8 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     grid : Grid, optional
         If given, ``p`` and ``q`` must have shape ``(grid.height, grid.width)``. If None the
         grid is taken from ``p.shape`` (a 1-D array is one row).
-    method : {"network_simplex", "highs"}
-        Solver of the flow problem; both are exact.
+    method : {"auto", "network_simplex", "pot", "highs"}
+        Solver; all are exact (above).
 
     Returns
     -------
