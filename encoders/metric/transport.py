@@ -587,7 +587,8 @@ def _pot() -> Any:
 
 
 def _pot_max_iter(n_nodes: int) -> int:
-    return max(10**6, POT_ITER_PER_NODE * n_nodes)
+    """POT's pivot limit for a transport problem of ``n_nodes`` nodes (it fits a C int)."""
+    return min(max(10**6, POT_ITER_PER_NODE * n_nodes), 2**31 - 1)
 
 
 def _pot_transport(a: np.ndarray, b: np.ndarray, cost: np.ndarray,
