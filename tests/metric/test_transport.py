@@ -280,3 +280,27 @@ def test_solves_in_threads_give_the_serial_results():
     with ThreadPoolExecutor(2) as pool:
         threaded = list(pool.map(lambda c: transport_cost(*c), cases))
     assert threaded == serial
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (2, 5), (5, 2), (3, 3), (4, 7), (8, 5), (16, 17)])
+def test_grid_starting_tree_is_a_feasible_spanning_tree(shape):
+    """The centre comb: one root, every other cell joined to its parent by its pred arc in
+    the direction dirn says, non-negative flows whose net outflow is the supply."""
+    h, w = shape
+    rng = np.random.default_rng(h * 100 + w)
+    d = rng.random(h * w) - 0.5
+    d -= d.mean()
+    parent, pred, dirn, flow = tr._grid_comb(d, h, w)
+    tail, head = tr._grid_arcs(h, w)
+    assert np.count_nonzero(parent < 0) == 1 and parent[(h // 2) * w + w // 2] == -1
+    for x in np.flatnonzero(parent >= 0):
+        e = pred[x]
+        assert {tail[e], head[e]} == {x, parent[x]}
+        assert (tail[e] == x) == (dirn[x] == 1)
+        y, steps = x, 0                      # the parent pointers reach the root
+        while parent[y] >= 0 and steps <= h * w:
+            y, steps = parent[y], steps + 1
+        assert parent[y] == -1
+    assert np.all(flow >= 0)
+    net = np.bincount(tail, flow, h * w) - np.bincount(head, flow, h * w)
+    np.testing.assert_allclose(net, d, atol=1e-12)
