@@ -33,13 +33,15 @@ Which exact solver runs is chosen by the size of the problem (``method="auto"``,
   Bonneel et al. (2011) in C++, once the transport problem on the supports has at least
   :data:`POT_MIN_ARCS` arcs (2-3.5x faster than ours from 300 to 2,000 points); below that the
   fixed cost of its Python wrapper makes ours faster;
-* a :class:`GridL1` problem whose supplies ``p - q`` are sparse is solved as the transport
-  problem from the support of ``(p - q)+`` to that of ``(p - q)-`` with the l1 cost matrix
-  between their cells. This is exact: an optimal grid flow decomposes into paths from cells
-  of surplus to cells of deficit (Ahuja, Magnanti and Orlin 1993, Sec. 3.5; cycles cost
-  >= 0), each no cheaper than the l1 distance of its ends, which is the length of a shortest
-  grid path; so the flow's optimum is the transport cost of ``(p - q)+`` onto ``(p - q)-``
-  and cells where ``p = q`` drop out. It is used while that problem has at most
+* a sparse :class:`GridL1` problem is solved as a transport problem with the l1 cost matrix
+  between the cells of two supports: those of ``p`` and ``q`` (the l1 distance is a metric
+  on the cells, so this is the definition of W), or, when that is at most
+  :data:`SUPPORT_DIFF_FACTOR` of the size (``p`` and ``q`` share much of their mass), those
+  of ``(p - q)+`` and ``(p - q)-``. The second is exact too: an optimal grid flow with
+  supplies ``p - q`` decomposes into paths from cells of surplus to cells of deficit (Ahuja,
+  Magnanti and Orlin 1993, Sec. 3.5; cycles cost >= 0), each no cheaper than the l1 distance
+  of its ends, the length of a shortest grid path; so the flow's optimum is the transport
+  cost of ``(p - q)+`` onto ``(p - q)-``. It is used while that problem has at most
   ``SUPPORT_ARCS_FACTOR (height width)^1.5`` arcs (and :data:`SUPPORT_MAX_ARCS`): the grid
   flow's cost grows as the number of cells to the power 1.5, the transport problem's about
   linearly in its arcs. Sparse 1,000-point aggregates at 128x128 and 256x256 fall on the
@@ -99,8 +101,13 @@ METHODS = ("auto", "network_simplex", "pot", "highs")
 #: "auto" hands a dense transport problem to POT from this many arcs (k_p k_q on the supports;
 #: below it POT's per-call overhead of ~0.1 ms loses, ``bench/emd_timing.py --small``)
 POT_MIN_ARCS = 400
-#: "auto" solves a GridL1 problem as the transport problem between the supports of (p - q)+
-#: and (p - q)- while it has at most SUPPORT_ARCS_FACTOR (height width)^1.5 arcs...
+#: a GridL1 problem goes to the transport problem between the supports of (p - q)+ and
+#: (p - q)- when that has at most this fraction of the arcs between the supports of p and q,
+#: else between the supports of p and q (same optimum; per instance either runs up to ~1.5x
+#: faster than the other, so the smaller one is taken only when it is much smaller)
+SUPPORT_DIFF_FACTOR = 0.5
+#: "auto" solves a GridL1 problem as that transport problem while it has at most
+#: SUPPORT_ARCS_FACTOR (height width)^1.5 arcs...
 SUPPORT_ARCS_FACTOR = 0.4
 #: ... and at most this many (its cost matrix and POT's arc arrays take ~40 bytes per arc)
 SUPPORT_MAX_ARCS = 4_000_000
@@ -113,7 +120,7 @@ MASS_TOL = 1e-9
 PRICING_TOL = 1e-12
 
 __all__ = ["METHODS", "POT_ITER_PER_NODE", "POT_MIN_ARCS", "SUPPORT_ARCS_FACTOR",
-           "SUPPORT_MAX_ARCS", "GridL1", "TreeMetric", "transport_cost"]
+           "SUPPORT_DIFF_FACTOR", "SUPPORT_MAX_ARCS", "GridL1", "TreeMetric", "transport_cost"]
 
 
 # ----------------------------------------------------------------------------- structured costs
@@ -678,22 +685,42 @@ def _l1_costs(src: np.ndarray, dst: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _grid_cost(d: np.ndarray, h: int, w: int, method: str) -> float:
-    """W on the ``h`` x ``w`` grid with l1 cost for supplies ``d = p - q`` (2-D grids)."""
+def _grid_supports(a: np.ndarray, b: np.ndarray):
+    """The transport problem of a GridL1 pair: (sources, sinks, source masses, sink masses)
+    on the supports of ``(p - q)+`` and ``(p - q)-``, or on those of ``p`` and ``q`` unless
+    the first has at most :data:`SUPPORT_DIFF_FACTOR` of its arcs (or the masses are
+    signed). Sink masses are scaled to the sources' total; None if ``p - q`` is 0 up to the
+    mass tolerance."""
+    d = a - b
+    pos, neg = np.flatnonzero(d > 0), np.flatnonzero(d < 0)
+    if pos.size == 0 or neg.size == 0:
+        return None
+    if a.min() >= 0 and b.min() >= 0:
+        sp_, sq_ = np.flatnonzero(a), np.flatnonzero(b)
+        if pos.size * neg.size > SUPPORT_DIFF_FACTOR * sp_.size * sq_.size:
+            ma, mb = a[sp_], b[sq_]
+            return sp_, sq_, ma, mb * (ma.sum() / mb.sum())
+    ma, mb = d[pos], -d[neg]
+    return pos, neg, ma, mb * (ma.sum() / mb.sum())
+
+
+def _grid_cost(a: np.ndarray, b: np.ndarray, h: int, w: int, method: str) -> float:
+    """W between ``a`` and ``b`` on the ``h`` x ``w`` grid with l1 cost (2-D grids)."""
+    d = a - b
     if method in ("auto", "pot"):
-        pos, neg = np.flatnonzero(d > 0), np.flatnonzero(d < 0)
-        if pos.size == 0 or neg.size == 0:   # d is within the mass tolerance of 0
+        problem = _grid_supports(a, b)
+        if problem is None:   # p - q is within the mass tolerance of 0
             return 0.0
-        arcs = pos.size * neg.size
+        src, dst, ma, mb = problem
+        arcs = src.size * dst.size
         if method == "pot" and arcs > SUPPORT_MAX_ARCS:
             raise ValueError(
-                f"method='pot' solves a GridL1 problem as the transport problem between the "
-                f"supports of (p - q)+ and (p - q)-, here {pos.size} x {neg.size} = {arcs} "
-                f"arcs > SUPPORT_MAX_ARCS={SUPPORT_MAX_ARCS}; use method='auto' or "
+                f"method='pot' solves a GridL1 problem as a transport problem between "
+                f"supports, here {src.size} x {dst.size} = {arcs} arcs > "
+                f"SUPPORT_MAX_ARCS={SUPPORT_MAX_ARCS}; use method='auto' or "
                 f"'network_simplex' (the grid flow)")
         if method == "pot" or arcs <= min(SUPPORT_MAX_ARCS, SUPPORT_ARCS_FACTOR * (h * w) ** 1.5):
-            a, b = d[pos], -d[neg]
-            return _transport(a, b * (a.sum() / b.sum()), _l1_costs(pos, neg, w), method)
+            return _transport(ma, mb, _l1_costs(src, dst, w), method)
         method = "network_simplex"
     tail, head = _grid_arcs(h, w)
     parent, pred, dirn, flow = _grid_comb(d, h, w)
@@ -745,8 +772,8 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "auto") -> float:
         * ``"network_simplex"``: our network simplex on the supports (dense) or on the grid
           graph (:class:`GridL1`);
         * ``"pot"``: POT's ``ot.emd2`` on the transport problem on the supports (for
-          :class:`GridL1` between the supports of ``(p - q)+`` and ``(p - q)-``, at most
-          :data:`SUPPORT_MAX_ARCS` arcs);
+          :class:`GridL1` those of ``p`` and ``q`` or of ``(p - q)+`` and ``(p - q)-``,
+          module docstring; at most :data:`SUPPORT_MAX_ARCS` arcs);
         * ``"highs"``: our flow problem as an LP through :func:`scipy.optimize.linprog`
           (HiGHS interior point with crossover, a reference).
 
@@ -780,8 +807,9 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "auto") -> float:
         if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] == 0:
             raise ValueError(f"cost must be a square (k, k) matrix, a GridL1 or a TreeMetric, "
                              f"got shape {c.shape}")
-        if not np.all(np.isfinite(c)) or np.any(c < 0):
-            raise ValueError("cost must be finite and >= 0")
+        if not (c.min() >= 0 and np.isfinite(c.max())):   # NaN fails the first test
+            i, j = np.unravel_index(int(np.argmax(~(np.isfinite(c) & (c >= 0)))), c.shape)
+            raise ValueError(f"cost must be finite and >= 0, got cost[{i}, {j}]={float(c[i, j])!r}")
         k = c.shape[0]
     else:
         k = cost.k
@@ -800,8 +828,9 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "auto") -> float:
         h, w = int(cost.height), int(cost.width)
         if h == 1 or w == 1:
             return float(np.abs(np.cumsum(d)[:-1]).sum())
-        return _grid_cost(d, h, w, method)
+        return _grid_cost(a, b, h, w, method)
     sa_, sb_ = np.flatnonzero(a), np.flatnonzero(b)
     if sa_.size == 0:
         return 0.0
-    return _transport(a[sa_], b[sb_] * (sa / sb), c[np.ix_(sa_, sb_)], method)
+    sub = c if sa_.size == k and sb_.size == k else c[np.ix_(sa_, sb_)]
+    return _transport(a[sa_], b[sb_] * (sa / sb), sub, method)

@@ -116,8 +116,12 @@ def test_errors_name_the_argument():
         transport_cost([1, 0, 0, 0], [1, 0, 0], c)
     with pytest.raises(ValueError, match="cost must be a square"):
         transport_cost([1, 0], [0, 1], np.ones((2, 3)))
-    with pytest.raises(ValueError, match="cost must be finite"):
+    with pytest.raises(ValueError, match=r"cost must be finite and >= 0, got cost\[0, 1\]=-1.0"):
         transport_cost([1, 0], [0, 1], np.array([[0, -1.0], [1, 0]]))
+    with pytest.raises(ValueError, match=r"got cost\[1, 0\]=nan"):
+        transport_cost([1, 0], [0, 1], np.array([[0, 1.0], [np.nan, 0]]))
+    with pytest.raises(ValueError, match=r"got cost\[1, 1\]=inf"):
+        transport_cost([1, 0], [0, 1], np.array([[0, 1.0], [1, np.inf]]))
     with pytest.raises(ValueError, match="GridL1 width"):
         GridL1(2, 0)
     with pytest.raises(ValueError, match="parent"):
@@ -304,3 +308,44 @@ def test_grid_starting_tree_is_a_feasible_spanning_tree(shape):
     assert np.all(flow >= 0)
     net = np.bincount(tail, flow, h * w) - np.bincount(head, flow, h * w)
     np.testing.assert_allclose(net, d, atol=1e-12)
+
+
+@pytest.mark.parametrize("diff_factor", [0.0, 1.0])
+def test_both_support_formulations_equal_the_grid_flow(monkeypatch, diff_factor):
+    """SUPPORT_DIFF_FACTOR = 0: always the supports of p and q; = 1: always those of
+    (p - q)+ and (p - q)-. Both give the grid flow's optimum to 1e-9 relative, with shared
+    cells, cells where p = q and integer ties."""
+    monkeypatch.setattr(tr, "SUPPORT_DIFF_FACTOR", diff_factor)
+    rng = np.random.default_rng(21)
+    for h, w in ((12, 10), (25, 25)):
+        for n_points, overlap, integer in ((20, 0.0, False), (40, 0.6, True), (60, 0.9, True)):
+            p, q = _sparse_grid_pair(rng, h, w, n_points, overlap, integer)
+            a, b = p.ravel(), q.ravel()
+            src, dst, _, _ = tr._grid_supports(a, b)
+            if diff_factor == 0.0:
+                assert set(src) == set(np.flatnonzero(a)) and set(dst) == set(np.flatnonzero(b))
+            else:
+                assert set(src) == set(np.flatnonzero(a > b))
+            flow = transport_cost(p, q, GridL1(h, w), method="network_simplex")
+            for m in ("auto", "pot"):
+                assert transport_cost(p, q, GridL1(h, w), method=m) == pytest.approx(
+                    flow, rel=1e-9, abs=1e-12)
+
+
+def test_grid_supports_take_the_difference_only_when_much_smaller():
+    rng = np.random.default_rng(22)
+    # independent sparse maps: the supports of p and q (the problem POT users pose)
+    p, q = _sparse_grid_pair(rng, 30, 30, 100, 0.1, False)
+    src, dst, ma, mb = tr._grid_supports(p.ravel(), q.ravel())
+    assert src.size == np.count_nonzero(p) and dst.size == np.count_nonzero(q)
+    assert ma.sum() == pytest.approx(mb.sum(), rel=1e-15)
+    # q = p moved on a few cells: the difference's supports, a much smaller problem
+    q2 = p.copy().ravel()
+    nz = np.flatnonzero(q2)
+    q2[nz[:5]] = 0.0
+    q2[rng.choice(np.flatnonzero(q2 == 0), 5, replace=False)] = p.ravel()[nz[:5]]
+    src, dst, _, _ = tr._grid_supports(p.ravel(), q2)
+    assert src.size <= 5 and dst.size <= 5
+    assert transport_cost(p, q2.reshape(p.shape), GridL1(30, 30)) == pytest.approx(
+        transport_cost(p, q2.reshape(p.shape), GridL1(30, 30), method="network_simplex"),
+        rel=1e-12)
