@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="grid sides N (N x N)")
     ap.add_argument("--dense", nargs="*", type=int, default=[300, 1000, 2000],
                     help="numbers of points of the dense cost matrices")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3,
                     help="sparse grid inputs from seeds SEED .. SEED + SEEDS - 1")

@@ -98,11 +98,11 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     :func:`shuffledp.encoders.metric.transport.transport_cost` with the structured cost
     :class:`~shuffledp.encoders.metric.transport.GridL1`:
 
-    * ``method="auto"`` (default): the fastest exact solver for the input. When ``p - q`` is
-      sparse (raw aggregates of a few thousand points), the transport problem from the cells
-      where ``p > q`` to those where ``p < q`` with their l1 distances, solved by POT's
-      ``ot.emd2`` (exact, equal to the grid flow's optimum: the flow decomposes into paths of
-      at least the l1 length of their ends); otherwise (Gaussian-filtered heatmaps, every
+    * ``method="auto"`` (default): the fastest exact solver for the input. On sparse maps
+      (raw aggregates of a few thousand points), the transport problem between the supports
+      of ``p`` and ``q`` (or, when much smaller, from the cells where ``p > q`` to those
+      where ``p < q``) with their l1 distances, solved by POT's ``ot.emd2``; both are exact
+      and equal to the grid flow's optimum. Otherwise (Gaussian-filtered heatmaps, every
       pixel non-zero) the grid flow by our network simplex. The switch is at
       ``SUPPORT_ARCS_FACTOR (H W)^1.5`` transport arcs
       (:mod:`shuffledp.encoders.metric.transport`).
@@ -110,8 +110,8 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
       numba (unit costs, so the potentials are integers and optimality is decided exactly;
       flows in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
       relative.
-    * ``method="pot"``: always the transport problem between the supports of ``(p - q)+`` and
-      ``(p - q)-`` by POT (refused above ``SUPPORT_MAX_ARCS`` arcs).
+    * ``method="pot"``: always that transport problem by POT (refused above
+      ``SUPPORT_MAX_ARCS`` arcs).
     * ``method="highs"``: the grid flow as a sparse LP through
       :func:`scipy.optimize.linprog` (HiGHS interior point with crossover), supplies scaled
       to O(1) per pixel so HiGHS's absolute tolerances are negligible (~1e-12 relative).
@@ -121,21 +121,22 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     Cost in seconds, ``python bench/emd_timing.py`` on the shared 2-core development machine
     (medians; the first call in a fresh environment also pays ~5 s of numba compilation,
     cached on disk afterwards; "sparse": two 1000-point synthetic aggregates, "filtered": the
-    same after the Gaussian filter, every pixel non-zero):
+    same after the Gaussian filter, every pixel non-zero; ``auto`` on filtered maps is the
+    network simplex):
 
-    ========  ==================  ====================  ===================
-    grid      auto                network_simplex       highs
-    ========  ==================  ====================  ===================
-    64x64     SPARSE64 sparse     0.02-0.05             0.4-0.7
-    128x128   SPARSE128 sparse    0.2-0.3               6-11
-    256x256   SPARSE256 sparse    1.0-3 sparse,         166 sparse,
-                                  3.6-8 filtered        93 filtered
-    512x512   -                   24 sparse, 180 filt.  -
-    ========  ==================  ====================  ===================
+    ========  ===========  ================  ===========  ==================
+    grid      auto sparse  POT on supports   our grid     highs
+                           of p, q, sparse   flow sparse  (earlier runs)
+    ========  ===========  ================  ===========  ==================
+    64x64     0.02         0.02-0.05         0.02         0.4-0.7
+    128x128   0.05-0.11    0.05-0.08         0.15-0.17    6-11
+    256x256   0.1-0.28     0.1-0.28          0.6-1.6      166
+    512x512   0.22         0.22              24           -
+    ========  ===========  ================  ===========  ==================
 
-    (``auto`` on filtered maps is the network simplex; ranges are across runs on a loaded
-    machine; the dense filtered maps cost more because the spanning-tree updates touch larger
-    subtrees.)
+    Filtered maps (our grid flow, started from the centre comb): 0.03 s at 64x64, 0.35 s at
+    128x128, 3-7 s at 256x256 (ranges are across runs on a loaded machine; dense maps cost
+    more because the spanning-tree updates touch larger subtrees).
 
     Parameters
     ----------
@@ -157,7 +158,10 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     ------
     ValueError
         On a shape mismatch, NaN/infinite or negative entries, or a zero total, naming the
-        argument; on an unknown ``method``.
+        argument; on an unknown ``method``; with ``method="pot"`` above ``SUPPORT_MAX_ARCS``.
+    RuntimeError
+        With ``method="pot"``, if POT's solver stops before the optimum (``"auto"`` then
+        solves the problem with our network simplex instead).
     """
     if method not in EMD_METHODS:
         raise ValueError(f"method must be one of {EMD_METHODS}, got method={method!r}")

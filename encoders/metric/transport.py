@@ -31,8 +31,9 @@ Which exact solver runs is chosen by the size of the problem (``method="auto"``,
 
 * a dense cost matrix goes to POT's ``ot.emd2`` (Flamary et al. 2021), the network simplex of
   Bonneel et al. (2011) in C++, once the transport problem on the supports has at least
-  :data:`POT_MIN_ARCS` arcs (2-3.5x faster than ours from 300 to 2,000 points); below that the
-  fixed cost of its Python wrapper makes ours faster;
+  :data:`POT_MIN_ARCS` arcs (1.5-2x faster than ours from 300 to 2,000 points, measured
+  in one run on a shared 2-core machine); below that the fixed cost of its Python wrapper
+  (~0.1 ms) makes ours as fast or faster;
 * a sparse :class:`GridL1` problem is solved as a transport problem with the l1 cost matrix
   between the cells of two supports: those of ``p`` and ``q`` (the l1 distance is a metric
   on the cells, so this is the definition of W), or, when that is at most
@@ -44,10 +45,12 @@ Which exact solver runs is chosen by the size of the problem (``method="auto"``,
   cost of ``(p - q)+`` onto ``(p - q)-``. It is used while that problem has at most
   ``SUPPORT_ARCS_FACTOR (height width)^1.5`` arcs (and :data:`SUPPORT_MAX_ARCS`): the grid
   flow's cost grows as the number of cells to the power 1.5, the transport problem's about
-  linearly in its arcs. Sparse 1,000-point aggregates at 128x128 and 256x256 fall on the
-  transport side (5-20x faster than the grid flow), Gaussian-filtered heatmaps (every cell
+  linearly in its arcs (the crossover, ``bench/emd_timing.py --crossover``, lies at 0.4-0.6
+  on 48x48 to 256x256 grids). Sparse 1,000-point aggregates fall on the transport side (as
+  fast as POT on the supports of p and q, which it then is; 2-3x faster than the grid flow
+  at 128x128, 6-14x at 256x256, ~100x at 512x512), Gaussian-filtered heatmaps (every cell
   non-zero) on the grid side, where our solver is much faster than any transport
-  formulation;
+  formulation (POT on the supports of two filtered 64x64 maps: 10-18 s against 0.02 s);
 * if POT's solver stops before optimality (its ``numItermax``, set to :data:`POT_ITER_PER_NODE`
   pivots per node) or reports an infeasible problem, the same problem is solved again by our
   network simplex: no value is returned from a solve that did not finish.
