@@ -629,8 +629,9 @@ def _pot_transport(a: np.ndarray, b: np.ndarray, cost: np.ndarray,
     ``a`` and ``b`` are > 0 with equal totals up to :data:`MASS_TOL` and ``cost`` is their
     C-contiguous float64 ``(a.size, b.size)`` cost matrix. POT scales ``b`` to the total of
     ``a`` itself but checks the totals to 1.5e-6 and the supplies' balance to 1e-8, both in
-    absolute terms, so masses whose totals are not within 1e-6 of 1 are normalised to total 1
-    and the cost scaled back by the total of ``a``; distributions already normalised are
+    absolute terms, so masses whose totals are not within 1e-6 of 1 and 1e-12 of each other
+    are normalised to total 1 and the cost scaled back by the total of ``a``; distributions
+    already normalised are
     passed as they are (the network simplex's path, and so its time, changes with the last
     bits of the masses: POT on rounding-level different copies of one problem took up to
     1.3x longer or shorter). Returns ``(value, "")``, or ``(None, why)`` when POT is not
@@ -643,7 +644,7 @@ def _pot_transport(a: np.ndarray, b: np.ndarray, cost: np.ndarray,
         return None, "POT (the ot package) is not installed"
     it = _pot_max_iter(a.size + b.size) if max_iter is None else int(max_iter)
     total, total_b = float(a.sum()), float(b.sum())
-    if abs(total - 1.0) <= 1e-6 and abs(total_b - 1.0) <= 1e-6:
+    if abs(total - 1.0) <= 1e-6 and abs(total - total_b) <= 1e-12:
         val, log = ot.emd2(a, b, cost, numItermax=it, log=True)
         total = 1.0
     else:

@@ -349,3 +349,27 @@ def test_grid_supports_take_the_difference_only_when_much_smaller():
     assert transport_cost(p, q2.reshape(p.shape), GridL1(30, 30)) == pytest.approx(
         transport_cost(p, q2.reshape(p.shape), GridL1(30, 30), method="network_simplex"),
         rel=1e-12)
+
+
+def test_pot_gets_balanced_masses_whatever_their_totals():
+    """POT checks the totals to 1.5e-6 and the balance to 1e-8 in absolute terms: totals far
+    from 1, or 2e-6 apart near 1 (within MASS_TOL of each other for a total of 1e4), are
+    normalised first; the value is scaled back."""
+    rng = np.random.default_rng(31)
+    k = 30
+    c = rng.random((k, k))
+    p, q = _masses(rng, k, 0.0, False), _masses(rng, k, 0.0, False)
+    exact = transport_cost(p, q, c, method="network_simplex")
+    for scale in (1e-9, 1e4, 1e9):
+        assert transport_cost(scale * p, scale * q, c, method="pot") == pytest.approx(
+            scale * exact, rel=1e-12)
+    # both totals within 1e-6 of 1 but 1.8e-6 apart: POT alone would refuse (AssertionError)
+    val, why = tr._pot_transport(p * (1 + 0.9e-6), q * (1 - 0.9e-6), c)
+    assert why == "" and val == pytest.approx(exact * (1 + 0.9e-6), rel=1e-12)
+    # a 1e4-mass pair off by 1e-9 relative: the difference's supports carry mass ~1
+    h = w = 12
+    pg, qg = _sparse_grid_pair(rng, h, w, 30, 0.9, False)
+    big_p, big_q = 1e4 * pg, 1e4 * qg * (1 + 5e-10)
+    flow = transport_cost(big_p, big_q, GridL1(h, w), method="network_simplex")
+    assert transport_cost(big_p, big_q, GridL1(h, w), method="pot") == pytest.approx(
+        flow, rel=1e-6)
