@@ -15,8 +15,10 @@ summation       parameters of the [Ghazi23]_ App. F shuffle summation protocol (
                 bits)
 reductions      BoundedEMDReduction ([Imola]_ Thm 5.3)
 zcdp            zCDP of the discrete Gaussian and its (eps, delta) / metric conversion
-events          every released mechanism as a composable event with its dominating pair
-compose         the Accountant: basic, advanced and PLD composition (dp_accounting)
+events          every released mechanism as a composable event with its dominating pair,
+                its (epsilon, delta) derived from or verified against its parameters
+pld             privacy loss distributions whose numerical error is bounded and charged
+compose         the Accountant: basic, advanced and PLD composition
 ledger          releases from report.json files / specs, and the budget ledger
 
 References
@@ -30,12 +32,12 @@ References
    User-Level" (preprint).
 """
 
-from shuffledp._compat import lazy_names as _lazy_names
+from shuffledp._lazy import lazy_names as _lazy_names
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
 _LAZY = {
-    "binary_rr_shuffle_exact": "shuffledp.accounting.shuffle_ldp.binary_rr",
+    "binary_rr_shuffle_exact": "shuffledp.accounting.amplification.binary_rr",
     "dl_epsilon_for_std": "shuffledp.accounting.budget",
     "dl_std": "shuffledp.accounting.budget",
     "level_budgets": "shuffledp.accounting.budget",
@@ -43,19 +45,19 @@ _LAZY = {
     "polya_shape": "shuffledp.accounting.budget",
     "start_level": "shuffledp.accounting.budget",
     "target_std": "shuffledp.accounting.budget",
-    "LocalParameter": "shuffledp.accounting.shuffle_ldp.clones",
-    "ShuffleBound": "shuffledp.accounting.shuffle_ldp.clones",
-    "clone_probability": "shuffledp.accounting.shuffle_ldp.clones",
-    "clones_closed_form": "shuffledp.accounting.shuffle_ldp.clones",
-    "clones_eps0_for_target": "shuffledp.accounting.shuffle_ldp.clones",
-    "clones_numerical": "shuffledp.accounting.shuffle_ldp.clones",
-    "clones_validity_limit": "shuffledp.accounting.shuffle_ldp.clones",
-    "reduction_divergence": "shuffledp.accounting.shuffle_ldp.clones",
-    "shuffle_ldp": "shuffledp.accounting.shuffle_ldp.clones",
-    "variation_ratio_numerical": "shuffledp.accounting.shuffle_ldp.clones",
-    "Accountant": "shuffledp.accounting.compose",
-    "Composition": "shuffledp.accounting.compose",
-    "compose": "shuffledp.accounting.compose",
+    "LocalParameter": "shuffledp.accounting.amplification.clones",
+    "ShuffleBound": "shuffledp.accounting.amplification.clones",
+    "clone_probability": "shuffledp.accounting.amplification.clones",
+    "clones_closed_form": "shuffledp.accounting.amplification.clones",
+    "clones_eps0_for_target": "shuffledp.accounting.amplification.clones",
+    "clones_numerical": "shuffledp.accounting.amplification.clones",
+    "clones_validity_limit": "shuffledp.accounting.amplification.clones",
+    "reduction_divergence": "shuffledp.accounting.amplification.clones",
+    "shuffle_ldp": "shuffledp.accounting.amplification.clones",
+    "variation_ratio_numerical": "shuffledp.accounting.amplification.clones",
+    "Accountant": "shuffledp.accounting.composition",
+    "Composition": "shuffledp.accounting.composition",
+    "compose": "shuffledp.accounting.composition",
     "DiscreteGaussian": "shuffledp.accounting.events",
     "DiscreteLaplace": "shuffledp.accounting.events",
     "EpsDelta": "shuffledp.accounting.events",
@@ -67,10 +69,10 @@ _LAZY = {
     "ShuffledLDP": "shuffledp.accounting.events",
     "event_from_dict": "shuffledp.accounting.events",
     "Guarantee": "shuffledp.accounting.guarantee",
-    "krr_dataset_divergence": "shuffledp.accounting.shuffle_ldp.krr_lower",
-    "krr_lower_epsilon": "shuffledp.accounting.shuffle_ldp.krr_lower",
-    "krr_blanket_divergence": "shuffledp.accounting.shuffle_ldp.krr_shuffle",
-    "krr_shuffle_numerical": "shuffledp.accounting.shuffle_ldp.krr_shuffle",
+    "krr_dataset_divergence": "shuffledp.accounting.amplification.krr_lower",
+    "krr_lower_epsilon": "shuffledp.accounting.amplification.krr_lower",
+    "krr_blanket_divergence": "shuffledp.accounting.amplification.krr_shuffle",
+    "krr_shuffle_numerical": "shuffledp.accounting.amplification.krr_shuffle",
     "DEFAULT_MAX_DELTA_OUT": "shuffledp.accounting.metric.shuffle",
     "ItemwiseBound": "shuffledp.accounting.metric.shuffle",
     "ItemwiseInverse": "shuffledp.accounting.metric.shuffle",

@@ -4,45 +4,53 @@ A :class:`~shuffledp.accounting.guarantee.Guarantee` is a finished (epsilon, del
 describes the mechanism behind it -- discrete Laplace at a given parameter and sensitivity,
 n shuffled eps0-LDP reports, the Polya-sum shuffle heatmap -- so that several releases can be
 composed far more tightly than by adding their epsilons
-(:mod:`shuffledp.accounting.compose`). Every event is a frozen dataclass that validates on
+(:mod:`shuffledp.accounting.composition`). Every event is a frozen dataclass that validates on
 construction and serialises to a plain dict (:meth:`PrivacyEvent.to_dict`,
 :func:`event_from_dict`), which is how it travels inside ``report.json``.
 
 Each event answers two questions:
 
-* :meth:`PrivacyEvent.certified` -- the (epsilon, delta) the release states. Basic and
+* :meth:`PrivacyEvent.certified` -- the (epsilon, delta) the release is *proven* to satisfy,
+  derived from the mechanism's parameters (see "What is certified" below). Basic and
   advanced composition use it.
 * :meth:`PrivacyEvent.pld` -- a privacy loss distribution (PLD) of a *dominating pair*
   (P, Q): two distributions such that, for every pair of neighbouring inputs D, D' and every
   epsilon, H_{e^eps}(M(D) || M(D')) <= H_{e^eps}(P || Q), in both directions. Dominating
   pairs compose: the product of the pairs dominates the adaptive composition of the
-  mechanisms ([ZDW22]_ Thm 10), which is what makes PLD composition valid. Every PLD here is
-  built by dp_accounting ([DGKKM22]_, [KJH20]_) with pessimistic discretisation (losses
-  rounded up onto a grid of ``discretization``, so hockey-stick divergences are upper
-  bounds, [MM18]_).
+  mechanisms ([ZDW22]_ Thm 10), which is what makes PLD composition valid. Every PLD is
+  built by :mod:`shuffledp.accounting.pld` with pessimistic discretisation (losses rounded
+  up onto the grid, so hockey-stick divergences are upper bounds, [MM18]_) and a proven
+  bound on its numerical error.
+
+What is certified
+-----------------
+An event never certifies a number its parameters do not prove. Where a closed form or an
+exact computation exists the pair is *derived* (discrete Laplace: (Delta t, 0); the heatmap:
+(sum eps_i, (1 + e^eps) tv)); where the release states an epsilon found by a numerical
+search (shuffled reports, the discrete Gaussian), the stated (epsilon, delta) is *verified*
+on construction against a certified upper estimate of the pair's hockey-stick divergence at
+that epsilon, and refused with a ValueError naming the field and the value when the
+parameters do not prove it. A ``delta`` left out (None) is derived. An event read back from
+``report.json`` or a composition spec goes through the same constructor, so an edited or
+inconsistent record is refused, never composed. :class:`EpsDelta` is the one event whose
+stated pair *is* its parameter (a release known only by its guarantee).
 
 Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
 
 ``DiscreteLaplace``
-    Scalar query (``dimension=1``) or l1-sensitivity 1: the exact pair (DL(0), DL(Delta)).
-    A vector query with integer l1-sensitivity Delta > 1: the worst shift may be spread over
-    coordinates and no single shift is *proven* worst here, so the pure
-    (Delta t)-DP pair of [KOV15]_ (randomized response) is used: any eps-DP mechanism is a
-    post-processing of it.
+    The exact pair (DL(0), DL(Delta)) for every dimension: a vector of independent DL(t)
+    noise under an integer shift of l1 norm at most Delta is dominated by the shift Delta on
+    one coordinate (proof in :class:`DiscreteLaplace`; checked by exact enumeration of every
+    shift in the tests), and that shift is attained, so the pair is tight.
 ``DiscreteGaussian``
-    Scalar query: the exact pair. Otherwise the (eps, delta) pair of its certified guarantee.
+    Scalar query: the exact pair. Otherwise the (eps, delta) pair of its verified guarantee.
 ``PolyaSum``
     The heatmap (shuffle, distributed or central model): one ``DiscreteLaplace`` per pyramid
     level (the n-fold sum of Polya differences is exactly discrete Laplace, [Bagdasaryan22]_
-    Thm 4.2), composed, plus the statistical distance tau of the real view from that ideal
-    sum (split-and-mix hiding and the noise sampler's tables). With eps* the ideal pure
-    epsilon, the real release is dominated by the ideal pair mixed with weight
-    tau' = (1 + e^{eps*}) tau / (1 - tanh(eps*/2)) on two disjoint atoms (an infinite privacy
-    loss): for alpha = e^eps in [1, e^{eps*}],
-    H_alpha(real) <= H_alpha(ideal) + (1 + alpha) tau <= (1 - tau') H_alpha(ideal) + tau'
-    because H_alpha(ideal) <= TV(ideal) <= tanh(eps*/2); above e^{eps*} the real divergence is
-    at most its value at e^{eps*}, <= tau'. So tau' is charged as PLD infinity mass per
-    release (additive in the composition), never multiplied by e^{eps_total}.
+    Thm 4.2), composed, mixed with weight tau' = (1 + e^{eps*}) tv (the release's delta) on
+    two disjoint atoms of infinite privacy loss, for the statistical distance tv of the real
+    view from the ideal sum (proof in :class:`PolyaSum`). tau' is charged as PLD infinity
+    mass per release (additive in the composition), never multiplied by e^{eps_total}.
 ``ShuffledLDP``
     n shuffled eps0-LDP reports: the stronger-clone / variation-ratio pair ([FMT23]_
     Lemma 3.2) or the clones pair ([FMT21]_ Lemma 3.3); the shuffled output of *any*
@@ -50,45 +58,47 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
     is computed by the toolkit's certified divergence and discretised by Connect-the-Dots.
 ``ShuffledKRR``
     k-RR (k >= 3): the exact privacy-blanket pair of
-    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle`
+    :mod:`shuffledp.accounting.amplification.krr_shuffle`
     (a post-processing argument, so again one pair for every data set). k = 2 (binary RR):
-    the blanket pair for k = 2 is the stronger-clone pair, used for composition. The exact
-    worst case of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` is a maximum over data sets m
-    taken
+    the stronger-clone pair, used for composition. The exact worst case of
+    :mod:`shuffledp.accounting.amplification.binary_rr` is a maximum over data sets m taken
     *per epsilon*; no single data set is proven worst for every epsilon in both directions,
     and a deployment's data sets change from release to release, so that per-epsilon maximum
-    is not a dominating pair. It gives the event's certified single-release epsilon (used by
-    basic and advanced composition), not its PLD.
+    is not a dominating pair. It can certify the event's single-release pair (used by basic
+    and advanced composition), not its PLD.
 ``EpsDelta``
     Any (eps, delta)-DP release (PrivHist steps, metric releases with notion metric_emd are
     *not* composed by PLD): the pair of [KOV15]_, which makes PLD composition of such events
     the optimal composition of (eps, delta) mechanisms.
 ``Parallel``
     Events on disjoint sets of users: one user's data reaches one branch only, so the
-    branches' curves are combined by their pointwise maximum, discretised by
-    Connect-the-Dots (valid because each branch's curve is convex in e^eps).
+    branches' curves are combined by their pointwise maximum (each evaluated on the whole
+    grid, its infinity mass included), made convex and discretised by Connect-the-Dots.
 
 References
 ----------
 .. [KOV15] P. Kairouz, S. Oh, P. Viswanath, "The Composition Theorem for Differential
-   Privacy", ICML 2015, Thm 2.1 (the (eps, delta) dominating pair), Thm 3.5.
+   Privacy", ICML 2015, Thm 2.1 (the (eps, delta) dominating pair), Thm 2.4, Thm 3.5.
 .. [ZDW22] Y. Zhu, J. Dong, Y.-X. Wang, "Optimal Accounting of Differential Privacy via
    Characteristic Function", AISTATS 2022, Def. 7 and Thm 10 (dominating pairs compose).
 .. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
    Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022, Alg. 1.
-.. [KJH20] A. Koskela, J. Jaelkoe, A. Honkela, "Computing Tight Differential Privacy
-   Guarantees Using FFT", AISTATS 2020.
 .. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
    Differential Privacy", CCS 2018 (privacy buckets; pessimistic rounding).
 .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
    M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
    Differential Privacy with Secure Aggregation", PoPETs 2022(4), Thm 4.2.
 .. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones", FOCS 2021,
-   Lemma 3.3.
+   Lemma 3.3, Thm 3.1.
 .. [FMT23] V. Feldman, A. McMillan, K. Talwar, "Stronger Privacy Amplification by Shuffling
    for Renyi and Approximate Differential Privacy", SODA 2023, Lemma 3.2.
 .. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
    Shuffle Model", CCS 2020 (statistical distance to (eps, delta): delta = (1 + e^eps) tau).
+.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
+   Privacy", NeurIPS 2020, Thm 14 and Cor. 13.
+.. [Blackwell53] D. Blackwell, "Equivalent Comparisons of Experiments", Ann. Math. Statist.
+   24(2), 1953 (a dichotomy dominates another for every hockey-stick divergence iff the
+   other is a post-processing of it).
 """
 
 from __future__ import annotations
@@ -102,22 +112,35 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.shuffle_ldp._common import (
+from shuffledp.accounting import pld as _pld
+from shuffledp.accounting.amplification import _binary_core
+from shuffledp.accounting.amplification._common import (
     REDUCTIONS,
-    _blanket,
+    _blanket_cached,
     _blanket_divergence,
     _divergence,
     _iv_d,
     _iv_k,
     _iv_shuffle,
-    _mixture,
+    _mixture_cached,
+    clones_formula,
+    clones_validity_limit,
+    default_tail,
+    krr_default_tail,
 )
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.pld import PLD, NoPLD
+from shuffledp.accounting.zcdp import zcdp_delta
 
 #: default PLD discretisation interval (the accountant's ``discretization``)
 DEFAULT_DISCRETIZATION = 1e-4
 #: a curve point whose upper divergence is below this ends a curve's grid (rest -> infinity)
 CURVE_FLOOR = 1e-15
+#: the shuffle pairs' curves are computed at every 8th grid point, chords in between
+_CURVE_STRIDE = 8
+#: relative tolerance between a stated delta and the one its parameters give, where both
+#: are closed forms of the same numbers (float rounding only)
+STATED_RTOL = 1e-12
 
 _REGISTRY: dict[str, type[PrivacyEvent]] = {}
 
@@ -133,14 +156,14 @@ class PLDView:
 
     Attributes
     ----------
-    pld : dp_accounting PrivacyLossDistribution
+    pld : shuffledp.accounting.pld.PLD
     curve : str
         ``"exact"`` (the mechanism's own pair), ``"dominating pair"`` (a pair every
         neighbouring input is a post-processing of), ``"pure pair"`` / ``"(eps, delta) pair"``
         ([KOV15]_), or a description of a combination.
     """
 
-    pld: Any
+    pld: PLD
     curve: str
 
 
@@ -157,11 +180,18 @@ class PrivacyEvent:
 
     # -- what every event answers -------------------------------------------------------
     def certified(self) -> tuple[float, float]:
-        """The (epsilon, delta) this release states (used by basic and advanced composition)."""
+        """The (epsilon, delta) the mechanism's parameters prove (derived or verified)."""
         raise NotImplementedError
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView | None:
-        """PLD of a dominating pair, or None when none is known (basic composition only)."""
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView | None:
+        """PLD of a dominating pair, or None when none is known (basic composition only).
+
+        ``tilt`` is the exponential tilt of any FFT composition inside the event
+        (:func:`shuffledp.accounting.pld.convolve`). Raises
+        :class:`~shuffledp.accounting.pld.NoPLD` (a ValueError naming the cause) when the
+        pair exists but cannot be computed on this grid.
+        """
         raise NotImplementedError
 
     # -- serialisation ------------------------------------------------------------------
@@ -186,7 +216,8 @@ class PrivacyEvent:
 
 
 def event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
-    """Rebuild an event from :meth:`PrivacyEvent.to_dict` (validates like the constructor)."""
+    """Rebuild an event from :meth:`PrivacyEvent.to_dict` (validates and verifies like the
+    constructor: a record whose stated numbers its parameters do not prove is refused)."""
     if not isinstance(data, Mapping) or "type" not in data:
         raise ValueError(f"an event must be a mapping with a 'type' key, got {data!r}")
     kind = data["type"]
@@ -201,77 +232,26 @@ def event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
     for f in fields(cls):
         val = kwargs.get(f.name)
         if f.name in ("levels", "branches", "steps") and val is not None:
+            if not isinstance(val, (list, tuple)):
+                raise ValueError(f"{kind} event: {f.name} must be a list of events, got "
+                                 f"{f.name}={val!r}")
             kwargs[f.name] = tuple(event_from_dict(e) for e in val)
     return cls(**kwargs)
 
 
 # ----------------------------------------------------------------------- discretised curves
-def _dp():
-    from dp_accounting.pld import pld_pmf, privacy_loss_distribution
-
-    return privacy_loss_distribution, pld_pmf
-
-
-def convexify(alphas: np.ndarray, deltas: np.ndarray) -> np.ndarray:
-    """Smallest raise of ``deltas`` that makes the points convex in alpha (left to right).
-
-    Upper estimates of a convex curve can be non-convex by their rounding; raising a point
-    keeps every estimate an upper bound. Each point is raised to at least the line through
-    the two before it.
-    """
-    d = np.array(deltas, dtype=float)
-    for i in range(2, d.size):
-        slope = (d[i - 1] - d[i - 2]) / (alphas[i - 1] - alphas[i - 2])
-        d[i] = max(d[i], d[i - 1] + slope * (alphas[i] - alphas[i - 1]))
-    return d
-
-
 def pld_from_curve(delta_at: Callable[[float], float], h: float, eps_top: float,
-                   floor: float = CURVE_FLOOR, label: str = "curve") -> Any:
-    """Symmetric pessimistic PLD of a mirror-symmetric pair from upper estimates of its curve.
+                   floor: float = CURVE_FLOOR, label: str = "curve") -> PLD:
+    """Symmetric pessimistic PLD of a mirror-symmetric pair from upper estimates of its
+    curve (:func:`shuffledp.accounting.pld.from_curve`).
 
-    ``delta_at(eps)`` returns an upper estimate of H_{e^eps}(P || Q) = H_{e^eps}(Q || P) for
-    eps >= 0; the loss is bounded by ``eps_top`` (delta(eps_top) = 0). The grid is
-    0, h, 2h, ... until the estimate drops below ``floor`` or reaches ``eps_top``; the
-    estimate there becomes the infinity mass. Negative epsilons follow from the mirror
-    identity H_{e^-e}(P||Q) = 1 - e^-e + e^-e H_{e^e}(Q||P). The points are made convex in
-    e^eps (:func:`convexify`) and turned into a PLD by Connect-the-Dots ([DGKKM22]_ Alg. 1):
-    its hockey-stick curve interpolates the points linearly in e^eps, hence lies above the
-    true (convex) curve everywhere. Raises ValueError when the estimates cannot be made a
-    valid curve (a number that cannot be proven is refused).
+    ``delta_at(eps)`` returns an upper estimate of the larger of the two directions'
+    hockey-stick divergences at eps >= 0; ``eps_top`` bounds the finite losses. The curve is
+    evaluated on 0, h, 2h, ... up to the first point where it is <= ``floor`` or the first
+    point >= ``eps_top`` -- including that point, where the estimate is the pair's infinity
+    mass (it is *not* forced to 0) -- and is flat from there on.
     """
-    _, pld_pmf = _dp()
-    pld_mod, _ = _dp()
-    vals: list[float] = []
-    j = 0
-    top = max(1, math.ceil(eps_top / h))
-    while True:
-        e = j * h
-        d = 0.0 if j >= top else float(delta_at(e))
-        if not (math.isfinite(d) and d >= 0):
-            raise ValueError(f"{label}: no certified divergence at eps={e:.6g} (got {d!r})")
-        vals.append(min(d, 1.0))
-        if d <= floor or j >= top:
-            break
-        j += 1
-        if j > 2_000_000:
-            raise ValueError(f"{label}: the curve needs more than 2e6 grid points at h={h}")
-    pos = np.array(vals)
-    ks = np.arange(pos.size)
-    # mirror: eps = -k h for k = K..1
-    neg_k = ks[1:][::-1]
-    neg = 1.0 - np.exp(-neg_k * h) + np.exp(-neg_k * h) * pos[1:][::-1]
-    eps_idx = np.concatenate([-neg_k, ks])
-    deltas = np.concatenate([neg, pos])
-    alphas = np.exp(eps_idx * h)
-    deltas = np.minimum(convexify(alphas, deltas), 1.0)
-    if np.any(np.diff(deltas) > 1e-15):
-        raise ValueError(f"{label}: the curve's upper estimates are not non-increasing "
-                         "after convexification; refusing to build a PLD")
-    deltas = np.minimum.accumulate(deltas)
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(
-        h, int(eps_idx[0]), int(eps_idx[-1]), deltas)
-    return pld_mod.PrivacyLossDistribution(pmf)
+    return PLD(_pld.from_curve(delta_at, h, eps_top, floor=floor, label=label))
 
 
 def _iv_h(h: float) -> float:
@@ -281,22 +261,60 @@ def _iv_h(h: float) -> float:
     return h
 
 
+def _iv_tilt(tilt: float | None) -> float | None:
+    if tilt is None:
+        return None
+    t = v.real("tilt", tilt)
+    if not 0.0 <= t <= 64.0:
+        raise ValueError(f"tilt must be in [0, 64], got tilt={tilt!r}")
+    return t
+
+
 # ----------------------------------------------------------------------- concrete events
 @_register
 @dataclass(frozen=True)
 class DiscreteLaplace(PrivacyEvent):
-    """Integer query plus DL noise P(Z = z) proportional to exp(-parameter |z|).
+    """Integer query plus DL noise P(Z = z) proportional to exp(-parameter |z|) per coordinate.
 
     Attributes
     ----------
     parameter : float
         t > 0 (the noise's a = e^{-t}); pure epsilon is sensitivity * t.
     sensitivity : int
-        l1-sensitivity of the integer query under ``neighbour`` (>= 1).
+        l1-sensitivity Delta of the integer query under ``neighbour`` (>= 1).
     dimension : int
-        Number of coordinates; 1 (or sensitivity 1) uses the exact pair.
+        Number of coordinates (the pair does not depend on it, see below).
     neighbour : Neighbour
     label : str
+
+    Notes
+    -----
+    *The exact pair of the vector mechanism.* Let X = (X_1..X_m) be i.i.d. DL(t) and s an
+    integer shift with ||s||_1 <= Delta. The pair (X, X + s) is dominated, for every
+    hockey-stick divergence and in both directions, by the scalar pair (DL(0), DL(Delta)),
+    which a shift Delta e_1 attains; so (DL(0), DL(Delta)) is the exact dominating pair.
+
+    Proof. DL is symmetric, so signs and the order of coordinates do not matter: take
+    s_i >= 0. It suffices to merge two coordinates, (s_1, s_2) into s_1 + s_2 (then the
+    others: a pair dominated in one block stays dominated after a product with a common
+    block, [Blackwell53]_ / [ZDW22]_ Thm 10; a shift below Delta is the marginal of the pair
+    (s, Delta - s), a post-processing). With a = e^{-t} and Z = clip(X, 0, s), the loss of
+    the scalar pair (DL(0), DL(s)) is t (s - 2Z), and under DL(0) P(Z = 0) = 1/(1 + a),
+    P(Z = z) = (1 - a) a^z / (1 + a) for 0 < z < s, P(Z = s) = a^s / (1 + a). For the
+    two-coordinate pair the loss is t (Delta - 2S), S = Z_1 + Z_2 and Delta = s_1 + s_2: both
+    pairs have the losses t (Delta - 2k), k = 0..Delta. Write p_k = P(Z = k) for the merged
+    pair, r_k = P(S = k), and W = e^{-L} (increasing in k). Then r_0 = 1/(1 + a)^2 < p_0,
+    r_Delta = a^Delta/(1 + a)^2 < p_Delta, and for 0 < k < Delta,
+    r_k = a^k/(1 + a)^2 C_k with C_k = sum_{z_1 + z_2 = k} w_1(z_1) w_2(z_2), w(0) = w(s) = 1,
+    w(z) = 1 - a inside; the sum has at least two terms, the first and the last each with a
+    factor 1 (an end of one coordinate), so C_k >= 2 (1 - a) >= (1 - a)(1 + a), i.e.
+    r_k >= p_k = (1 - a) a^k / (1 + a). Both laws have E[W] = 1 (a full-support pair), so
+    D(c) = E_p[(c - W)_+] - E_r[(c - W)_+] vanishes at both ends of the support, and its
+    slope F_p - F_r is positive, then decreases (r_k >= p_k) to -(p_Delta - r_Delta) < 0:
+    D >= 0 everywhere. As H_alpha = alpha E_P[(1/alpha - W)_+], the merged pair's curve is
+    above the two-coordinate one for every alpha; the other direction follows from the
+    symmetry x -> s - x of both pairs. (tests/accounting check this by exact enumeration of
+    every shift for Delta <= 7.)
     """
 
     kind: ClassVar[str] = "discrete_laplace"
@@ -325,24 +343,28 @@ class DiscreteLaplace(PrivacyEvent):
     def certified(self) -> tuple[float, float]:
         return self.epsilon, 0.0
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
-        pld_mod, _ = _dp()
-        if self.dimension == 1 or self.sensitivity == 1:
-            return PLDView(pld_mod.from_discrete_laplace_mechanism(
-                self.parameter, sensitivity=self.sensitivity, pessimistic_estimate=True,
-                value_discretization_interval=h), "exact")
-        return PLDView(_pure_pld(self.epsilon, 0.0, h), "pure pair")
+        return PLDView(PLD(_dl_law(self.parameter, self.sensitivity, h)), "exact")
+
+
+@lru_cache(maxsize=64)
+def _dl_law(t: float, sensitivity: int, h: float) -> Any:
+    return _pld.discrete_laplace(t, sensitivity, h)
 
 
 @_register
 @dataclass(frozen=True)
 class DiscreteGaussian(PrivacyEvent):
-    """Integer query plus discrete Gaussian noise N_Z(0, sigma^2) ([CKS20] of zcdp).
+    """Integer query plus discrete Gaussian noise N_Z(0, sigma^2) per coordinate ([CKS20]_).
 
-    ``epsilon``/``delta`` are the certified pair of the release (e.g. from
-    :func:`shuffledp.accounting.zcdp.zcdp_delta`). A scalar query with integer sensitivity
-    uses the exact pair; otherwise the (epsilon, delta) pair.
+    ``epsilon``/``delta`` are the release's pair, verified on construction: for a scalar
+    query against the exact pair's hockey-stick divergence, for a vector query (integer
+    shifts of l1 norm <= Delta have l2 norm <= Delta) against the zCDP conversion of
+    rho = Delta^2 / (2 sigma^2) ([CKS20]_ Thm 14, Cor. 13). ``delta=None`` derives it.
+    A scalar query uses the exact pair in the PLD; otherwise the verified (epsilon, delta)
+    pair.
     """
 
     kind: ClassVar[str] = "discrete_gaussian"
@@ -350,7 +372,7 @@ class DiscreteGaussian(PrivacyEvent):
     sensitivity: int = 1
     dimension: int = 1
     epsilon: float = 1.0
-    delta: float = 1e-6
+    delta: float | None = None
     neighbour: Neighbour = Neighbour.ADD_REMOVE
     label: str = ""
 
@@ -359,19 +381,48 @@ class DiscreteGaussian(PrivacyEvent):
         object.__setattr__(self, "sigma", v.positive("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", v.count("sensitivity", self.sensitivity, 1))
         object.__setattr__(self, "dimension", v.count("dimension", self.dimension, 1))
-        _iv_pair(self)
+        _iv_pair(self, derive=self._proven_delta)
+
+    def _proven_delta(self, eps: float, stated: float | None = None) -> float:
+        if self.dimension == 1:
+            return _dg_delta(self.sigma, self.sensitivity, eps)
+        return zcdp_delta(eps, self.sensitivity ** 2 / (2.0 * self.sigma ** 2))
+
+    def _proof(self) -> str:
+        return ("the exact discrete Gaussian pair" if self.dimension == 1 else
+                "the zCDP conversion of rho = sensitivity^2 / (2 sigma^2)")
 
     def certified(self) -> tuple[float, float]:
         return self.epsilon, self.delta
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
-        pld_mod, _ = _dp()
         if self.dimension == 1:
-            return PLDView(pld_mod.from_discrete_gaussian_mechanism(
-                self.sigma, sensitivity=self.sensitivity, pessimistic_estimate=True,
-                value_discretization_interval=h), "exact")
-        return PLDView(_pure_pld(self.epsilon, self.delta, h), "(eps, delta) pair")
+            return PLDView(PLD(_dg_law(self.sigma, self.sensitivity, h)), "exact")
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)), "(eps, delta) pair")
+
+
+@lru_cache(maxsize=32)
+def _dg_law(sigma: float, sensitivity: int, h: float) -> Any:
+    return _pld.discrete_gaussian(sigma, sensitivity, h)
+
+
+def _dg_delta(sigma: float, sensitivity: int, eps: float) -> float:
+    """Upper bound on H_{e^eps}(N_Z(0, sigma^2) || N_Z(Delta, sigma^2)) (either direction:
+    the pair is symmetric), from the exact pmfs: sum over x < x* of P(x)(1 - e^{eps - l(x)})
+    with l(x) = (Delta^2 - 2 Delta x) / (2 sigma^2), plus a bound on the far tail."""
+    d = sensitivity
+    s2 = sigma * sigma
+    T = int(math.ceil(sigma * math.sqrt(2 * math.log(1e40)))) + d + 1
+    x = np.arange(-T, T + d + 1).astype(float)
+    w = np.exp(-x * x / (2 * s2))
+    tail = _pld._gauss_tail(T + 1, s2)
+    Z = float(np.sum(w))  # a lower bound of the normaliser: masses are rounded up
+    loss = (d * d - 2 * d * x) / (2 * s2)
+    keep = loss > eps
+    val = float(np.sum(w[keep] * -np.expm1(eps - loss[keep]))) / Z
+    return (val + tail / Z) * (1 + 1e-12) + 1e-300
 
 
 @_register
@@ -386,18 +437,44 @@ class PolyaSum(PrivacyEvent):
         Thm 4.2), composed sequentially (every user contributes to every level).
     tv : float
         Statistical distance of the real view from the ideal noisy sum (0 in the central
-        model): split-and-mix hiding plus the noise sampler's tables. The release's delta is
-        (1 + e^eps) tv ([BBGN20]_).
-    delta : float
-        The release's certified delta (basic composition).
+        model): split-and-mix hiding plus the noise sampler's tables.
+    delta : float or None
+        The release's delta, (1 + e^{eps*}) tv ([BBGN20]_) with eps* the sum of the levels'
+        epsilons: derived when None; a stated value that differs from it beyond float
+        rounding (relative 1e-12) is refused. (A release plans delta and sets
+        tv = delta / (1 + e^{eps*}); the stated delta is then the exact number.)
     model : str
         "shuffle", "distributed" or "central" (documentation only).
+
+    Notes
+    -----
+    *The hiding charge.* Let (P, Q) be the ideal views (the noisy sums) on two neighbours,
+    dominated by the composed levels' pair (Pbar, Qbar), which is eps*-DP; the real views
+    P', Q' are within total variation tv of P, Q. Then with tau' = (1 + e^{eps*}) tv, for
+    every alpha >= 0,
+
+        H_alpha(P' || Q') <= (1 - tau') H_alpha(Pbar || Qbar) + tau',
+
+    the curve of the pair ((1 - tau') Pbar + tau' [top], (1 - tau') Qbar + tau' [bottom]),
+    whose extra atoms carry an infinite loss. Proof: for alpha in [1, e^{eps*}],
+    H_alpha(P'||Q') = sup_S P'(S) - alpha Q'(S) <= H_alpha(P||Q) + (1 + alpha) tv
+    <= H_alpha(Pbar||Qbar) + (1 + alpha) tv. An eps*-DP pair is dominated by randomized
+    response ([KOV15]_ Thm 2.4), whose curve is (e^{eps*} - alpha)_+ / (1 + e^{eps*}), so
+    1 - H_alpha(Pbar||Qbar) >= (1 + alpha) / (1 + e^{eps*}), i.e.
+    (1 + alpha) tv <= tau' (1 - H_alpha(Pbar||Qbar)), which is the claim. For alpha >
+    e^{eps*}, H_alpha(P'||Q') <= H_{e^{eps*}}(P'||Q') <= tau' (the ideal curve vanishes at
+    e^{eps*}). For alpha < 1, both sides obey the mirror identity H_alpha(A||B) = 1 - alpha +
+    alpha H_{1/alpha}(B||A), and the argument above holds with the roles of P and Q swapped.
+    The constant cannot be lowered for every eps*-DP ideal pair: at alpha = 1 with
+    randomized response the condition reads 2 tv <= tau' 2 / (1 + e^{eps*}). So the charge
+    equals the release's own delta; it replaces (1 + e^{eps*}) tv / (1 - tanh(eps*/2)),
+    which was (1 + e^{eps*}) / 2 times larger.
     """
 
     kind: ClassVar[str] = "polya_sum"
     levels: tuple[DiscreteLaplace, ...] = ()
     tv: float = 0.0
-    delta: float = 0.0
+    delta: float | None = None
     model: str = "shuffle"
     neighbour: Neighbour = Neighbour.REPLACE_ONE
     label: str = ""
@@ -417,11 +494,20 @@ class PolyaSum(PrivacyEvent):
         if not 0.0 <= tv < 1.0:
             raise ValueError(f"tv must be in [0, 1), got tv={self.tv!r}")
         object.__setattr__(self, "tv", tv)
+        v.choice("model", self.model, ("shuffle", "distributed", "central"))
+        derived = self._derived_delta()
+        if self.delta is None:
+            object.__setattr__(self, "delta", derived)
+            return
         d = v.real("delta", self.delta)
         if not 0.0 <= d <= 1.0:
             raise ValueError(f"delta must be in [0, 1], got delta={self.delta!r}")
+        if abs(d - derived) > STATED_RTOL * derived:
+            raise ValueError(
+                f"polya_sum event: delta={self.delta!r} does not match its parameters: "
+                f"(1 + e^eps) tv = {derived:.6g} with eps={self.epsilon:.6g} (the levels) and "
+                f"tv={self.tv!r}; refusing an inconsistent event")
         object.__setattr__(self, "delta", d)
-        v.choice("model", self.model, ("shuffle", "distributed", "central"))
 
     @property
     def epsilon(self) -> float:
@@ -430,27 +516,37 @@ class PolyaSum(PrivacyEvent):
     def certified(self) -> tuple[float, float]:
         return self.epsilon, self.delta
 
-    def hiding_mass(self) -> float:
-        """tau' = (1 + e^eps*) tv / (1 - tanh(eps*/2)): the infinity mass charged per release."""
+    def _derived_delta(self) -> float:
+        """(1 + e^{eps*}) tv, rounded up, at most 1 (log space: no overflow at any eps*)."""
         if self.tv == 0.0:
             return 0.0
-        e = self.epsilon
-        if e > 700:
-            return 1.0
-        return min(1.0, (1.0 + math.exp(e)) * self.tv / (1.0 - math.tanh(e / 2.0)))
+        log_tau = math.log(self.tv) + _log1pexp(self.epsilon)
+        return min(1.0, math.exp(min(log_tau, 0.0)) * (1.0 + 16 * _pld.U))
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
+    def hiding_mass(self) -> float:
+        """tau' = (1 + e^{eps*}) tv, the release's delta: the infinity mass charged per
+        release (see the class notes)."""
+        return self.delta
+
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
+        tilt = _iv_tilt(tilt)
         views = [e.pld(h) for e in self.levels]
         pld = views[0].pld
         for w in views[1:]:
-            pld = pld.compose(w.pld)
+            pld = pld.compose(w.pld, tilt)
         curve = "+".join(sorted({w.curve for w in views}))
         tau = self.hiding_mass()
         if tau > 0:
-            pld = _with_infinity(pld, tau)
+            pld = pld.with_infinity(tau)
             curve += " + hiding"
         return PLDView(pld, curve)
+
+
+def _log1pexp(x: float) -> float:
+    """log(1 + e^x) without overflow."""
+    return x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
 
 
 @_register
@@ -458,10 +554,13 @@ class PolyaSum(PrivacyEvent):
 class ShuffledLDP(PrivacyEvent):
     """n shuffled reports of an eps0-LDP (or alpha0 d_X-DP with distance d) randomizer.
 
-    ``epsilon``/``delta`` are the release's certified pair (from
-    :func:`shuffledp.accounting.shuffle_ldp.clones.shuffle_ldp`); ``reduction`` picks the
-    dominating pair
-    used for composition ("variation-ratio", the tighter, or "clones").
+    ``epsilon``/``delta`` are the release's pair (e.g. from
+    :func:`shuffledp.accounting.amplification.clones.shuffle_ldp`), verified on construction:
+    some certified bound on (n, eps0, d) -- the exact divergence of the variation-ratio or
+    clones pair, or the closed form of [FMT21]_ Thm 3.1 within its condition -- must give a
+    delta at ``epsilon`` no larger than ``delta`` (``delta=None`` derives it). ``reduction``
+    picks the dominating pair used for composition ("variation-ratio", the tighter, or
+    "clones").
     """
 
     kind: ClassVar[str] = "shuffled_ldp"
@@ -469,27 +568,34 @@ class ShuffledLDP(PrivacyEvent):
     eps0: float = 1.0
     d: float = 1.0
     epsilon: float = 1.0
-    delta: float = 0.0
+    delta: float | None = None
     reduction: str = "variation-ratio"
     neighbour: Neighbour = Neighbour.REPLACE_ONE
     label: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-
         n, eps0, _ = _iv_shuffle(self.n, self.eps0, 0.5)
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "eps0", eps0)
         object.__setattr__(self, "d", _iv_d(self.d))
         v.choice("reduction", self.reduction, REDUCTIONS)
-        _iv_pair(self)
+        _iv_pair(self, derive=self._proven_delta)
+
+    def _proven_delta(self, eps: float, stated: float | None = None) -> float:
+        return _shuffle_upper(self.n, self.eps0, self.d, eps, stated)
+
+    def _proof(self) -> str:
+        return (f"the variation-ratio and clones pairs and the closed form for n={self.n}, "
+                f"eps0={self.eps0!r}, d={self.d!r}")
 
     def certified(self) -> tuple[float, float]:
         return self.epsilon, self.delta
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
-        return PLDView(_clone_pld(self.n, self.eps0, self.d, self.reduction,
-                                  _iv_h(discretization)), "dominating pair")
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView:
+        return PLDView(PLD(_clone_law(self.n, self.eps0, self.d, self.reduction,
+                                      _iv_h(discretization))), "dominating pair")
 
 
 @_register
@@ -497,8 +603,11 @@ class ShuffledLDP(PrivacyEvent):
 class ShuffledKRR(PrivacyEvent):
     """n shuffled k-ary randomized-response reports (binary RR for k = 2).
 
-    ``epsilon``/``delta``: the release's certified pair (for k = 2 possibly the exact worst
-    case over data sets of :mod:`shuffledp.accounting.shuffle_ldp.binary_rr`). Composition uses the
+    ``epsilon``/``delta``: the release's pair, verified on construction against the
+    privacy-blanket pair (k >= 3), the general eps0-LDP bounds (k-RR is eps0-LDP), and for
+    k = 2 the exact worst case over data sets of
+    :mod:`shuffledp.accounting.amplification.binary_rr` (n <= 2e5; computed only when the
+    cheaper bounds do not prove the pair). ``delta=None`` derives it. Composition uses the
     privacy-blanket pair (k >= 3) or the stronger-clone pair (k = 2), see the module notes.
     """
 
@@ -507,28 +616,42 @@ class ShuffledKRR(PrivacyEvent):
     k: int = 2
     eps0: float = 1.0
     epsilon: float = 1.0
-    delta: float = 0.0
+    delta: float | None = None
     neighbour: Neighbour = Neighbour.REPLACE_ONE
     label: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-
         n, eps0, _ = _iv_shuffle(self.n, self.eps0, 0.5)
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "eps0", eps0)
         object.__setattr__(self, "k", _iv_k(self.k))
-        _iv_pair(self)
+        _iv_pair(self, derive=self._proven_delta)
+
+    def _proven_delta(self, eps: float, stated: float | None = None) -> float:
+        best = _shuffle_upper(self.n, self.eps0, 1.0, eps, stated)
+        if self.k >= 3 and (stated is None or best > stated):
+            best = min(best, _krr_upper(self.n, self.k, self.eps0, eps, stated))
+        if self.k == 2 and stated is not None and best > stated:
+            best = min(best, _binary_rr_upper(self.n, self.eps0, eps))
+        return best
+
+    def _proof(self) -> str:
+        extra = ("the exact worst case of shuffled binary RR" if self.k == 2 else
+                 f"the {self.k}-RR privacy blanket")
+        return (f"the general shuffle bounds and {extra} for n={self.n}, k={self.k}, "
+                f"eps0={self.eps0!r}")
 
     def certified(self) -> tuple[float, float]:
         return self.epsilon, self.delta
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
         if self.k == 2:
-            return PLDView(_clone_pld(self.n, self.eps0, 1.0, "variation-ratio", h),
+            return PLDView(PLD(_clone_law(self.n, self.eps0, 1.0, "variation-ratio", h)),
                            "dominating pair")
-        return PLDView(_krr_pld(self.n, self.k, self.eps0, h), "dominating pair")
+        return PLDView(PLD(_krr_law(self.n, self.k, self.eps0, h)), "dominating pair")
 
 
 @_register
@@ -536,6 +659,8 @@ class ShuffledKRR(PrivacyEvent):
 class EpsDelta(PrivacyEvent):
     """Any release known only by its (epsilon, delta) (or pure epsilon) guarantee.
 
+    The stated pair is the event's only parameter (there is no mechanism to check it
+    against): it enters every method as stated, so it must come from a proven guarantee.
     ``notion`` "approximate" composes by PLD through the [KOV15]_ pair; "metric_emd" and
     "discrete_emd" (d_EM-DP of [Imola]) compose by basic composition only (alpha adds up).
     """
@@ -561,11 +686,15 @@ class EpsDelta(PrivacyEvent):
     def certified(self) -> tuple[float, float]:
         return self.epsilon, self.delta
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView | None:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView | None:
         if self.guarantee_notion != "approximate":
             return None
         h = _iv_h(discretization)
-        return PLDView(_pure_pld(self.epsilon, self.delta, h),
+        if self.epsilon > 700:
+            raise NoPLD(f"epsilon={self.epsilon:g} > 700: the (eps, delta) pair's e^eps "
+                        "overflows double precision")
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)),
                        "pure pair" if self.delta == 0 else "(eps, delta) pair")
 
     @classmethod
@@ -596,22 +725,35 @@ class Parallel(PrivacyEvent):
         pairs = [e.certified() for e in self.branches]
         return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView | None:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView | None:
         h = _iv_h(discretization)
+        tilt = _iv_tilt(tilt)
         if len(set(self.branches)) == 1:
-            return self.branches[0].pld(h)
-        views = [e.pld(h) for e in self.branches]
+            return self.branches[0].pld(h, tilt)
+        views = [e.pld(h, tilt) for e in self.branches]
         if any(w is None for w in views):
             return None
         plds = [w.pld for w in views]
-        top = max(_max_loss(p) for p in plds)
+        top = max(p.max_loss() for p in plds)
+        j_top = max(1, math.ceil(top / h - 1e-9))
+        grid = np.max([p.delta_on_grid(j_top) for p in plds], axis=0)
+        # where the curve is small the vectorised sums' cancellation allowance dominates:
+        # there (at most 2000 points, the last first) the direct sums are tighter
+        small = np.flatnonzero(grid < 1e-9)[::-1][:2000]
+        for j in small:
+            grid[j] = min(grid[j], max(p.delta(j * h) for p in plds))
 
         def worst(eps: float) -> float:
-            return max(float(p.get_delta_for_epsilon(eps)) for p in plds)
+            j = round(eps / h)
+            if abs(j * h - eps) <= 1e-9 * h and 0 <= j <= j_top:
+                return float(grid[j])
+            return max(p.delta(eps) for p in plds)
 
         # every curve is >= its infinity mass: the grid stops at the largest one (or the
-        # largest finite loss); what lies beyond is charged as infinity mass
-        floor = max(CURVE_FLOOR, max(_inf_mass(p) for p in plds))
+        # largest finite loss, where the curves are evaluated too); beyond is the infinity
+        # mass of the combined pair
+        floor = max(CURVE_FLOOR, max(p.infinity_mass() for p in plds))
         pld = pld_from_curve(worst, h, top, floor=floor, label="parallel branches")
         return PLDView(pld, "max of branches")
 
@@ -640,33 +782,91 @@ class Sequential(PrivacyEvent):
         pairs = [e.certified() for e in self.steps]
         return math.fsum(p[0] for p in pairs), min(1.0, math.fsum(p[1] for p in pairs))
 
-    def pld(self, discretization: float = DEFAULT_DISCRETIZATION) -> PLDView | None:
+    def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
+            tilt: float | None = None) -> PLDView | None:
         h = _iv_h(discretization)
-        views = [e.pld(h) for e in self.steps]
+        tilt = _iv_tilt(tilt)
+        views = [e.pld(h, tilt) for e in self.steps]
         if any(w is None for w in views):
             return None
         pld = views[0].pld
         for w in views[1:]:
-            pld = pld.compose(w.pld)
+            pld = pld.compose(w.pld, tilt)
         return PLDView(pld, "+".join(sorted({w.curve for w in views})))
 
 
 # ----------------------------------------------------------------------- helpers
-@lru_cache(maxsize=16)
-def _clone_pld(n: int, eps0: float, d: float, reduction: str, h: float) -> Any:
-    """PLD of the clones / variation-ratio pair (cached: it depends on the pair only)."""
-    mix = _mixture(n, eps0, d, 1e-16, reduction)
-    return pld_from_curve(lambda e: _divergence(mix, e)[1], h, mix.ad, label=f"{reduction} pair")
+def _shuffle_tails(stated: float | None) -> tuple[float, ...]:
+    """Binomial tail masses tried: the bound modules' default for a stated delta (the
+    computation that certified it, usually remembered), then the composition's (1e-16)."""
+    tails = [default_tail(stated)] if stated is not None and stated > 0 else []
+    return tuple(tails + [1e-16])
+
+
+def _shuffle_upper(n: int, eps0: float, d: float, eps: float, stated: float | None) -> float:
+    """The smallest certified upper estimate of delta(eps) for n shuffled eps0-LDP (d_X)
+    reports over the variation-ratio and clones pairs (exact divergences) and the closed
+    form of [FMT21]_ Thm 3.1 (d = 1, within its condition). 0 at eps >= eps0 d (shuffling
+    is post-processing of the eps0 d-DP reports)."""
+    if eps >= eps0 * d:
+        return 0.0
+    best = math.inf
+    for red in REDUCTIONS:
+        for tail in _shuffle_tails(stated):
+            try:
+                mix = _mixture_cached(n, eps0, d, tail, red)
+            except ValueError:
+                continue
+            best = min(best, _divergence(mix, eps)[1])
+            if stated is not None and best <= stated:
+                return best
+    if d == 1.0 and stated is not None and 0 < stated < 1:
+        if eps0 <= clones_validity_limit(n, stated) and clones_formula(n, eps0, stated) <= eps:
+            best = min(best, stated)
+    return best
+
+
+def _krr_upper(n: int, k: int, eps0: float, eps: float, stated: float | None) -> float:
+    """Upper estimate of delta(eps) from the exact k-RR blanket pair (k >= 3)."""
+    if eps >= eps0:
+        return 0.0
+    best = math.inf
+    tails = [krr_default_tail(stated, eps0)] if stated is not None and stated > 0 else []
+    for t in tails + [1e-16 * 2.0 / (math.exp(eps0) + 1.0)]:
+        try:
+            bl = _blanket_cached(n, k, eps0, t)
+        except ValueError:
+            continue
+        best = min(best, _blanket_divergence(bl, eps)[1])
+        if stated is not None and best <= stated:
+            break
+    return best
+
+
+@lru_cache(maxsize=64)
+def _binary_rr_upper(n: int, eps0: float, eps: float) -> float:
+    """Upper estimate of the exact worst case of shuffled binary RR at eps (n <= 2e5)."""
+    if n > _binary_core.MAX_N:
+        return math.inf
+    return _binary_core.worst_case(n, eps0, eps)[1]
 
 
 @lru_cache(maxsize=16)
-def _krr_pld(n: int, k: int, eps0: float, h: float) -> Any:
-    """PLD of the k-RR privacy-blanket pair (cached)."""
+def _clone_law(n: int, eps0: float, d: float, reduction: str, h: float) -> Any:
+    """The clones / variation-ratio pair's law (cached: it depends on the pair only)."""
+    mix = _mixture_cached(n, eps0, d, 1e-16, reduction)
+    return _pld.from_curve(lambda e: _divergence(mix, e)[1], h, mix.ad,
+                           label=f"{reduction} pair", stride=_CURVE_STRIDE)
+
+
+@lru_cache(maxsize=16)
+def _krr_law(n: int, k: int, eps0: float, h: float) -> Any:
+    """The k-RR privacy-blanket pair's law (cached)."""
     tail = 1e-16 * 2.0 / (math.exp(eps0) + 1.0)
-    bl = _blanket(n, k, eps0, tail)
-    return pld_from_curve(lambda e: _blanket_divergence(bl, e)[1], h, eps0,
-                          floor=max(CURVE_FLOOR, 4 * tail * (math.exp(eps0) + 1)),
-                          label=f"{k}-RR blanket pair")
+    bl = _blanket_cached(n, k, eps0, tail)
+    return _pld.from_curve(lambda e: _blanket_divergence(bl, e)[1], h, eps0,
+                           floor=max(CURVE_FLOOR, 4 * tail * (math.exp(eps0) + 1)),
+                           label=f"{k}-RR blanket pair", stride=_CURVE_STRIDE)
 
 
 def event_notion(e: PrivacyEvent) -> str:
@@ -699,54 +899,38 @@ def _iv_children(owner: PrivacyEvent, name: str, what: str) -> None:
     object.__setattr__(owner, name, items)
 
 
-def _iv_pair(e: Any) -> None:
+def _iv_pair(e: Any, derive: Callable[..., float] | None = None) -> None:
+    """Check (and, with ``derive``, verify or derive) an event's ``epsilon`` and ``delta``.
+
+    ``derive(eps, stated)`` returns a certified upper estimate of the mechanism's delta at
+    eps; a stated delta below it is refused (the parameters do not prove it), a missing
+    one (None) is set to it.
+    """
+    kind = type(e).kind
     eps = v.real("epsilon", e.epsilon)
     if not (eps >= 0 and math.isfinite(eps)):
         raise ValueError(f"epsilon must be finite and >= 0, got epsilon={e.epsilon!r}")
+    object.__setattr__(e, "epsilon", eps)
+    if e.delta is None:
+        if derive is None:
+            raise ValueError(f"{kind} event: delta must be given, got delta=None")
+        d = float(derive(eps, None))
+        if not d < 1.0:
+            raise ValueError(f"{kind} event: its parameters prove no delta below 1 at "
+                             f"epsilon={eps!r}")
+        object.__setattr__(e, "delta", float(d))
+        return
     d = v.real("delta", e.delta)
     if not 0.0 <= d < 1.0:
         raise ValueError(f"delta must be in [0, 1), got delta={e.delta!r}")
-    object.__setattr__(e, "epsilon", eps)
     object.__setattr__(e, "delta", d)
-
-
-def _pure_pld(eps: float, delta: float, h: float) -> Any:
-    from dp_accounting.pld import common
-
-    pld_mod, _ = _dp()
-    return pld_mod.from_privacy_parameters(
-        common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=h)
-
-
-def _pmfs(pld: Any) -> list[Any]:
-    return [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
-
-
-def _inf_mass(pld: Any) -> float:
-    return max(p._infinity_mass for p in _pmfs(pld))
-
-
-def _max_loss(pld: Any) -> float:
-    out = 0.0
-    for p in _pmfs(pld):
-        d = p.to_dense_pmf()
-        nz = np.flatnonzero(d._probs > 0)
-        if nz.size:
-            out = max(out, (d._lower_loss + int(nz[-1])) * d._discretization)
-    return out
-
-
-def _with_infinity(pld: Any, tau: float) -> Any:
-    """The PLD of the pair ((1 - tau) P + tau [top], (1 - tau) Q + tau [bottom])."""
-    pld_mod, pld_pmf = _dp()
-    out = []
-    for p in _pmfs(pld):
-        d = p.to_dense_pmf()
-        out.append(pld_pmf.DensePLDPmf(d._discretization, d._lower_loss,
-                                       (1.0 - tau) * d._probs,
-                                       (1.0 - tau) * d._infinity_mass + tau,
-                                       d._pessimistic_estimate))
-    return pld_mod.PrivacyLossDistribution(out[0], None if len(out) == 1 else out[1])
+    if derive is not None:
+        proven = float(derive(eps, d))
+        if not proven <= d:
+            raise ValueError(
+                f"{kind} event: epsilon={e.epsilon!r}, delta={e.delta!r} is not implied by "
+                f"its parameters: {e._proof()} give delta <= {proven:.6g} at that epsilon; "
+                "refusing an event whose stated guarantee its parameters do not prove")
 
 
 def polya_sum_event(level_epsilons: Sequence[float], sensitivities: Sequence[int],
@@ -759,9 +943,10 @@ def polya_sum_event(level_epsilons: Sequence[float], sensitivities: Sequence[int
     levels = tuple(DiscreteLaplace(parameter=float(e) / int(s), sensitivity=int(s),
                                    dimension=int(m), neighbour=nb)
                    for e, s, m in zip(level_epsilons, sensitivities, dimensions, strict=True))
-    eps = math.fsum(float(e) for e in level_epsilons)
-    tv = float(delta) / (1.0 + math.exp(min(eps, 700.0)))
-    return PolyaSum(levels=levels, tv=tv, delta=float(delta), model=model, neighbour=nb)
+    eps = math.fsum(e.epsilon for e in levels)
+    d = float(delta)
+    tv = math.exp(math.log(d) - _log1pexp(eps)) if d > 0 else 0.0
+    return PolyaSum(levels=levels, tv=tv, delta=d, model=model, neighbour=nb)
 
 
 def sequence(events: Sequence[PrivacyEvent]) -> tuple[PrivacyEvent, ...]:
@@ -778,6 +963,7 @@ __all__ = [
     "DiscreteGaussian",
     "DiscreteLaplace",
     "EpsDelta",
+    "NoPLD",
     "PLDView",
     "Parallel",
     "PolyaSum",
@@ -786,7 +972,6 @@ __all__ = [
     "ShuffledLDP",
     "Sequential",
     "check_same_neighbour",
-    "convexify",
     "event_from_dict",
     "pld_from_curve",
     "polya_sum_event",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -100,21 +99,6 @@ class Neighbour(StrEnum):
         return self is other
 
 
-#: module-level names of before the Neighbour enum, kept for one release with a
-#: DeprecationWarning (nothing in the package uses them; spell ``Neighbour.REPLACE_ONE``...)
-_DEPRECATED_ALIASES = {"REPLACE_ONE": "REPLACE_ONE", "ADD_REMOVE_ONE": "ADD_REMOVE",
-                       "ZERO_OUT": "ZERO_OUT", "BOUNDED_EMD": "BOUNDED_EMD"}
-
-
-def __getattr__(name: str) -> Any:
-    member = _DEPRECATED_ALIASES.get(name)
-    if member is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} is deprecated; use Neighbour.{member} (the alias goes "
-                  "away in 0.3)", DeprecationWarning, stacklevel=2)
-    return Neighbour[member]
-
-
 def _freeze(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(params or {}))
 
@@ -148,7 +132,7 @@ class Guarantee:
         Conditions and caveats (e.g. "holds while at least n_min users survive").
     event : PrivacyEvent or None
         The mechanism as a composable event (:mod:`shuffledp.accounting.events`), which an
-        :class:`~shuffledp.accounting.compose.Accountant` composes with other releases; not
+        :class:`~shuffledp.accounting.composition.Accountant` composes with other releases; not
         part of ``==``. Serialised under ``"event"`` by :meth:`to_dict` when present.
 
     Notes

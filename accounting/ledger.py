@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shuffledp import _validation as v
-from shuffledp.accounting.compose import Accountant, Composition
+from shuffledp.accounting.composition import Accountant, Composition
 from shuffledp.accounting.events import (
     DEFAULT_DISCRETIZATION,
     EpsDelta,
@@ -40,7 +41,16 @@ from shuffledp.accounting.events import (
 )
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.errors import Refused
-from shuffledp.safe_io import read_regular_text, write_atomic
+from shuffledp.safe_io import (
+    GENESIS,
+    LOCK_TIMEOUT,
+    REPORT_SCHEMA,
+    ChainedLog,
+    TamperedLog,
+    check_schema,
+    exclusive_lock,
+    read_regular_text,
+)
 
 #: largest JSON file read (reports and specs)
 MAX_JSON_BYTES = 64 << 20
@@ -60,6 +70,8 @@ def event_of_report(report: Mapping[str, Any], source: str = "report") -> tuple[
     """The event of a release's report (``guarantee.event``), or, for a report written
     before events existed, an (epsilon, delta) event from its guarantee; the second value is
     a note saying so (None when the report carried its event)."""
+    if isinstance(report, Mapping):
+        check_schema(report, REPORT_SCHEMA, source)
     g = report.get("guarantee") if isinstance(report, Mapping) else None
     if not isinstance(g, Mapping):
         raise ValueError(f"{source}: no 'guarantee' object in the report")
@@ -127,54 +139,192 @@ class BudgetExceeded(Refused):
     """A release would take the composition past the ledger's total."""
 
 
+class LegacyLedger(Refused):
+    """A ledger in the format before hash chaining (one JSON object replaced on each
+    release, with no lock: releases could be lost); convert it with
+    :func:`convert_legacy_ledger`."""
+
+
+#: Format version of the ledger's first entry.
+LEDGER_VERSION = 2
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass(frozen=True)
+class Charge:
+    """The receipt of one release recorded in a budget ledger.
+
+    Attributes
+    ----------
+    ledger : str
+        The ledger's path.
+    ledger_id : str
+        The ledger's random identifier (set when it was created): a ledger deleted and
+        started again has another one, so a report's receipt tells them apart.
+    entry : int
+        The release's entry in the ledger's log (entry 0 is the ledger's header).
+    head : str
+        The log's head hash once the release was recorded (hex SHA-256).
+    composition : Composition
+        All the ledger's releases, this one included, composed at the ledger's delta.
+    total : (float, float)
+        The ledger's total (epsilon, delta).
+    """
+
+    ledger: str
+    ledger_id: str
+    entry: int
+    head: str
+    composition: Composition
+    total: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt for a release's report (no data: the ledger, entry, head, spent)."""
+        c = self.composition
+        return {"ledger": self.ledger, "ledger_id": self.ledger_id, "entry": self.entry,
+                "head": self.head, "releases": c.releases,
+                "spent": {"epsilon": c.epsilon, "delta": c.delta, "method": c.method},
+                "total": {"epsilon": self.total[0], "delta": self.total[1]}}
+
+
+def _header(path: Path, body: Mapping[str, Any]) -> tuple[float, float, float, str]:
+    """(epsilon, delta, discretization, id) of a ledger's first entry."""
+    if body.get("type") != "budget_ledger":
+        raise ValueError(f"budget ledger {str(path)!r}: its first entry is not a ledger header "
+                         f"(type={body.get('type')!r})")
+    try:
+        return (v.positive("epsilon", body["epsilon"]), v.probability("delta", body["delta"]),
+                v.positive("discretization", body["discretization"]), str(body["id"]))
+    except KeyError as exc:
+        raise ValueError(f"budget ledger {str(path)!r} has no {exc.args[0]!r}") from None
+
+
+def _is_legacy(path: Path) -> bool:
+    try:
+        data = json.loads(read_regular_text(path, MAX_JSON_BYTES, what="budget ledger"))
+    except (ValueError, OSError):
+        return False
+    return isinstance(data, Mapping) and "releases" in data and "seq" not in data
+
+
+@contextmanager
+def _locked_log(path: Path, timeout: float) -> Iterator[ChainedLog]:
+    """The ledger's log, locked and verified (a legacy ledger refused by name)."""
+    try:
+        with ChainedLog(path, what="budget ledger", timeout=timeout).locked() as log:
+            yield log
+    except TamperedLog:
+        if _is_legacy(path):
+            raise LegacyLedger(
+                f"budget ledger {str(path)!r} is in the format before hash chaining (releases "
+                "could be lost under concurrency); convert it once with "
+                "shuffledp.accounting.ledger.convert_legacy_ledger(path)") from None
+        raise
+
+
+def _check_totals(path: Path, epsilon: float | None, delta: float | None, own_eps: float,
+                  own_delta: float) -> None:
+    for name, given, own in (("epsilon", epsilon, own_eps), ("delta", delta, own_delta)):
+        if given is not None and given != own:
+            raise ValueError(f"the ledger {str(path)!r} has total {name}={own!r}; got "
+                             f"{name}={given!r} (a total is fixed when the ledger is created)")
+
+
+def _events(bodies: tuple[Mapping[str, Any], ...]) -> list[PrivacyEvent]:
+    return [event_from_dict(b["event"]) for b in bodies[1:] if b.get("type") == "charge"]
+
+
+def _compose(events: list[PrivacyEvent], discretization: float) -> Accountant:
+    acc = Accountant(discretization)
+    for e in events:
+        acc.compose(e)
+    return acc
+
+
 @dataclass(frozen=True)
 class BudgetLedger:
-    """A ledger file: a total (epsilon, delta) and the releases made so far."""
+    """A privacy-budget ledger: a total (epsilon, delta) and the releases charged to it.
+
+    The ledger is a :class:`shuffledp.safe_io.ChainedLog` at ``path`` (with ``path.head``
+    and ``path.lock`` beside it): entry 0 is the header (total epsilon and delta, PLD
+    discretization, a random identifier), every later entry a release charged (its
+    :class:`~shuffledp.accounting.events.PrivacyEvent`, a label, the time and the composed
+    spend) or a refused attempt. :meth:`charge` is atomic across processes: under an
+    exclusive lock it re-reads and verifies the whole log, composes every charged event with
+    the new one (:class:`~shuffledp.accounting.composition.Accountant`, at the ledger's delta),
+    and either appends the charge (durably, before returning) or refuses. A caller that
+    publishes only after :meth:`charge` returned can never publish an uncharged release;
+    a crash after the charge and before publishing over-counts, never under-counts.
+
+    Tamper evidence, not tamper proofing: an edited, deleted, reordered or inserted entry,
+    a truncated log, or a log deleted while its head remains is refused
+    (:class:`shuffledp.safe_io.TamperedLog`), so deleting entries cannot reset the budget
+    silently. Someone who can write the files and recomputes the hash chain, or deletes the
+    log and its head together, is not stopped (there is no secret key); every charge's
+    receipt (:class:`Charge`: ledger id, entry, head hash) goes into the release's report,
+    which anchors the ledger's history outside it.
+
+    Attributes
+    ----------
+    path : Path
+    epsilon, delta : float
+        The total.
+    discretization : float
+        The PLD grid of the composition.
+    releases : tuple of Mapping
+        The charged entries (``event``, ``label``, ``time``, ``spent``), oldest first, as read.
+    ledger_id : str
+        Empty for a ledger not yet created.
+    head : str
+        The log's head hash when read.
+    """
 
     path: Path
     epsilon: float
     delta: float
     discretization: float
     releases: tuple[Mapping[str, Any], ...]
+    ledger_id: str = ""
+    head: str = GENESIS
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], epsilon: float | None = None,
-             delta: float | None = None) -> BudgetLedger:
-        """Read the ledger at ``path``, or start one with total (epsilon, delta) (both
-        required then). A total given for an existing ledger must match its own."""
+             delta: float | None = None, *, timeout: float = LOCK_TIMEOUT) -> BudgetLedger:
+        """A verified snapshot of the ledger at ``path``, or of a new one with total
+        (epsilon, delta) (both required then; it is created by the first :meth:`charge`).
+        A total given for an existing ledger must match its own.
+
+        Raises
+        ------
+        ValueError
+            No ledger and no total, or a total that differs from the ledger's.
+        shuffledp.safe_io.TamperedLog, LegacyLedger, shuffledp.safe_io.LockBusy
+            The ledger does not verify, is in the old format, or stays locked.
+        """
         p = Path(path)
-        if p.exists():
-            data = _read_json(p, "budget ledger")
-            try:
-                led = cls(p, v.positive("epsilon", data["epsilon"]),
-                          v.probability("delta", data["delta"]),
-                          v.positive("discretization",
-                                     data.get("discretization", DEFAULT_DISCRETIZATION)),
-                          tuple(data.get("releases", [])))
-            except KeyError as exc:
-                raise ValueError(f"budget ledger {str(p)!r} has no {exc.args[0]!r}") from None
-            for name, given, own in (("epsilon", epsilon, led.epsilon),
-                                     ("delta", delta, led.delta)):
-                if given is not None and given != own:
-                    raise ValueError(f"the ledger {str(p)!r} has total {name}={own!r}; "
-                                     f"got {name}={given!r} (a total is fixed when the ledger "
-                                     "is created)")
-            return led
-        if epsilon is None or delta is None:
-            raise ValueError(f"no budget ledger at {str(p)!r}: give its total epsilon and "
-                             "delta to start one")
-        return cls(p, v.positive("epsilon", epsilon), v.probability("delta", delta),
-                   DEFAULT_DISCRETIZATION, ())
+        with _locked_log(p, timeout) as log:
+            bodies = log.bodies
+            head = log.head
+        if not bodies:
+            if epsilon is None or delta is None:
+                raise ValueError(f"no budget ledger at {str(p)!r}: give its total epsilon and "
+                                 "delta to start one")
+            return cls(p, v.positive("epsilon", epsilon), v.probability("delta", delta),
+                       DEFAULT_DISCRETIZATION, ())
+        eps, dlt, h, lid = _header(p, bodies[0])
+        _check_totals(p, epsilon, delta, eps, dlt)
+        return cls(p, eps, dlt, h, tuple(b for b in bodies[1:] if b.get("type") == "charge"),
+                   lid, head)
 
     def accountant(self) -> Accountant:
-        acc = Accountant(self.discretization)
-        for r in self.releases:
-            acc.compose(event_from_dict(r["event"]))
-        return acc
+        """The releases of this snapshot, composed."""
+        return _compose([event_from_dict(r["event"]) for r in self.releases],
+                        self.discretization)
 
-    def check(self, event: PrivacyEvent) -> Composition:
-        """The composition with ``event`` added; BudgetExceeded if it passes the total."""
-        acc = self.accountant().compose(event)
+    def _spend(self, acc: Accountant) -> Composition:
         try:
             res = acc.epsilon(self.delta)
         except ValueError as exc:
@@ -186,20 +336,91 @@ class BudgetLedger:
                 f"above the ledger's total epsilon={self.epsilon:g}")
         return res
 
+    def check(self, event: PrivacyEvent) -> Composition:
+        """The composition of this snapshot with ``event`` added; BudgetExceeded if it passes
+        the total. Advisory only (another process may charge meanwhile): :meth:`charge` is
+        the atomic check-and-record."""
+        return self._spend(self.accountant().compose(event))
+
+    def charge(self, event: PrivacyEvent, label: str = "", *,
+               timeout: float = LOCK_TIMEOUT) -> Charge:
+        """Atomically check ``event`` against everything charged so far and record it.
+
+        Under the ledger's lock: read and verify the log (creating it with this snapshot's
+        total if it does not exist yet), compose all charged events with ``event`` and
+        append the charge, or append a refused attempt and raise :class:`BudgetExceeded`.
+
+        Returns
+        -------
+        Charge
+            The receipt (ledger id, entry, head hash, composition).
+
+        Raises
+        ------
+        BudgetExceeded
+            The composition with ``event`` passes the total (the attempt is recorded).
+        ValueError
+            The ledger was created meanwhile with another total; an event the accountant
+            cannot compose with the others (e.g. another neighbour relation).
+        shuffledp.safe_io.TamperedLog, LegacyLedger, shuffledp.safe_io.LockBusy
+        """
+        if not isinstance(event, PrivacyEvent):
+            raise TypeError(f"event must be a PrivacyEvent, got event={event!r}")
+        with _locked_log(self.path, timeout) as log:
+            if not len(log):
+                log.append({"type": "budget_ledger", "version": LEDGER_VERSION,
+                            "epsilon": self.epsilon, "delta": self.delta,
+                            "discretization": self.discretization,
+                            "id": os.urandom(16).hex(), "created": _now()})
+            bodies = log.bodies
+            eps, dlt, h, lid = _header(self.path, bodies[0])
+            _check_totals(self.path, self.epsilon, self.delta, eps, dlt)
+            cur = BudgetLedger(self.path, eps, dlt, h,
+                               tuple(b for b in bodies[1:] if b.get("type") == "charge"),
+                               lid, log.head)
+            acc = cur.accountant().compose(event)
+            record = {"event": event.to_dict(), "label": str(label), "time": _now()}
+            try:
+                res = cur._spend(acc)
+            except BudgetExceeded as exc:
+                log.append({"type": "refused", **record, "reason": str(exc)})
+                raise
+            seq, head = log.append({"type": "charge", **record, "spent": {
+                "epsilon": res.epsilon, "delta": res.delta, "method": res.method}})
+        return Charge(str(self.path), lid, seq, head, res, (eps, dlt))
+
     def append(self, event: PrivacyEvent, label: str = "") -> tuple[BudgetLedger, Composition]:
-        """Check and record ``event``; the file is replaced atomically."""
-
-        res = self.check(event)
-        rec = {"event": event.to_dict(), "label": label,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        new = BudgetLedger(self.path, self.epsilon, self.delta, self.discretization,
-                           self.releases + (rec,))
-        data = {"epsilon": self.epsilon, "delta": self.delta,
-                "discretization": self.discretization, "releases": list(new.releases),
-                "spent": {"epsilon": res.epsilon, "delta": res.delta, "method": res.method}}
-        write_atomic(self.path, (json.dumps(data, indent=1) + "\n").encode())
-        return new, res
+        """:meth:`charge` ``event``; returns the ledger as it stands after the charge and
+        the composition."""
+        c = self.charge(event, label)
+        return BudgetLedger.open(self.path), c.composition
 
 
-__all__ = ["BudgetExceeded", "BudgetLedger", "accountant_from_reports", "accountant_from_spec",
-           "event_of_report"]
+def convert_legacy_ledger(path: str | os.PathLike[str]) -> BudgetLedger:
+    """Convert a ledger of the format before hash chaining (one JSON object) in place.
+
+    The old file is kept as ``path.legacy``; the new log has its total and its releases in
+    order (labels prefixed ``converted:``). Releases that the old format lost under
+    concurrency cannot be recovered: count them by hand (their reports) if there were
+    concurrent runs.
+    """
+    p = Path(path)
+    with exclusive_lock(f"{p}.lock", what="budget ledger"):
+        if not _is_legacy(p):
+            raise ValueError(f"budget ledger {str(p)!r} is not a ledger of the old format")
+        data = _read_json(p, "budget ledger")
+        old = Path(f"{p}.legacy")
+        if old.exists():
+            raise ValueError(f"{str(old)!r} exists already: move it away first")
+        os.replace(p, old)
+    led = BudgetLedger(p, v.positive("epsilon", data["epsilon"]),
+                       v.probability("delta", data["delta"]),
+                       v.positive("discretization",
+                                  data.get("discretization", DEFAULT_DISCRETIZATION)), ())
+    for r in data.get("releases", []):
+        led.charge(event_from_dict(r["event"]), f"converted: {r.get('label', '')}")
+    return BudgetLedger.open(p)
+
+
+__all__ = ["BudgetExceeded", "BudgetLedger", "Charge", "LegacyLedger", "accountant_from_reports",
+           "accountant_from_spec", "convert_legacy_ledger", "event_of_report"]

@@ -2,7 +2,7 @@
 
 Two tables:
 
-1. Certification across eps0 (issue 7, item 1): n = 1000, delta = 1e-6, eps0 in
+1. Certification across eps0: n = 1000, delta = 1e-6, eps0 in
    {1, 10, 30, 33, 36, 37, 100, 700}. For each released (epsilon, delta) the divergence of
    the reduction pair at epsilon is recomputed independently, term by term in mpmath at 50
    digits (``tests/accounting/mp_clones.py``), and printed next to it with the divergence
@@ -11,7 +11,7 @@ Two tables:
 4. ``--krr``: shuffled k-ary randomized response, the exact privacy-blanket bound for
    k in {2, 3, 10, 100} against the general (variation-ratio) bound, eps0 = 1, delta = 1e-6,
    n in {1e3, 1e4, 1e5, 1e6}, with times; then binary RR's exact worst case (n <= 1e5).
-3. ``--compare`` (issue 12): the variation-ratio (stronger clone) bound against the clones
+3. ``--compare``: the variation-ratio (stronger clone) bound against the clones
    bound and the closed form over n in {1e3 .. 1e8}, eps0 in {0.5, 1, 2, 4}, delta = 1e-6,
    with the time of each call and the saving of variation-ratio over clones.
 
@@ -25,14 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.clones import (
+from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.amplification.clones import (
     clones_closed_form,
     clones_numerical,
     variation_ratio_numerical,
 )
-from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
+from shuffledp.accounting.amplification.krr_shuffle import krr_shuffle_numerical
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "accounting"))
 from mp_clones import mp_divergence  # noqa: E402

@@ -50,11 +50,11 @@ def main() -> None:
         ("central --grid 256", ["--grid", "256"], 256, 1000, None),
         ("central --grid 1024", ["--grid", "1024"], 1024, 1000, None),
         ("central --grid 2048", ["--grid", "2048"], 2048, 1000, None),
-        ("central --grid 64 --users 400000", ["--grid", "64", "--users", "400000"], 64,
+        ("central --grid 64 --n 400000", ["--grid", "64", "--n", "400000"], 64,
          2_000_000, None),
         ("central --input 2M-line CSV --grid 64", ["--grid", "64", "--input", csv], 64,
          2_000_001, None),
-        ("shuffle --grid 256 --users 200", ["--grid", "256", "--model", "shuffle"], 256, 1000,
+        ("shuffle --grid 256 --n 200", ["--grid", "256", "--model", "shuffle"], 256, 1000,
          200),
     ]
     print(f"{'configuration':42s}{'measured MiB':>14s}{'estimate MiB':>14s}")

@@ -1,4 +1,4 @@
-"""Start-up time of the command line (issue 21: < 0.5 s for ``--help`` / ``--version``).
+"""Start-up time of the command line (< 0.5 s for ``--help`` / ``--version``).
 
 Runs each command in a fresh process a few times and prints the best wall time and the
 CPU time of that run (an upper bound on a shared machine).

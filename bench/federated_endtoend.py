@@ -67,7 +67,8 @@ def main() -> None:
     rows, cols = city(N, side, g)
     t0 = time.perf_counter()
     ad = adaptive_histogram(rows, cols, a.depth, EPS, shard_size=S_MAX, dropout=PLAN,
-                            dropout_rate=DROP, aggregation="simulate", rng=1)
+                            dropout_rate=DROP, aggregation="simulate", neighbour="zero_out",
+                            rng=1)
     print(f"adaptive run (simulate, {time.perf_counter() - t0:.1f} s): {len(ad.rounds)} "
           f"sub-queries, grid {side}x{side}, n={N}, S_max={S_MAX}, noise planned for "
           f"{PLAN:.0%} dropout, actual {DROP:.0%}")
@@ -88,7 +89,7 @@ def main() -> None:
         drop[: round(DROP * s)] = True
         t1 = time.perf_counter()
         rel = federated_histogram(cells[:s], T, EPS, shard_size=s, dropout=PLAN,
-                                  dropped=drop, aggregation="secagg")
+                                  dropped=drop, aggregation="secagg", neighbour="zero_out")
         wall = time.perf_counter() - t1
         info = rel.shards[0]
         cli.append(info["client_seconds_mean"])

@@ -1,4 +1,4 @@
-"""The first run a new user makes (issue 21): ``shuffledp heatmap --out DIR``, unchanged.
+"""The first run a new user makes: ``shuffledp heatmap --out DIR``, unchanged.
 
 Runs the README's first command in a fresh process ``--repeats`` times (default 3; each run
 draws fresh noise, as a user's would) and prints its wall time and, from ``report.json``, CC

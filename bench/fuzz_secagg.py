@@ -95,7 +95,7 @@ def draw_trial(g: np.random.Generator) -> Trial:
 
 def _frame_like(out: bytes, payload: bytes, sender: int | None = None) -> bytes:
     s = struct.unpack_from("<I", out, 8)[0] if sender is None else sender
-    return msg.frame(out[5], s, out[16:32], payload)
+    return msg.frame(out[5], s, out[16:48], payload)
 
 
 def _flip(out: bytes, entry: int, bit: int) -> bytes:

@@ -1,6 +1,6 @@
 """Throughput of GKRR item sampling ([Imola]_ Sec. 6.2) with the secure generator.
 
-Target of issue 9: 1e8 items (1e5 users x 1e3 items) over a 1024-cell domain (32 clusters x
+Target: 1e8 items (1e5 users x 1e3 items) over a 1024-cell domain (32 clusters x
 32 items) in <= 10 s on one core. Prints items/s and the time for the requested count; the
 items are uniform over the domain, the word source is the ChaCha20 SecureRandom (deployment
 path) unless ``--seed`` is given.

@@ -12,7 +12,7 @@ over the mechanisms' noise (seeded Generators: an evaluation, not a release). Pr
 sorted-l1 error (± its standard error) and whether each PrivHist variant is below both
 baselines for every n >= 1e4 at every epsilon (the cells where it is not).
 
-Issue 21's target: the default must not lose to the sorted-count baseline on Zipf data at eps
+Target: the default must not lose to the sorted-count baseline on Zipf data at eps
 in {0.3, 1, 3}; the last lines say whether it does, cell by cell.
 
 Usage: python bench/privhist_error.py [--quick | --full]

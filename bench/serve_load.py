@@ -7,8 +7,9 @@
    key derivation at all: the floor any per-message public-key encryption pays). The
    ML-KEM-768 + X25519 hybrid KEM is measured the same way.
 2. For N = 1,000 and 10,000 small batches (a 2x2 grid, about 24 messages of 57 bytes each):
-   starts ``shuffledp serve shuffler`` on 127.0.0.1 (a free port), uploads N distinct
-   encrypted batches from ``--concurrency`` concurrent httpx connections, and prints the
+   starts ``shuffledp serve shuffler`` on 127.0.0.1 (a free port), enrols N devices, uploads N
+   distinct encrypted batches, each signed with its device's credential, from
+   ``--concurrency`` concurrent httpx connections, and prints the
    accepted batches per second, the p50 / p99 latency of one upload (201 = fsynced), the
    server's peak RSS, and the time of ``close`` (mix + signed mixed batch). Batches are built
    from uniformly random shares with exactly r messages per coordinate (what the shuffler
@@ -43,6 +44,7 @@ from shuffledp.protocol.crypto import (
     open_records,
 )
 from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch
+from shuffledp.serve.admission import DeviceRegistry, sign_upload
 
 
 def crypto_costs(k: int = 3000) -> None:
@@ -145,7 +147,7 @@ def _peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def _upload_all(url: str, rnd: str, batches: list[bytes], concurrency: int,
+async def _upload_all(url: str, rnd: str, batches: list[bytes], creds: list, concurrency: int,
                       time_limit: float) -> tuple[list[float], int, float]:
     import httpx
 
@@ -155,16 +157,18 @@ async def _upload_all(url: str, rnd: str, batches: list[bytes], concurrency: int
     t_end = time.monotonic() + time_limit
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as c:
-        async def one(b: bytes) -> None:
+        async def one(b: bytes, cred) -> None:
             nonlocal failures
             if time.monotonic() > t_end:
                 return
             async with sem:
                 rid = os.urandom(16).hex()
                 t = time.perf_counter()
+                headers = {"content-type": "application/octet-stream",
+                           **sign_upload(cred, bytes.fromhex(rnd), rid, b)}
                 try:
                     r = await c.put(f"{url}/rounds/{rnd}/batches/{rid}", content=b,
-                                    headers={"content-type": "application/octet-stream"})
+                                    headers=headers)
                 except httpx.TransportError:  # e.g. a keep-alive connection the server closed
                     failures += 1
                     return
@@ -174,7 +178,7 @@ async def _upload_all(url: str, rnd: str, batches: list[bytes], concurrency: int
                     failures += 1
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(one(b) for b in batches))
+        await asyncio.gather(*(one(b, cr) for b, cr in zip(batches, creds)))
         return lat, failures, time.perf_counter() - t0
 
 
@@ -196,10 +200,16 @@ def load(n: int, concurrency: int, time_limit: float) -> None:
                 chunk, n - i * chunk)) for i in range(workers)]) for b in part]
         gen = time.perf_counter() - t
         data = d / "svc"
+        creds = DeviceRegistry(data).enrol([f"dev-{j}" for j in range(n)])
+        # one client address for every device: lift the per-address limits (the defaults
+        # are for devices on the internet, bench/attack_shuffler.py measures them)
         proc = subprocess.Popen(
             [sys.executable, "-m", "shuffledp.cli", "serve", "shuffler", "--params",
              str(d / "params.json"), "--mac-key", str(d / "mac.key"), "--data", str(data),
-             "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             "--listen", "127.0.0.1:0", "--min-batches", "1",
+             "--max-connections-per-client", str(max(64, 2 * concurrency)),
+             "--rate-limit", "1000000", "--rate-burst", "1000000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             t0 = time.monotonic()
             while not (data / "listen.json").exists():
@@ -215,7 +225,7 @@ def load(n: int, concurrency: int, time_limit: float) -> None:
                     time.sleep(0.05)
             rss0 = _peak_rss_mib(proc.pid)
             lat, failures, wall = asyncio.run(_upload_all(url, p.round_id.hex(), batches,
-                                                          concurrency, time_limit))
+                                                          creds, concurrency, time_limit))
             token = (data / "token").read_text().strip()
             t = time.perf_counter()
             r = httpx.post(f"{url}/rounds/{p.round_id.hex()}/close",

@@ -4,11 +4,14 @@ A client encodes its location as a one-hot vector over the D cells, adds X - Y w
 i.i.d. Polya(1 / n_min, e^{-eps / Delta}) per cell, and reduces mod m ("modulo clipping").
 The sum of n_min surviving clients' noise is exactly discrete Laplace with parameter
 e^{-eps/Delta}; more survivors add independent Polya noise on top, which is post-processing
-of that eps-DP release. Fewer than n_min survivors are refused by the analyzer (the noise
-would fall short of the calibration). The mod-m reduction commutes with the modular sum
-(post-processing), so the release is eps-DP for any m ([Bagdasaryan22]_ Thm 4.2). Delta is
-the l1 sensitivity of one user's one-hot vector under the neighbour relation: 1 (add/remove
-a user), 2 (replace).
+of that eps-DP release *when both neighbours have the same participants* (replace-one,
+zero-out). Under add/remove the joining user's own share changes that extra noise, which
+:mod:`shuffledp.analyzers.federated.population` charges (the protocol then passes a
+calibrated ``epsilon`` and a public n_min here). Fewer than n_min survivors are refused by
+the analyzer (the noise would fall short of the calibration). The mod-m reduction commutes
+with the modular sum (post-processing), so the release is eps-DP for any m
+([Bagdasaryan22]_ Thm 4.2). Delta is the l1 sensitivity of one user's vector under the
+neighbour relation: l1_bound (add/remove or zero-out a user), 2 l1_bound (replace).
 
 Noise is drawn by the exact Polya table sampler of :mod:`shuffledp.encoders.noise.polya` from the
 cryptographically secure generator unless ``rng`` is a seed (research simulation).
@@ -36,10 +39,11 @@ from shuffledp.randomness import RngLike, SecureRandom, noise_source
 def noise_parameters(epsilon: float, neighbour: Neighbour | str,
                      l1_bound: int = 1) -> tuple[int, float]:
     """(Delta, a = e^{-eps / Delta}) for vectors of l1 norm at most ``l1_bound``:
-    Delta = l1_bound (add/remove a user) or 2 l1_bound (replace one user)."""
+    Delta = l1_bound (add/remove or zero out a user) or 2 l1_bound (replace one user)."""
     nb = Neighbour.parse(neighbour)
-    if nb not in (Neighbour.ADD_REMOVE, Neighbour.REPLACE_ONE):
-        raise ValueError(f"neighbour must be add/remove or replace-one, got {nb.name}")
+    if nb not in (Neighbour.ADD_REMOVE, Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT):
+        raise ValueError(f"neighbour must be add_remove, replace or zero_out, got "
+                         f"neighbour={nb.token!r}")
     bound = v.count("l1_bound", l1_bound)
     delta = 2 * bound if nb is Neighbour.REPLACE_ONE else bound
     return delta, math.exp(-v.positive("epsilon", epsilon) / delta)
@@ -66,7 +70,13 @@ def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modul
 def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: int, *,
                   neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
                   rng: RngLike | SecureRandom = None) -> np.ndarray:
-    """One client's vector: ModuloClip(one_hot(cell) + X - Y, m) ([Bagdasaryan22]_ Alg. 1)."""
+    """One client's vector: ModuloClip(one_hot(cell) + X - Y, m) ([Bagdasaryan22]_ Alg. 1).
+
+    Under add/remove a deployment passes the public plan's n_min and the calibrated noise
+    epsilon (:func:`shuffledp.analyzers.federated.population.add_remove_noise`'s
+    ``noise_epsilon``), not the release's epsilon: the joining user's own share is paid from
+    the difference.
+    """
     d = v.count("n_cells", n_cells)
     x = np.zeros(d, dtype=np.int64)
     x[v.bounded_count("cell", cell, 0, d - 1)] = 1

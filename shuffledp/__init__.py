@@ -30,8 +30,10 @@ records         :class:`HeatmapRelease`, :class:`Guarantee`, :class:`Neighbour`,
                 :class:`ReleaseRefused`, :class:`WireError`
 refusals        :class:`Refused`: the base of every refusal (:class:`ReleaseRefused`,
                 :class:`FederatedRefused`, ``SecAggRefused``, ``SecAggAborted``,
-                ``BudgetExceeded``); a release or step that cannot be proven safe or
-                correct is refused, not reported
+                ``BudgetExceeded``, ``LegacyLedger``, ``LockBusy``, ``TamperedLog``,
+                ``RoundAlreadyReleased``, ``LedgerError``: the table in
+                :mod:`shuffledp.errors`); a release or step that cannot be proven safe
+                or correct is refused, not reported
 
 References
 ----------
@@ -39,7 +41,8 @@ References
    N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
 """
 
-from shuffledp._compat import lazy_names as _lazy_names
+from shuffledp._lazy import lazy_names as _lazy_names
+from shuffledp._version import __version__
 
 # Names resolve on first use (PEP 562) so that `shuffledp --help` / `--version` and
 # light submodules do not pay for scipy, numba and cryptography at start-up.
@@ -83,7 +86,6 @@ _LAZY = {
 
 __getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
-__version__ = "0.1.0"
 __all__ = [
     "AnonHistogram",
     "FederatedHistogram",

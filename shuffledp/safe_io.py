@@ -17,12 +17,20 @@ Symbolic links are followed; what counts is the file they lead to. Errors are
 Writers (:func:`write_atomic`, :func:`create_private`) never follow a planted link or write
 into a FIFO: they create a fresh file with ``O_EXCL`` and, for :func:`write_atomic`, rename it
 over the target.
+
+Shared state that several processes update (a privacy-budget ledger, a record of what was
+released) goes through :class:`ChainedLog`: an append-only, hash-chained JSON-lines log with
+its head stored beside it, read, verified and appended only while holding an exclusive
+``flock`` (:func:`exclusive_lock`), so that concurrent writers are serialised and a deleted or
+edited entry is refused (:class:`TamperedLog`) instead of silently forgotten.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -32,17 +40,24 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from shuffledp.errors import Refused
+
 __all__ = [
+    "ChainedLog",
+    "LockBusy",
     "NotRegularFileError",
+    "TamperedLog",
     "UnsafeFileError",
     "atomic_output",
     "check_regular",
     "count_lines",
     "create_private",
+    "exclusive_lock",
     "open_regular",
     "read_regular",
     "read_regular_text",
     "read_up_to",
+    "sync_to_disk",
     "write_atomic",
 ]
 
@@ -268,6 +283,27 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
         raise
 
 
+def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
+    """fsync each file of ``paths`` and then each folder holding one, so that files just
+    written (and renamed into place) survive a power loss."""
+    folders = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in folders:
+            folders.append(folder)
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def json_default(o: Any) -> Any:
     """``json.dumps`` hook: numpy scalars and arrays, tuples and sets, mappings."""
     if isinstance(o, np.generic):
@@ -283,10 +319,48 @@ def json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+#: The schema of every ``report.json`` the toolkit writes (its first field, ``"schema"``).
+#: Readers accept this version and a report without the field (written before versioning,
+#: same layout); a report of another schema or a later version is refused.
+REPORT_SCHEMA = "shuffledp-report/1"
+#: The schema of the shuffler's report next to a mixed batch (``OUT.report.json``).
+SHUFFLER_REPORT_SCHEMA = "shuffledp-shuffler-report/1"
+
+
+def with_schema(doc: Mapping[str, Any], schema: str = REPORT_SCHEMA) -> dict[str, Any]:
+    """``doc`` with ``"schema"`` as its first field."""
+    return {"schema": schema, **{k: v for k, v in doc.items() if k != "schema"}}
+
+
+def check_schema(doc: Mapping[str, Any], schema: str = REPORT_SCHEMA,
+                 what: str = "report") -> None:
+    """Refuse a document of another schema or a later version than ``schema``.
+
+    Parameters
+    ----------
+    doc : mapping
+        The parsed JSON document.
+    schema : str
+        The expected ``"name/version"``.
+    what : str
+        How to name the document in the error.
+
+    Raises
+    ------
+    ValueError
+        If ``doc["schema"]`` is present and differs from ``schema``.
+    """
+    got = doc.get("schema")
+    if got is not None and got != schema:
+        raise ValueError(f"{what} has schema={got!r}; this version of shuffledp reads "
+                         f"{schema!r}")
+
+
 def write_report(out_dir: Path, report: Mapping[str, Any]) -> Path:
-    """Write ``out_dir/report.json`` atomically (indented JSON); returns its path."""
+    """Write ``out_dir/report.json`` atomically (indented JSON, schema
+    :data:`REPORT_SCHEMA` first); returns its path."""
     path = Path(out_dir) / "report.json"
-    text = json.dumps(dict(report), indent=2, default=json_default) + "\n"
+    text = json.dumps(with_schema(report), indent=2, default=json_default) + "\n"
     write_atomic(path, text.encode())
     return path
 
@@ -296,3 +370,337 @@ def write_npy(path: Path, array: np.ndarray) -> None:
     buf = io.BytesIO()
     np.save(buf, np.asarray(array))
     write_atomic(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- locked logs
+#: How long :func:`exclusive_lock` waits for a lock held by another process by default.
+LOCK_TIMEOUT = 60.0
+
+#: ``prev`` of a chained log's first entry.
+GENESIS = "0" * 64
+
+#: The format of a chained log, written in its head (``path.head``) and checked on every read.
+LOG_FORMAT = "shuffledp-chained-log/1"
+
+#: Largest chained log read (a budget ledger of ~100,000 releases).
+MAX_LOG_BYTES = 256 << 20
+
+
+class LockBusy(Refused):
+    """Another process held the lock for longer than the caller agreed to wait."""
+
+
+class TamperedLog(Refused):
+    """A chained log that does not verify: an entry edited, deleted or reordered, the log
+    truncated or missing while its head remains, or the head missing while the log has
+    entries."""
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT,
+                   what: str = "") -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file ``path`` (created if missing) for the
+    ``with`` block.
+
+    The lock is ``fcntl.flock(LOCK_EX)`` on an open descriptor of ``path``: the kernel
+    releases it when the holder exits or dies, so a crashed process never leaves a stale
+    lock behind (unlike a lock *file* made with ``O_EXCL``). The lock file is opened
+    without following a planted FIFO (``O_NONBLOCK``), must be a regular file, and is never
+    removed (removing it would let two processes lock two different files). Cooperating
+    processes only: a process that does not take the lock is not stopped by it, and
+    ``flock`` does not lock across machines on some network file systems.
+
+    Parameters
+    ----------
+    path : path-like
+        The lock file (e.g. ``ledger.json.lock``).
+    timeout : float
+        Seconds to wait for a lock held by another process (polled every 20-100 ms).
+    what : str
+        How to name the locked resource in error messages (default: the lock file).
+
+    Raises
+    ------
+    LockBusy
+        If the lock is still held after ``timeout`` seconds.
+    NotRegularFileError
+        If ``path`` is not a regular file.
+    """
+    import fcntl
+    import time
+
+    label = what or os.fspath(path)
+    if not (timeout >= 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout must be a finite number >= 0, got timeout={timeout!r}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NOFOLLOW", 0), 0o644)  # never through a planted link
+    except OSError as e:
+        raise NotRegularFileError(f"{label}: cannot open the lock file {os.fspath(path)}: "
+                                  f"{e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(f"{label}: the lock file {os.fspath(path)} is not a "
+                                      f"regular file ({_kind(st.st_mode)})")
+        deadline = time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockBusy(f"{label}: locked by another process for more than "
+                                   f"{timeout:g} s (lock file {os.fspath(path)})") from None
+                time.sleep(pause)
+                pause = min(2 * pause, 0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _entry_hash(seq: int, prev: str, body: Mapping[str, Any]) -> str:
+    canon = json.dumps({"seq": seq, "prev": prev, "body": body}, sort_keys=True,
+                       separators=(",", ":"), allow_nan=False, default=json_default)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - a directory we cannot open: best effort
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class ChainedLog:
+    """An append-only JSON-lines log whose entries are hash-chained, with its head stored
+    next to it; read, verified and appended only under an exclusive lock.
+
+    Files: ``path`` (one entry per line: ``{"seq", "prev", "body", "hash"}``, where ``hash``
+    is SHA-256 of the canonical JSON of ``seq``, ``prev`` and ``body`` and ``prev`` the
+    previous entry's hash), ``path.head`` (``{"format": LOG_FORMAT, "entries": n, "hash":
+    <last hash>}``, replaced
+    atomically after each append) and ``path.lock`` (the lock, :func:`exclusive_lock`).
+
+    Use::
+
+        with ChainedLog(path).locked() as log:   # waits for the lock, reads and verifies
+            bodies = log.bodies                  # the entries' bodies, oldest first
+            log.append({"what": "..."})          # durable (fsync) before it returns
+
+    What it detects (:class:`TamperedLog` on the next :meth:`locked`): an entry edited,
+    deleted, reordered or inserted; the log truncated (fewer entries than the head
+    records) or deleted while its head remains; the head deleted or edited while the log
+    has more than its first entry. What it repairs: a crash between the two writes of an
+    append (the log one entry ahead of the head: the entry is kept and the head moved on,
+    which can only over-count) and a torn, unterminated last line left by a crash during
+    the write (dropped: its append never returned). What it does not protect against:
+    anyone who can write the files and recomputes the chain (there is no secret key), or
+    who deletes the log *and* its head together (the next writer starts a new log). Keep
+    the head hashes elsewhere (a published report, a write-once store) to detect that.
+    Concurrency holds between processes that go through this class on one machine (or a
+    file system with working ``flock``).
+
+    Parameters
+    ----------
+    path : path-like
+        The log file.
+    what : str
+        How to name the log in error messages (e.g. ``"budget ledger"``).
+    timeout : float
+        Seconds :meth:`locked` waits for another process's lock.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, what: str = "log",
+                 timeout: float = LOCK_TIMEOUT) -> None:
+        self.path = Path(path)
+        self.head_path = Path(f"{os.fspath(path)}.head")
+        self.lock_path = Path(f"{os.fspath(path)}.lock")
+        self.what = what
+        self.timeout = timeout
+        self._bodies: list[dict[str, Any]] = []
+        self._hashes: list[str] = []
+        self._held = False
+
+    # ---- reading
+    @property
+    def bodies(self) -> tuple[dict[str, Any], ...]:
+        """The verified entries' bodies, oldest first (only inside :meth:`locked`)."""
+        self._need_lock()
+        return tuple(self._bodies)
+
+    @property
+    def head(self) -> str:
+        """The hash of the last entry (:data:`GENESIS` for an empty log)."""
+        self._need_lock()
+        return self._hashes[-1] if self._hashes else GENESIS
+
+    def __len__(self) -> int:
+        self._need_lock()
+        return len(self._bodies)
+
+    def _need_lock(self) -> None:
+        if not self._held:
+            raise RuntimeError(f"{self.what} {self.path}: read or append it inside "
+                               "ChainedLog.locked()")
+
+    def _fail(self, why: str) -> TamperedLog:
+        return TamperedLog(f"{self.what} {str(self.path)!r} fails verification: {why}; "
+                           "refused (entries deleted or edited could hide spent budget)")
+
+    def _read_head(self) -> dict[str, Any] | None:
+        try:
+            text = read_regular_text(self.head_path, 1 << 16, what=f"{self.what} head")
+        except NotRegularFileError:
+            if not os.path.lexists(self.head_path):
+                return None
+            raise
+        try:
+            head = json.loads(text)
+            ok = (isinstance(head, dict) and isinstance(head.get("entries"), int)
+                  and isinstance(head.get("hash"), str))
+        except json.JSONDecodeError:
+            ok = False
+        if not ok:
+            raise self._fail(f"its head {str(self.head_path)!r} is not "
+                             '{"format", "entries": int, "hash": str}')
+        if head.get("format") != LOG_FORMAT:
+            raise self._fail(f"its head has format={head.get('format')!r}; this version reads "
+                             f"{LOG_FORMAT!r}")
+        return head
+
+    def _load(self) -> None:
+        """Read and verify the log against its head (the lock is held)."""
+        head = self._read_head()
+        if not os.path.lexists(self.path):
+            if head is not None:
+                raise self._fail(f"the log is missing but its head {str(self.head_path)!r} "
+                                 f"records {head['entries']} entries")
+            self._bodies, self._hashes = [], []
+            return
+        data = read_regular(self.path, MAX_LOG_BYTES, what=self.what)
+        lines = data.split(b"\n")
+        torn = lines.pop()  # b"" when the log ends with a newline
+        bodies: list[dict[str, Any]] = []
+        hashes: list[str] = []
+        prev = GENESIS
+        for i, line in enumerate(lines):
+            try:
+                e = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise self._fail(f"line {i + 1} is not JSON") from None
+            if not (isinstance(e, dict) and set(e) == {"seq", "prev", "body", "hash"}
+                    and isinstance(e["body"], dict)):
+                raise self._fail(f"line {i + 1} is not an entry {{seq, prev, body, hash}}")
+            if e["seq"] != i:
+                raise self._fail(f"line {i + 1} has seq {e['seq']!r}, expected {i} (an entry "
+                                 "deleted, inserted or reordered)")
+            if e["prev"] != prev:
+                raise self._fail(f"entry {i} does not chain to entry {i - 1} (an entry deleted, "
+                                 "edited or reordered)")
+            if _entry_hash(i, prev, e["body"]) != e["hash"]:
+                raise self._fail(f"entry {i} does not match its hash (edited)")
+            prev = e["hash"]
+            bodies.append(e["body"])
+            hashes.append(prev)
+        n = len(bodies)
+        if torn:  # a crash during an append: it never returned, so nothing relied on it
+            if head is None or head["entries"] != n or head["hash"] != (prev if n else GENESIS):
+                raise self._fail("its last line is unterminated and the head does not "
+                                 "record the entries before it")
+            with open(self.path, "r+b") as f:
+                f.truncate(len(data) - len(torn))
+                os.fsync(f.fileno())
+        if head is None:
+            if n > 1:
+                raise self._fail(f"its head {str(self.head_path)!r} is missing and the log has "
+                                 f"{n} entries")
+            # creation interrupted between the log's first entry and the head
+        elif head["entries"] > n:
+            raise self._fail(f"the head records {head['entries']} entries, the log has {n} "
+                             "(truncated)")
+        elif head["entries"] == n:
+            if head["hash"] != (prev if n else GENESIS):
+                raise self._fail("the last entry's hash differs from the head's (rewritten)")
+        elif head["entries"] == n - 1:  # a crash between the append and the head: keep it
+            if head["hash"] != (hashes[-2] if n > 1 else GENESIS):
+                raise self._fail(f"entry {n - 2} differs from the head's hash (rewritten)")
+        else:
+            raise self._fail(f"the head records {head['entries']} entries, the log has {n} "
+                             "(the head was rewritten)")
+        self._bodies, self._hashes = bodies, hashes
+        if n and (head is None or head["entries"] != n):
+            self._write_head()
+
+    # ---- writing
+    def _write_head(self) -> None:
+        last = self._hashes[-1] if self._hashes else GENESIS
+        text = json.dumps({"format": LOG_FORMAT, "entries": len(self._hashes), "hash": last,
+                           "log": self.path.name}) + "\n"
+        with atomic_output(self.head_path) as f:
+            f.write(text.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(os.path.dirname(os.fspath(self.head_path)))
+
+    def append(self, body: Mapping[str, Any]) -> tuple[int, str]:
+        """Append one entry (a JSON object), durably, and move the head to it.
+
+        Returns
+        -------
+        (int, str)
+            The entry's sequence number and hash.
+        """
+        self._need_lock()
+        if not isinstance(body, Mapping):
+            raise TypeError(f"body must be a mapping, got body={body!r}")
+        body = json.loads(json.dumps(dict(body), allow_nan=False, default=json_default))
+        seq, prev = len(self._hashes), self.head
+        h = _entry_hash(seq, prev, body)
+        line = json.dumps({"seq": seq, "prev": prev, "body": body, "hash": h},
+                          sort_keys=True, allow_nan=False) + "\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        if seq == 0:
+            flags |= os.O_EXCL  # a new log: never through a planted link or FIFO
+            if os.path.lexists(self.path):  # verified empty: a creation that died early
+                os.unlink(self.path)
+        fd = os.open(self.path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotRegularFileError(f"{self.what} {self.path}: not a regular file")
+            data = line.encode()
+            if os.write(fd, data) != len(data):  # pragma: no cover - regular files
+                raise OSError(f"{self.what} {self.path}: short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if seq == 0:
+            _fsync_dir(os.path.dirname(os.fspath(self.path)))
+        self._bodies.append(body)
+        self._hashes.append(h)
+        self._write_head()
+        return seq, h
+
+    @contextmanager
+    def locked(self) -> Iterator[ChainedLog]:
+        """Take the lock, read and verify the log; yields ``self`` (read :attr:`bodies`,
+        :meth:`append`). Raises :class:`LockBusy` or :class:`TamperedLog`."""
+        with exclusive_lock(self.lock_path, timeout=self.timeout,
+                            what=f"{self.what} {self.path}"):
+            self._load()
+            self._held = True
+            try:
+                yield self
+            finally:
+                self._held = False

@@ -1,6 +1,7 @@
 """`shuffledp heatmap` end to end on tiny grids, and its bad-input behaviour."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_csv_input(tmp_path):
     csv = tmp_path / "u.csv"
     csv.write_text("user_id,x,y,weight\na,0.1,0.2,1\na,0.15,0.2,2\nb,0.8,0.9,1\n")
     res = run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "o"),
-               "--quiet"])
+               "--quiet", "--evaluate"])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "o" / "report.json").read_text())["n_users"] == 2
 
@@ -98,18 +99,23 @@ def _ok(res):
     return res
 
 
-def test_default_noise_is_fresh_and_the_report_says_private(tmp_path):
-    """Regression: --seed defaulted to 0, so two default runs were bit-identical."""
+def test_default_noise_is_fresh_and_the_default_run_says_evaluation(tmp_path):
+    """Regression: --seed defaulted to 0, so two default runs were bit-identical. The
+    default run (built-in data) shows the true heatmap and a baseline: an evaluation, which
+    its report and progress say, never a private release."""
     base = ["heatmap", "--grid", "12x9", "--n", "60", "--no-metrics"]
     outs = [tmp_path / "a", tmp_path / "b"]
     for o in outs:
         res = _ok(run([*base, "--out", str(o)]))
-        assert "fresh OS entropy (private release)" in res.output
+        assert "evaluation on built-in synthetic data, not a private release (all noise " \
+               "from fresh OS entropy)" in res.output
+        assert "private release:" not in res.output
     a, b = (np.load(o / "estimate.npy") for o in outs)
     # Equal only if the Laplace noise of every measured cell repeated: probability ~0.
     assert not np.array_equal(a, b)
     rep = json.loads((outs[0] / "report.json").read_text())
-    assert rep["release"] == "private" and rep["seed"] is None
+    assert rep["release"] == "evaluation, not a private release" and rep["seed"] is None
+    assert rep["mode"] == "evaluation" and "not a private release" in rep["evaluation"]
     # the data set stays the built-in one
     assert rep["input"] == "synthetic_mixture(n_users=60, rng=0)"
 
@@ -211,7 +217,7 @@ def test_heatmap_report_states_the_neighbour_relation(tmp_path):
 @pytest.mark.parametrize("metric_set", ["fast", "full", "none"])
 def test_metric_sets(tmp_path, metric_set):
     """fast: exact EMD for ours and Laplace only (the top-t% baselines get None); full: for
-    every heatmap; none: no metrics (issue 21)."""
+    every heatmap; none: no metrics."""
     out = tmp_path / "o"
     res = run(["heatmap", "--grid", "12", "--n", "40", "--seed", "2", "--out", str(out),
                "--quiet", "--metrics", metric_set])
@@ -256,3 +262,97 @@ def test_heatmap_floor_rounding_reaches_the_protocol(tmp_path):
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "report.json").read_text())
     assert "floor" in json.dumps(rep["parameters"]) + json.dumps(rep["protocol"])
+
+
+def _png_width(path) -> int:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.size[0]
+
+
+def _keys(obj) -> set[str]:
+    """Every key of a JSON document, at any depth."""
+    if isinstance(obj, dict):
+        return set(obj).union(*(_keys(v) for v in obj.values()))
+    if isinstance(obj, list):
+        return set().union(*(_keys(v) for v in obj))
+    return set()
+
+
+EVALUATION_ONLY = {"n_users", "n_points", "metrics", "metrics_on", "baselines", "seconds",
+                   "seconds_mechanism", "evaluation"}
+
+
+def test_a_charged_release_writes_only_what_was_charged(tmp_path):
+    """Regression: a --budget-ledger run charged the estimate but its heatmap.png showed the
+    exact heatmap and the Laplace baseline (a second release on the same users) and its
+    report held n_users and n_points, which add/remove treats as private."""
+    from shuffledp.accounting.ledger import BudgetLedger
+
+    led = tmp_path / "ledger.json"
+    res = _ok(run(["heatmap", "--grid", "16", "--n", "37", "--epsilon", "1", "--out",
+                   str(tmp_path / "r"), "--budget-ledger", str(led), "--budget-epsilon", "3",
+                   "--budget-delta", "1e-6"]))
+    assert not re.search(r"(?<![\w.])37(?![\w.])", res.output)  # n is not printed either
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["release"] == "private" and rep["mode"] == "release"
+    assert not _keys(rep) & EVALUATION_ONLY, _keys(rep) & EVALUATION_ONLY
+    assert "37" not in json.dumps(rep["input"])
+    # the receipt names the ledger entry that paid for it
+    (charge,) = BudgetLedger.open(led).releases
+    assert rep["budget_ledger"]["entry"] == 1 and charge["event"] == rep["guarantee"]["event"]
+    # one panel (the estimate) against the evaluation's three (truth, baseline, ours)
+    _ok(run(["heatmap", "--grid", "16", "--n", "37", "--no-metrics", "--quiet", "--out",
+             str(tmp_path / "e")]))
+    assert 2 * _png_width(tmp_path / "r" / "heatmap.png") < \
+        _png_width(tmp_path / "e" / "heatmap.png")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "estimate.npy", "heatmap.png", "report.json"]
+
+
+def test_real_data_is_a_private_release_unless_evaluate(tmp_path):
+    csv = tmp_path / "u.csv"
+    csv.write_text("user_id,x,y\n" + "".join(f"u{i},0.{i % 9 + 1},0.5\n" for i in range(23)))
+    res = _ok(run(["heatmap", "--input", str(csv), "--grid", "8", "--out", str(tmp_path / "p")]))
+    assert "private release (all noise from fresh OS entropy)" in res.output
+    assert not re.search(r"(?<![\w.])23(?![\w.])", res.output)
+    rep = json.loads((tmp_path / "p" / "report.json").read_text())
+    assert (rep["release"], rep["mode"], rep["input"]) == ("private", "release", str(csv))
+    assert not _keys(rep) & EVALUATION_ONLY
+    rep = json.loads((tmp_path / "p" / "report.json").read_text())
+    _ok(run(["heatmap", "--input", str(csv), "--grid", "8", "--evaluate", "--no-metrics",
+             "--out", str(tmp_path / "e")]))
+    rep = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert rep["release"] == "evaluation, not a private release" and rep["n_users"] == 23
+
+
+def test_release_on_builtin_data_and_a_seeded_release(tmp_path):
+    _ok(run(["heatmap", "--grid", "8", "--n", "20", "--release", "--quiet", "--out",
+             str(tmp_path / "r")]))
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["release"] == "private" and rep["input"] == \
+        "built-in synthetic mixture (data seed 0)"
+    _ok(run(["heatmap", "--grid", "8", "--n", "20", "--release", "--seed", "4", "--quiet",
+             "--out", str(tmp_path / "s")]))
+    rep = json.loads((tmp_path / "s" / "report.json").read_text())
+    assert rep["release"] == "reproducible evaluation, not a private release"
+    assert not _keys(rep) & EVALUATION_ONLY
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--evaluate", "--budget-ledger", "L"], "--evaluate --budget-ledger L: an evaluation"),
+    (["--seed", "1", "--budget-ledger", "L"], "--seed 1 --budget-ledger L: seeded noise"),
+    (["--release", "--metrics", "full"], "--metrics full: metrics and baselines compare"),
+    (["--release", "--top-percent", "5"], "--top-percent 5: metrics and baselines"),
+    (["--budget-ledger", "L", "--metrics", "fast"], "private release (--budget-ledger)"),
+], ids=["evaluate-ledger", "seed-ledger", "release-metrics", "release-top", "ledger-metrics"])
+def test_evaluation_and_a_charged_release_do_not_mix(tmp_path, args, msg):
+    args = [str(tmp_path / a) if a == "L" else a for a in args]
+    msg = msg.replace(" L", f" {tmp_path / 'L'}")
+    res = run(["heatmap", "--grid", "8", "--n", "20", "--out", str(tmp_path / "o"),
+               "--budget-epsilon" if "--budget-ledger" in args else "--quiet", *(
+                   ["5", "--budget-delta", "1e-6"] if "--budget-ledger" in args else []),
+               *args])
+    assert res.exit_code == 2 and msg in res.output, res.output
+    assert not (tmp_path / "o").exists() and not (tmp_path / "L").exists()

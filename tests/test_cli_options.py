@@ -1,5 +1,5 @@
 """One command-line vocabulary: one error path, one grid parser, one name per concept, the old
-spellings kept as hidden aliases, and one report.json schema (issue 8 item 5)."""
+one spelling per option, and one report.json schema."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_the_tree_holds_every_command():
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
                              "federated", "sweep", "serve", "serve shuffler", "serve secagg",
-                             "serve close", "upload"}
+                             "serve close", "serve enrol", "serve revoke", "upload"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -112,13 +112,13 @@ def test_one_spelling_per_concept():
             dests[opt].add(p.name)
     assert {k: v for k, v in canonical.items() if len(v) > 1} == {}
     assert {k: v for k, v in dests.items() if len(v) > 1} == {"--out": {"out_dir", "out_path"}}
-    assert spellings["epsilon"] == {("--epsilon", "--eps")}
-    assert spellings["n"] == {("--n", "--users")}
-    assert spellings["out_dir"] == {("--out", "--out-dir")}
+    assert spellings["epsilon"] == {("--epsilon",)}
+    assert spellings["n"] == {("--n",)}
+    assert spellings["out_dir"] == {("--out",)}
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear", "federated", "sweep"}
+         "metric linear", "federated", "sweep", "serve enrol"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
                                                                           "serve close"}
     for p in out.values():
@@ -126,53 +126,24 @@ def test_one_spelling_per_concept():
         assert p.type.dir_okay == (p.name == "out_dir")
 
 
-ALIASES = [
-    ("heatmap", "--eps", "--epsilon"),
-    ("heatmap", "--users", "--n"),
-    ("heatmap", "--out-dir", "--out"),
-    ("setup", "--eps", "--epsilon"),
-    ("setup", "--users", "--n"),
-    ("setup", "--out-dir", "--out"),
-    ("analyze", "--out-dir", "--out"),
-    ("shuffle", "--report", "--shuffler-report"),
-    ("account summation", "--eps", "--epsilon"),
-    ("account shuffle-ldp", "--users", "--n"),
-    ("sweep", "--eps", "--epsilon"),
-    ("sweep", "--users", "--n"),
-    ("sweep", "--out-dir", "--out"),
-]
+OLD_SPELLINGS = [("heatmap", "--eps"), ("heatmap", "--users"), ("heatmap", "--out-dir"),
+                 ("setup", "--eps"), ("analyze", "--out-dir"), ("shuffle", "--report"),
+                 ("account summation", "--eps"), ("sweep", "--users")]
 
 
-@pytest.mark.parametrize("command,old,new", ALIASES,
-                         ids=[f"{c.replace(' ', '-')}{o}" for c, o, _ in ALIASES])
-def test_old_spellings_are_hidden_aliases(command, old, new):
-    text = invoke(*command.split(), "--help").output
-    assert f"{new} " in text or f"{new}," in text
-    assert f"{old} " not in text and f"{old}," not in text
-    param = next(p for p in COMMANDS[command].params if new in p.opts)
-    assert old in param.opts
-
-
-def test_old_spellings_give_the_same_run(tmp_path):
-    """The pre-unification spellings of heatmap still run and give the same release."""
-    common = ["heatmap", "--grid", 8, "--seed", 2, "--no-metrics", "--quiet"]
-    old = invoke(*common, "--users", 30, "--eps", 2, "--out-dir", tmp_path / "old")
-    new = invoke(*common, "--n", 30, "--epsilon", 2, "--out", tmp_path / "new")
-    assert old.exit_code == new.exit_code == 0, old.output + new.output
-    assert (tmp_path / "old" / "estimate.npy").read_bytes() == \
-        (tmp_path / "new" / "estimate.npy").read_bytes()
-    a, b = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("old", "new"))
-    assert a["epsilon"] == b["epsilon"] == 2.0 and a["n_users"] == b["n_users"] == 30
-    res = invoke("account", "summation", "--n", 50, "--eps", 5, "--delta", 1e-5, "--B", 256,
-                 "--grid", "320x240", "--json")
-    assert res.exit_code == 0 and json.loads(res.stdout)["epsilon"] == 5.0
+@pytest.mark.parametrize("command,old", OLD_SPELLINGS,
+                         ids=[f"{c.replace(' ', '-')}{o}" for c, o in OLD_SPELLINGS])
+def test_one_name_per_option(command, old):
+    # the spellings of before the unification are gone: a usage error naming the option
+    res = invoke(*command.split(), old, "1")
+    assert res.exit_code == 2 and f"No such option '{old}'" in res.output, res.output
 
 
 def test_n_with_input_is_reported_as_ignored(tmp_path):
     csv = tmp_path / "u.csv"
     csv.write_text("user_id,x,y\na,0.1,0.2\nb,0.8,0.9\n")
     res = invoke("heatmap", "--input", csv, "--n", 500, "--grid", 8, "--no-metrics", "--quiet",
-                 "--out", tmp_path / "o")
+                 "--evaluate", "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert f"WARNING: --n 500 is ignored with --input (the users are those of {csv})" in \
         res.stderr

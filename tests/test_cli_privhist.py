@@ -81,3 +81,31 @@ def test_privhist_bad_support_bound_is_usage_error(tmp_path):
     res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
                                     str(tmp_path / "o"), "--support-bound", "0"])
     assert res.exit_code == 2 and "--support-bound" in res.output
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "oversize"])
+def test_privhist_input_goes_through_the_safe_reader(tmp_path, kind):
+    """Regression: --input accepted a FIFO (hung) and /dev/zero (memory grew until the
+    process was killed). Now both are refused at once (exit 2), a file above the size cap
+    is refused (exit 1) without being read; one line, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    if kind == "fifo":
+        path = tmp_path / "counts.fifo"
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = "/dev/zero"
+    else:
+        path = tmp_path / "big.txt"
+        with open(path, "wb") as fh:
+            fh.truncate((64 << 20) + 1)
+    res = subprocess.run([sys.executable, "-c", "from shuffledp.cli import main; main()",
+                          "privhist", "--input", str(path), "--eps", "1", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == (1 if kind == "oversize" else 2), res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error:") and "--input" in last and "Traceback" not in res.stderr
+    assert ("more than the 67108864 allowed" in last) == (kind == "oversize")
+    assert not (tmp_path / "o").exists()

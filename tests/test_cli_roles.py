@@ -14,6 +14,14 @@ from click.testing import CliRunner
 
 from shuffledp.cli import main
 from shuffledp.cli.roles import PLAINTEXT_WARNING
+from shuffledp.protocol.crypto import (
+    KEY_ANALYZER_PRIVATE,
+    KEY_ANALYZER_PUBLIC,
+    KEY_MAC,
+    decode_key_file,
+    encode_key_file,
+    key_id,
+)
 
 
 def run(*args: str, code: int = 0):
@@ -161,10 +169,15 @@ def test_shuffle_report_path_option_and_consistency_check(plain_run, tmp_path):
 def test_setup_writes_keys_by_default_with_mode_0600_and_never_overwrites(tmp_path, existing):
     _setup(tmp_path)
     key, mac = tmp_path / "analyzer.key", tmp_path / "mac.key"
+    kinds = {key: KEY_ANALYZER_PRIVATE, mac: KEY_MAC,
+             tmp_path / "analyzer.pub": KEY_ANALYZER_PUBLIC}
+    raw = {f: decode_key_file(f.read_bytes(), kind) for f, kind in kinds.items()}
     for f in (key, mac):
-        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600 and len(f.read_bytes()) == 32
-    assert len((tmp_path / "analyzer.pub").read_bytes()) == 32
-    assert key.read_bytes() != mac.read_bytes()
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600 and len(raw[f]) == 32
+    assert len(raw[tmp_path / "analyzer.pub"]) == 32
+    assert raw[key] != raw[mac]
+    assert key_id(KEY_ANALYZER_PRIVATE, raw[key]) == key_id(KEY_ANALYZER_PUBLIC,
+                                                            raw[tmp_path / "analyzer.pub"])
     old = {f: f.read_bytes() for f in (key, mac, tmp_path / "analyzer.pub")}
     (tmp_path / ({"analyzer.key", "mac.key"} - {existing}).pop()).unlink()
     res = CliRunner().invoke(main, ["setup", "--grid", "4", "--n", "3", "--epsilon", "1",
@@ -197,7 +210,7 @@ def test_plaintext_paths_warn_loudly(plain_run, tmp_path):
 def test_shuffle_kind_mismatch_names_the_real_cause(plain_run, tmp_path):
     d = plain_run
     mac = tmp_path / "mac.key"
-    mac.write_bytes(bytes(range(32)))
+    mac.write_bytes(encode_key_file(KEY_MAC, bytes(range(32))))
     res = run("shuffle", "--params", d / "params.json", "--in-dir", d / "b", "--out",
               tmp_path / "m.bin", "--mac-key", mac, code=1)  # default: encrypted
     assert "are plaintext (simulation path); pass --plaintext-simulation" in res.output
@@ -393,8 +406,8 @@ def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
     assert p.level_sensitivities[0] == (8 if nb == "replace" else 4)  # 2B or B, B = 4
 
 
-# --------------------------------------------------------------------------- issue 18: the
-# input directory and the named reasons
+# --------------------------------------------------------------------------- the input
+# directory and the named reasons
 _NOT_BATCHES = {
     "directory": (lambda p: p.mkdir(), "not_a_regular_file"),
     "fifo": (os.mkfifo, "not_a_regular_file"),
@@ -406,7 +419,7 @@ _NOT_BATCHES = {
 
 @pytest.mark.parametrize("kind", sorted(_NOT_BATCHES))
 def test_shuffle_ignores_and_counts_entries_that_are_not_batch_files(plain_run, tmp_path, kind):
-    # issue 18, item 2: a directory, FIFO or empty file named like a batch counted as a batch
+    # a directory, FIFO or empty file named like a batch counted as a batch
     # and blocked the round (an error exit, or a wrong --expected-users count); it is now
     # skipped, counted under a named reason, and not a dropped user
     d = plain_run
@@ -436,7 +449,7 @@ def test_shuffle_with_only_non_batch_entries_names_them(plain_run, tmp_path):
 
 
 def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_path):
-    # issue 18, item 3: a batch whose header counts fewer records than r m was dropped with
+    # a batch whose header counts fewer records than r m was dropped with
     # an empty `rejected` in the report; it is `incomplete` now, a cut one `truncated`
     from shuffledp.protocol.wire import HEADER_SIZE, Header
 
@@ -456,7 +469,7 @@ def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_pat
 
 
 def test_setup_declares_a_nonzero_dropout_by_default(tmp_path):
-    # issue 18, item 1: `setup` planned the noise for all n users unless told otherwise, so
+    # `setup` planned the noise for all n users unless told otherwise, so
     # one lost user sank the round; the default (documented in --help) leaves headroom
     from shuffledp.protocol.params import DEFAULT_DROPOUT
 

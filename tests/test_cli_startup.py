@@ -1,4 +1,4 @@
-"""The command line starts without the heavy modules (issue 21): ``shuffledp --help`` and
+"""The command line starts without the heavy modules: ``shuffledp --help`` and
 ``--version`` import neither scipy nor numba nor cryptography; those load inside the command
 that needs them. Checked by the set of loaded modules in a fresh interpreter, not by timing
 (the time is printed by ``bench/cli_startup.py``)."""

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from shuffledp.cli import main
+from shuffledp.protocol.crypto import KEY_ANALYZER_PRIVATE, KEY_ANALYZER_PUBLIC, encode_key_file
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs and /dev/zero are POSIX")
 
@@ -88,8 +89,8 @@ def d(tmp_path_factory):
     # keys
     _write(d / "short.key", b"k" * 10)
     _write(d / "long.key", b"k" * 33)
-    _write(d / "zero.pub", bytes(32))
-    _write(d / "wrong.key", b"\x07" * 32)
+    _write(d / "zero.pub", encode_key_file(KEY_ANALYZER_PUBLIC, bytes(32)))  # low order
+    _write(d / "wrong.key", encode_key_file(KEY_ANALYZER_PRIVATE, b"\x07" * 32))
     # points files
     points = {
         "header_only.csv": "x,y\n",
@@ -288,7 +289,7 @@ CASES = [
     # ------------------------------------------------------------------ shuffle
     C("shuf-empty-dir", 1, "no user batches", *SHUF, *MAC, "--in-dir", "{d}/emptydir"),
     # a directory, FIFO or link to /dev/zero named like a batch is skipped and counted, not
-    # an error (issue 18): test_cli_roles.py::test_shuffle_ignores_and_counts_entries_...
+    # an error: test_cli_roles.py::test_shuffle_ignores_and_counts_entries_...
     C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, *MAC,
       "--in-dir", "{d}/plain"),
     C("shuf-encrypted-batches-simulation", 1, "are encrypted; pass --encrypted", *SHUF,
@@ -358,7 +359,7 @@ CASES = [
     C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", *MAC, "--in", "{d}/m_enc.bin"),
     C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", *MAC, "--in", "{d}/m_enc.bin"),
     C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", *MAC, "--in", "{d}/m_enc.bin"),
-    C("an-key-wrong", 1, "does not decrypt", *AN, "--key", "{d}/wrong.key", *MAC, "--in",
+    C("an-key-wrong", 1, "m_enc.bin decrypts", *AN, "--key", "{d}/wrong.key", *MAC, "--in",
       "{d}/m_enc.bin"),
     C("an-report-inconsistent", 1, "m_badrep.bin.report.json", *AN, SIM, "--in",
       "{d}/m_badrep.bin"),

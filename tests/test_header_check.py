@@ -1,4 +1,4 @@
-"""One batch-header check (issue 22): :func:`shuffledp.protocol.wire.header_mismatch` judges a
+"""One batch-header check: :func:`shuffledp.protocol.wire.header_mismatch` judges a
 header against the run's parameters and the expected kind with one vocabulary of reasons,
 the shuffler's; the shuffler counts the reason, the readers raise it with the same message."""
 

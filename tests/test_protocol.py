@@ -200,7 +200,7 @@ def test_params_come_from_the_accounting_record():
     assert p.summation.guarantee.model == "shuffle"
 
 
-#: the accounting record's numbers a ProtocolParams reads as its own (issue 22: properties,
+#: the accounting record's numbers a ProtocolParams reads as its own (properties,
 #: no __getattr__ redirect)
 RECORD_NUMBERS = ("n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min",
                   "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma")

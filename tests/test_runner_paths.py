@@ -1,7 +1,7 @@
 """Every path of the shuffle-heatmap runner, pinned for a fixed seed.
 
-The digests were taken from the runner before it was split into one function per path
-(issue 22); each path must give bit-identical releases for the same seed. The sums do not
+The digests were taken from the runner before it was split into one function per path;
+each path must give bit-identical releases for the same seed. The sums do not
 depend on the shares (always secure) nor on the permutation, only on the seeded noise and the
 seeded dropouts, so the releases are reproducible on every path.
 """

@@ -200,7 +200,7 @@ def test_encrypted_shuffle_checks_envelope_and_drops_incomplete():
     assert math.isclose(len(rec.tobytes()), 2 * p.r * p.m * rb)
 
 
-# ----- integrity (issue 7, item 6) and streaming (item 8) -----
+# ----- integrity and streaming -----
 @pytest.fixture(scope="module")
 def enc_setup():
     p = params_for(Grid(3, 2), n=4, B=2, dropout=0.5)
@@ -277,7 +277,7 @@ def _sums(p, key, order):
 
 def test_encrypted_record_copied_from_another_batch_first_kept_wins(enc_setup):
     # regression: a record swapped in from another batch (same coordinate) passed the old
-    # shuffler and the analyzer's AEAD check, corrupting the sum silently; later (issue 18)
+    # shuffler and the analyzer's AEAD check, corrupting the sum silently; later
     # the shuffler removed both batches, so a copier knocked out the honest original
     p, key, batches = enc_setup
     forged = _spliced(p, batches)
@@ -348,7 +348,7 @@ def test_record_from_another_run_fails_authentication(enc_setup):
     assert s.submit(batches[0][:64] + o + b"".join(a[1:]))
     for k in (1, 2):
         s.submit(batches[k])
-    with pytest.raises(ReleaseRefused, match="did not receive"):
+    with pytest.raises(ReleaseRefused, match="not whole users. batches"):
         release_mixed(p, _mix_bytes(s), key=key, workers=1)
     c, _, failed = decrypt_records(p, o, key)
     assert failed == 1 and c.size == 0
@@ -531,13 +531,13 @@ def test_fuzz_quick_slice():
         if kind != "copy_from_other" and (path_ == "enc" or side == "mixed"
                                            or kind not in fz.PLAINTEXT_UNDETECTABLE):
             # only a splice kept because it reached the shuffler before the batch it copied
-            # from is taken as its sender's input (first kept wins, issue 18)
+            # from is taken as its sender's input (first kept wins)
             assert cnt["kept_edit"] == 0, (path_, side, kind, cnt)
     tot = fz.summarise(out)
     assert tot["enc"]["rejected"] > 0 and tot["enc"]["dropped"] > 0
 
 
-# ----- issue 18 (trust, part 2): copies cannot veto a release; every drop names its reason
+# ----- copies cannot veto a release; every drop names its reason
 @pytest.fixture(scope="module")
 def enc_no_headroom():
     """Encrypted batches of 4 users under dropout 0: one lost honest user refuses the round."""
@@ -556,7 +556,7 @@ def _reordered(p, batch, seed=0):
 
 @pytest.mark.parametrize("when", ["after", "before", "before-last"])
 def test_reordered_copy_under_another_sender_cannot_veto_the_release(enc_no_headroom, when):
-    # issue 18, item 1: a copy of an honest batch with its records reordered, submitted under
+    # a copy of an honest batch with its records reordered, submitted under
     # another id, made the shuffler drop both as duplicate_record, and the analyzer (noise
     # planned for all n users) then refused the whole round. Now the copy is a replay
     # whichever comes first, never takes one of the n places, and the release is exact.
@@ -586,7 +586,7 @@ def test_reordered_copy_under_another_sender_cannot_veto_the_release(enc_no_head
 
 
 def test_partial_copy_after_the_original_cannot_knock_it_out(enc_no_headroom):
-    # issue 18, item 1: one record of an honest batch copied into an attacker's otherwise
+    # one record of an honest batch copied into an attacker's otherwise
     # valid batch, submitted later: the attacker's batch goes, the honest one stays, and the
     # honest users' release is exact (the old rule removed both and the round was refused)
     from shuffledp.analyzers.heatmap.modular import accumulate_mixed, release_mixed
@@ -622,7 +622,7 @@ def _too_short(p, batch, rb, k=1):
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
 def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
-    # issue 18, item 3: a too-short batch (well-formed header counting fewer records) was
+    # a too-short batch (well-formed header counting fewer records) was
     # dropped with nothing in `rejected`; every submission not forwarded now has exactly one
     # named reason there
     from shuffledp.protocol.shuffler import REJECT_REASONS
@@ -654,7 +654,7 @@ def test_every_dropped_submission_names_its_reason(setup, enc_setup, encrypted):
 
 
 def test_default_dropout_leaves_headroom_so_one_lost_user_does_not_sink_the_round():
-    # issue 18, item 1: the default declared dropout was 0, so a single user lost or removed
+    # the default declared dropout was 0, so a single user lost or removed
     # by the shuffler made the analyzer refuse the round (noise planned for all n users)
     from shuffledp.analyzers.heatmap.modular import release_mixed
     from shuffledp.protocol.params import DEFAULT_DROPOUT

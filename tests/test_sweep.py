@@ -398,7 +398,7 @@ def test_cli_input_snap_checkins(tmp_path):
 
 def test_floor_rounding_and_skipped_emd_in_the_key_and_rows(tmp_path):
     """--rounding floor changes the resume key (the default's keys stay as they were) and
-    reaches the protocol; emd=False records NaN and the summaries skip it (issue 21)."""
+    reaches the protocol; emd=False records NaN and the summaries skip it."""
     import dataclasses
 
     floor = dataclasses.replace(TINY, rounding="floor", emd=False)

@@ -7,11 +7,15 @@ Polya-difference noise, mod m) and the shard is summed by secure aggregation
 The sums of the survivors are decoded to the centred representative in (-m/2, m/2] and
 added over shards.
 
-Privacy (eps, distributed model, the user-level relation of ``neighbour``): each shard's
-noise is calibrated for n_min = ceil((1 - dropout) S) survivors (the *planned* dropout
-fraction, [Bagdasaryan22]_ Sec. 4 "Handling dropouts"; errata row 6); a shard that ends with
-fewer survivors is refused (``FederatedRefused``), never released with less noise. Shards
-hold disjoint users, so they compose in parallel (eps in total). The Polya tables are exact
+Privacy (eps, distributed model, the user-level relation of ``neighbour``). Replace-one and
+zero-out keep the set of participants (n public): each shard's noise is calibrated for
+n_min = ceil((1 - dropout) S) survivors (the *planned* dropout fraction, [Bagdasaryan22]_
+Sec. 4 "Handling dropouts"; errata row 6), and k >= n_min survivors' noise is DL(a) plus
+independent extra noise whose law is the same for both neighbours (post-processing); a shard
+that ends with fewer survivors is refused (``FederatedRefused``), never released with less
+noise. Add/remove (n private) needs a public shard plan and charges the joining user's own
+noise share: :mod:`shuffledp.analyzers.federated.population` (errata row 13). Shards hold
+disjoint users, so they compose in parallel (eps in total). The Polya tables are exact
 up to ``SAMPLER_TV_MAX`` per draw (:mod:`shuffledp.encoders.noise.polya`), so the release is
 within total variation tau = (draws) x SAMPLER_TV_MAX of the ideal eps-DP mechanism and is
 (eps, (1 + e^eps) tau)-DP (the same charge as :func:`shuffledp.accounting.summation.delta_split`;
@@ -40,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.events import polya_sum_event
+from shuffledp.accounting.events import EpsDelta, polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.accounting.summation import SAMPLER_TV_MAX
 from shuffledp.errors import Refused
@@ -49,6 +53,18 @@ from shuffledp.randomness import SEEDED_NOTE
 THEOREM = ("Bagdasaryan et al., PoPETs 2022, Thm 4.2 (distributed discrete Laplace from "
            "Polya differences, modulo clipping as post-processing), shards in parallel, "
            "noise over-provisioned for the planned dropout")
+THEOREM_ADD_REMOVE = (
+    "Bagdasaryan et al., PoPETs 2022, Thm 4.2 on a public shard plan (max_users, shard = id "
+    "mod K, Polya shape 1/n_min), the joining user's own noise share charged by the Renyi "
+    "divergence of Polya(1, a) against Polya(1 + 1/n_min, a) (van Erven and Harremoes 2014, "
+    "Thm 9; Canonne, Kamath and Steinke 2020, Prop. 12), shards in parallel")
+THEOREM_CENTRAL = ("discrete Laplace mechanism (Ghosh, Roughgarden and Sundararajan 2012) "
+                   "added once per entry by a trusted server, as Polya(1, a) - Polya(1, a) "
+                   "(Bagdasaryan et al., PoPETs 2022, Thm 4.2 with one share)")
+#: per-shard entries that count users (the evaluation's view): a release under add/remove
+#: (n private) must not publish them (:func:`public_shards`)
+PRIVATE_SHARD_KEYS = ("clients", "survivors", "dropped_by_round", "server_seconds",
+                      "client_seconds_mean")
 
 
 class FederatedRefused(Refused):
@@ -66,7 +82,8 @@ class FederatedHistogram:
     guarantee : Guarantee
     shards : list of dict
         Per shard: clients, survivors, n_min, and for secure aggregation its timings and
-        bytes per client.
+        bytes per client. Under add/remove the counts and timings are the evaluation's view,
+        not part of the release: publish :func:`public_shards`.
     """
 
     counts: np.ndarray
@@ -96,23 +113,74 @@ def federated_release(
     draws: int,
     parameters: dict[str, Any],
     seeded: bool,
+    share: Any = None,
+    model: str = "distributed",
 ) -> FederatedHistogram:
     """The release of one federated round: the decoded counts with their guarantee.
 
-    ``draws`` Polya draws were made in all (for :func:`sampler_delta`); ``parameters`` must
-    hold ``length`` (D) and ``sensitivity``. Shards hold disjoint users and each draws the
-    full DL(a): parallel composition of one event, i.e. the event itself.
+    ``draws`` Polya draws were made in all (for :func:`sampler_delta`; under add/remove the
+    public bound, not the actual count); ``parameters`` must hold ``length`` (D) and
+    ``sensitivity``. Shards hold disjoint users and each draws the full DL(a): parallel
+    composition of one event, i.e. the event itself.
+
+    ``share`` (an :class:`~shuffledp.analyzers.federated.population.AddRemoveNoise`) is
+    required under add/remove and refused otherwise: the noise was calibrated at its
+    ``noise_epsilon`` and the release is (epsilon, e^{eps_noise} delta_1 + sampler)-DP
+    (:mod:`shuffledp.analyzers.federated.population`), stated with an
+    :class:`~shuffledp.accounting.events.EpsDelta` event.
+
+    ``model="central"``: one DL(a) per entry added by a trusted server to the exact sum of
+    the participants; its law does not depend on n, so no share charge (``share`` refused).
     """
     eps = v.positive("epsilon", epsilon)
-    g = Guarantee(notion="approximate", model="distributed", epsilon=eps,
-                  delta=sampler_delta(eps, draws), neighbour=neighbour,
-                  theorem=THEOREM, parameters=dict(parameters),
-                  notes=(SEEDED_NOTE,) if seeded else ())
+    nb = Neighbour.parse(neighbour)
+    model = v.choice("model", model, ("distributed", "central"))
+    tv_delta = sampler_delta(eps, draws)
+    notes = (SEEDED_NOTE,) if seeded else ()
+    if nb is Neighbour.ADD_REMOVE and model == "distributed":
+        if share is None:
+            raise ValueError("an add/remove federated release needs the charge of the joining "
+                             "user's noise share (share=add_remove_noise(...)), got share=None")
+        if share.noise_epsilon + share.share_epsilon > eps * (1 + 1e-12):
+            raise ValueError(f"share spends {share.noise_epsilon + share.share_epsilon!r} > "
+                             f"epsilon={eps!r}")
+        delta = min(1.0, share.certified_delta + tv_delta)
+        notes = (
+            f"add/remove: the noise and the shard layout depend only on public numbers "
+            f"(max_users, shard_size, dropout: n_min={share.n_min} survivors per shard); "
+            "holds for data sets in which every shard keeps at least n_min survivors (others "
+            "are refused)",
+            f"the joining user's own noise share is charged: eps_share="
+            f"{share.share_epsilon:.4g}, noise calibrated at eps_noise="
+            f"{share.noise_epsilon:.4g}",
+            "the secure-aggregation server sees who takes part: against it the protection is "
+            f"the zero-out one (eps_noise={share.noise_epsilon:.4g})",
+        ) + notes
+        g = Guarantee(notion="approximate", model="distributed", epsilon=eps, delta=delta,
+                      neighbour=nb, theorem=THEOREM_ADD_REMOVE,
+                      parameters={**parameters, **share.to_dict()}, notes=notes)
+        g = g.with_event(EpsDelta(epsilon=eps, delta=delta, neighbour=nb,
+                                  label="federated round, add/remove (joining share charged)"))
+        return FederatedHistogram(counts=counts, guarantee=g, shards=shards)
+    if share is not None:
+        raise ValueError(f"share is the add/remove charge of a distributed round; "
+                         f"neighbour={nb.token!r}, model={model!r} needs none")
+    g = Guarantee(notion="approximate", model=model, epsilon=eps,
+                  delta=tv_delta, neighbour=nb,
+                  theorem=THEOREM if model == "distributed" else THEOREM_CENTRAL,
+                  parameters=dict(parameters), notes=notes)
     g = g.with_event(polya_sum_event([eps], [parameters["sensitivity"]],
-                                     [parameters["length"]], g.delta, neighbour,
-                                     "distributed"))
+                                     [parameters["length"]], g.delta, nb, model))
     return FederatedHistogram(counts=counts, guarantee=g, shards=shards)
 
 
-__all__ = ["FederatedHistogram", "FederatedRefused", "decode_centred", "federated_release",
-           "sampler_delta"]
+def public_shards(hist: FederatedHistogram) -> list[dict]:
+    """The per-shard entries a release may publish: all of them when n is public
+    (replace-one, zero-out), without :data:`PRIVATE_SHARD_KEYS` under add/remove."""
+    if hist.guarantee.neighbour is not Neighbour.ADD_REMOVE:
+        return [dict(s) for s in hist.shards]
+    return [{k: x for k, x in s.items() if k not in PRIVATE_SHARD_KEYS} for s in hist.shards]
+
+
+__all__ = ["PRIVATE_SHARD_KEYS", "FederatedHistogram", "FederatedRefused", "decode_centred",
+           "federated_release", "public_shards", "sampler_delta"]

@@ -20,8 +20,10 @@ Each sub-query q ([Bagdasaryan22]_ Alg. 2):
    added, up to level L); a non-root node whose count is at most sigma~_q / 4 is collapsed
    (deleted; its descendants stay, orphaned).
 
-Privacy: basic composition by :class:`~shuffledp.accounting.compose.Accountant` over the
-rounds' events, sum_q eps_q = eps_total exactly (the last query takes the
+Privacy: basic composition by :class:`~shuffledp.accounting.composition.Accountant` over the
+rounds' events (under add/remove each round also pays for the joining user's own noise share,
+:mod:`shuffledp.analyzers.federated.population`, on top of the noise eqs. 8-9 ask for; eq. 7's
+U is then the public ``max_users``), sum_q eps_q = eps_total exactly (the last query takes the
 remainder) and delta = sum_q delta_q (the guarantee's event is the rounds' ``Sequential``
 event, which the accountant composes more tightly with other releases), each delta_q the
 Polya tables' charge of :func:`shuffledp.analyzers.federated.histogram.sampler_delta` (below 1e-20);
@@ -46,7 +48,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import target_std
-from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 Node = tuple[int, int, int]
 THEOREM = ("Bagdasaryan et al., PoPETs 2022, Alg. 2: adaptive hierarchical histograms, "
@@ -125,8 +127,9 @@ class AdaptiveRelease:
     tree : PartitionTree
         The partition the last sub-query used.
     rounds : list of dict
-        Per sub-query: eps, sigma_target, vector length, tree size, users, survivors,
-        SecAgg seconds.
+        Per sub-query: eps (charged), noise_epsilon, sigma_target, vector length, tree size,
+        users, survivors, SecAgg seconds. Under add/remove the users, survivors and seconds
+        are the evaluation's view, not part of the release: publish :meth:`public_rounds`.
     guarantee : Guarantee
     """
 
@@ -135,6 +138,18 @@ class AdaptiveRelease:
     tree: PartitionTree
     rounds: list
     guarantee: Guarantee
+
+    def public_rounds(self) -> list[dict]:
+        """The per-round records a release may publish: all of them when n is public
+        (replace-one, zero-out), without :data:`PRIVATE_ROUND_KEYS` under add/remove."""
+        if self.guarantee.neighbour is not Neighbour.ADD_REMOVE:
+            return [dict(r) for r in self.rounds]
+        return [{k: x for k, x in r.items() if k not in PRIVATE_ROUND_KEYS}
+                for r in self.rounds]
+
+
+#: round entries that count users (n, or survivors and timings that follow it)
+PRIVATE_ROUND_KEYS = ("users", "survivors", "secagg_server_seconds")
 
 
 def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printed") -> float:
@@ -153,4 +168,5 @@ def mse(estimate: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean((np.asarray(estimate) - np.asarray(truth)) ** 2))
 
 
-__all__ = ["THEOREM", "AdaptiveRelease", "PartitionTree", "eq7_target", "mse"]
+__all__ = ["PRIVATE_ROUND_KEYS", "THEOREM", "AdaptiveRelease", "PartitionTree", "eq7_target",
+           "mse"]

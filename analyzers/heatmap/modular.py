@@ -25,12 +25,48 @@ that sits below encoders and analyzers.
    shares with the analyzer, or SHA-256 when the run has no such key): any edit to the
    header counts or the records after the shuffler is caught there;
 4. decrypted (coordinate, share) pairs go into an exact :class:`ModularAccumulator`; a
-   message that does not open or is out of range is counted, never summed.
+   message that does not open or is out of range is counted at its (clear) coordinate,
+   never summed.
 
 The caller must not use the accumulator if a :class:`~shuffledp.protocol.wire.WireError` was
 raised. :func:`release_mixed` chains it with :func:`analyze`, whose count check (every
-coordinate holds exactly r * n_users messages) refuses a release as soon as one message
-failed or was missing. Trust model: :mod:`shuffledp.protocol.shuffler`.
+coordinate holds exactly r * n_users messages, readable or not) refuses a release as soon as
+one message is missing or extra. Trust model: :mod:`shuffledp.protocol.shuffler`.
+
+Unreadable batches
+------------------
+A device that encrypts to a wrong analyzer key (an old ``analyzer.pub``, a typo'd path)
+sends a well-formed batch whose every message fails to open. After the shuffle its messages
+are mixed with everyone's and the analyzer cannot tell whose they were: the mixing that
+protects every user forbids any per-user label the analyzer could read (a label shared by a
+user's messages would let it add up her shares). What it can see is *where* the unreadable
+messages are: the coordinate of a message is in the clear, and every user sends exactly r
+per coordinate. So (:meth:`ModularAccumulator.usable_users`):
+
+- if the messages that cannot be used (failed authentication or out of range) number
+  exactly k r at *every* coordinate, for one k, they are what k whole batches leave: the
+  readable messages are then exactly the other n_users - k users' messages, whose shares
+  sum to their noisy values. The analyzer releases with those users, counts the k in
+  ``n_unreadable_batches`` (and in ``n_dropped``), and applies the n_min check to
+  n_users - k, so the noise the guarantee rests on is still there;
+- any other pattern (one unreadable message at one coordinate, say) means part of some
+  user's messages would be summed without the rest: that coordinate's sum would be
+  meaningless, and the analyzer refuses the release, naming the coordinates.
+
+Privacy: dropping whole batches removes users, which the dropout headroom (n_min) already
+covers; the decision depends only on which messages fail, i.e. on devices' keys and not on
+any honest user's data, so it leaks nothing. An adversary could shape failures so that two
+partial batches look like one whole one; it gains nothing it could not get by sending a
+valid zero-noise batch, which is counted among the users as every batch is (the guarantee
+counts the noise of honest users' batches; :mod:`shuffledp.protocol.shuffler`).
+
+One release per round
+---------------------
+:func:`release_mixed` records every release in a
+:class:`~shuffledp.analyzers.heatmap.release_ledger.ReleaseLedger` (a file, or this process's
+memory) and refuses a second release of a round: two batches of one round that differ by
+one user would reveal that user's noisy vector as the difference of the two sums. The same
+sums again (the same batch, or the same users re-shuffled) are answered as a repeat.
 
 References
 ----------
@@ -59,12 +95,13 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
+from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger, as_ledger, sums_digest
 from shuffledp.errors import Refused
 from shuffledp.protocol.crypto import (
     as_private_key,
     associated_data_prefix,
     encrypted_record_bytes,
-    open_records,
+    open_records_detailed,
     private_bytes,
 )
 from shuffledp.protocol.params import ProtocolParams
@@ -144,6 +181,10 @@ class ModularAccumulator:
         self.params = params
         self.sums = np.zeros(params.m, dtype=np.int64)
         self.counts = np.zeros(params.m, dtype=np.int64)
+        #: messages that could not be used (failed authentication, out of range), per
+        #: coordinate; ``unplaceable`` counts those whose coordinate is not < m
+        self.unusable = np.zeros(params.m, dtype=np.int64)
+        self.unplaceable = 0
         self.rejected = 0
         self.messages = 0
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
@@ -181,17 +222,86 @@ class ModularAccumulator:
         return bad
 
     def add_pairs(self, coordinates: np.ndarray, shares: np.ndarray) -> int:
-        """Add decrypted messages (coordinate, share); returns the number rejected."""
+        """Add decrypted messages (coordinate, share); returns the number rejected.
+
+        A rejected message (coordinate >= m or share >= q) is counted in :attr:`rejected`
+        and, at its coordinate, in :attr:`unusable`.
+        """
         c = np.ascontiguousarray(coordinates, dtype=np.int64)
         s = np.ascontiguousarray(shares, dtype=np.int64)
         if c.shape != s.shape:
             raise ValueError(f"coordinates and shares differ in shape: {c.shape} vs {s.shape}")
         p = self.params
-        bad = int(_accumulate_pairs(c, s, p.m, p.q, self.sums, self.counts))
+        ok = (c >= 0) & (c < p.m) & (s >= 0) & (s < p.q)
+        if not ok.all():
+            self._mark_unusable(c[~ok])
+            c, s = np.ascontiguousarray(c[ok]), np.ascontiguousarray(s[ok])
+        bad = int(ok.size - ok.sum()) + int(_accumulate_pairs(c, s, p.m, p.q, self.sums,
+                                                              self.counts))
         self.rejected += bad
-        self.messages += c.size
+        self.messages += ok.size
         self._fold()
         return bad
+
+    def _mark_unusable(self, coordinates: np.ndarray) -> None:
+        c = np.asarray(coordinates, dtype=np.int64).ravel()
+        inside = (c >= 0) & (c < self.params.m)
+        self.unusable += np.bincount(c[inside], minlength=self.params.m)
+        self.unplaceable += int(c.size - inside.sum())
+
+    def add_unusable(self, coordinates: np.ndarray) -> int:
+        """Count messages that could not be read (their clear coordinates); returns how many.
+
+        They are counted in :attr:`rejected` and :attr:`messages` and, per coordinate, in
+        :attr:`unusable` (:meth:`usable_users` decides whether they are whole batches).
+        """
+        c = np.asarray(coordinates, dtype=np.int64).ravel()
+        self._mark_unusable(c)
+        self.rejected += c.size
+        self.messages += c.size
+        return int(c.size)
+
+    def usable_users(self, n_users: int) -> tuple[int, int]:
+        """(users whose messages are all usable, whole batches left out) of ``n_users``.
+
+        Every coordinate must hold r * n_users messages, readable or not. If the unusable
+        ones number exactly k r at every coordinate (one k), they are k whole batches and
+        the sums are those of the other n_users - k users (see "Unreadable batches" in the
+        module docstring).
+
+        Raises
+        ------
+        ReleaseRefused
+            Messages missing or extra at a coordinate, an unusable message whose coordinate
+            is not < m, or unusable messages that are not whole batches.
+        """
+        p = self.params
+        n = int(n_users)
+        expect = p.r * n
+        total = self.counts + self.unusable
+        wrong = np.flatnonzero(total != expect)
+        if wrong.size or self.unplaceable:
+            a = int(wrong[0]) if wrong.size else 0
+            unread = f" + {int(self.unusable[a])} unreadable" if self.unusable[a] else ""
+            nowhere = (f", {self.unplaceable} of them at no coordinate < m"
+                       if self.unplaceable else "")
+            raise ReleaseRefused(
+                f"{wrong.size} coordinates did not receive r * n_users = {expect} messages "
+                f"(coordinate {a} got {int(self.counts[a])}{unread}; "
+                f"{self.rejected} messages rejected{nowhere})")
+        if not self.unusable.any():
+            return n, 0
+        k, rest = np.divmod(self.unusable, p.r)
+        if rest.any() or (k != k[0]).any():
+            odd = np.flatnonzero((rest != 0) | (k != np.bincount(k).argmax()))
+            shown = ", ".join(f"coordinate {int(a)}: {int(self.unusable[a])}" for a in odd[:3])
+            raise ReleaseRefused(
+                f"{int(self.unusable.sum())} messages could not be used (failed authentication "
+                f"or out of range) and they are not whole users' batches, which leave exactly "
+                f"k r = k x {p.r} at every coordinate ({shown}"
+                f"{', ...' if odd.size > 3 else ''}): the sums would include part of a batch. "
+                "Not releasing")
+        return n - int(k[0]), int(k[0])
 
     def add_shares(self, shares: np.ndarray) -> None:
         """Simulation path: add dense shares of shape (r, m) or (k, r, m) (k users, r each).
@@ -300,17 +410,53 @@ def analyze(
 ) -> HeatmapRelease:
     """Turn the accumulated sums into a release (decode, divide by B, Reconstruct).
 
+    ``n_users`` is the number of users forwarded (the mixed batch's header); whole batches
+    that could not be read are left out (:meth:`ModularAccumulator.usable_users`), counted
+    in the figures' ``n_unreadable_batches`` and ``n_dropped``, and the n_min check applies
+    to the users that remain.
+
     Raises :class:`ReleaseRefused` on too few users or a failed count check.
+    """
+    sums, n_sum, k = checked_sums(params, acc, n_users)
+    return _release(params, acc, sums, n_sum, k, n_dropped, extra_protocol)
+
+
+def checked_sums(params: ProtocolParams, acc: ModularAccumulator,
+                 n_users: int) -> tuple[np.ndarray, int, int]:
+    """(sums mod q, users summed, whole batches left out) once every check passed.
+
+    Checks: the parameters are supported; ``n_users`` forwarded lie in [n_min, n]; every
+    coordinate holds r * n_users messages; unusable messages are whole batches; and the
+    users that remain are at least n_min.
+
+    Raises
+    ------
+    ReleaseRefused
+        Any check fails (the message says which).
     """
     params.check_supported()
     check_participation(params, n_users)
-    sums = acc.modular_sums(n_users)
+    n_sum, k = acc.usable_users(n_users)
+    if k:
+        try:
+            check_participation(params, n_sum)
+        except ReleaseRefused as e:
+            raise ReleaseRefused(f"{k} of the {n_users} users' batches could not be read "
+                                 f"(every message failed: encrypted to another key?); {e}"
+                                 ) from None
+    return acc.modular_sums(n_sum), n_sum, k
+
+
+def _release(params: ProtocolParams, acc: ModularAccumulator, sums: np.ndarray, n_users: int,
+             n_unreadable: int, n_dropped: int,
+             extra_protocol: dict[str, Any] | None) -> HeatmapRelease:
     counts = level_counts_from_sums(sums, params)
     raw = reconstruct(counts, params.grid, params.start, params.w)
     figures = params.figures()
     figures.update(
         n_users=int(n_users),
-        n_dropped=int(n_dropped),
+        n_dropped=int(n_dropped) + int(n_unreadable),
+        n_unreadable_batches=int(n_unreadable),
         messages_received=int(acc.messages),
         messages_rejected=int(acc.rejected),
     )
@@ -362,9 +508,9 @@ def _init_worker(key_raw: bytes, record_bytes: int, share_bytes: int, ad_prefix:
                    sb=share_bytes, ad=ad_prefix)
 
 
-def _open_chunk(raw: bytes) -> tuple[np.ndarray, np.ndarray, int]:
+def _open_chunk(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     w = _WORKER
-    return open_records(raw, w["rb"], w["sb"], w["ad"], w["key"])
+    return open_records_detailed(raw, w["rb"], w["sb"], w["ad"], w["key"])
 
 
 def _open_source(source: bytes | str | os.PathLike | BinaryIO):
@@ -378,11 +524,12 @@ def _open_source(source: bytes | str | os.PathLike | BinaryIO):
 
 
 def _decrypted_chunks(params, chunks, key: X25519PrivateKey, workers: int):
-    """Yield (coords, shares, failed) per chunk, in order, in-process or over a pool."""
+    """Yield (coords, shares, coordinates of the failed messages) per chunk, in order,
+    in-process or over a pool."""
     rb, sb, ad = encrypted_record_bytes(params), params.share_bytes, associated_data_prefix(params)
     if workers <= 1:
         for c in chunks:
-            yield open_records(c.tobytes(), rb, sb, ad, key)
+            yield open_records_detailed(c.tobytes(), rb, sb, ad, key)
         return
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else "spawn")
@@ -458,10 +605,8 @@ def accumulate_mixed(
             use = nw if h.n_records > chunk_records else 1
             for c, s, f in _decrypted_chunks(params, chunks, k, use):
                 acc.add_pairs(c, s)
-                failed += f
-        out_of_range = acc.rejected
-        acc.rejected += failed
-        acc.messages += failed
+                failed += acc.add_unusable(f)
+        out_of_range = acc.rejected - failed
         return MixedBatchResult(h, acc, failed, out_of_range, h.keyed)
     finally:
         if owned:
@@ -476,13 +621,52 @@ def release_mixed(
     mac_key: bytes | None = None,
     workers: int | None = None,
     extra_protocol: dict[str, Any] | None = None,
+    ledger: ReleaseLedger | str | os.PathLike | None = None,
+    label: str = "",
 ) -> HeatmapRelease:
-    """:func:`accumulate_mixed` then :func:`analyze`.
+    """:func:`accumulate_mixed`, the checks of :func:`analyze`, the release ledger, then
+    the release.
 
-    Raises :class:`~shuffledp.protocol.wire.WireError` or
-    :class:`ReleaseRefused` instead of releasing anything
-    corrupt (a failed message leaves its coordinate short of r * n_users and is refused).
+    Parameters
+    ----------
+    params, source, key, mac_key, workers
+        As :func:`accumulate_mixed`.
+    extra_protocol : dict, optional
+        Extra figures for the release's ``protocol`` mapping.
+    ledger : ReleaseLedger or path, optional
+        Where releases are recorded (:mod:`shuffledp.analyzers.heatmap.release_ledger`): a
+        second release of the round is refused, persistently when this is a file. Default:
+        this process's ledger (refuses a second release within the process only); a
+        deployment passes a file.
+    label : str
+        What the ledger entry names (e.g. the mixed batch's path).
+
+    Returns
+    -------
+    HeatmapRelease
+        Its ``protocol`` mapping has ``release_ledger`` (the ledger, the entry, whether the
+        release repeats one already recorded with the same sums).
+
+    Raises
+    ------
+    shuffledp.protocol.wire.WireError
+        A malformed, foreign or altered batch.
+    ReleaseRefused
+        A failed count check, too few users (after leaving out unreadable batches), or
+        unreadable messages that are not whole batches.
+    shuffledp.analyzers.heatmap.release_ledger.RoundAlreadyReleased
+        The round was released already with other sums.
+    shuffledp.analyzers.heatmap.release_ledger.LedgerError
+        The ledger does not verify or cannot be written.
     """
+    book = as_ledger(ledger)
     res = accumulate_mixed(params, source, key=key, mac_key=mac_key, workers=workers)
-    extra = {**res.figures(), **(extra_protocol or {})}
-    return analyze(params, res.accumulator, res.header.n_users, res.header.n_dropped, extra)
+    sums, n_sum, k = checked_sums(params, res.accumulator, res.header.n_users)
+    digest = sums_digest(params.digest, n_sum, sums)
+    book.check(params.round_id, digest)  # fail fast; decided again under the lock
+    index, _, repeat = book.record(round_id=params.round_id, digest=params.digest,
+                                   sums_sha256=digest, n_users=n_sum, n_unreadable=k,
+                                   n_dropped=res.header.n_dropped + k, label=label)
+    extra = {**res.figures(), **(extra_protocol or {}),
+             "release_ledger": {"ledger": book.label, "entry": index, "repeat": repeat}}
+    return _release(params, res.accumulator, sums, n_sum, k, res.header.n_dropped, extra)

@@ -53,6 +53,9 @@ class HeatmapRelease:
 
     PRIVATE = "private"
     REPRODUCIBLE = "reproducible evaluation, not a private release"
+    #: what ``shuffledp heatmap --evaluate`` (fresh noise, but the truth and baselines
+    #: written next to the estimate) says it is
+    EVALUATION = "evaluation, not a private release"
 
     def smoothed(self, bandwidth: float | None = None) -> HeatmapRelease:
         """This release post-processed by

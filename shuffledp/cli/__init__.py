@@ -17,14 +17,53 @@ References
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
 
 from shuffledp.cli.common import Group
 
+#: the commands of ``shuffledp --help``, grouped by who reaches for them
+ROLES = (
+    ("Private releases", ("heatmap", "federated", "privhist", "metric", "sweep")),
+    ("Deployment roles", ("setup", "encode", "upload", "shuffle", "analyze", "serve", "secagg")),
+    ("Privacy accounting", ("account",)),
+)
+#: a sentence ends at ". " unless the period closes one of these abbreviations
+_ABBREVIATIONS = ("et al", "e.g", "i.e", "cf", "Sec", "Alg", "Thm", "Eq", "Fig", "vs")
+_SENTENCE_END = re.compile(r"(?<!\b" + r")(?<!\b".join(re.escape(a) for a in _ABBREVIATIONS)
+                           + r")\.(\s|$)")
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+
+def summary(help_text: str) -> str:
+    """The first sentence of a command's help, whole (click's own short help cuts it at 45
+    characters or at the first period, "et al." included)."""
+    first = " ".join(help_text.split("\n\n")[0].split())
+    m = _SENTENCE_END.search(first)
+    return first[: m.start() + 1] if m else first
+
+
+class RootGroup(Group):
+    """The top-level group: commands listed by role, each with its whole first sentence."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        listed: set[str] = set()
+        for title, names in ROLES:
+            rows = [(n, summary(self.commands[n].help or "")) for n in names
+                    if n in self.commands and not self.commands[n].hidden]
+            listed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [(n, summary(c.help or "")) for n, c in sorted(self.commands.items())
+                if n not in listed and not c.hidden]
+        if rest:
+            with formatter.section("Other commands"):
+                formatter.write_dl(rest)
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="shuffledp")
 def main() -> None:
     """shuffledp: differential privacy in the shuffle model."""

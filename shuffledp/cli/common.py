@@ -11,8 +11,8 @@ user. Inside a command, :func:`as_usage_error` and :func:`as_refusal` classify a
 call's ``ValueError`` / ``TypeError`` explicitly.
 
 Option names. The same thing has the same option in every command, declared once here:
-``--grid`` (:data:`GRID`, the one grid parser), ``--epsilon`` (alias ``--eps``), ``--delta``,
-``--n`` (the number of users; alias ``--users``), ``--B``, ``--w``, and ``--out``: a
+``--grid`` (:data:`GRID`, the one grid parser), ``--epsilon``, ``--delta``,
+``--n`` (the number of users), ``--B``, ``--w``, and ``--out``: a
 directory (:func:`out_dir_option`, alias ``--out-dir``) for a command that writes a set of
 files, a file (:func:`out_file_option`) for one that writes one artefact. Aliases are the old
 spellings, accepted and hidden from ``--help`` (:class:`AliasOption`).
@@ -227,30 +227,9 @@ PERCENT = Real(0.0, 100.0, closed_high=True)
 
 
 # --------------------------------------------------------------------------- option names
-class AliasOption(click.Option):
-    """An option whose old spellings (``aliases``) are accepted but left out of ``--help``.
-
-    Error messages name every spelling (click's ``'--n' / '--users'``), so a user who typed
-    the old one recognises it.
-    """
-
-    def __init__(self, *args: Any, aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.aliases = tuple(aliases)
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        opts = self.opts
-        self.opts = [o for o in opts if o not in self.aliases]
-        try:
-            return super().get_help_record(ctx)
-        finally:
-            self.opts = opts
-
-
-def option(name: str, dest: str, *, aliases: tuple[str, ...] = (), **kwargs: Any
-           ) -> Callable[[F], F]:
-    """``click.option(name, *aliases, dest, ...)`` with the aliases hidden from ``--help``."""
-    return click.option(name, *aliases, dest, cls=AliasOption, aliases=aliases, **kwargs)
+def option(name: str, dest: str, **kwargs: Any) -> Callable[[F], F]:
+    """``click.option(name, dest, ...)``: one spelling per option, named by its destination."""
+    return click.option(name, dest, **kwargs)
 
 
 def grid_option(**kwargs: Any) -> Callable[[F], F]:
@@ -260,9 +239,9 @@ def grid_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 def epsilon_option(**kwargs: Any) -> Callable[[F], F]:
-    """``--epsilon`` (alias ``--eps``): the privacy budget, a finite number > 0."""
+    """``--epsilon``: the privacy budget, a finite number > 0."""
     kwargs.setdefault("help", "Privacy budget epsilon of the (epsilon, delta) guarantee.")
-    return option("--epsilon", "epsilon", aliases=("--eps",), type=POSITIVE,
+    return option("--epsilon", "epsilon", type=POSITIVE,
                   show_default=True, **kwargs)
 
 
@@ -273,8 +252,8 @@ def delta_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 def n_option(low: int = 1, **kwargs: Any) -> Callable[[F], F]:
-    """``--n`` (alias ``--users``): the number of users, an integer >= ``low``."""
-    return option("--n", "n", aliases=("--users",), type=Count(low), show_default=True,
+    """``--n``: the number of users, an integer >= ``low``."""
+    return option("--n", "n", type=Count(low), show_default=True,
                   **kwargs)
 
 
@@ -316,9 +295,9 @@ def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 def out_dir_option(**kwargs: Any) -> Callable[[F], F]:
-    """``--out`` (alias ``--out-dir``) for a command that writes a set of files."""
+    """``--out`` for a command that writes a set of files."""
     kwargs.setdefault("help", "Output directory (created if missing).")
-    return option("--out", "out_dir", aliases=("--out-dir",),
+    return option("--out", "out_dir",
                   type=click.Path(file_okay=False), show_default=True, **kwargs)
 
 

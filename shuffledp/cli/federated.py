@@ -6,10 +6,13 @@ on a partition tree, each one Alg. 1 with Polya noise and secure aggregation per
 writes to ``--out``:
 
 * ``estimate.npy``: the normalised density on the 2^L x 2^L grid;
-* ``report.json``: the guarantee, per-round budgets, tree sizes and vector lengths, users,
-  survivors and shards, SecAgg server seconds; with ``--report-error`` only (evaluation:
-  computed from the data without noise, not private) the MSE against the true density and
-  that of the flat one-hot baseline;
+* ``report.json``: the guarantee, per-round budgets, tree sizes and vector lengths, shards;
+  under ``--neighbour zero_out`` or ``replace`` (n public) also the users, survivors and
+  SecAgg server seconds. Under ``add_remove`` (the default) n is private: the report states
+  the public population bound ``--max-users`` instead and no count that follows n (users,
+  survivors, clients per shard, timings, communication in user-entries); with
+  ``--report-error`` only (evaluation: computed from the data without noise, not private)
+  the MSE against the true density, that of the flat one-hot baseline, and the users;
 * ``tree.png``: the estimate and the final partition's cell boundaries side by side (and the
   true density with ``--report-error``).
 
@@ -37,6 +40,8 @@ from shuffledp.cli.common import (
     SEED,
     UNIT_CLOSED_LOW,
     Command,
+    Count,
+    delta_option,
     epsilon_option,
     n_option,
     out_dir_option,
@@ -49,24 +54,35 @@ EVALUATION_NOTE = ("mse values are computed from the input without noise: evalua
 
 
 def _locations(input_path: str | None, n: int, side: int, seed: int | None):
-    """(rows, cols, source, density): the built-in data are n users sampled from a public
+    """(rows, cols, source, density, ids): the built-in data are n users sampled from a public
     population-density image (as Bagdasaryan et al. Sec. 6.1 sample users from population
-    heatmaps), whose density is the truth; with --input, density is None."""
+    heatmaps), whose density is the truth, ids their positions; with --input, density is None
+    and each user's id is a 63-bit hash of her own user_id (so that another user joining or
+    leaving never moves her to another shard)."""
     from shuffledp import datasets
 
     if input_path is None:
         density = datasets.population_image(side, spread=(0.02, 0.15), background=0.5)
         rows, cols = datasets.sample_pixels(density, n, seed)
-        return rows, cols, (f"{n} users sampled from population_image({side}, spread=(0.02, "
-                            "0.15), background=0.5)"), density
-    else:
-        table = datasets.load_csv(input_path)
-        source = str(input_path)
-    _, first = np.unique(table.user.astype(str), return_index=True)
-    x, y = table.x[np.sort(first)], table.y[np.sort(first)]
+        return rows, cols, ("users sampled from population_image("
+                            f"{side}, spread=(0.02, 0.15), background=0.5)"), density, None
+    table = datasets.load_csv(input_path)
+    names, first = np.unique(table.user.astype(str), return_index=True)
+    order = np.argsort(first)  # users in the order they first appear in the file
+    names, first = names[order], first[order]
+    x, y = table.x[first], table.y[first]
     cols = np.minimum((x * side).astype(np.int64), side - 1)
     rows = np.minimum((y * side).astype(np.int64), side - 1)
-    return rows, cols, source, None
+    return rows, cols, str(input_path), None, _user_hashes(names)
+
+
+def _user_hashes(names) -> np.ndarray:
+    """A 63-bit BLAKE2b hash of each user_id: her shard under add/remove depends on her id
+    only (a collision is refused by the plan as a repeated id)."""
+    import hashlib
+
+    return np.array([int.from_bytes(hashlib.blake2b(str(u).encode(), digest_size=8).digest(),
+                                    "big") >> 1 for u in names], dtype=np.int64)
 
 
 def _boundaries(owners: np.ndarray) -> np.ndarray:
@@ -110,16 +126,26 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "sums without masking.")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
-@click.option("--neighbour", type=click.Choice(["add_remove", "replace"]),
+@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
               default="add_remove", show_default=True,
-              help="Neighbouring users: add/remove one (sensitivity 1) or replace one (2).")
+              help="Neighbouring users: add/remove one (n private; needs --max-users with "
+                   "--input), zero out one user's data (the user still takes part, n public; "
+                   "sensitivity 1) or replace one (2).")
+@click.option("--max-users", "max_users", type=Count(2), default=None,
+              help="add_remove: the public bound N on the population the shards and the "
+                   "noise are planned for, declared before the data: ceil(N / shard size) "
+                   "shards, each client's noise planned for (1 - dropout) of a shard's N / "
+                   "shards users; rounds with more users are refused  [default: --n for the "
+                   "built-in data; required with --input]")
+@delta_option(default=1e-9, help="add_remove: the total delta spent on each joining user's "
+                                 "own noise share (split over the sub-queries).")
 @click.option("--report-error", "report_error", is_flag=True,
               help="Add the MSE to the true density, the flat baseline's, and the true "
                    "density to the PNG (evaluation only: not private).")
 @out_dir_option(required=True)
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
-                  dropout_rate, c, eq7, b, aggregation, seed, neighbour, report_error,
-                  out_dir):
+                  dropout_rate, c, eq7, b, aggregation, seed, neighbour, max_users, delta,
+                  report_error, out_dir):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
     from shuffledp.analyzers.federated.tree import mse
     from shuffledp.analyzers.heatmap.render import render_png
@@ -127,24 +153,29 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
 
     t0 = time.perf_counter()
     side = 1 << depth
-    rows, cols, source, density = _locations(input_path, n, side, seed)
+    rows, cols, source, density, ids = _locations(input_path, n, side, seed)
     if users_per_query is not None and users_per_query > rows.size:
         raise click.BadParameter(f"must be at most the {rows.size} users, got "
                                  f"{users_per_query}", param_hint="--users-per-query")
     if shard_size < 2:
         raise click.BadParameter(f"must be >= 2, got {shard_size}", param_hint="--shard-size")
+    private_n = neighbour == "add_remove"
+    plan = _plan_users(private_n, users_per_query, max_users, input_path, n)
     from shuffledp.cli.common import progress_bar, warn
 
-    per_query = users_per_query or rows.size
+    per_query = users_per_query or plan or rows.size
     shards = -(-per_query // shard_size)
     if aggregation == "secagg":
         _warn_secagg_cost(per_query, shard_size, warn)
+    extra = ({"max_users": plan, "delta": delta, "user_ids": ids}
+             if private_n and users_per_query is None else {})
     with progress_bar(None, f"sub-queries ({shards} shard{'s' if shards > 1 else ''} each)",
                       "shard", False) as bar:
         rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
                                  shard_size=shard_size, c=c, b=b, dropout=dropout,
                                  dropout_rate=dropout_rate, aggregation=aggregation,
-                                 neighbour=neighbour, eq7=eq7, rng=seed, progress=bar.update)
+                                 neighbour=neighbour, eq7=eq7, rng=seed, progress=bar.update,
+                                 **extra)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", rel.estimate)
@@ -154,28 +185,57 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
     if report_error:
         truth = _truth(rows, cols, side, density)
         flat = flat_histogram(rows, cols, depth, epsilon, shard_size=shard_size,
-                              dropout=dropout, aggregation="simulate",
+                              dropout=dropout, aggregation="simulate", neighbour="zero_out",
                               rng=None if seed is None else seed + 1)
         panels.append(("true density", truth))
         evaluation = {"mse": mse(rel.estimate, truth), "mse_flat_baseline": mse(flat, truth),
                       "truth": ("the population image the users were sampled from"
                                 if density is not None else "the users' own histogram"),
-                      "notes": [EVALUATION_NOTE]}
+                      "users": int(rows.size), "notes": [EVALUATION_NOTE]}
     render_png(out / "tree.png", panels)
     report = {
         "mechanism": "adaptive hierarchical histogram (Bagdasaryan et al. 2022, Alg. 2)",
         "release": "reproducible evaluation" if seed is not None else "private",
-        "input": source, "users": int(rows.size), "grid": f"{side}x{side}",
+        "input": source, "grid": f"{side}x{side}",
         "aggregation": aggregation,
-        "guarantee": rel.guarantee.to_dict(), "rounds": rel.rounds,
+        "guarantee": rel.guarantee.to_dict(), "rounds": rel.public_rounds(),
         "final_tree_nodes": len(rel.tree.nodes),
         "final_vector_length": len(rel.tree.vector_nodes()),
-        "communication_total_vector_entries": int(sum(r["vector_length"] * r["users"]
-                                                      for r in rel.rounds)),
-        "seconds": time.perf_counter() - t0, **evaluation,
+        "communication_per_user_vector_entries": int(sum(r["vector_length"]
+                                                         for r in rel.rounds)),
+        **({"max_users": plan} if plan else {}),
+        **({} if private_n else {
+            "users": int(rows.size),
+            "communication_total_vector_entries": int(sum(r["vector_length"] * r["users"]
+                                                          for r in rel.rounds))}),
+        **evaluation,
     }
+    if not private_n or report_error:  # run time follows n: evaluation or n public only
+        report["seconds"] = time.perf_counter() - t0
     write_report(out, report)
     _summary(report, rel.rounds, side, aggregation, out)
+
+
+def _plan_users(private_n: bool, users_per_query: int | None, max_users: int | None,
+                input_path: str | None, n: int) -> int | None:
+    """The public population bound of an add/remove run (None when n is public or the
+    sub-queries sample a fixed, public number of users): ``--max-users``, or ``--n`` for the
+    built-in data (whose size the caller chose); required with ``--input``."""
+    if not private_n:
+        if max_users is not None:
+            raise click.BadParameter("plans an add_remove run; with --neighbour zero_out or "
+                                     f"replace n is public, got --max-users {max_users}",
+                                     param_hint="--max-users")
+        return None
+    if users_per_query is not None:
+        return None
+    if max_users is None and input_path is not None:
+        raise click.BadParameter(
+            "--neighbour add_remove keeps n private, so the shards and the noise must be "
+            "planned for a public bound on the population declared before the data: give "
+            "--max-users N (or --users-per-query, or --neighbour zero_out, where n is "
+            "public), got no --max-users", param_hint="--max-users")
+    return max_users if max_users is not None else n
 
 
 def _warn_secagg_cost(per_query: int, shard_size: int, warn: Callable[[str], object]) -> None:
@@ -186,7 +246,8 @@ def _warn_secagg_cost(per_query: int, shard_size: int, warn: Callable[[str], obj
         warn(f"--aggregation secagg with {per_query} users per sub-query in shards of "
              f"{min(shard_size, per_query)}: about {pairs:,} pairwise key agreements per "
              f"sub-query (roughly {pairs / 7e3:,.0f} s each on 2 cores); for a quick run "
-             "use --n 1000 --shard-size 100")
+             "use --n 1000 --shard-size 100 --neighbour zero_out (add_remove needs large "
+             "shards: the joining user's own noise share costs about 1/shard size)")
 
 
 def _truth(rows: np.ndarray, cols: np.ndarray, side: int,
@@ -206,7 +267,7 @@ def _summary(report: dict, rounds: list[dict], side: int, aggregation: str, out:
     agg = {"simulate": "shard noise sums sampled from their exact law (--aggregation secagg "
                        "runs the real protocol)",
            "secagg": "real secure aggregation", "plain": "plain sums"}[aggregation]
-    comm = sum(r["vector_length"] for r in rounds)
+    comm = report["communication_per_user_vector_entries"]
     click.echo(f"{len(rounds)} sub-queries, final vector {report['final_vector_length']} "
                f"of {side * side} cells, communication {comm}"
                f" (sum of vector sizes){err}; {agg}; wrote {out}/estimate.npy, report.json, "

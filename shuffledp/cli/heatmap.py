@@ -129,24 +129,38 @@ class _Progress:
               help="--backend dask: scheduler ADDRESS (default: a LocalCluster, one worker "
                    "per core).")
 @allow_large_option
+@click.option("--evaluate/--release", "evaluate", default=None,
+              help="--evaluate: an evaluation run, not a private release: also writes the "
+                   "exact (non-private) heatmap, the Laplace baselines (further releases on "
+                   "the same users), metrics against the truth and the number of users. "
+                   "--release: a private release: writes only the estimate, its picture and "
+                   "its guarantee. Default: --evaluate on the built-in synthetic data, "
+                   "--release with --input or --budget-ledger.")
 @click.option("--budget-ledger", "budget_ledger", type=click.Path(dir_okay=False), default=None,
-              help="Append this release to a budget ledger (JSON) and refuse it (exit 1, "
-                   "nothing written) if all the ledger's releases would compose past its "
-                   "total; see shuffledp account compose.")
+              help="Charge this private release to a budget ledger before anything is "
+                   "written: refused (exit 1, nothing written) if all the ledger's releases "
+                   "would compose past its total. Concurrent runs are serialised by a lock; "
+                   "the ledger is a hash-chained log (FILE, FILE.head, FILE.lock) whose "
+                   "edited or deleted entries are refused. See shuffledp account compose.")
 @click.option("--budget-epsilon", "budget_epsilon", type=POSITIVE, default=None,
               help="Total epsilon of a new --budget-ledger.")
 @click.option("--budget-delta", "budget_delta", type=UNIT, default=None,
               help="Total delta of a new --budget-ledger.")
-def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding, delta,
-            sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics, smoothing,
-            quiet, backend, scheduler, allow_large, budget_ledger=None, budget_epsilon=None,
-            budget_delta=None) -> None:
+@click.pass_context
+def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding,
+            delta, sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics,
+            smoothing, quiet, backend, scheduler, allow_large, evaluate=None, budget_ledger=None,
+            budget_epsilon=None, budget_delta=None) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
-    Writes OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
-    OUT/report.json and OUT/heatmap.png (true | baseline | ours). Without --seed every noise
-    draw comes from fresh OS entropy (a private release); with --seed two runs are identical
-    (a reproducible evaluation, not a private release).
+    A private release (--release; the default with --input or --budget-ledger) writes
+    OUT/estimate.npy (float64, shape (height, width), non-negative, sums to 1),
+    OUT/heatmap.png (the estimate) and OUT/report.json (its guarantee and parameters; not the
+    number of users, which is private under add/remove). An evaluation (--evaluate; the
+    default on the built-in synthetic data) also shows the true heatmap and the Laplace
+    baseline (true | baseline | ours) with metrics, and says it is not a private release.
+    Without --seed every noise draw comes from fresh OS entropy; with --seed two runs are
+    identical (a reproducible evaluation, not a private release).
     """
     from shuffledp.analyzers.heatmap.release import HeatmapRelease
 
@@ -154,6 +168,7 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
     progress = _Progress(quiet)
     _check_model_options(model, neighbour, backend, scheduler)
     box = _check_input_options(input_path, fmt, bbox, n)
+    evaluate = _check_mode(ctx, evaluate, input_path, seed, budget_ledger)
     ledger = _open_ledger(budget_ledger, budget_epsilon, budget_delta)
     n = SYNTHETIC_USERS if n is None else n
     n_points = _count_points(input_path, n)
@@ -161,15 +176,16 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
             else f"--input {input_path} ({n_points:,} lines)")
     refuse_if_large(
         f"{what} on --grid {grid}",
-        memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + len(top_percent)),
+        memory_bytes=heatmap_memory(grid.n_pixels, n_points,
+                                    1 + len(top_percent) if evaluate else 0),
         allow_large=allow_large)
-    progress("no --seed: all noise from fresh OS entropy (private release)" if seed is None
-             else f"--seed {seed}: {HeatmapRelease.REPRODUCIBLE}")
+    progress(_mode_message(evaluate, seed, input_path))
 
     progress("loading data")
     table, source = _load_table(input_path, fmt, box, n, data_seed)
     users = table.to_users(grid)
-    progress(f"{users.n_users} users on a {grid} grid")
+    if evaluate:
+        progress(f"{users.n_users} users on a {grid} grid")
 
     rngs = _noise_rngs(seed, 2 + len(top_percent))
     progress(f"running the {model} mechanism (epsilon={epsilon}, w={w})")
@@ -181,22 +197,45 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
                                rng=rngs[0])
     else:
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
-                                n_points, len(top_percent), allow_large, backend, scheduler,
-                                quiet=quiet, rounding=rounding)
+                                n_points, len(top_percent) if evaluate else -1, allow_large,
+                                backend, scheduler, quiet=quiet, rounding=rounding)
     if smoothing == "auto":
         ours = ours.smoothed()
     seconds_ours = time.perf_counter() - t_ours
-    if ledger is not None:  # recorded before anything is written; refused: nothing is
-        _charge_ledger(ledger, budget_ledger, ours, out_dir, progress)
+    receipt = None
+    if ledger is not None:  # charged before anything is written; refused: nothing is
+        receipt = _charge_ledger(ledger, budget_ledger, ours, out_dir, progress)
+
+    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
+
+    h_ours = gaussian_heatmap(ours.estimate, sigma)
+    out = Path(out_dir)
+    report = ours.to_report()
+    report.update({"mode": "evaluation" if evaluate else "release", "w": w, "sigma": sigma,
+                   "seed": seed})
+    if not evaluate:
+        report.update({
+            "input": _public_source(input_path, data_seed),
+            "released": "estimate.npy; heatmap.png (the estimate with a Gaussian filter of "
+                        f"sigma={sigma} px: post-processing); this report. Nothing else was "
+                        "computed from the data (no true heatmap, baseline, metric, user or "
+                        "point count, or timing).",
+            "budget_ledger": None if receipt is None else receipt.to_dict(),
+        })
+        _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
+                       [("ours (private release)", h_ours)], report,
+                       caption=_release_caption(ours, grid, sigma, seed))
+        progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, "
+                 f"{out / 'heatmap.png'} ({report['release']})")
+        return
+
     aggregate = users.aggregate()
     baselines = _baselines(aggregate, epsilon, top_percent, rngs[1:])
 
     from shuffledp.analyzers.heatmap.release import normalise
-    from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 
     truth = normalise(aggregate)
     h_truth = gaussian_heatmap(truth, sigma)
-    h_ours = gaussian_heatmap(ours.estimate, sigma)
     h_base = gaussian_heatmap(baselines["laplace"].estimate, sigma)
 
     if no_metrics:
@@ -204,14 +243,13 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
     metrics = _heatmap_metrics(metric_set, grid, sigma, h_truth, h_ours, h_base, baselines,
                                quiet, progress)
 
-    report = ours.to_report()
     report.update({
+        "release": (HeatmapRelease.REPRODUCIBLE if seed is not None
+                    else HeatmapRelease.EVALUATION),
+        "evaluation": EVALUATION_NOTE,
         "n_users": users.n_users,
         "n_points": int(table.x.size),
         "input": source,
-        "w": w,
-        "sigma": sigma,
-        "seed": seed,
         "seconds": time.perf_counter() - t_start,
         "seconds_mechanism": seconds_ours,
         "metrics_on": f"Gaussian-filtered heatmaps (sigma={sigma} px), truth = normalised "
@@ -220,7 +258,6 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
         "metric_set": metric_set,
         "baselines": {name: rel.guarantee.to_dict() for name, rel in baselines.items()},
     })
-    out = Path(out_dir)
     _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
                    [("true (non-private)", h_truth),
                     (_panel_title("Laplace baseline", metrics.get("laplace")), h_base),
@@ -230,6 +267,85 @@ def heatmap(input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rou
              f"({report['release']})")
     if not quiet and metrics:
         _print_metrics(metrics, metric_set)
+
+
+#: What an evaluation run's report says it is.
+EVALUATION_NOTE = (
+    "an evaluation run, not a private release: besides the estimate (whose guarantee is "
+    "stated) it writes the exact non-private heatmap, the Laplace baselines (further "
+    "releases on the same users, not charged to any budget), metrics against the truth and "
+    "the numbers of users and points. Private release: --release (the default with --input "
+    "or --budget-ledger)")
+
+
+def _check_mode(ctx: click.Context, evaluate: bool | None, input_path: str | None,
+                seed: int | None, ledger: str | None) -> bool:
+    """Whether the run is an evaluation: --evaluate, or the built-in data without --release
+    or --budget-ledger. An evaluation is never charged to a ledger (usage error), nor is a
+    seeded run; a release refuses the evaluation-only options given explicitly."""
+    if ledger is not None and evaluate:
+        raise click.UsageError(
+            f"--evaluate --budget-ledger {ledger}: an evaluation writes the true heatmap and "
+            "baselines, which no ledger charge covers; drop --evaluate to charge a private "
+            "release")
+    if ledger is not None and seed is not None:
+        raise click.UsageError(
+            f"--seed {seed} --budget-ledger {ledger}: seeded noise is not a private release; "
+            "drop --seed to charge one")
+    if evaluate is None:
+        evaluate = input_path is None and ledger is None
+    if not evaluate:
+        def given(name: str) -> bool:
+            return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+        options = []
+        if given("metric_set") and ctx.params["metric_set"] != "none":
+            options.append(f"--metrics {ctx.params['metric_set']}")
+        if given("top_percent"):
+            options.append(" ".join(f"--top-percent {t:g}" for t in ctx.params["top_percent"]))
+        if options:
+            why = ("--release" if given("evaluate")
+                   else "--budget-ledger" if ledger is not None else "--input")
+            raise click.UsageError(
+                f"{' '.join(options)}: metrics and baselines compare with the true heatmap, "
+                f"which a private release ({why}) does not compute; add --evaluate for an "
+                "evaluation run" + (" (without --budget-ledger)" if ledger else ""))
+    return bool(evaluate)
+
+
+def _mode_message(evaluate: bool, seed: int | None, input_path: str | None) -> str:
+    noise = ("all noise from fresh OS entropy" if seed is None
+             else f"--seed {seed}: reproducible noise")
+    if evaluate:
+        data = "built-in synthetic data" if input_path is None else f"--input {input_path}"
+        return (f"evaluation on {data}, not a private release ({noise}): also writes the true "
+                "heatmap, the Laplace baselines and metrics")
+    if seed is not None:
+        return f"--seed {seed}: reproducible evaluation, not a private release (release layout)"
+    return f"private release ({noise}): writes only the estimate and its guarantee"
+
+
+def _public_source(input_path: str | None, data_seed: int | None) -> str:
+    """The input as the operator named it, without anything computed from the data."""
+    if input_path is not None:
+        return str(input_path)
+    from shuffledp import datasets
+
+    seed = datasets.BUILTIN_DATA_SEED if data_seed is None else data_seed
+    return f"built-in synthetic mixture (data seed {seed})"
+
+
+def _release_caption(release: Any, grid: Any, sigma: float, seed: int | None) -> list[str]:
+    """Short lines (one panel wide): the guarantee, the grid and the filter, nothing else."""
+    g = release.guarantee
+    delta = "" if g.delta == 0 else f", delta = {g.delta:.2g}"
+    kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
+    what = ("private release" if seed is None
+            else f"--seed {seed}: reproducible, not a private release")
+    return [f"{what}: {g.model} model",
+            f"{kind}, epsilon = {g.epsilon:g}{delta}",
+            f"neighbours: {g.neighbour.value}",
+            f"{grid} grid; Gaussian filter {sigma:g} px (post-processing)"]
 
 
 def _check_model_options(model: str, neighbour: str | None, backend: str,
@@ -256,14 +372,17 @@ def _open_ledger(path: str | None, epsilon: float | None, delta: float | None) -
     return None
 
 
-def _charge_ledger(ledger: Any, path: str, ours: Any, out_dir: str, progress: Any) -> None:
-    """Record the release in the ledger, refused (exit 1) if the budget would be exceeded."""
-    _, spent = as_refusal(f"--budget-ledger {path}", ledger.append,
-                          ours.guarantee.event or _plain_event(ours.guarantee),
-                          f"heatmap --out {out_dir}")
-    progress(f"budget ledger {path}: {spent.releases} releases compose to "
-             f"epsilon={spent.epsilon:.6g} at delta={spent.delta:g} ({spent.method}; "
-             f"total {ledger.epsilon:g})")
+def _charge_ledger(ledger: Any, path: str, ours: Any, out_dir: str, progress: Any) -> Any:
+    """Charge the release to the ledger (atomic, under its lock) and return the receipt;
+    refused (exit 1) if the budget would be exceeded or the ledger does not verify."""
+    receipt = as_refusal(f"--budget-ledger {path}", ledger.charge,
+                         ours.guarantee.event or _plain_event(ours.guarantee),
+                         f"heatmap --out {out_dir}")
+    spent = receipt.composition
+    progress(f"budget ledger {path}: entry {receipt.entry}; {spent.releases} releases "
+             f"compose to epsilon={spent.epsilon:.6g} at delta={spent.delta:g} "
+             f"({spent.method}; total {ledger.epsilon:g}); head {receipt.head[:16]}")
+    return receipt
 
 
 def _baselines(aggregate: np.ndarray, epsilon: float, top_percent: Any,
@@ -342,8 +461,9 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
         f"{n_users} users ({data}), {grid} grid; heatmaps with a Gaussian filter, sigma = "
         f"{sigma:g} px; CC (1 = perfect) and EMD (0 = perfect) against the true heatmap",
     ]
-    if seed is not None:
-        lines.append(f"--seed {seed}: reproducible evaluation, not a private release")
+    lines.append("evaluation run, not a private release: the true heatmap and a second "
+                 "release (the Laplace baseline) are shown" + (
+                     "" if seed is None else f"; --seed {seed}: reproducible noise"))
     return lines
 
 

@@ -9,7 +9,10 @@ uniformity). ``--report-error`` adds the sorted-l1 distance to the input and the
 properties of the input: those depend on the data without noise, so they are for
 evaluation only (the report says so). ``--seed`` makes a reproducible evaluation run, not a
 private release. Errors follow :mod:`shuffledp.cli.common` (usage errors exit 2, a bad input
-file exits 1 with the line number, never a traceback).
+file exits 1 with the line number, never a traceback). ``--input`` is read through
+:mod:`shuffledp.safe_io`: a regular file of at most :data:`INPUT_LIMIT` bytes (``--allow-large``
+lifts the cap); a FIFO, a device such as ``/dev/zero`` or a directory is refused at once
+(exit 2) instead of hanging or filling memory.
 
 References
 ----------
@@ -27,6 +30,7 @@ from shuffledp.cli.common import (
     COUNT,
     SEED,
     Command,
+    allow_large_option,
     epsilon_option,
     out_dir_option,
     write_report,
@@ -35,12 +39,14 @@ from shuffledp.cli.common import (
 # scipy loads inside the command (PrivHist's isotonic step), not at `shuffledp --help`.
 SPLITS = ("lean", "paper", "practical")  # = ...privhist.mechanism.SPLITS (tested)
 REGIMES = ("auto", "paper", "low", "high")  # = ...privhist.mechanism.REGIMES (tested)
+#: bytes of --input read at most (about 8 million lines); --allow-large lifts it
+INPUT_LIMIT = 64 << 20
 ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the input "
               "without noise: evaluation only, do not publish them with the release")
 
 
 @click.command("privhist", cls=Command)
-@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
+@click.option("--input", "input_path", type=click.Path(exists=True),
               required=True, help="Frequency list: 'count' or 'count,prevalence' per line.")
 @epsilon_option(required=True, help="Total privacy budget epsilon (> 0).")
 @out_dir_option(required=True)
@@ -61,18 +67,22 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
                    "and the distance to uniformity to the property estimates.")
 @click.option("--coverage-samples", "coverage_samples", type=COUNT, default=None,
               help="m of the support coverage estimate  [default: the released N]")
+@allow_large_option
 def privhist_cmd(input_path, epsilon, out_dir, split, regime, seed, report_error, support_bound,
-                 coverage_samples):
+                 coverage_samples, allow_large):
     """Release an anonymized histogram under pure epsilon-DP (PrivHist)."""
     from shuffledp.analyzers.privhist import (
         estimate_properties,
-        load_frequency_list,
         privhist,
         sorted_l1,
     )
-    from shuffledp.analyzers.privhist.histogram import write_frequency_list
+    from shuffledp.analyzers.privhist.histogram import parse_frequency_list, write_frequency_list
 
-    h = load_frequency_list(input_path)
+    text = _read_input(input_path, allow_large)
+    try:
+        h = parse_frequency_list(text.splitlines(), source=input_path)
+    except ValueError as e:  # a line's text is quoted: keep the message one short line
+        raise click.ClickException(_short(str(e))) from None
     release = privhist(h, epsilon, split=split, regime=regime, rng=seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,3 +107,22 @@ def privhist_cmd(input_path, epsilon, out_dir, split, regime, seed, report_error
     click.echo(f"N = {release.total}, {release.histogram.support} labels, "
                f"epsilon = {release.guarantee.epsilon:g}; wrote {out}/histogram.txt and "
                "report.json")
+
+
+def _read_input(path: str, allow_large: bool) -> str:
+    """``--input`` through the safe reader: exit 2 if it is not a regular file (a FIFO, a
+    device, a directory), 1 if it is larger than :data:`INPUT_LIMIT` or not UTF-8."""
+    from shuffledp.safe_io import NotRegularFileError, UnsafeFileError, read_regular_text
+
+    try:
+        return read_regular_text(path, (1 << 62) if allow_large else INPUT_LIMIT,
+                                 what="--input")
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--input") from None
+    except UnsafeFileError as e:
+        hint = "; pass --allow-large to read it" if "more than the" in str(e) else ""
+        raise click.ClickException(f"{e}{hint}") from None
+
+
+def _short(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else text[:most] + "... (shortened)"

@@ -14,15 +14,23 @@ The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (
 :class:`~shuffledp.protocol.params.ProtocolParams`, with a fresh round id: batches of another
 setup are rejected), the analyzer's X25519 key pair (``analyzer.key``; ``analyzer.pub`` for the
 users) and the MAC key ``mac.key`` shared by the shuffler and the analyzer only (32 random
-bytes). Both secret files are created with mode 0600 from the start and never overwritten
-without ``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
+bytes). Key files are typed (:func:`shuffledp.protocol.crypto.encode_key_file`: a header
+naming the kind, the format version, the algorithm and the key's id) and every command
+checks the kind it reads, so ``encode --analyzer-pub mac.key`` is refused naming both. Both
+secret files are created with mode 0600 from the start and never overwritten without
+``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
 ``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
 :mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
 (``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
 counts (:mod:`shuffledp.analyzers.heatmap.modular`, the toolkit's one decrypt-then-count loop) and
 writes
 ``estimate.npy`` (normalised), ``raw.npy`` (s_hat) and ``report.json`` (guarantee, protocol
-figures, the shuffler's report, whether the mixed batch was authenticated).
+figures, the shuffler's report, whether the mixed batch was authenticated). A batch whose
+every message fails to decrypt is left out and counted, and n_min applies to the users that
+remain (:mod:`shuffledp.analyzers.heatmap.modular`, "Unreadable batches"). Each release is
+recorded in the release ledger (``--release-ledger``, default ``releases.jsonl`` next to
+``--params``; :mod:`shuffledp.analyzers.heatmap.release_ledger`) before anything is written,
+and a second release of a round is refused.
 
 ``--plaintext-simulation`` (on every role) selects the plaintext wire path instead: the
 shuffler then sees every user's shares, so it is a simulation aid only and each role says so
@@ -55,7 +63,6 @@ import numpy as np
 
 from shuffledp.cli.common import (
     COUNT,
-    KEY_BYTES,
     PARAMS_FILE_LIMIT,
     POINTS_FILE_LIMIT,
     REPORT_FILE_LIMIT,
@@ -80,15 +87,19 @@ from shuffledp.cli.common import (
     write_report,
 )
 from shuffledp.safe_io import (
+    SHUFFLER_REPORT_SCHEMA,
     NotRegularFileError,
     UnsafeFileError,
     atomic_output,
     check_regular,
+    check_schema,
     create_private,
     open_regular,
     read_regular,
     read_regular_text,
     read_up_to,
+    sync_to_disk,
+    with_schema,
     write_atomic,
 )
 
@@ -99,6 +110,7 @@ PLAINTEXT_WARNING = (
 KEY_FILE = "analyzer.key"
 PUB_FILE = "analyzer.pub"
 MAC_FILE = "mac.key"
+LEDGER_FILE = "releases.jsonl"
 _SIM_HELP = (
     "Plaintext wire path (simulation aid only: the shuffler sees every user's shares)."
 )
@@ -148,32 +160,30 @@ def _load_params(path: str, allow_large: bool = False):
     return p
 
 
-def _load_public_key(path: str) -> bytes:
-    """``--analyzer-pub``: exactly 32 bytes, a point usable for X25519."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import (
-        X25519PrivateKey,
-        X25519PublicKey,
-    )
+def _read_key(path: str, kind: str, option: str) -> bytes:
+    """A typed key file named by ``option`` (:func:`shuffledp.protocol.crypto.read_key_file`):
+    exit 2 if it is not a regular file, 1 if it holds another kind of key or is invalid."""
+    from shuffledp.protocol.crypto import KeyFileError, read_key_file
 
-    raw = _read_file(path, KEY_BYTES, "--analyzer-pub")
-    if len(raw) != KEY_BYTES:
-        raise click.ClickException(
-            f"--analyzer-pub {path}: {len(raw)} bytes, an X25519 public key has {KEY_BYTES}"
-        )
     try:
-        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
-    except ValueError:
-        raise click.ClickException(
-            f"--analyzer-pub {path}: not a usable X25519 public key (a low-order point)"
-        ) from None
-    return raw
+        return read_key_file(path, kind, what=option)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint=option) from None
+    except (KeyFileError, UnsafeFileError) as e:
+        raise click.ClickException(str(e)) from None
 
 
-def _read_secret(path: str, option: str, what: str) -> bytes:
-    """A secret key file named by ``option``: exactly 32 bytes; warns if others may read it."""
-    raw = _read_file(path, KEY_BYTES, option)
-    if len(raw) != KEY_BYTES:
-        raise click.ClickException(f"{option} {path}: {len(raw)} bytes, {what} has {KEY_BYTES}")
+def _load_public_key(path: str) -> bytes:
+    """``--analyzer-pub``: the analyzer's public key file (kind checked; a usable X25519
+    point); returns the 32 raw bytes."""
+    from shuffledp.protocol.crypto import KEY_ANALYZER_PUBLIC
+
+    return _read_key(path, KEY_ANALYZER_PUBLIC, "--analyzer-pub")
+
+
+def _read_secret(path: str, option: str, kind: str) -> bytes:
+    """A secret key file named by ``option``, of ``kind``; warns if others may read it."""
+    raw = _read_key(path, kind, option)
     mode = os.stat(path).st_mode
     if mode & 0o077:
         warn(f"{option} {path} is readable by others (mode {mode & 0o777:o}); chmod 600 it")
@@ -181,18 +191,22 @@ def _read_secret(path: str, option: str, what: str) -> bytes:
 
 
 def _load_private_key(path: str):
-    """``--key``: the analyzer's X25519 private key (32 raw bytes)."""
+    """``--key``: the analyzer's X25519 private key file."""
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+    from shuffledp.protocol.crypto import KEY_ANALYZER_PRIVATE
+
     return X25519PrivateKey.from_private_bytes(
-        _read_secret(path, "--key", "an X25519 private key"))
+        _read_secret(path, "--key", KEY_ANALYZER_PRIVATE))
 
 
 def _load_mac_key(path: str | None) -> bytes | None:
     """``--mac-key``: the key shuffler and analyzer share for the mixed batch's tag."""
+    from shuffledp.protocol.crypto import KEY_MAC
+
     if path is None:
         return None
-    return _read_secret(path, "--mac-key", f"a MAC key written by `shuffledp setup` ({MAC_FILE})")
+    return _read_secret(path, "--mac-key", KEY_MAC)
 
 
 def _show(text: str, width: int = 40) -> str:
@@ -289,8 +303,9 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
     key; keep it on the analyzer), analyzer.pub (give it to the users), and mac.key (32
     random bytes shared by the shuffler and the analyzer only: the shuffler authenticates
     the mixed batch's header and records with it, HMAC-SHA256, and the analyzer refuses a
-    batch whose tag does not verify). The two secret files are created with mode 0600 and
-    never overwritten without --force.
+    batch whose tag does not verify). Key files are typed text naming their kind, which
+    every command checks. The two secret files are created with mode 0600 and never
+    overwritten without --force.
     """
     from shuffledp.protocol.params import derive_params
 
@@ -309,6 +324,7 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
     if keys:
         _write_keys(out, force)
     write_atomic(out / "params.json", p.to_json().encode())
+    sync_to_disk(out / "params.json")
     if plaintext_simulation:
         warn(PLAINTEXT_WARNING)
     click.echo(json.dumps(p.figures(), indent=1))
@@ -317,6 +333,10 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
 def _write_keys(out: Path, force: bool) -> None:
     """The analyzer's key pair and the MAC key; refuses (before writing any) to overwrite."""
     from shuffledp.protocol.crypto import (
+        KEY_ANALYZER_PRIVATE,
+        KEY_ANALYZER_PUBLIC,
+        KEY_MAC,
+        encode_key_file,
         generate_analyzer_key,
         generate_mac_key,
         private_bytes,
@@ -334,12 +354,15 @@ def _write_keys(out: Path, force: bool) -> None:
                 "the keys")
     k = generate_analyzer_key()
     try:
-        create_private(out / KEY_FILE, private_bytes(k), force=force)
-        create_private(out / MAC_FILE, generate_mac_key(), force=force)
+        create_private(out / KEY_FILE, encode_key_file(KEY_ANALYZER_PRIVATE, private_bytes(k)),
+                       force=force)
+        create_private(out / MAC_FILE, encode_key_file(KEY_MAC, generate_mac_key()),
+                       force=force)
     except FileExistsError as e:  # created by someone else since the check above
         raise click.ClickException(f"{e.filename} appeared while setup was writing it; "
                                    "refusing to overwrite it") from None
-    write_atomic(out / PUB_FILE, public_bytes(k))
+    write_atomic(out / PUB_FILE, encode_key_file(KEY_ANALYZER_PUBLIC, public_bytes(k)))
+    sync_to_disk(out / KEY_FILE, out / MAC_FILE, out / PUB_FILE)
 
 
 # --------------------------------------------------------------------------- encode
@@ -525,7 +548,7 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
                    "mixed batch's header and records get an HMAC-SHA256 tag under it. Required "
                    "unless --plaintext-simulation (then the tag is a plain SHA-256).")
-@option("--shuffler-report", "report_path", aliases=("--report",),
+@option("--shuffler-report", "report_path",
         type=click.Path(dir_okay=False), default=None,
         help="Where to write the shuffler's report [default: OUT.report.json].")
 @click.option("--expected-users", type=COUNT, default=None,
@@ -576,7 +599,7 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
     report.update(path=_kind_name(encrypted), n_batch_files=n_read,
                   mixed_batch=os.fspath(out_path), digest=p.digest.hex(),
                   round_id=p.round_id.hex(), authenticated=header.keyed)
-    text = json.dumps(report)
+    text = json.dumps(with_schema(report, SHUFFLER_REPORT_SCHEMA))
     write_atomic(report_path or f"{out_path}.report.json", (text + "\n").encode())
     click.echo(text, err=True)
 
@@ -617,6 +640,8 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
         return None
     text = _read_file(path, REPORT_FILE_LIMIT, "--shuffler-report", text=True)
     rep = _json_object(text, f"shuffler report {path}")
+    as_refusal("--shuffler-report", check_schema, rep, SHUFFLER_REPORT_SCHEMA,
+               f"shuffler report {path}")
     for key, value in (("n_forwarded", header.n_users), ("n_dropped", header.n_dropped)):
         if rep.get(key) != value:
             raise click.ClickException(
@@ -645,7 +670,7 @@ def _check_mixed_header(p: Any, h: Any, size: int) -> None:
 
 
 def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
-                     plaintext_simulation: bool) -> Any:
+                     plaintext_simulation: bool, key: Any = None) -> Any:
     """Match the batch's kind with the flags: the analyzer key for an encrypted batch, None
     for a plaintext one (after the loud warning)."""
     if h.encrypted:
@@ -654,7 +679,7 @@ def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
                                      "--plaintext-simulation", param_hint="--plaintext-simulation")
         if key_path is None:
             raise click.UsageError(f"--key is required: the mixed batch {in_path} is encrypted")
-        return _load_private_key(key_path)
+        return key if key is not None else _load_private_key(key_path)
     if not plaintext_simulation:
         raise click.UsageError(
             f"the mixed batch {in_path} is plaintext (simulation path: the shuffler saw every "
@@ -664,7 +689,8 @@ def _mixed_batch_key(h: Any, in_path: str, key_path: str | None,
     return None
 
 
-def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> bytes | None:
+def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None,
+                         mac_key: bytes | None = None) -> bytes | None:
     """``--mac-key``: required for an encrypted or keyed batch; a batch without a keyed tag
     is refused when one is given (anyone who edits a batch can recompute a plain SHA-256)."""
     if mac_key_path is None:
@@ -675,7 +701,7 @@ def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> byte
                 f"--mac-key is required: the mixed batch {in_path} {why} with the key the "
                 f"shuffler shares with the analyzer (setup writes OUT/{MAC_FILE})")
         return None
-    mac_key = _load_mac_key(mac_key_path)
+    mac_key = mac_key if mac_key is not None else _load_mac_key(mac_key_path)
     if not h.keyed:
         raise click.ClickException(
             f"refusing to release {in_path}: --mac-key {mac_key_path} was given but the mixed "
@@ -684,21 +710,30 @@ def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None) -> byte
     return mac_key
 
 
-def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
-    """Decrypt the first message only, to refuse a wrong ``--key`` before the whole batch.
+KEY_PROBE = 64  # messages decrypted to tell a wrong --key before the whole batch
 
-    Any message that does not open makes the release refused anyway (the count check).
+
+def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
+    """Decrypt the first :data:`KEY_PROBE` messages, to refuse a wrong ``--key`` before the
+    whole batch: refused when none opens.
+
+    A few unreadable messages are not a wrong key: a device that encrypted to another key
+    leaves its whole batch unreadable, and the analyzer leaves it out (the messages are in
+    uniformly random order, so with the right key all of the first 64 fail only when nearly
+    every batch is unreadable, and the release is refused then anyway).
     """
     from shuffledp.protocol.crypto import decrypt_records
     from shuffledp.protocol.wire import HEADER_SIZE
 
-    if h.n_records == 0:
+    k = min(h.n_records, KEY_PROBE)
+    if k == 0:
         return
     fh.seek(HEADER_SIZE)
-    if decrypt_records(p, read_up_to(fh, h.record_bytes), key)[2]:
+    if decrypt_records(p, read_up_to(fh, k * h.record_bytes), key)[2] == k:
         raise click.ClickException(
-            f"--key {key_path}: the first message of {in_path} does not decrypt: not the "
-            "analyzer key of this run (or a corrupt message); refusing to release")
+            f"--key {key_path}: none of the first {k} messages of {in_path} decrypts: not the "
+            "analyzer key of this run (or every device encrypted to another key); refusing "
+            "to release")
 
 
 def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.ClickException:
@@ -728,24 +763,35 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
               help="Processes decrypting a large batch [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True,
               help="Accept a plaintext mixed batch (simulation aid only).")
+@click.option("--release-ledger", "ledger_path", type=click.Path(dir_okay=False), default=None,
+              help=f"Ledger of the rounds released (a hash-chained log): a second release "
+                   f"of a round is refused [default: {LEDGER_FILE} next to --params].")
 @smoothing_option()
 @allow_large_option
 def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
-            plaintext_simulation, smoothing, allow_large):
-    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; write the
-    estimate (post-processed as `shuffledp heatmap` releases it, --smoothing) and
-    report.json.
+            plaintext_simulation, ledger_path, smoothing, allow_large):
+    """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; record the
+    release in the release ledger; write the estimate (post-processed as `shuffledp heatmap`
+    releases it, --smoothing) and report.json.
 
     Refuses to release (exit 1) a batch that is malformed, of another run, altered after
-    the shuffler (tag), holds a message that does not decrypt, or misses messages.
+    the shuffler (tag), misses messages, holds fewer than n_min users whose messages all
+    decrypt (a batch whose every message fails, e.g. encrypted to another key, is left out
+    and counted; part of a batch failing is refused), or is of a round already released
+    with other messages (--release-ledger).
     """
-    from shuffledp.analyzers.heatmap.modular import ReleaseRefused, release_mixed
+    from shuffledp.analyzers.heatmap.modular import release_mixed
+    from shuffledp.errors import Refused
     from shuffledp.protocol.wire import WireError, read_header
 
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
                                  param_hint="--key")
     p = _load_params(params_path, allow_large)
+    ledger = _release_ledger(ledger_path, params_path)
+    # the key files' kinds are checked before the batch is read
+    given_key = _load_private_key(key_path) if key_path is not None else None
+    given_mac = _load_mac_key(mac_key_path)
     try:
         fh = open_regular(in_path)
     except NotRegularFileError as e:
@@ -754,19 +800,37 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
         with fh:
             h = read_header(fh)
             _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
-            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation)
-            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path)
+            key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation, given_key)
+            mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path, given_mac)
             shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
                                              report_path is not None)
             if key is not None:
                 _check_key_opens(p, fh, h, key, key_path, in_path)
             fh.seek(0)
-            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers)
-    except (WireError, ReleaseRefused) as e:
+            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers,
+                                    ledger=ledger, label=os.path.abspath(in_path))
+    except (WireError, Refused) as e:
         raise _refusal(in_path, e, mac_key_path) from None
     if smoothing == "auto":
         release = release.smoothed()
     _write_release(Path(out_dir), p, release, h, shuffler)
+
+
+def _release_ledger(ledger_path: str | None, params_path: str) -> Any:
+    """``--release-ledger``, else ``releases.jsonl`` next to ``--params``: checked to be a
+    regular file (or absent) in an existing folder before anything is decrypted."""
+    from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger
+
+    path = Path(ledger_path) if ledger_path else Path(params_path).parent / LEDGER_FILE
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"{path}: its folder does not exist",
+                                 param_hint="--release-ledger")
+    if os.path.lexists(path):
+        try:
+            check_regular(path, what="--release-ledger")
+        except NotRegularFileError as e:
+            raise click.BadParameter(str(e), param_hint="--release-ledger") from None
+    return ReleaseLedger(path)
 
 
 def _write_release(out: Path, p: Any, release: Any, h: Any, shuffler: dict | None) -> None:

@@ -4,11 +4,15 @@ Subcommands
 -----------
 server   run the server over a mailbox directory (:mod:`shuffledp.secagg.mailbox`) and write
          the sum (``result.npy``) and a report (status, session, survivors, dropouts per
-         round, rejected messages, clients excluded for wrong shares, timings); an earlier
+         round, rejected messages, clients excluded for wrong shares, clients refused for
+         other parameters (``mismatched``), timings); an earlier
          run's files are removed first, and an aborted run writes its report with the
          reason and no ``result.npy``
-client   run one client: read its integer vector from a ``.npy`` file, answer the four
-         rounds through the same directory
+client   run one client: read its integer vector from a ``.npy`` file, check the server's
+         hello (``DIR/session``: the session and the modulus, vector length and threshold
+         it binds; another value of any of them is refused, naming it, before the input is
+         used, and the client posts a leave marker so the server does not wait), answer the
+         four rounds through the same directory
 
 Only masked vectors and encrypted shares ever reach the directory ([Bonawitz17]_). Errors
 follow :mod:`shuffledp.cli.common`: exit 2 for a bad option, exit 1 for a refusal (too few
@@ -94,8 +98,8 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
     session = os.urandom(16)
     run = run_dir(box, session)
     run.mkdir(parents=True)
-    post(box / "session", session)
     server = SecAggServer(n, length, modulus, t, session)
+    post(box / "session", server.hello())  # the session id and the parameters it binds
     t0 = time.perf_counter()
     dropped: dict[int, list[int]] = {}
     left: dict[int, list[int]] = {}
@@ -153,6 +157,7 @@ def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, st
         raise click.UsageError("give exactly one of --dir (mailbox) and --server (HTTP)")
     from shuffledp.safe_io import UnsafeFileError, read_regular
     from shuffledp.secagg import MessageError, SecAggClient, SecAggRefused
+    from shuffledp.secagg import messages as msg
     from shuffledp.secagg.mailbox import RunAborted, post, run_dir, wait_for
 
     box = Path(mailbox or ".")
@@ -169,10 +174,13 @@ def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, st
     if server is not None:
         _http_client(server, uid, x, modulus, threshold, timeout, stop)
         return
+    r, run = 0, None
     try:
-        session = wait_for(box / "session", timeout, limit=16)
+        hello = wait_for(box / "session", timeout, limit=msg.HEADER.size)
+        session = msg.context_of(hello).session
         run = run_dir(box, session)
         client = SecAggClient(uid, x, modulus, threshold, session)
+        client.check_hello(hello)  # other parameters than the server's: refused here
         sources = [None, run / "round0" / "server.msg", run / "round1" / f"to-{uid}.msg",
                    run / "round2" / "server.msg"]
         steps = [lambda _: client.advertise(), client.share_keys, client.masked_input,
@@ -185,9 +193,19 @@ def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, st
             incoming = None if r == 0 else wait_for(sources[r], timeout,
                                                     abort_marker=run / "aborted")
             post(run / f"round{r}" / f"client-{uid}.msg", steps[r](incoming))
-    except (TimeoutError, RunAborted, SecAggRefused, MessageError, UnsafeFileError) as e:
+    except (SecAggRefused, MessageError) as e:
+        if run is not None:  # leave at once, so the server need not wait for a deadline
+            post(run / f"round{r}" / f"client-{uid}.leave", b"")
+        raise click.ClickException(_named(uid, e)) from None
+    except (TimeoutError, RunAborted, UnsafeFileError) as e:
         raise click.ClickException(f"client {uid}: {e}") from None
     click.echo(f"client {uid}: done")
+
+
+def _named(uid: int, error: Exception) -> str:
+    """``client UID: <error>``, without naming the client twice."""
+    text = str(error)
+    return text if text.startswith(f"client {uid}:") else f"client {uid}: {text}"
 
 
 def _http_client(url, uid, x, modulus, threshold, timeout, stop) -> None:
@@ -205,7 +223,7 @@ def _http_client(url, uid, x, modulus, threshold, timeout, stop) -> None:
     try:
         how = run_client(url, uid, x, modulus, threshold, timeout=timeout, stop_before=stop)
     except (ClientAborted, SecAggRefused, MessageError) as e:
-        raise click.ClickException(f"client {uid}: {e}") from None
+        raise click.ClickException(_named(uid, e)) from None
     except httpx.HTTPError as e:
         raise click.ClickException(f"client {uid}: {type(e).__name__}: {e}") from None
     click.echo(f"client {uid}: {'left' if how == 'left' else 'done'}")

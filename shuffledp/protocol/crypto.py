@@ -29,6 +29,31 @@
   4-byte coordinate, implied by position in a coordinate-major layout as on the plaintext
   path (:mod:`shuffledp.protocol.packed`); not implemented here.
 - The mixed batch's MAC key (HMAC-SHA256 over the batch, shared by shuffler and analyzer).
+- Key files (:func:`encode_key_file`, :func:`read_key_file`): every key a command reads or
+  writes is a typed text file whose first line names its kind, so a MAC key given where
+  the analyzer's public key belongs (or the private key where a device expects the public
+  one) is refused with an error that names both, instead of being used as 32 raw bytes.
+  Format version 1 (:data:`KEY_FILE_VERSION`)::
+
+      -----BEGIN SHUFFLEDP ANALYZER PUBLIC KEY-----
+      Version: 1
+      Algorithm: X25519
+      Key-Id: 5c1e0b7f2a9d4e63
+
+      <base64 of the raw key: 32 bytes>
+      -----END SHUFFLEDP ANALYZER PUBLIC KEY-----
+
+  The kinds (:data:`KEY_KINDS`) are ``ANALYZER PRIVATE KEY`` (X25519, 32 bytes, kept by the
+  analyzer), ``ANALYZER PUBLIC KEY`` (X25519, 32 bytes, given to devices) and ``MAC KEY``
+  (HMAC-SHA256, 32 bytes, shared by the shuffler and the analyzer only). ``Key-Id`` is the
+  first 8 bytes, in hex, of SHA-256(``b"shuffledp key id\x00"`` || algorithm || public key)
+  for both halves of an analyzer key pair (so ``analyzer.key`` and ``analyzer.pub`` show the
+  same id and a mismatched pair is visible), and of SHA-256(``b"shuffledp key id\x00"`` ||
+  ``b"HMAC-SHA256"`` || key) for a MAC key (64 bits of a hash of 256 random bits: it names
+  the key without revealing it). A reader recomputes it, so a corrupted or edited key is
+  refused. The untyped files of before (32 raw bytes) are refused with a message saying
+  so: their kind cannot be checked. Devices that speak HPKE with another library take the
+  raw public key from the base64 line (or from the shuffler's ``/hpke_config``).
 - SipHash-2-4 ([SipHash12]_), the keyed hash the shuffler uses to send copies of one
   encrypted record to the same bucket.
 
@@ -47,6 +72,9 @@ References
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import os
 from typing import TYPE_CHECKING
 
@@ -56,6 +84,7 @@ from cryptography.hazmat.primitives import hpke, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from shuffledp.protocol.wire import WireError
+from shuffledp.safe_io import UnsafeFileError, read_regular
 
 if TYPE_CHECKING:  # annotations only: protocol_params imports the accounting, which imports us
     from shuffledp.protocol.params import ProtocolParams
@@ -131,6 +160,202 @@ def as_private_key(key: X25519PrivateKey | bytes) -> X25519PrivateKey:
     )
 
 
+# --------------------------------------------------------------------------------------
+# typed key files
+# --------------------------------------------------------------------------------------
+#: format version of key files; a reader refuses any other
+KEY_FILE_VERSION = 1
+KEY_ANALYZER_PRIVATE = "ANALYZER PRIVATE KEY"
+KEY_ANALYZER_PUBLIC = "ANALYZER PUBLIC KEY"
+KEY_MAC = "MAC KEY"
+#: kind -> (algorithm, bytes of the raw key, what it is, in messages)
+KEY_KINDS = {
+    KEY_ANALYZER_PRIVATE: ("X25519", 32, "the analyzer's private key"),
+    KEY_ANALYZER_PUBLIC: ("X25519", 32, "the analyzer's public key"),
+    KEY_MAC: ("HMAC-SHA256", 32, "the shuffler-analyzer MAC key"),
+}
+#: largest key file read (a version-1 file of a 32-byte key has about 200 bytes)
+KEY_FILE_MAX_BYTES = 4096
+_KEY_ID_LABEL = b"shuffledp key id\x00"
+_BEGIN, _END, _DASHES = "-----BEGIN SHUFFLEDP ", "-----END SHUFFLEDP ", "-----"
+_HINTS = {
+    KEY_ANALYZER_PUBLIC: "analyzer.pub, written by `shuffledp setup`",
+    KEY_ANALYZER_PRIVATE: "analyzer.key, written by `shuffledp setup`",
+    KEY_MAC: "mac.key, written by `shuffledp setup`",
+}
+
+
+class KeyFileError(ValueError):
+    """A key file that is not of the expected kind, version or content (the message names
+    the file, what it holds and what was expected)."""
+
+
+def _check_kind(kind: str) -> tuple[str, int, str]:
+    if kind not in KEY_KINDS:
+        raise ValueError(f"kind must be one of {tuple(KEY_KINDS)}, got kind={kind!r}")
+    return KEY_KINDS[kind]
+
+
+def key_id(kind: str, raw: bytes) -> str:
+    """The 16-hex-digit ``Key-Id`` of a key of ``kind`` (see the module docstring).
+
+    Both halves of an analyzer key pair have the id of the public key.
+    """
+    algorithm, size, what = _check_kind(kind)
+    raw = bytes(raw)
+    if len(raw) != size:
+        raise ValueError(f"{what} has {size} bytes, got {len(raw)}")
+    if kind == KEY_ANALYZER_PRIVATE:
+        raw = public_bytes(X25519PrivateKey.from_private_bytes(raw))
+    return hashlib.sha256(_KEY_ID_LABEL + algorithm.encode() + raw).digest()[:8].hex()
+
+
+def check_public_key(raw: bytes) -> bytes:
+    """``raw`` if it is a usable X25519 public key (32 bytes, not a low-order point)."""
+    if len(raw) != 32:
+        raise ValueError(f"an X25519 public key has 32 bytes, got {len(raw)}")
+    try:
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(bytes(raw)))
+    except ValueError:
+        raise ValueError("not a usable X25519 public key (a low-order point)") from None
+    return bytes(raw)
+
+
+def encode_key_file(kind: str, raw: bytes) -> bytes:
+    """The bytes of a version-1 key file holding ``raw``, a key of ``kind``.
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`KEY_KINDS` (:data:`KEY_ANALYZER_PRIVATE`, :data:`KEY_ANALYZER_PUBLIC`,
+        :data:`KEY_MAC`).
+    raw : bytes
+        The raw key (32 bytes for every kind of version 1).
+
+    Returns
+    -------
+    bytes
+        ASCII text, ending with a newline (format in the module docstring).
+    """
+    algorithm = _check_kind(kind)[0]
+    kid = key_id(kind, raw)
+    body = base64.b64encode(bytes(raw)).decode()
+    return (f"{_BEGIN}{kind}{_DASHES}\nVersion: {KEY_FILE_VERSION}\nAlgorithm: {algorithm}\n"
+            f"Key-Id: {kid}\n\n{body}\n{_END}{kind}{_DASHES}\n").encode()
+
+
+def _file_kind(first_line: str) -> str | None:
+    if first_line.startswith(_BEGIN) and first_line.endswith(_DASHES):
+        return first_line[len(_BEGIN):-len(_DASHES)]
+    return None
+
+
+def _wrong_kind(source: str, got: str, want: str) -> KeyFileError:
+    got_what, want_what = KEY_KINDS[got][2], KEY_KINDS[want][2]
+    msg = f"{source}: holds {got_what} ({got}), not {want_what}; pass {_HINTS[want]}"
+    if got == KEY_ANALYZER_PRIVATE and want == KEY_ANALYZER_PUBLIC:
+        msg += " (the private key must stay with the analyzer, never on a device)"
+    return KeyFileError(msg)
+
+
+def decode_key_file(data: bytes, kind: str, *, source: str = "key file") -> bytes:
+    """The raw key of a key file, after checking its kind, version, algorithm and id.
+
+    Parameters
+    ----------
+    data : bytes
+        The file's content.
+    kind : str
+        The kind the caller expects (one of :data:`KEY_KINDS`).
+    source : str
+        How to name the file in errors (e.g. ``"--analyzer-pub run/mac.key"``).
+
+    Returns
+    -------
+    bytes
+        The raw key (a usable X25519 point for a public key).
+
+    Raises
+    ------
+    KeyFileError
+        Another kind of key (naming both), an untyped raw key of the earlier format, another
+        format version, a malformed file, or a ``Key-Id`` that does not match the key.
+    """
+    algorithm, size, what = _check_kind(kind)
+    if not data.startswith(_BEGIN.encode()):
+        if len(data) == 32:
+            raise KeyFileError(
+                f"{source}: 32 raw bytes without a type header (the untyped key files of "
+                f"before key file format {KEY_FILE_VERSION}): whether it is {what} cannot be "
+                "checked; run `shuffledp setup` again to write typed key files")
+        raise KeyFileError(f"{source}: not a shuffledp key file (expected {what}, a text "
+                           f"file starting with '{_BEGIN}{kind}{_DASHES}')")
+    try:
+        lines = data.decode("ascii").splitlines()
+    except UnicodeDecodeError:
+        raise KeyFileError(f"{source}: not a shuffledp key file (non-ASCII bytes)") from None
+    got = _file_kind(lines[0])
+    if got not in KEY_KINDS:
+        raise KeyFileError(f"{source}: unknown key kind in {lines[0]!r:.80} (expected {what})")
+    if got != kind:
+        raise _wrong_kind(source, got, kind)
+    headers: dict[str, str] = {}
+    i = 1
+    while i < len(lines) and lines[i].strip():
+        name, sep, value = lines[i].partition(":")
+        if not sep:
+            raise KeyFileError(f"{source}: malformed header line {i + 1}: {lines[i]!r:.80}")
+        headers[name.strip().lower()] = value.strip()
+        i += 1
+    version = headers.get("version")
+    if version != str(KEY_FILE_VERSION):
+        raise KeyFileError(
+            f"{source}: key file format version {version!r} (this reader knows version "
+            f"{KEY_FILE_VERSION}{'; upgrade shuffledp' if version and version.isdigit() else ''})")
+    if headers.get("algorithm") != algorithm:
+        raise KeyFileError(f"{source}: algorithm {headers.get('algorithm')!r}, {what} is "
+                           f"{algorithm}")
+    rest = [ln.strip() for ln in lines[i:] if ln.strip()]
+    if len(rest) < 2 or rest[-1] != f"{_END}{kind}{_DASHES}":
+        raise KeyFileError(f"{source}: truncated key file (no '{_END}{kind}{_DASHES}' line)")
+    try:
+        raw = base64.b64decode("".join(rest[:-1]), validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyFileError(f"{source}: the key is not valid base64") from None
+    if len(raw) != size:
+        raise KeyFileError(f"{source}: {len(raw)} key bytes, {what} has {size}")
+    if kind == KEY_ANALYZER_PUBLIC:
+        try:
+            check_public_key(raw)
+        except ValueError as e:
+            raise KeyFileError(f"{source}: {e}") from None
+    if headers.get("key-id") != key_id(kind, raw):
+        raise KeyFileError(f"{source}: Key-Id {headers.get('key-id')!r} does not match the key "
+                           f"({key_id(kind, raw)}): the file is corrupt or was edited")
+    return raw
+
+
+def read_key_file(path: str | os.PathLike, kind: str, *, what: str = "") -> bytes:
+    """:func:`decode_key_file` of a regular file of at most :data:`KEY_FILE_MAX_BYTES`.
+
+    Raises
+    ------
+    KeyFileError
+        As :func:`decode_key_file`.
+    shuffledp.safe_io.UnsafeFileError
+        Not a regular file (a FIFO, a device...), unreadable or too large.
+    """
+    label = f"{what} {os.fspath(path)}" if what else os.fspath(path)
+    try:
+        data = read_regular(path, KEY_FILE_MAX_BYTES, what=what)
+    except UnsafeFileError as e:
+        if "more than the" in str(e):
+            raise KeyFileError(f"{label}: larger than any key file "
+                               f"({KEY_FILE_MAX_BYTES} bytes at most)") from None
+        raise
+    return decode_key_file(data, kind, source=label)
+
+
 def associated_data_prefix(params: ProtocolParams) -> bytes:
     """The context bound to every message before its coordinate: digest || round id.
 
@@ -188,10 +413,24 @@ def open_records(
     raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key,
     kem: str = KEM_X25519,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Decrypt whole encrypted records: (coordinates, shares, n_failed), the core loop.
+    """Decrypt whole encrypted records: (coordinates, shares, n_failed).
 
-    Picklable arguments only, so process pools can run it on chunks
-    (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
+    :func:`open_records_detailed` with the failed messages counted.
+    """
+    c, s, failed = open_records_detailed(raw, record_bytes, share_bytes, ad_prefix, key, kem)
+    return c, s, int(failed.size)
+
+
+def open_records_detailed(
+    raw: bytes, record_bytes: int, share_bytes: int, ad_prefix: bytes, key,
+    kem: str = KEM_X25519,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decrypt whole encrypted records, the core loop: (coordinates, shares, failed).
+
+    ``failed`` holds the clear coordinate field of every message that did not open (int64),
+    so the analyzer can tell a whole batch encrypted to another key (r failures at every
+    coordinate) from part of one. Picklable arguments only, so process pools can run it on
+    chunks (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
     """
     open_ = hpke_suite(kem).decrypt
     info = INFO_LABEL + ad_prefix
@@ -199,19 +438,21 @@ def open_records(
     k = len(raw) // record_bytes
     coords = np.empty(k, dtype=np.int64)
     shares = np.empty(k, dtype=np.int64)
-    failed = good = 0
+    failed = np.empty(k, dtype=np.int64)
+    nf = good = 0
     for i in range(k):
         o = i * record_bytes
         a = raw[o : o + 4]
         try:
             w = open_(mv[o + 4 : o + record_bytes], key, info + a)
         except Exception:  # InvalidTag, or an invalid point: a tampered message
-            failed += 1
+            failed[nf] = int.from_bytes(a, "little")
+            nf += 1
             continue
         coords[good] = int.from_bytes(a, "little")
         shares[good] = int.from_bytes(w[:share_bytes], "little")
         good += 1
-    return coords[:good], shares[:good], failed
+    return coords[:good], shares[:good], failed[:nf]
 
 
 def decrypt_records(

@@ -9,8 +9,14 @@ release's guarantee. :func:`adaptive_histogram` (Alg. 2), :func:`flat_histogram`
 :func:`quadtree_histogram` and :func:`central_adaptive_histogram` drive several rounds over the
 partition tree of :mod:`shuffledp.analyzers.federated.tree`.
 
-Privacy and the aggregation modes (``"secagg"``, ``"plain"``, ``"simulate"``): see
-:mod:`shuffledp.analyzers.federated.histogram`.
+Privacy and the aggregation modes (``"secagg"``, ``"plain"``, ``"simulate"``, ``"central"``):
+see :mod:`shuffledp.analyzers.federated.histogram`. Under add/remove (n private) nothing the
+noise depends on may be a function of n: the shards and each client's Polya shape come from a
+public :class:`~shuffledp.analyzers.federated.population.ShardPlan` (``max_users``), the
+joining user's own noise share is charged (:mod:`shuffledp.analyzers.federated.population`),
+eq. 7 of the adaptive algorithm uses a public number of users, and the per-shard counts are
+the evaluation's view, not part of the release
+(:func:`shuffledp.analyzers.federated.histogram.public_shards`).
 
 References
 ----------
@@ -31,8 +37,8 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import dl_epsilon_for_std, dl_std, next_query_epsilon
-from shuffledp.accounting.compose import Accountant
-from shuffledp.accounting.events import Sequential
+from shuffledp.accounting.composition import Accountant
+from shuffledp.accounting.events import Sequential, polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.federated.baselines import (
     geometric_budget,
@@ -44,6 +50,12 @@ from shuffledp.analyzers.federated.histogram import (
     FederatedRefused,
     decode_centred,
     federated_release,
+)
+from shuffledp.analyzers.federated.population import (
+    DEFAULT_SHARE_DELTA,
+    ShardPlan,
+    add_remove_noise,
+    joining_share_epsilon,
 )
 from shuffledp.analyzers.federated.tree import THEOREM, AdaptiveRelease, PartitionTree, eq7_target
 from shuffledp.encoders.federated import encode_locations, noise_parameters, noisy_vector
@@ -83,7 +95,8 @@ def federated_histogram(
         Budget of this histogram (> 0).
     **kwargs
         ``shard_size``, ``dropout``, ``dropped``, ``modulus``, ``neighbour``,
-        ``aggregation``, ``rng`` of :func:`federated_sum`.
+        ``max_users``, ``user_ids``, ``delta``, ``aggregation``, ``rng`` of
+        :func:`federated_sum` (add/remove needs ``max_users``).
     """
     c = _iv(cells, n_cells)
     return federated_sum(_OneHot(c, int(n_cells)), 1, epsilon, **kwargs)
@@ -161,12 +174,39 @@ def _simulated_shard(vecs, alive, D, eps, bound, n_min, m, nb, src) -> np.ndarra
     k = len(alive) i.i.d. Polya(1/n_min, a) differences, i.e. exactly Polya(k/n_min, a) -
     Polya(k/n_min, a) (Polya variables with one a add their shapes)."""
     _, a = noise_parameters(eps, nb, bound)
-    if isinstance(vecs, _OneHot):
-        data = vecs.total(alive)
-    else:
-        data = np.sum([vecs[i] for i in alive], axis=0).astype(np.int64)
-    s = np.mod(data + polya_difference(len(alive) / n_min, a, D, src), m)
+    s = np.mod(_data_sum(vecs, alive) + polya_difference(len(alive) / n_min, a, D, src), m)
     return decode_centred(s, m)
+
+
+def _data_sum(vecs: Any, idx: Any) -> np.ndarray:
+    if isinstance(vecs, _OneHot):
+        return vecs.total(np.asarray(idx, dtype=np.int64))
+    return np.sum([vecs[i] for i in idx], axis=0).astype(np.int64)
+
+
+def _layout(n: int, S: int, drop: float, nb: Neighbour, max_users: Any, user_ids: Any
+            ) -> tuple[list[np.ndarray], list[int], ShardPlan | None]:
+    """(users of each shard, n_min of each shard, the public plan or None).
+
+    Add/remove: the public :class:`ShardPlan` (user id mod K, one n_min for all). Otherwise
+    (n public): consecutive blocks of S users, n_min = ceil((1 - dropout) size).
+    """
+    if nb is Neighbour.ADD_REMOVE:
+        if max_users is None:
+            raise ValueError(
+                "neighbour='add_remove' needs a public bound on the population declared before "
+                "the data: pass max_users=N (the shards and every client's noise are planned "
+                "for it; n itself is private), got max_users=None; or use neighbour='zero_out' "
+                "or 'replace' (n public)")
+        plan = ShardPlan(max_users, S, drop)
+        shard_of = plan.assign(user_ids, n)
+        groups = [np.flatnonzero(shard_of == j) for j in range(plan.shards)]
+        return groups, [plan.n_min] * plan.shards, plan
+    if max_users is not None or user_ids is not None:
+        raise ValueError(f"max_users and user_ids plan an add/remove round; neighbour="
+                         f"{nb.token!r} keeps n public, got max_users={max_users!r}")
+    groups = [np.arange(lo, min(lo + S, n)) for lo in range(0, n, S)]
+    return groups, [max(1, math.ceil((1 - drop) * g.size - 1e-9)) for g in groups], None
 
 
 def federated_sum(
@@ -179,6 +219,9 @@ def federated_sum(
     dropped: Any = None,
     modulus: int = 1 << 32,
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    max_users: int | None = None,
+    user_ids: Any = None,
+    delta: float | None = None,
     aggregation: str = "secagg",
     rng: RngLike | SecureRandom = None,
     progress: Any = None,
@@ -190,14 +233,16 @@ def federated_sum(
     vectors : sequence of 1-d non-negative integer arrays (one length D)
         The users' encoded vectors, each of l1 norm at most ``l1_bound``.
     l1_bound : int
-        The l1 bound that sets the sensitivity (Delta = l1_bound add/remove, 2 l1_bound
-        replace).
+        The l1 bound that sets the sensitivity (Delta = l1_bound add/remove and zero-out,
+        2 l1_bound replace).
     epsilon : float
         Budget (> 0).
     shard_size : int
-        S_max: users per secure-aggregation shard (consecutive blocks of ``vectors``).
+        S_max: users per secure-aggregation shard (replace/zero-out: consecutive blocks of
+        ``vectors``; add/remove: the public plan of ``max_users``).
     dropout : float in [0, 1)
-        Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S).
+        Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S)
+        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`).
     dropped : array_like of bool or int, shape (n,), optional
         Simulated dropouts. Booleans: True drops before sending the masked input. Integers:
         the secure-aggregation round in which the user drops (0 advertise keys, 1 share
@@ -206,10 +251,22 @@ def federated_sum(
     modulus : int
         m of the modular sum (2 .. 2^62).
     neighbour : Neighbour or str
-        ADD_REMOVE or REPLACE_ONE.
-    aggregation : {"secagg", "plain", "simulate"}
-        Real secure aggregation (default), the same modular sum computed directly, or the
-        shard's noise sum sampled directly (same law; module docstring).
+        ADD_REMOVE (default; needs ``max_users``), ZERO_OUT or REPLACE_ONE.
+    max_users : int, optional
+        Add/remove only, required there: N, the public bound on the population the shards
+        and the noise are planned for, declared before the data.
+    user_ids : array_like of int, shape (n,), optional
+        Add/remove only: each user's id, a non-negative integer fixed by her own identity
+        (default 0..n-1, the position in a public roster); user id i is in shard i mod K.
+    delta : float, optional
+        Add/remove only: the delta spent on the joining user's own noise share (default
+        :data:`~shuffledp.analyzers.federated.population.DEFAULT_SHARE_DELTA`); the release's
+        delta adds the sampler's charge.
+    aggregation : {"secagg", "plain", "simulate", "central"}
+        Real secure aggregation (default), the same modular sum computed directly, the
+        shard's noise sum sampled directly (same law; module docstring), or the central
+        model: a trusted server adds DL(a) once per entry to the exact sum (no shards, no
+        dropout; the guarantee names the central model).
     rng : None, SecureRandom, int or Generator
         Noise randomness: None the secure generator (a private release); a seed: research.
     progress : callable, optional
@@ -218,7 +275,8 @@ def federated_sum(
     Raises
     ------
     FederatedRefused
-        A shard with fewer survivors than n_min.
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
     """
     vecs = vectors if isinstance(vectors, _OneHot) else [np.asarray(x) for x in vectors]
     if not len(vecs):
@@ -231,55 +289,84 @@ def federated_sum(
     S = v.count("shard_size", shard_size, 2)
     drop = v.interval("dropout", dropout, 0.0, 1.0, open_low=False)
     m = v.bounded_count("modulus", modulus, 2, 1 << 62)
-    agg = v.choice("aggregation", aggregation, ("secagg", "plain", "simulate"))
+    agg = v.choice("aggregation", aggregation, ("secagg", "plain", "simulate", "central"))
     nb = Neighbour.parse(neighbour)
-    delta, _ = noise_parameters(eps, nb, bound)
+    sens, _ = noise_parameters(eps, nb, bound)
+    if delta is not None and nb is not Neighbour.ADD_REMOVE:
+        raise ValueError(f"delta is the add/remove charge of the joining user's noise share; "
+                         f"neighbour={nb.token!r} spends none, got delta={delta!r}")
     n = len(vecs)
     when = _drop_rounds(dropped, n)
     gone = (when >= 0) & (when <= 2)
     src = noise_source(rng)
+    params = {"length": int(D), "l1_bound": bound, "shard_size": S, "dropout": drop,
+              "modulus": m, "sensitivity": sens, "aggregation": agg}
+    if agg == "central":
+        return _central_sum(vecs, D, eps, bound, m, nb, gone, max_users, user_ids, src,
+                            params, is_seeded(rng))
+    groups, n_mins, plan = _layout(n, S, drop, nb, max_users, user_ids)
+    share = None
+    eps_noise = eps
+    if plan is not None:
+        d_share = DEFAULT_SHARE_DELTA if delta is None else v.probability("delta", delta)
+        share = add_remove_noise(eps, d_share, bound, plan.n_min, int(D))
+        eps_noise = share.noise_epsilon
+        params.update(plan.to_dict())
     total = np.zeros(D, dtype=np.int64)
     shards = []
-    for lo in range(0, n, S):
-        idx = np.arange(lo, min(lo + S, n))
-        n_min = max(1, math.ceil((1 - drop) * idx.size))
+    for j, (idx, n_min) in enumerate(zip(groups, n_mins, strict=True)):
         alive = [k for k, i in enumerate(idx) if not gone[i]]
         if len(alive) < n_min:
             raise FederatedRefused(
-                f"shard {len(shards)}: {len(alive)} of {idx.size} clients survived, fewer "
+                f"shard {j}: {len(alive)} of {idx.size} clients survived, fewer "
                 f"than n_min={n_min} the noise was set for (dropout={drop}); not released")
-        info: dict[str, Any] = {"clients": int(idx.size), "survivors": len(alive),
+        info: dict[str, Any] = {"shard": j, "clients": int(idx.size), "survivors": len(alive),
                                 "n_min": n_min,
                                 "dropped_by_round": [int((when[idx] == k).sum())
                                                      for k in range(4)]}
         if agg == "simulate":
-            total += _simulated_shard(vecs, idx[alive], D, eps, bound, n_min, m, nb, src)
-            shards.append(info)
-            if progress is not None:
-                progress(1)
-            continue
-        noisy = [noisy_vector(vecs[i], eps, bound, n_min, m, neighbour=nb, rng=src)
-                 for i in idx]
-        if agg == "secagg":
-            res = secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
-                             dropouts={k: set(np.flatnonzero(when[idx] == k).tolist())
-                                       for k in range(4)})
-            s = res.total
-            info.update(server_seconds=res.server_seconds,
-                        client_seconds_mean=res.client_seconds_mean,
-                        bytes_up_per_client=res.bytes_up_per_client)
+            total += _simulated_shard(vecs, idx[alive], D, eps_noise, bound, n_min, m, nb, src)
         else:
-            s = np.sum([noisy[k] for k in alive], axis=0) % m
-        total += decode_centred(s, m)
+            noisy = [noisy_vector(vecs[i], eps_noise, bound, n_min, m, neighbour=nb, rng=src)
+                     for i in idx]
+            if agg == "secagg":
+                res = secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
+                                 dropouts={k: set(np.flatnonzero(when[idx] == k).tolist())
+                                           for k in range(4)})
+                s = res.total
+                info.update(server_seconds=res.server_seconds,
+                            client_seconds_mean=res.client_seconds_mean,
+                            bytes_up_per_client=res.bytes_up_per_client)
+            else:
+                s = np.sum([noisy[k] for k in alive], axis=0) % m
+            total += decode_centred(s, m)
         shards.append(info)
         if progress is not None:  # e.g. a progress bar's update: one shard done
             progress(1)
-    draws = 2 * D * (len(shards) if agg == "simulate" else n)
-    return federated_release(total, shards, epsilon=eps, neighbour=nb, draws=draws,
-                             parameters={"length": int(D), "l1_bound": bound,
-                                         "shard_size": S, "dropout": drop, "modulus": m,
-                                         "sensitivity": delta, "aggregation": agg},
-                             seeded=is_seeded(rng))
+    # the Polya tables' charge: one per draw; under add/remove from the public bound (at most
+    # max_users clients draw), so that the stated delta does not depend on n
+    per = len(groups) if agg == "simulate" else (plan.max_users if plan is not None else n)
+    return federated_release(total, shards, epsilon=eps, neighbour=nb, draws=2 * D * per,
+                             parameters=params, seeded=is_seeded(rng), share=share)
+
+
+def _central_sum(vecs, D, eps, bound, m, nb, gone, max_users, user_ids, src, params,
+                 seeded) -> FederatedHistogram:
+    """The central model: the exact sum of the users who take part plus one DL(a) per entry
+    (Polya(1, a) - Polya(1, a)), a = e^{-eps / Delta}; the noise law does not depend on n, so
+    the guarantee is eps under every relation (plus the sampler's charge)."""
+    if max_users is not None or user_ids is not None:
+        raise ValueError("aggregation='central' has no shards: max_users and user_ids plan "
+                         f"shards, got max_users={max_users!r}")
+    alive = np.flatnonzero(~gone)
+    _, a = noise_parameters(eps, nb, bound)
+    data = _data_sum(vecs, alive) if alive.size else np.zeros(D, dtype=np.int64)
+    total = data + polya_difference(1.0, a, D, src)
+    rel = federated_release(total, [{"shard": 0, "clients": len(vecs),
+                                     "survivors": int(alive.size), "n_min": 1}],
+                            epsilon=eps, neighbour=nb, draws=2 * D, parameters=params,
+                            seeded=seeded, share=None, model="central")
+    return rel
 
 
 def adaptive_histogram(
@@ -300,6 +387,9 @@ def adaptive_histogram(
     threshold: float | None = None,
     schedule: str = "eq9",
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    max_users: int | None = None,
+    user_ids: Any = None,
+    delta: float | None = None,
     eq7: str = "printed",
     rng: RngLike | SecureRandom = None,
     progress: Any = None,
@@ -317,8 +407,8 @@ def adaptive_histogram(
     users_per_query : int, optional
         U, users sampled (without replacement) per sub-query; default all.
     shard_size, dropout, modulus, aggregation
-        As in :func:`shuffledp.analyzers.federated.histogram.federated_histogram` (dropout is the
-        planned fraction the noise is over-provisioned for).
+        As in :func:`federated_sum` (dropout is the planned fraction the noise is
+        over-provisioned for; ``aggregation="central"`` is the central baseline).
     c, b : float
         Calibration of eq. 7 and expansion parameter of eq. 9.
     dropout_rate : float in [0, 1)
@@ -332,7 +422,19 @@ def adaptive_histogram(
         The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
         L + 1 sub-queries (Table 3's "fixed eps").
     neighbour : Neighbour or str
-        ADD_REMOVE (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+        ADD_REMOVE (default), ZERO_OUT (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+    max_users : int, optional
+        Add/remove: N, the public bound on the population the shards and the noise are
+        planned for, and eq. 7's number of users; required unless ``users_per_query`` is
+        given. With
+        ``users_per_query`` each sub-query holds U public slots: a neighbour's sample differs
+        from the other's by at most one replaced user (couple the two samples), so each
+        sub-query is calibrated for replace-one (sensitivity 2) and is then eps_q-DP under
+        add/remove by the joint convexity of the hockey-stick divergence.
+    delta : float, optional
+        Add/remove without ``users_per_query``: the total delta spent on the joining user's
+        noise share, split evenly over ``max_queries`` (default ``max_queries`` times
+        :data:`~shuffledp.analyzers.federated.population.DEFAULT_SHARE_DELTA`).
     eq7 : {"printed", "shards"}
         sigma~ of eq. 7 as printed, c (U/T) sqrt(ceil(S_max/U)) (a factor of 1 once
         U >= S_max), or as its text explains it, the k = ceil(U/S_max) shards' noise
@@ -358,6 +460,14 @@ def adaptive_histogram(
     if sched == "even":
         max_q = min(max_q, L + 1)
     fixed = None if threshold is None else v.positive("threshold", threshold)
+    round_kw, U_pub = _round_plan(nb, users_per_query, U, max_users, delta, max_q, aggregation)
+    if user_ids is not None and "max_users" not in round_kw:
+        raise ValueError(f"user_ids place users in the shards of an add/remove plan "
+                         f"(max_users); this run has none, got user_ids={user_ids!r:.60}")
+    uid = np.arange(n) if user_ids is None else np.asarray(user_ids)
+    S_eq7 = max(U_pub, 2) if aggregation == "central" else shard_size
+    plan = (ShardPlan(round_kw["max_users"], shard_size, dropout) if "max_users" in round_kw
+            else None)
     noise = noise_source(rng)
     public = as_generator(rng if is_seeded(rng) else None)
     tree = PartitionTree(L)
@@ -365,41 +475,134 @@ def adaptive_histogram(
     rem = eps_total
     rounds: list[dict] = []
     counts: dict = {}
+    released = tree  # the partition the last completed round used
+    notes: tuple[str, ...] = ()
     while rem > 1e-12 * eps_total:
         vec = tree.vector_nodes()
         T = len(vec)
-        sigma = eq7_target(c, U, T, shard_size, eq7)
+        sigma = eq7_target(c, U_pub, T, S_eq7, eq7)
         eps_q = _query_epsilon(eps_total, rem, sigma, b, max_q, sched, len(rounds))
+        if plan is not None:  # add/remove: the round also pays for the joining user's share
+            eps_q = _with_share(eps_q, rem, T, plan.n_min, round_kw["delta"])
+            if eps_q is None:
+                if not rounds:
+                    add_remove_noise(rem, round_kw["delta"], 1, plan.n_min, T)  # refuses
+                notes = (f"stopped with {rem:.4g} of the budget unspent: it cannot pay for "
+                         f"the joining user's noise share over {T} cells",)
+                break
         rem = rem - eps_q if eps_q < rem else 0.0
         users = public.choice(n, size=U, replace=False)
         cells = tree.report_index(r[users], cc[users])
         dropped = public.random(U) < rate
+        ids = {"user_ids": uid[users]} if "max_users" in round_kw else {}
         hist = federated_histogram(cells, T, eps_q, shard_size=shard_size, dropout=dropout,
                                    dropped=dropped, modulus=modulus, aggregation=aggregation,
-                                   neighbour=nb, rng=noise, progress=progress)
+                                   rng=noise, progress=progress, **round_kw, **ids)
+        if nb is Neighbour.ADD_REMOVE and users_per_query is not None:
+            hist = _sampled_as_add_remove(hist)
         acc.compose(hist.guarantee.event)  # sequential: every round sees the same users
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append(_round_record(eps_q, sigma, T, len(tree.nodes), U, hist))
+        released = tree
         if rem > 0:
+            tree = PartitionTree(L, set(tree.nodes))
             tree.update(counts, sigma if fixed is None else fixed)
     # basic composition over the rounds by the accountant: the schedule spends eps_total
-    # (the last round takes the remainder), so the sum is eps_total up to rounding
+    # (the last round takes the remainder), so the sum is eps_total up to rounding, unless
+    # an add/remove run stopped because the rest could not pay for the joining share
     eps_sum, delta_sum = acc.basic()
-    if not math.isclose(eps_sum, eps_total, rel_tol=1e-9):  # pragma: no cover - schedule bug
+    if not (math.isclose(eps_sum, eps_total, rel_tol=1e-9)
+            or (notes and eps_sum < eps_total)):  # pragma: no cover - schedule bug
         raise AssertionError(f"rounds spent {eps_sum!r}, not epsilon={eps_total!r}")
-    g = Guarantee(notion="approximate", model="distributed", epsilon=eps_total,
-                  delta=delta_sum,
+    g = Guarantee(notion="approximate", model="distributed",
+                  epsilon=eps_sum if notes else eps_total, delta=delta_sum,
                   neighbour=nb, theorem=THEOREM,
                   parameters={"depth": L, "queries": len(rounds),
                               "epsilons": [x["epsilon"] for x in rounds],
-                              "users_per_query": U, "shard_size": shard_size, "c": c, "b": b,
-                              "dropout": dropout, "aggregation": aggregation,
+                              "users_per_query": users_per_query, "eq7_users": U_pub,
+                              "max_users": max_users, "shard_size": shard_size, "c": c,
+                              "b": b, "dropout": dropout, "aggregation": aggregation,
                               "schedule": sched, "threshold": fixed, "eq7": eq7},
-                  notes=hist.guarantee.notes,
+                  notes=hist.guarantee.notes + notes,
                   event=Sequential(steps=tuple(e for e, k in acc.events for _ in range(k)),
                                    neighbour=nb))
+    tree = released
     return AdaptiveRelease(estimate=_tree_estimate(tree, counts), counts=counts, tree=tree,
                            rounds=rounds, guarantee=g)
+
+
+def _round_plan(nb: Neighbour, users_per_query: int | None, U: int, max_users: int | None,
+                delta: float | None, max_q: int, aggregation: str) -> tuple[dict, int]:
+    """(keyword arguments of every sub-query, eq. 7's public number of users).
+
+    Add/remove keeps n out of every noise parameter: with ``users_per_query`` the U slots are
+    public and each round is calibrated for replace-one (:func:`adaptive_histogram`);
+    without it the rounds run on the public plan of ``max_users``, which is also eq. 7's U,
+    each with delta / max_queries for the joining user's share.
+    """
+    if nb is not Neighbour.ADD_REMOVE:
+        if max_users is not None or delta is not None:
+            raise ValueError(f"max_users and delta plan add/remove rounds; neighbour="
+                             f"{nb.token!r} keeps n public, got max_users={max_users!r}, "
+                             f"delta={delta!r}")
+        return {"neighbour": nb}, U
+    if users_per_query is not None:
+        if delta is not None:
+            raise ValueError(f"with users_per_query the rounds are calibrated for replace-one "
+                             f"and spend no share delta, got delta={delta!r}")
+        return {"neighbour": Neighbour.REPLACE_ONE}, U
+    if max_users is None:
+        raise ValueError(
+            "neighbour='add_remove' needs a public number of users for the shards, the noise "
+            "and eq. 7: pass max_users=N (declared before the data) or users_per_query, got "
+            "max_users=None; or use neighbour='zero_out' or 'replace' (n public)")
+    N = v.count("max_users", max_users, 2)
+    if aggregation == "central":
+        if delta is not None:
+            raise ValueError(f"the central model spends no share delta, got delta={delta!r}")
+        return {"neighbour": nb}, N
+    total = max_q * DEFAULT_SHARE_DELTA if delta is None else v.probability("delta", delta)
+    return {"neighbour": nb, "max_users": N, "delta": total / max_q}, N
+
+
+def _with_share(eps_noise: float, rem: float, T: int, n_min: int, delta: float
+                ) -> float | None:
+    """The charge of an add/remove round whose schedule (eqs. 8-9) asks for noise at
+    ``eps_noise``: eps_noise plus the joining user's share over T cells
+    (:func:`~shuffledp.analyzers.federated.population.joining_share_epsilon` at
+    delta e^{-eps_noise}). The whole remainder when that reaches it or would leave less than
+    twice this round's share for the next (the round is then the last, its noise calibrated
+    to what is left); None when not even the remainder pays for the share."""
+    if eps_noise < rem:
+        share = joining_share_epsilon(n_min, math.exp(-eps_noise), T,
+                                      delta * math.exp(-eps_noise))[0]
+        cost = (eps_noise + share) * (1.0 + 1e-6)
+        if cost + 2.0 * share < rem:
+            return cost
+    try:
+        add_remove_noise(rem, delta, 1, n_min, T)
+    except FederatedRefused:
+        return None
+    return rem
+
+
+def _sampled_as_add_remove(hist: FederatedHistogram) -> FederatedHistogram:
+    """A sub-query on U sampled slots, calibrated for replace-one, restated under add/remove:
+    the samples of two add/remove neighbours couple so that they differ by at most one
+    replaced user, and the hockey-stick divergence is jointly convex, so the replace-one
+    curve holds for the pair (the event keeps the replace-one noise, sensitivity 2)."""
+    g = hist.guarantee
+    p = g.parameters
+    nb = Neighbour.ADD_REMOVE
+    event = polya_sum_event([g.epsilon], [p["sensitivity"]], [p["length"]], g.delta, nb,
+                            g.model)
+    g2 = dataclasses.replace(
+        g, neighbour=nb,
+        notes=g.notes + ("add/remove through a fixed number U of sampled slots: the two "
+                         "neighbours' samples couple to differ by one replaced user, so the "
+                         "round is calibrated for replace-one (sensitivity 2)",),
+        event=event)
+    return dataclasses.replace(hist, guarantee=g2)
 
 
 def _check_pixels(rows: Any, cols: Any, depth: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -433,7 +636,8 @@ def _round_record(eps_q: float, sigma: float, T: int, tree_nodes: int, U: int,
                   hist: FederatedHistogram) -> dict:
     """What a release reports of one sub-query."""
     return {
-        "epsilon": eps_q, "sigma_target": sigma, "vector_length": T,
+        "epsilon": eps_q, "noise_epsilon": hist.guarantee.parameters.get("noise_epsilon", eps_q),
+        "sigma_target": sigma, "vector_length": T,
         "tree_nodes": tree_nodes, "users": U,
         "survivors": int(sum(s["survivors"] for s in hist.shards)),
         "shards": len(hist.shards), "delta": hist.guarantee.delta,
@@ -486,22 +690,20 @@ def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
 def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
                                rng: RngLike | SecureRandom = None, **kwargs: Any
                                ) -> AdaptiveRelease:
-    """:func:`shuffledp.analyzers.federated.tree.adaptive_histogram` with central noise.
+    """:func:`adaptive_histogram` with central noise.
 
-    Every sub-query is one shard holding all U sampled users, no dropout, and its noise sum
-    is sampled directly (``aggregation="simulate"``): Polya(1, a) - Polya(1, a) per entry,
-    which is exactly DL(a), a = e^{-eps_q} ([Bagdasaryan22]_ Thm 4.2 with one share), i.e.
-    a trusted server adding discrete Laplace noise to the true counts. The thresholds of
+    Every sub-query adds DL(a), a = e^{-eps_q / Delta}, once per entry to the exact counts
+    (``aggregation="central"``: Polya(1, a) - Polya(1, a), [Bagdasaryan22]_ Thm 4.2 with one
+    share), i.e. a trusted server; the noise law does not depend on n. The thresholds of
     eq. 7 see one shard (sqrt(ceil(S/U)) = 1). ``kwargs``: ``users_per_query``, ``c``,
-    ``b``, ``max_queries`` of the adaptive algorithm. The guarantee names the central model.
+    ``b``, ``max_queries``, ``neighbour``, ``max_users`` (add/remove: eq. 7's public U) of
+    the adaptive algorithm. The guarantee names the central model.
     """
-    n = np.asarray(rows).size
     bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)
     if bad:
         raise TypeError(f"central_adaptive_histogram fixes {sorted(bad)}, got {kwargs!r}")
-    U = kwargs.get("users_per_query") or max(n, 2)
-    rel = adaptive_histogram(rows, cols, depth, epsilon, shard_size=max(int(U), 2),
-                             aggregation="simulate", rng=rng, **kwargs)
+    rel = adaptive_histogram(rows, cols, depth, epsilon, aggregation="central", rng=rng,
+                             **kwargs)
     g = dataclasses.replace(rel.guarantee, model="central",
                             theorem="Bagdasaryan et al., PoPETs 2022, Alg. 2 with central "
                                     "discrete Laplace noise per sub-query, basic composition")

@@ -432,7 +432,16 @@ class ProtocolParams:
         d = self.canonical()
         d["wrap_probability"] = repr(self.wrap_probability)
         d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
+        d["derived"] = self._derived()
         return json.dumps(d, sort_keys=True, indent=1)
+
+    def _derived(self) -> dict[str, Any]:
+        """What a device implemented elsewhere needs besides the agreed fields: the number of
+        coordinates m, the messages per user (r m) and the share width. (The digest is the
+        first 16 bytes of SHA-256 of the canonical JSON of the agreed fields, sorted keys,
+        separators "," and ":"; :attr:`digest`.)"""
+        return {"m": self.m, "messages_per_user": self.messages_per_user,
+                "share_bits": self.share_bits, "share_bytes": self.share_bytes}
 
     @classmethod
     def from_json(cls, text: str) -> ProtocolParams:
@@ -463,7 +472,12 @@ class ProtocolParams:
             neighbour=d["neighbour"], round_id=rid,
         )
         ours = p.canonical()
-        for k in sorted((set(ours) | set(d)) - {"wrap_probability", "guarantee_delta_parts"}):
+        if "derived" in d and d["derived"] != p._derived():
+            raise ValueError(f"parameter file field derived={d['derived']!r} differs from "
+                             f"{p._derived()!r} for the same inputs: the file was edited or "
+                             "written by another version; re-run setup")
+        informational = {"wrap_probability", "guarantee_delta_parts", "derived"}
+        for k in sorted((set(ours) | set(d)) - informational):
             if ours.get(k) != d.get(k):
                 raise ValueError(
                     f"parameter file field {k}={d.get(k)!r} differs from the accounting's "

@@ -20,6 +20,13 @@ last message into the client's next one (bytes in, bytes out, :mod:`.messages`):
    in both lists, a user not in U2, fewer survivors than t, or omits the client itself:
    revealing both shares of one user would let the server unmask that user's input.
 
+Binding. Every message carries the run's :class:`~.messages.Context` (session, modulus m,
+vector length L, threshold t) and the client checks it on every server message before using
+it: a server of other parameters is refused before the client's input enters anything
+(:meth:`SecAggClient.check_hello` even before round 0). The packed context, not the bare
+session id, enters every key derivation (:func:`derive`), the commitment to b and the share
+encryption's associated data.
+
 Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.randomness.SecureRandom`
 (there is no seed parameter).
 
@@ -48,6 +55,8 @@ from shuffledp.secagg import shamir
 from shuffledp.secagg.prg import expand
 
 KEY_BYTES = 32
+_HINT = {"modulus": " (--modulus)", "threshold": " (--threshold)",
+         "vector length": " (the length of --input)"}
 SHARE_PLAIN = struct.Struct("<II32s32s")  # sender, receiver, s_sk share, b share
 SHARE_CT = SHARE_PLAIN.size + 16
 
@@ -57,7 +66,11 @@ class SecAggRefused(Refused):
 
 
 def derive(secret: bytes, label: bytes, session: bytes, a: int, b: int) -> bytes:
-    """32-byte key from an X25519 agreement, bound to the session and the pair (a, b)."""
+    """32-byte key from an X25519 agreement, bound to the run and the pair (a, b).
+
+    ``session`` is the run's packed :class:`~.messages.Context` (session id, modulus, vector
+    length, threshold), so parties of two parameter sets never derive the same key.
+    """
     info = b"shuffledp secagg " + label + session + struct.pack("<II", a, b)
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
@@ -69,7 +82,8 @@ def mask_seed(sk: X25519PrivateKey, pk: bytes, session: bytes, u: int, v: int) -
 
 
 def commit_b(b: int, session: bytes, uid: int) -> bytes:
-    """The commitment to client ``uid``'s self-mask seed b (32 bytes)."""
+    """The commitment to client ``uid``'s self-mask seed b (32 bytes), bound to the run's
+    packed context ``session``."""
     h = hashes.Hash(hashes.SHA256())
     h.update(b"shuffledp secagg b-commit" + session + struct.pack("<I", uid)
              + b.to_bytes(32, "little"))
@@ -99,7 +113,7 @@ class SecAggClient:
     uid : int
         The client's id, 0 <= uid < 2^32 - 1 (its Shamir point is uid + 1).
     vector : array_like of int
-        The input, entries in [0, modulus).
+        The input, entries in [0, modulus); its length is the run's vector length L.
     modulus : int
         m, 2 <= m <= 2^62.
     threshold : int
@@ -114,7 +128,10 @@ class SecAggClient:
         self.x = np.asarray(vector, dtype=np.int64)
         self.m = int(modulus)
         self.t = int(threshold)
-        self.session = session
+        self.context = msg.Context(bytes(session), self.m, int(self.x.size), self.t)
+        #: the packed context: what every key derivation and commitment binds
+        self.bound = self.context.pack()
+        self.session = self.context.session
         self._rng = SecureRandom()
         self._c_sk, _ = _private_key(self._rng)
         self._s_sk, self._s_sk_int = _private_key(self._rng)
@@ -122,13 +139,36 @@ class SecAggClient:
         self._keys: dict[int, tuple[bytes, bytes]] = {}
         self._held: dict[int, tuple[int, int]] = {}  # v -> (s_sk share of v, b share of v)
 
+    def _parse(self, data: bytes, round_: int) -> msg.Message:
+        """A server message of this run; a server of other parameters is refused."""
+        try:
+            return msg.parse(data, self.context, round_=round_)
+        except msg.ParameterMismatch as e:
+            raise SecAggRefused(
+                f"client {self.uid}: the server runs {e.field} {e.got}, this client "
+                f"{e.field} {e.want}{_HINT[e.field]}; refusing before its input is used"
+            ) from None
+
+    def check_hello(self, hello: bytes) -> None:
+        """Refuse a server whose hello (:func:`~.messages.hello`) names other parameters.
+
+        Raises
+        ------
+        SecAggRefused
+            Another modulus, vector length or threshold (naming it and both values).
+        MessageError
+            Not a hello of this session.
+        """
+        self._parse(hello, msg.HELLO)
+
     # ------------------------------------------------------------------ round 0
     def advertise(self) -> bytes:
-        return msg.frame(0, self.uid, self.session, raw_public(self._c_sk) + raw_public(self._s_sk))
+        return msg.frame(0, self.uid, self.context,
+                         raw_public(self._c_sk) + raw_public(self._s_sk))
 
     # ------------------------------------------------------------------ round 1
     def share_keys(self, broadcast: bytes) -> bytes:
-        m = msg.parse(broadcast, self.session, round_=16)
+        m = self._parse(broadcast, 16)
         keys = parse_key_list(m.payload)
         mine = (raw_public(self._c_sk), raw_public(self._s_sk))
         if keys.get(self.uid) != mine:
@@ -141,29 +181,29 @@ class SecAggClient:
         xs = [v + 1 for v in ids]
         s_sh = shamir.share(self._s_sk_int, xs, self.t, self._rng)
         b_sh = shamir.share(self._b, xs, self.t, self._rng)
-        out = [commit_b(self._b, self.session, self.uid), struct.pack("<I", len(ids) - 1)]
+        out = [commit_b(self._b, self.bound, self.uid), struct.pack("<I", len(ids) - 1)]
         for v, s_v, b_v in zip(ids, s_sh, b_sh):
             if v == self.uid:
                 self._held[v] = (s_v, b_v)
                 continue
             key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(keys[v][0])),
-                         b"share", self.session, self.uid, v)
+                         b"share", self.bound, self.uid, v)
             plain = SHARE_PLAIN.pack(self.uid, v, s_v.to_bytes(32, "little"),
                                      b_v.to_bytes(32, "little"))
-            ct = ChaCha20Poly1305(key).encrypt(bytes(12), plain, self.session)
+            ct = ChaCha20Poly1305(key).encrypt(bytes(12), plain, self.bound)
             out.append(struct.pack("<I", v) + ct)
-        return msg.frame(1, self.uid, self.session, b"".join(out))
+        return msg.frame(1, self.uid, self.context, b"".join(out))
 
     # ------------------------------------------------------------------ round 2
     def masked_input(self, bundle: bytes) -> bytes:
-        m = msg.parse(bundle, self.session, round_=17)
+        m = self._parse(bundle, 17)
         for u, ct in parse_bundle(m.payload):
             if u not in self._keys or u == self.uid or u in self._held:
                 raise SecAggRefused(f"client {self.uid}: unexpected or repeated share from {u}")
             key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u][0])),
-                         b"share", self.session, u, self.uid)
+                         b"share", self.bound, u, self.uid)
             try:
-                plain = ChaCha20Poly1305(key).decrypt(bytes(12), ct, self.session)
+                plain = ChaCha20Poly1305(key).decrypt(bytes(12), ct, self.bound)
             except InvalidTag:
                 raise SecAggRefused(f"client {self.uid}: the share from {u} fails "
                                     "authentication") from None
@@ -179,14 +219,14 @@ class SecAggClient:
         for v in self._held:
             if v == self.uid:
                 continue
-            p = expand(mask_seed(self._s_sk, self._keys[v][1], self.session, self.uid, v),
+            p = expand(mask_seed(self._s_sk, self._keys[v][1], self.bound, self.uid, v),
                        self.x.size, self.m)
             y = (y + pair_sign(self.uid, v) * p) % self.m
-        return msg.frame(2, self.uid, self.session, y.astype("<i8").tobytes())
+        return msg.frame(2, self.uid, self.context, y.astype("<i8").tobytes())
 
     # ------------------------------------------------------------------ round 3
     def unmask(self, request: bytes) -> bytes:
-        m = msg.parse(request, self.session, round_=18)
+        m = self._parse(request, 18)
         survivors, dropped = parse_unmask_request(m.payload)
         s, d = set(survivors), set(dropped)
         u2 = set(self._held)
@@ -204,7 +244,7 @@ class SecAggClient:
             out.append(struct.pack("<IB", v, 0) + self._held[v][1].to_bytes(32, "little"))
         for v in sorted(d):
             out.append(struct.pack("<IB", v, 1) + self._held[v][0].to_bytes(32, "little"))
-        return msg.frame(3, self.uid, self.session, struct.pack("<I", len(out)) + b"".join(out))
+        return msg.frame(3, self.uid, self.context, struct.pack("<I", len(out)) + b"".join(out))
 
 
 # ---------------------------------------------------------------------- payload codecs

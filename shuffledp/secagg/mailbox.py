@@ -4,7 +4,10 @@ Each message is one file, written to a temporary name and renamed into place (at
 POSIX), so a reader never sees half a message. Every run has its own folder, named after
 its 16-byte session id, so nothing of an earlier run can be taken for this one::
 
-    DIR/session                          the current run's session id (written by the server)
+    DIR/session                          the server's hello: the current run's session id and
+                                         the parameters it binds (modulus, vector length,
+                                         threshold; :func:`shuffledp.secagg.messages.hello`),
+                                         checked by every client before round 0
     DIR/run-{session hex}/round{k}/client-{i}.msg    client i's message of round k
     DIR/run-{session hex}/round{k}/client-{i}.leave  client i leaves before round k
     DIR/run-{session hex}/round{k}/server.msg        the server's broadcast (k = 0, 2)

@@ -19,6 +19,9 @@ Every message is checked before it is accepted, and a rejected message is counte
 
 * malformed, of another session or round, a sender field that differs from the channel it
   arrived on, a sender not in the previous round's set, a second message of one client;
+* bound to another modulus, vector length or threshold than the server's (the header's
+  :class:`~.messages.Context`): the client is named in :attr:`SecAggServer.mismatched`
+  with the parameter and both values, before anything of its message is used;
 * round 0: public keys already advertised by another client (a copy);
 * round 1: a share list whose recipients are not exactly the other clients of round 0, each
   once, in order (a share withheld from one peer would make the pairwise masks asymmetric);
@@ -102,9 +105,14 @@ class SecAggServer:
         self.length = int(vector_length)
         self.m = int(modulus)
         self.t = int(threshold)
-        self.session = session
+        self.context = msg.Context(bytes(session), self.m, self.length, self.t)
+        #: the packed context: what every key derivation and commitment binds
+        self.bound = self.context.pack()
+        self.session = self.context.session
         self.round = 0
         self.rejected: Counter[str] = Counter()
+        #: client -> why its message was refused for other parameters than the server's
+        self.mismatched: dict[int, str] = {}
         self._inbox: dict[int, bytes] = {}
         self.members: list[set[int]] = [set(range(self.n))]  # U0 (all), U1, U2, U3, U4
         self._keys: dict[int, tuple[bytes, bytes]] = {}
@@ -130,7 +138,13 @@ class SecAggServer:
         names another client is rejected.
         """
         try:
-            m = msg.parse(data, self.session, round_=self.round)
+            m = msg.parse(data, self.context, round_=self.round)
+        except msg.ParameterMismatch as e:
+            who = e.sender if channel is None else channel
+            why = (f"client {who} runs {e.field} {e.got}, the server's {e.field} is {e.want}")
+            self.mismatched.setdefault(who, why)
+            self.rejected[f"round {self.round}: parameters differ from the server's: {why}"] += 1
+            return False
         except msg.MessageError as e:
             self.rejected[f"round {self.round}: {type(e).__name__}"] += 1
             return False
@@ -186,6 +200,11 @@ class SecAggServer:
             return "share outside the field"
         return ""
 
+    def hello(self) -> bytes:
+        """The hello a client checks before round 0 (:meth:`SecAggClient.check_hello
+        <shuffledp.secagg.client.SecAggClient.check_hello>`): the run's context."""
+        return msg.hello(self.context)
+
     def _close(self) -> set[int]:
         got = set(self._inbox)
         if len(got) < self.t:
@@ -203,7 +222,7 @@ class SecAggServer:
         self.round += 1
         if r == 0:
             self._keys = {u: (p[:32], p[32:]) for u, p in inbox.items()}
-            return msg.frame(16, msg.SERVER, self.session, key_list(self._keys))
+            return msg.frame(16, msg.SERVER, self.context, key_list(self._keys))
         if r == 1:
             self._commits = {u: p[:COMMIT_BYTES] for u, p in inbox.items()}
             bundles: dict[int, list[bytes]] = {v: [] for v in got}
@@ -211,7 +230,7 @@ class SecAggServer:
                 for v, ct in parse_bundle(p[COMMIT_BYTES:]):
                     if v in bundles:
                         bundles[v].append(struct.pack("<I", u) + ct)
-            return {v: msg.frame(17, msg.SERVER, self.session,
+            return {v: msg.frame(17, msg.SERVER, self.context,
                                  struct.pack("<I", len(b)) + b"".join(b))
                     for v, b in bundles.items()}
         if r == 2:
@@ -220,7 +239,7 @@ class SecAggServer:
             survivors = sorted(got)
             dropped = sorted(self.members[2] - got)
             self._wanted = [(v, 0) for v in survivors] + [(v, 1) for v in dropped]
-            return msg.frame(18, msg.SERVER, self.session, unmask_request(survivors, dropped))
+            return msg.frame(18, msg.SERVER, self.context, unmask_request(survivors, dropped))
         self._reveals = inbox
         self.total = self._unmask()
         return self.total
@@ -270,7 +289,7 @@ class SecAggServer:
         for v, s_sk in zip(dropped, secrets[len(survivors):]):
             key = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little"))
             for u in survivors:
-                p = expand(mask_seed(key, self._keys[u][1], self.session, v, u), self.length,
+                p = expand(mask_seed(key, self._keys[u][1], self.bound, v, u), self.length,
                            self.m)
                 total = (total - pair_sign(u, v) * p) % self.m
         return total
@@ -279,15 +298,17 @@ class SecAggServer:
         """The run's outcome for a report (JSON-ready): session, threshold, survivors (the
         clients whose input is in the sum), rejected messages by reason, excluded clients
         and suspects."""
-        return {"session": self.session.hex(), "threshold": self.t,
+        return {"session": self.context.session.hex(), "threshold": self.t,
+                "modulus": self.m, "vector_length": self.length,
                 "survivors": sorted(self.members[3]) if len(self.members) > 3 else [],
                 "rejected": dict(self.rejected),
+                "mismatched": {str(k): v for k, v in sorted(self.mismatched.items())},
                 "excluded": {str(k): v for k, v in sorted(self.excluded.items())},
                 "suspects": {str(k): v for k, v in sorted(self.suspects.items())}}
 
     def _b_check(self, u: int):
         want = self._commits[u]
-        return lambda b: commit_b(b, self.session, u) == want
+        return lambda b: commit_b(b, self.bound, u) == want
 
     def _s_check(self, v: int):
         want = self._keys[v][1]

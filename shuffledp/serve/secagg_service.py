@@ -20,7 +20,10 @@ and exits; ``shuffledp secagg client --server URL --id i ...`` runs client i
 The channel is the client id in the URL: :meth:`SecAggServer.receive` rejects a message
 whose sender field names another client, exactly as the mailbox binds it to the file name.
 (Nothing authenticates the id itself here, as nothing authenticates who may write a mailbox
-file; a deployment puts per-client credentials, e.g. mutual TLS, in front.) GETs long-poll
+file; a deployment puts per-client credentials, e.g. mutual TLS, in front.) The service runs
+behind the same connection limits, deadlines and optional TLS 1.3 as the shuffler
+(:mod:`shuffledp.serve.transport`), so idle or slow sockets cannot stall a run; a client
+retries a busy server (429, 503, ...) until its timeout and then names the answer. GETs long-poll
 (``?wait=S``, at most 25 s): 200 with the message once the round closed, 204 if not yet, 410
 ``aborted`` with the reason once the run aborted. A round closes when every expected client
 has answered or left, or at its deadline (``--round-timeout`` after it opened; round 0, which
@@ -57,7 +60,7 @@ import numpy as np
 from shuffledp.safe_io import write_npy, write_report
 from shuffledp.secagg import SecAggAborted, SecAggClient, SecAggServer
 from shuffledp.secagg.server import message_limits
-from shuffledp.serve.common import BodyError, problem, read_body
+from shuffledp.serve.common import BodyError, exception_handlers, problem, read_body, retry_after
 
 ROUNDS = 4
 MAX_WAIT = 25.0
@@ -267,11 +270,6 @@ def make_app(run: SecAggRun, *, body_timeout: float = 30.0, linger: float = 1.0)
             return problem(404, "not_found", "shares are sent in round 1 only")
         return await get_message(request, 1, i)
 
-    async def not_found(request, exc):
-        code = getattr(exc, "status_code", 404)
-        return problem(code, "not_found" if code == 404 else "unavailable",
-                       f"{request.method} {request.url.path}")
-
     @contextlib.asynccontextmanager
     async def lifespan(app):
         async def finish():
@@ -294,37 +292,77 @@ def make_app(run: SecAggRun, *, body_timeout: float = 30.0, linger: float = 1.0)
         Route(base + "/server", get_server, methods=["GET"]),
         Route(base + "/clients/{i}/shares", get_shares, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={404: not_found, 405: not_found})
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=exception_handlers())
 
 
 class ClientAborted(RuntimeError):
     """The server aborted the run, or the client gave up waiting."""
 
 
+#: answers after which the same request may succeed (the server was busy, not the message)
+RETRYABLE = frozenset({429, 502, 503, 504})
+
+
+def _call(c, method: str, url: str, deadline: float, *, idempotent: bool, **kw):
+    """One request, retried until ``deadline`` on a retryable answer (honouring
+    ``Retry-After``) and on a failure to connect (any transport failure if ``idempotent``).
+
+    Raises :class:`ClientAborted` naming the last answer ("HTTP 503 unavailable: ...") or
+    transport failure when the deadline passes.
+    """
+    import httpx
+
+    delay = 0.1
+    while True:
+        try:
+            resp = c.request(method, url, **kw)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            last: Any = e
+        except httpx.TransportError as e:
+            if not idempotent:  # the message may have arrived: not sent twice
+                raise ClientAborted(f"{method} {url}: {type(e).__name__}: {e}") from None
+            last = e
+        else:
+            if resp.status_code not in RETRYABLE:
+                return resp
+            last = resp
+        wait = delay if isinstance(last, Exception) else max(delay, retry_after(last, delay))
+        if time.monotonic() + wait > deadline:
+            if isinstance(last, Exception):
+                raise ClientAborted(f"{method} {url}: {type(last).__name__}: {last}") from None
+            raise ClientAborted(_detail(last))
+        time.sleep(wait)
+        delay = min(2 * delay, 5.0)
+
+
 def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold: int, *,
-               timeout: float = 60.0, stop_before: int | None = None) -> str:
+               timeout: float = 60.0, stop_before: int | None = None,
+               verify: Any = True) -> str:
     """Client ``uid`` through the four rounds over HTTP; returns "done" or "left".
 
-    Raises :class:`ClientAborted` (run aborted by the server, or no server message within
-    ``timeout`` seconds), :class:`shuffledp.secagg.SecAggRefused` /
+    A busy server (429, 502, 503, 504, or no connection) is retried until ``timeout``
+    seconds have passed without progress; the error then names the server's last answer.
+    ``verify`` is ``True`` (the system's CAs) or an :class:`ssl.SSLContext` for an HTTPS
+    server.
+
+    Raises :class:`ClientAborted` (run aborted by the server, or no usable server answer
+    within ``timeout`` seconds), :class:`shuffledp.secagg.SecAggRefused` /
     :class:`~shuffledp.secagg.MessageError` (a deviating server).
     """
     import httpx
 
-
     base_url = server_url.rstrip("/")
-    with httpx.Client(timeout=MAX_WAIT + 10) as c:
-        t_end = time.monotonic() + timeout
-        while True:
-            try:
-                info = c.get(f"{base_url}/secagg/session").json()
-                break
-            except httpx.TransportError:
-                if time.monotonic() > t_end:
-                    raise ClientAborted(f"no server at {base_url} after {timeout:g} s") from None
-                time.sleep(0.1)
-        sess = info["session"]
+    with httpx.Client(timeout=MAX_WAIT + 10, verify=verify) as c:
+        resp = _call(c, "GET", f"{base_url}/secagg/session", time.monotonic() + timeout,
+                     idempotent=True)
+        if resp.status_code != 200:
+            raise ClientAborted(_detail(resp))
+        try:
+            info = resp.json()
+            sess = str(info["session"])
+        except (ValueError, KeyError, TypeError):
+            raise ClientAborted(f"{base_url}/secagg/session: not a session description"
+                                ) from None
         client = SecAggClient(uid, x, modulus, threshold, bytes.fromhex(sess))
         base = f"{base_url}/secagg/{sess}/rounds"
         sources = [None, f"{base}/0/server", f"{base}/1/clients/{uid}/shares",
@@ -333,7 +371,8 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                  client.unmask]
         for r in range(ROUNDS):
             if stop_before is not None and r >= stop_before:
-                c.put(f"{base}/{r}/clients/{uid}/leave")
+                _call(c, "PUT", f"{base}/{r}/clients/{uid}/leave", time.monotonic() + timeout,
+                      idempotent=True)
                 return "left"
             incoming = None
             if r:
@@ -343,13 +382,15 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                     if left <= 0:
                         raise ClientAborted(f"no server message for round {r} after "
                                             f"{timeout:g} s")
-                    resp = c.get(sources[r], params={"wait": f"{min(left, MAX_WAIT):.3f}"})
+                    resp = _call(c, "GET", sources[r], deadline, idempotent=True,
+                                 params={"wait": f"{min(left, MAX_WAIT):.3f}"})
                     if resp.status_code == 200:
                         incoming = resp.content
                         break
                     if resp.status_code != 204:
                         raise ClientAborted(_detail(resp))
-            resp = c.put(f"{base}/{r}/clients/{uid}", content=steps[r](incoming),
+            resp = _call(c, "PUT", f"{base}/{r}/clients/{uid}", time.monotonic() + timeout,
+                         idempotent=False, content=steps[r](incoming),
                          headers={"content-type": "application/octet-stream"})
             if resp.status_code != 201:
                 raise ClientAborted(_detail(resp))

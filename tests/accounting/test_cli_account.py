@@ -123,7 +123,7 @@ def test_bad_input_names_argument_and_value(args, needle):
 @pytest.mark.parametrize("eps0", ["33", "36", "37", "100", "700"],
                          ids=lambda e: f"eps0-{e}")
 def test_shuffle_ldp_large_eps0_reports_no_amplification(eps0):
-    # issue 7 item 1: eps0 >= 37 printed epsilon ~ 1e-12 with valid=true
+    # eps0 >= 37 printed epsilon ~ 1e-12 with valid=true
     r = run("shuffle-ldp", "--n", "1000", "--eps0", eps0, "--delta", "1e-6", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -148,7 +148,7 @@ def test_shuffle_ldp_refuses_cleanly():
     ("--model", "local", "--m", "100", "--target-alpha", "5"),
 ], ids=["local-forward", "central-inverse", "central-forward", "local-inverse"])
 def test_emd_itemwise_tiny_delta_no_traceback(delta, args):
-    # issue 7 item 4: thm43_validity_limit raised "math domain error" for tiny delta
+    # thm43_validity_limit raised "math domain error" for tiny delta
     r = run("emd-itemwise", *args, "--delta", delta, "--json")
     assert "domain error" not in r.output and "Traceback" not in r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
@@ -165,7 +165,7 @@ def test_emd_itemwise_tiny_delta_no_traceback(delta, args):
 
 
 def test_emd_itemwise_delta_out_cap():
-    # issue 7 item 4: the inverse issued delta' = 0.99999999938 as valid by default
+    # the inverse issued delta' = 0.99999999938 as valid by default
     r = run("emd-itemwise", "--model", "local", "--m", "10000", "--delta", "1e-6",
             "--target-alpha", "200", "--json")
     d = json.loads(r.stdout)
@@ -191,7 +191,7 @@ def test_emd_itemwise_delta_out_cap():
      "messages need 65 bits > 64"),
 ], ids=["q-above-2-32", "no-headroom", "message-above-64-bits"])
 def test_summation_refuses_what_protocol_params_refuses(args, reason):
-    # issue 7 item 4: these printed parameter sets that ProtocolParams rejects (or crashed)
+    # these printed parameter sets that ProtocolParams rejects (or crashed)
     from shuffledp.grid import Grid
     from shuffledp.protocol.params import derive_params
 

@@ -74,9 +74,39 @@ def test_heatmap_budget_ledger_appends_and_refuses(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(heatmap, base + ["--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
-    data = json.loads(led.read_text())
-    assert len(data["releases"]) == 2 and data["spent"]["epsilon"] <= 2.0 + 1e-9
+    from shuffledp.accounting.ledger import BudgetLedger
+
+    rel = BudgetLedger.open(led).releases
+    assert len(rel) == 2 and rel[-1]["spent"]["epsilon"] <= 2.0 + 1e-9
     r = CliRunner().invoke(heatmap, base + ["--out", str(tmp_path / "c")])
     assert r.exit_code == 1 and "release refused" in r.output
     assert not (tmp_path / "c").exists()  # nothing written
-    assert len(json.loads(led.read_text())["releases"]) == 2
+    assert len(BudgetLedger.open(led).releases) == 2
+
+
+def test_compose_spec_refuses_parallel_groups_that_are_not_disjoint(tmp_path):
+    """Parallel composition needs disjoint users: a group listing one report twice, a branch
+    repeated with a count, or two reports of the same input are refused (exit 2, naming the
+    branch); reports of different inputs are composed in parallel."""
+    ev = DiscreteLaplace(parameter=0.05, neighbour="replace")
+    for name, source in (("a.json", "users-a.csv"), ("b.json", "users-b.csv"),
+                         ("c.json", "users-a.csv")):
+        _report(tmp_path / name, ev, neighbour="replace")
+        data = json.loads((tmp_path / name).read_text())
+        data["input"] = source
+        (tmp_path / name).write_text(json.dumps(data))
+
+    def run(group):
+        spec = {"delta": 1e-6, "releases": [{"report": "a.json"}, {"parallel": group}]}
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        return CliRunner().invoke(account, ["compose", "--spec", str(tmp_path / "spec.json")])
+
+    r = run([{"report": "a.json"}, {"report": "./a.json"}])
+    assert r.exit_code == 2 and "releases[1].parallel[1]" in r.output
+    assert "is already branch" in r.output
+    r = run([{"report": "b.json", "count": 2}])
+    assert r.exit_code == 2 and "count=2 inside a parallel group" in r.output
+    r = run([{"report": "a.json"}, {"report": "c.json"}])
+    assert r.exit_code == 2 and "reads input 'users-a.csv'" in r.output
+    r = run([{"report": "a.json"}, {"report": "b.json"}])
+    assert r.exit_code == 0, r.output

@@ -176,7 +176,7 @@ def test_validation_messages():
         asymptotic_alpha0(0, 10, 1e-6)
 
 
-# --------------------------------------------------------------------------- issue 7, item 4
+# ---------------------------------------------------------------------------
 def test_inverse_caps_delta_out_by_default():
     # old code: alpha0 = 0.00696 with delta' = 0.99999999938 issued as valid
     inv = emd_itemwise_alpha0(200, 10000, 1e-6, "local")

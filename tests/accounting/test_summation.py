@@ -149,7 +149,7 @@ def test_validation_messages():
         summation_parameters(n=100, epsilon=1, delta=1e-6, B=10, grid="8x8", w=0)
 
 
-# --------------------------------------------------------------------------- issue 7, item 4
+# ---------------------------------------------------------------------------
 # `account summation` printed parameter sets that ProtocolParams refuses (q > 2^32, messages
 # over 64 bits, no headroom) and crashed (ZeroDivisionError, OverflowError) on tiny epsilon
 # or delta. summation_parameters must accept exactly what derive_params accepts.

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mp_clones import mp_divergence
 from scipy.stats import binom
 
-from shuffledp.accounting.shuffle_ldp.clones import (
+from shuffledp.accounting.amplification.clones import (
     clone_probability,
     clones_closed_form,
     clones_eps0_for_target,
@@ -34,7 +34,7 @@ from shuffledp.cli import main
 def test_issue_target_n1e5_certified_and_tight():
     b = variation_ratio_numerical(10**5, 1.0, 1e-6)
     assert b.method == "variation-ratio" and b.valid
-    assert b.epsilon <= 0.0126  # issue 12 target; the clones pair gives 0.01528
+    assert b.epsilon <= 0.0126  # target; the clones pair gives 0.01528
     assert clones_numerical(10**5, 1.0, 1e-6).epsilon > 0.015
     hi = reduction_divergence(10**5, 1.0, b.epsilon, tail=1e-10, reduction="variation-ratio")[1]
     lo = reduction_divergence(10**5, 1.0, b.epsilon_lower, tail=1e-10,

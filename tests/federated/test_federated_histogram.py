@@ -37,14 +37,14 @@ def test_secagg_and_plain_give_the_same_release_with_dropouts():
     cells = g.integers(0, 16, 60)
     dropped = np.zeros(60, bool)
     dropped[[3, 31, 45]] = True
-    kw = dict(shard_size=20, dropout=0.1, dropped=dropped, rng=5)
+    kw = dict(shard_size=20, dropout=0.1, dropped=dropped, neighbour="zero_out", rng=5)
     a = federated_histogram(cells, 16, 1.0, **kw)
     b = federated_histogram(cells, 16, 1.0, aggregation="plain", **kw)
     assert np.array_equal(a.counts, b.counts)
     assert [s["survivors"] for s in a.shards] == [19, 19, 19]
     g0 = a.guarantee
     assert (g0.notion, g0.model, g0.epsilon, g0.neighbour) == (
-        "approximate", "distributed", 1.0, Neighbour.ADD_REMOVE)
+        "approximate", "distributed", 1.0, Neighbour.ZERO_OUT)
 
 
 def test_the_polya_tables_total_variation_is_charged_to_delta():
@@ -56,7 +56,7 @@ def test_the_polya_tables_total_variation_is_charged_to_delta():
     cells = np.arange(60) % 16
     for agg, draws in (("plain", 2 * 60 * 16), ("simulate", 2 * 3 * 16)):
         g = federated_histogram(cells, 16, 1.0, shard_size=20, aggregation=agg,
-                                rng=1).guarantee
+                                neighbour="zero_out", rng=1).guarantee
         assert g.notion == "approximate"
         assert g.delta == (1 + math.e) * draws * SAMPLER_TV_MAX
         assert 0 < g.delta < 1e-26
@@ -68,7 +68,7 @@ def test_too_many_dropouts_are_refused():
     dropped[:3] = True  # 17 survivors < n_min = ceil(0.9 * 20) = 18
     with pytest.raises(FederatedRefused, match="17 of 20 .* n_min=18"):
         federated_histogram(cells, 4, 1.0, shard_size=20, dropout=0.1, dropped=dropped,
-                            aggregation="plain", rng=0)
+                            neighbour="zero_out", aggregation="plain", rng=0)
 
 
 def test_noise_has_the_discrete_laplace_variance():
@@ -79,7 +79,8 @@ def test_noise_has_the_discrete_laplace_variance():
     noise = []
     for rep in range(10):
         cells = g.integers(0, D, 40)
-        r = federated_histogram(cells, D, 1.0, shard_size=40, aggregation="plain", rng=rep)
+        r = federated_histogram(cells, D, 1.0, shard_size=40, aggregation="plain",
+                                neighbour="zero_out", rng=rep)
         noise.append(r.counts - np.bincount(cells, minlength=D))
     z = np.concatenate(noise)
     a = math.exp(-1.0)
@@ -93,11 +94,13 @@ def test_noise_has_the_discrete_laplace_variance():
     ({"epsilon": 0.0}, "epsilon"),
     ({"aggregation": "sum"}, "aggregation"),
     ({"dropped": np.zeros(3, bool)}, "dropped"),
-    ({"neighbour": "zero_out"}, "neighbour"),
+    ({"neighbour": "bounded_emd"}, "neighbour must be add_remove, replace or zero_out"),
+    ({"delta": 1e-9}, "delta is the add/remove charge"),
+    ({"aggregation": "central", "neighbour": "add_remove", "max_users": 4}, "no shards"),
 ])
 def test_bad_input(kwargs, match):
     args = {"cells": np.array([0, 1]), "n_cells": 4, "epsilon": 1.0, "shard_size": 2,
-            "aggregation": "plain", "rng": 0}
+            "aggregation": "plain", "neighbour": "zero_out", "rng": 0}
     args.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
         federated_histogram(args.pop("cells"), args.pop("n_cells"), args.pop("epsilon"), **args)
@@ -134,7 +137,7 @@ def test_federated_locations_end_to_end():
     g = np.random.default_rng(2)
     users = [(g.integers(0, 16, 5), g.random(5) + 0.1) for _ in range(400)]
     est, rel = federated_locations(users, 16, 2.0, gamma=100, shard_size=200,
-                                   aggregation="plain", rng=3)
+                                   aggregation="plain", neighbour="zero_out", rng=3)
     truth = sum(np.bincount(c, weights=w, minlength=16) / w.sum() for c, w in users)
     assert rel.guarantee.parameters["l1_bound"] == 100
     # noise per cell: 2 shards of DL(e^{-2/100}), sd ~ 70 / gamma = 0.7; rounding adds
@@ -160,7 +163,8 @@ def test_simulated_shard_noise_has_the_law_of_the_clients_sum():
 def test_simulate_path_matches_counts_and_guarantee():
     g = np.random.default_rng(3)
     cells = g.integers(0, 10, 5000)
-    r = federated_histogram(cells, 10, 1.0, shard_size=1000, aggregation="simulate", rng=1)
+    r = federated_histogram(cells, 10, 1.0, shard_size=1000, aggregation="simulate",
+                            neighbour="zero_out", rng=1)
     truth = np.bincount(cells, minlength=10)
     # noise: 5 shards of DL(e^-1), sd ~ 1.4 each: |error| < 6 sqrt(5) 1.4 = 19 per cell
     assert np.abs(r.counts - truth).max() < 19 and r.guarantee.parameters[
@@ -190,10 +194,11 @@ def test_dropouts_in_every_secagg_round_through_real_secure_aggregation():
     cells = np.arange(20) % 4
     rounds = np.full(20, -1)
     rounds[[1, 5, 9, 13]] = [0, 1, 2, 3]
-    kw = dict(shard_size=20, dropout=0.2, dropped=rounds, rng=7)
+    kw = dict(shard_size=20, dropout=0.2, dropped=rounds, neighbour="zero_out", rng=7)
     a = federated_histogram(cells, 4, 1.0, **kw)
     b = federated_histogram(cells, 4, 1.0, aggregation="plain", **kw)
     assert np.array_equal(a.counts, b.counts)
     assert a.shards[0]["survivors"] == 17 and a.shards[0]["dropped_by_round"] == [1, 1, 1, 1]
     with pytest.raises(ValueError, match="rounds in -1..3, got dropped=4"):
-        federated_histogram(cells, 4, 1.0, shard_size=20, dropped=np.full(20, 4), rng=1)
+        federated_histogram(cells, 4, 1.0, shard_size=20, dropped=np.full(20, 4),
+                            neighbour="zero_out", rng=1)

@@ -45,7 +45,8 @@ def _clustered(n, seed=0):
 
 def test_budget_schedule_spends_exactly_epsilon_and_refines_where_users_are():
     rows, cols = _clustered(3000)
-    rel = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="plain", rng=1)
+    rel = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="plain",
+                             neighbour="zero_out", rng=1)
     eps = [r["epsilon"] for r in rel.rounds]
     assert sum(eps) == pytest.approx(1.0, rel=1e-12) and all(e > 0 for e in eps)
     assert eps == sorted(eps)  # coarse queries are cheap, the last takes the rest
@@ -64,7 +65,7 @@ def test_budget_schedule_spends_exactly_epsilon_and_refines_where_users_are():
 
 def test_secagg_and_plain_runs_agree():
     rows, cols = _clustered(60, seed=2)
-    kw = dict(shard_size=30, aggregation="secagg", rng=7, max_queries=2)
+    kw = dict(shard_size=30, aggregation="secagg", neighbour="zero_out", rng=7, max_queries=2)
     a = adaptive_histogram(rows // 4, cols // 4, 3, 2.0, **kw)
     b = adaptive_histogram(rows // 4, cols // 4, 3, 2.0, **{**kw, "aggregation": "plain"})
     assert np.array_equal(a.estimate, b.estimate) and a.counts == b.counts
@@ -83,7 +84,8 @@ def test_cli_federated_writes_outputs(tmp_path):
 
     res = CliRunner().invoke(main, ["federated", "--n", "300", "--depth", "4",
                                     "--shard-size", "150", "--aggregation", "plain",
-                                    "--seed", "3", "--out", str(tmp_path)])
+                                    "--neighbour", "zero_out", "--seed", "3",
+                                    "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["guarantee"]["model"] == "distributed" and rep["users"] == 300
@@ -92,7 +94,7 @@ def test_cli_federated_writes_outputs(tmp_path):
     assert (tmp_path / "tree.png").stat().st_size > 0
     assert "mse" not in rep and "notes" not in rep  # nothing computed without noise
     ev = CliRunner().invoke(main, ["federated", "--n", "300", "--depth", "4",
-                                   "--shard-size", "150", "--aggregation", "simulate",
+                                   "--shard-size", "300", "--aggregation", "simulate",
                                    "--seed", "3", "--report-error", "--out",
                                    str(tmp_path / "ev")])
     assert ev.exit_code == 0, ev.output
@@ -107,11 +109,11 @@ def test_table3_ablations_even_schedule_and_fixed_threshold():
     sigma~ (a huge one never splits: every sub-query is the root alone)."""
     rows, cols = _clustered(2000)
     rel = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
-                             schedule="even", threshold=10, rng=2)
+                             schedule="even", threshold=10, neighbour="zero_out", rng=2)
     assert [r["epsilon"] for r in rel.rounds] == pytest.approx([1 / 6] * 6, rel=1e-12)
     assert rel.guarantee.parameters["schedule"] == "even"
     none = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
-                              schedule="even", threshold=1e9, rng=2)
+                              schedule="even", threshold=1e9, neighbour="zero_out", rng=2)
     assert [r["vector_length"] for r in none.rounds] == [1] * 6
     rep = adaptive_histogram(rows, cols, 5, 1.0, shard_size=1000, aggregation="simulate",
                              neighbour="replace", rng=2)

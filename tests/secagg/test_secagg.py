@@ -114,11 +114,13 @@ def test_malformed_replayed_and_foreign_messages_are_rejected_and_counted():
     assert server.receive(outs[0])
     assert not server.receive(outs[0])  # replay
     assert not server.receive(outs[1][:-3])  # truncated
-    assert not server.receive(msg.frame(2, 1, os.urandom(16), outs[1][32:]))  # other session
-    assert not server.receive(msg.frame(3, 1, sess, outs[1][32:]))  # wrong round
-    assert not server.receive(msg.frame(2, 77, sess, outs[1][32:]))  # unknown sender
+    ctx, H = server.context, msg.HEADER.size
+    other = msg.Context(os.urandom(16), 97, 8, 3)
+    assert not server.receive(msg.frame(2, 1, other, outs[1][H:]))  # other session
+    assert not server.receive(msg.frame(3, 1, ctx, outs[1][H:]))  # wrong round
+    assert not server.receive(msg.frame(2, 77, ctx, outs[1][H:]))  # unknown sender
     bad = np.full(8, 97, dtype="<i8").tobytes()  # entries out of range
-    assert not server.receive(msg.frame(2, 1, sess, bad))
+    assert not server.receive(msg.frame(2, 1, ctx, bad))
     for o in outs[1:]:
         assert server.receive(o)
     assert sum(server.rejected.values()) == 6
@@ -139,7 +141,7 @@ def test_honest_client_refuses_a_deviating_server(survivors, dropped, match):
     X, clients, server, incoming, sess = _run_to_round(5, 4, 11, 3, 2)
     for c in clients:
         c.masked_input(incoming[c.uid])
-    req = msg.frame(18, msg.SERVER, sess, cl.unmask_request(survivors, dropped))
+    req = msg.frame(18, msg.SERVER, server.context, cl.unmask_request(survivors, dropped))
     with pytest.raises(SecAggRefused, match=match):
         clients[0].unmask(req)
 
@@ -149,7 +151,7 @@ def test_masked_input_hides_the_input():
     false-failure rate 1e-4), and differs from the input."""
     X, clients, server, incoming, sess = _run_to_round(4, 20_000, 50, 3, 2)
     clients[0].x = np.zeros(20_000, dtype=np.int64)
-    y = np.frombuffer(clients[0].masked_input(incoming[0])[32:], dtype="<i8")
+    y = np.frombuffer(clients[0].masked_input(incoming[0])[msg.HEADER.size:], dtype="<i8")
     assert chisquare(np.bincount(y, minlength=50)).pvalue > 1e-4
 
 

@@ -46,7 +46,7 @@ def _flip_share(entry, bit=0):
 
 
 def _with_payload(out, payload):
-    return msg.frame(out[5], struct.unpack_from("<I", out, 8)[0], out[16:32], payload)
+    return msg.frame(out[5], struct.unpack_from("<I", out, 8)[0], out[16:48], payload)
 
 
 @pytest.mark.parametrize("culprit", [0, 2, 5])

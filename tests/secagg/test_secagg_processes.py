@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from shuffledp.secagg import SecAggClient
+from shuffledp.secagg import messages as msg
 from shuffledp.secagg.mailbox import post, run_dir, wait_for
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="atomic rename semantics")
@@ -41,13 +42,13 @@ def _client(tmp_path, box, i, x, m, t, extra=()):
 
 
 def _session(box):
-    """The server's session id, once it has written it (and cleared the old run)."""
+    """The server's session id, once it has written its hello (and cleared the old run)."""
     deadline = time.monotonic() + GUARD
     while True:
         try:
             s = (box / "session").read_bytes()
-            if len(s) == 16:
-                return s
+            if len(s) == msg.HEADER.size:
+                return msg.context_of(s).session
         except FileNotFoundError:
             pass
         assert time.monotonic() < deadline, "the server never wrote its session"
@@ -135,7 +136,7 @@ def test_fifo_forged_sender_and_bit_flip_through_the_mailbox(tmp_path):
     for i in live:
         out = bytearray(clients[i].unmask(b2))
         if i == 2:
-            out[32 + 4 + 5] ^= 0x10  # one bit of the first share in client 2's message
+            out[msg.HEADER.size + 4 + 5] ^= 0x10  # one bit of client 2's first share
         post(run / "round3" / f"client-{i}.msg", bytes(out))
     out = server.communicate(timeout=GUARD)[0]
     assert server.returncode == 0, out

@@ -21,13 +21,16 @@ M = 1 << 32
 
 
 def start(data, *args):
+    log = open(f"{data}.stderr", "ab")  # a pipe nobody reads would block the server
     proc = subprocess.Popen(
         [sys.executable, "-m", "shuffledp.cli", "serve", "secagg", *map(str, args), "--data",
-         str(data), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         str(data), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=log)
+    log.close()
+    proc.log_path = f"{data}.stderr"
     t0 = time.monotonic()
     while not (data / "listen.json").exists():
         if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read().decode())
+            raise AssertionError(open(proc.log_path).read())
         assert time.monotonic() - t0 < DEADLINE
         time.sleep(0.05)
     return proc, json.loads((data / "listen.json").read_text())["url"]
@@ -93,8 +96,8 @@ def test_four_rounds_with_processes_a_leaver_and_a_silent_dropout(tmp_path):
         for th in threads:
             th.join(DEADLINE)
         assert outcome == {2: "done", 3: "left"}
-        out, err = server.communicate(timeout=DEADLINE)
-        assert server.returncode == 0, err.decode()
+        server.wait(timeout=DEADLINE)
+        assert server.returncode == 0, open(server.log_path).read()
     finally:
         if server.poll() is None:
             server.kill()
@@ -158,3 +161,54 @@ def test_refusals_and_an_aborted_run(tmp_path):
     assert report["status"] == "aborted" and "threshold" in report["reason"]
     assert not (data / "result.npy").exists()
     assert report["rejected"]
+
+
+def test_a_busy_server_is_reported_as_such_and_waited_for(tmp_path):
+    """Regression: a 503 (plain text) made the client fail with a JSON decoding error; now it
+    retries 503 until its timeout and then names it, and completes once the server has room."""
+    import socket
+
+    from shuffledp.serve.secagg_service import ClientAborted, run_client
+
+    n, t, length = 2, 2, 3
+    data = tmp_path / "svc"
+    server, url = start(data, "--clients", n, "--threshold", t, "--length", length,
+                        "--modulus", M, "--join-timeout", 60, "--round-timeout", 20,
+                        "--max-connections-per-client", 2, "--body-timeout", 30)
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        while True:
+            try:
+                sess = httpx.get(f"{url}/secagg/session").json()["session"]
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        # two connections of this address busy with a message body that does not come
+        busy = []
+        for i in range(2):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(f"PUT /secagg/{sess}/rounds/0/clients/{i} HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Length: 100\r\n\r\nab".encode())
+            busy.append(s)
+        time.sleep(0.3)
+        xs = [np.arange(length, dtype=np.int64) + i for i in range(n)]
+        with pytest.raises(ClientAborted, match="HTTP 503 unavailable"):
+            run_client(url, 0, xs[0], M, t, timeout=2)
+        out = {}
+        threads = [threading.Thread(target=lambda i=i: out.setdefault(
+            i, run_client(url, i, xs[i], M, t, timeout=60))) for i in range(n)]
+        for th in threads:
+            th.start()
+        time.sleep(1.5)
+        assert not out  # still waiting for room, not failed
+        for s in busy:
+            s.close()
+        for th in threads:
+            th.join(DEADLINE)
+        assert out == {0: "done", 1: "done"}
+        server.wait(timeout=DEADLINE)
+        assert server.returncode == 0, open(server.log_path).read()
+    finally:
+        if server.poll() is None:
+            server.kill()
+    np.testing.assert_array_equal(np.load(data / "result.npy"), (xs[0] + xs[1]) % M)

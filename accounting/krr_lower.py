@@ -1,8 +1,0 @@
-"""Old import path (before 0.2), kept for one release.
-
-Moved to :mod:`shuffledp.accounting.shuffle_ldp.krr_lower`.
-"""
-
-from shuffledp._compat import forward
-
-__getattr__, __dir__ = forward(__name__, "shuffledp.accounting.shuffle_ldp.krr_lower")

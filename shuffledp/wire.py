@@ -1,5 +1,0 @@
-"""Old import path (before 0.2), kept for one release: see :mod:`shuffledp.protocol.wire`."""
-
-from shuffledp._compat import forward
-
-__getattr__, __dir__ = forward(__name__, "shuffledp.protocol.wire")
