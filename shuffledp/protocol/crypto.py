@@ -59,15 +59,13 @@
 
 References
 ----------
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
-.. [RFC9180] R. Barnes, K. Bhargavan, B. Lipp, C. Wood, "Hybrid Public Key Encryption",
-   RFC 9180, 2022, Sec. 4 (DHKEM), 5.1 (key schedule), 6.1 (single-shot Seal/Open), 8.1
-   (input limits and ``info``).
-.. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
-   (HKDF)", RFC 5869, 2010.
-.. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
-   INDOCRYPT 2012.
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation in an Interval"
+   -- full entry in docs/references.md
+.. [RFC9180] Barnes et al. (2022), "Hybrid Public Key Encryption" (RFC 9180), Sec. 4, 5.1, 6.1, 8.1
+   -- full entry in docs/references.md
+.. [RFC5869] Krawczyk and Eronen (2010), "HKDF" (RFC 5869) -- full entry in docs/references.md
+.. [SipHash12] Aumasson and Bernstein (2012), "SipHash: a fast short-input PRF"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ is reproducible for a given seed and partitioning (not across partitionings).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454, App. F.
-.. [Balle20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private summation in the
-   multi-message shuffle model", CCS 2020.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F
+   -- full entry in docs/references.md
+.. [Balle20] Balle et al. (2020), "Private summation in the multi-message shuffle model"
+   -- full entry in docs/references.md
 """
 from __future__ import annotations
 

@@ -20,11 +20,10 @@ the evaluation's view, not part of the release
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1-2, Thm 4.2, Sec. 4-6.
-.. [Cormode12] G. Cormode, C. Procopiuc, D. Srivastava, E. Shen, T. Yu, "Differentially
-   Private Spatial Decompositions", ICDE 2012.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Alg. 1-2, Thm 4.2, Sec. 4-6 -- full entry in docs/references.md
+.. [Cormode12] Cormode et al. (2012), "Differentially Private Spatial Decompositions"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -469,7 +468,7 @@ def adaptive_histogram(
     plan = (ShardPlan(round_kw["max_users"], shard_size, dropout) if "max_users" in round_kw
             else None)
     noise = noise_source(rng)
-    public = as_generator(rng if is_seeded(rng) else None)
+    public = as_generator(None if rng is None or isinstance(rng, SecureRandom) else rng)
     tree = PartitionTree(L)
     acc = Accountant()
     rem = eps_total
@@ -483,13 +482,14 @@ def adaptive_histogram(
         sigma = eq7_target(c, U_pub, T, S_eq7, eq7)
         eps_q = _query_epsilon(eps_total, rem, sigma, b, max_q, sched, len(rounds))
         if plan is not None:  # add/remove: the round also pays for the joining user's share
-            eps_q = _with_share(eps_q, rem, T, plan.n_min, round_kw["delta"])
-            if eps_q is None:
+            charged = _with_share(eps_q, rem, T, plan.n_min, round_kw["delta"])
+            if charged is None:
                 if not rounds:
                     add_remove_noise(rem, round_kw["delta"], 1, plan.n_min, T)  # refuses
                 notes = (f"stopped with {rem:.4g} of the budget unspent: it cannot pay for "
                          f"the joining user's noise share over {T} cells",)
                 break
+            eps_q = charged
         rem = rem - eps_q if eps_q < rem else 0.0
         users = public.choice(n, size=U, replace=False)
         cells = tree.report_index(r[users], cc[users])

@@ -20,13 +20,12 @@ writes.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics"
+   -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -162,11 +161,17 @@ class ProtocolParams:
     # ----- the accounting record's numbers (their one home is SummationParameters) -----
     @property
     def start(self) -> int:
-        return int(self.summation.levels[0])
+        return int(self._levels()[0])
 
     @property
     def top(self) -> int:
-        return int(self.summation.levels[-1])
+        return int(self._levels()[-1])
+
+    def _levels(self) -> tuple[int, ...]:
+        levels = self.summation.levels
+        if levels is None:  # __post_init__ refuses it; kept for objects built around it
+            raise ValueError("the accounting record measures no levels: summation.levels=None")
+        return levels
 
     @property
     def level_epsilons(self) -> tuple[float, ...]:
@@ -209,7 +214,7 @@ class ProtocolParams:
     @property
     def neighbour(self) -> Neighbour:
         """Neighbour notion of the guarantee (REPLACE_ONE or ZERO_OUT)."""
-        return self.summation.neighbour
+        return Neighbour.parse(self.summation.neighbour)
 
     @property
     def dropout(self) -> float:

@@ -21,11 +21,10 @@ point and dispatches to one function per path, each taking the derived
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import dataclasses
 import tempfile
 import time
 from collections.abc import Callable
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def simulate_sums(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     source: SecureRandom | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> ModularAccumulator:
@@ -87,7 +87,7 @@ def user_batches(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     source: SecureRandom | None = None,
     analyzer_public: bytes | None = None,
 ):
@@ -282,7 +282,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
         timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         f.seek(0)
-        res = accumulate_mixed(params, f, key=key, mac_key=mac_key)
+        # a SpooledTemporaryFile is a binary file, but typeshed does not declare it a BinaryIO
+        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key)
         timings["analyzer_seconds"] = time.perf_counter() - t1
     return res, s.report
 
@@ -402,11 +403,11 @@ def shuffle_heatmap(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
             rounding=rounding, dropout=dropout, neighbour=neighbour,
         )
-    common = {"rng": rng, "simulate_dropouts": simulate_dropouts}
+    sd = simulate_dropouts
     if backend == "dask":
-        return dask_heatmap(users, params, client, **common)
+        return dask_heatmap(users, params, client, rng=rng, simulate_dropouts=sd)
     if encrypt:
-        return deployment_heatmap(users, params, **common)
+        return deployment_heatmap(users, params, rng=rng, simulate_dropouts=sd)
     if wire:
-        return wire_heatmap(users, params, layout=layout, **common)
-    return simulation_heatmap(users, params, progress=progress, **common)
+        return wire_heatmap(users, params, layout=layout, rng=rng, simulate_dropouts=sd)
+    return simulation_heatmap(users, params, progress=progress, rng=rng, simulate_dropouts=sd)

@@ -104,7 +104,7 @@ import hmac
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -549,13 +549,13 @@ def decode_batch(
     return h, rec
 
 
-def read_header(f: BinaryIO) -> Header:
+def read_header(f: IO[bytes]) -> Header:
     """Read and validate the header of an open binary file."""
     return Header.unpack(f.read(HEADER_SIZE))
 
 
 def iter_records(
-    f: BinaryIO, header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
+    f: IO[bytes], header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
 ) -> Iterator[np.ndarray]:
     """Yield the records after ``header`` in chunks of at most ``chunk_records``.
 
@@ -610,7 +610,7 @@ class BatchWriter:
     as a context manager over an open binary file.
     """
 
-    def __init__(self, f: BinaryIO, header: Header, mac_key: bytes | None = None) -> None:
+    def __init__(self, f: IO[bytes], header: Header, mac_key: bytes | None = None) -> None:
         self._f = f
         self.header = with_tag_flag(header, mac_key)
         self._written = 0
@@ -627,7 +627,7 @@ class BatchWriter:
             self._tag.update(body)
         self._f.write(body)
 
-    def _write_packed(self, records: np.ndarray) -> None:
+    def _write_packed(self, records: np.ndarray | bytes) -> None:
         v = np.asarray(records)
         if v.dtype.kind not in "ui":
             raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")

@@ -3,9 +3,8 @@ and one PNG per metric with t-bands (matplotlib, the ``plot`` extra).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
-   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -23,12 +23,10 @@ draws them (matplotlib, the ``plot`` extra); the CSV and JSON never depend on ma
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
-   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 4 (dropouts).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Sec. 4 (dropouts) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -151,9 +149,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         truth, est = gaussian_heatmap(truth, c.sigma), gaussian_heatmap(rel.estimate, c.sigma)
     else:
         est = rel.estimate
-    metrics = all_metrics(truth, est, c.grid, emd=c.emd)
-    if metrics["emd"] is None:
-        metrics["emd"] = math.nan
+    found = all_metrics(truth, est, c.grid, emd=c.emd)
+    metrics = {k: math.nan if x is None else float(x) for k, x in found.items()}  # emd=None
     t2 = time.perf_counter()
     report, proto, shuffle = rel.to_report(), rel.protocol, run.model == "shuffle"
     return RunRecord(
@@ -167,7 +164,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         messages_per_user=proto.get("messages_per_user"),
         bits_per_user=proto.get("bits_per_user"), bytes_per_user=proto.get("bytes_per_user"),
         seconds_mechanism=t1 - t0, seconds_metrics=t2 - t1,
-        **{k: float(metrics[k]) for k in METRICS})
+        **{k: metrics[k] for k in METRICS})
 
 
 # --------------------------------------------------------------------------- outputs
