@@ -17,7 +17,7 @@ Two layouts of one user's r m messages (:mod:`shuffledp.protocol.wire`):
 Like the v2 plaintext path, these are simulation aids: whoever relays a plaintext batch
 reads every share. :func:`frame_user`, :func:`mix` and :func:`accumulate` are the user,
 shuffler and analyzer steps (``shuffle_heatmap(..., wire=True, layout=...)`` runs them);
-:func:`user_batch_bytes` is the exact size :func:`frame_user` writes.
+:func:`_user_batch_bytes` is the exact size :func:`frame_user` writes.
 Not wired into the streaming :class:`shuffledp.protocol.shuffler.Shuffler` (duplicate checks,
 spooling): :func:`mix` holds all batches in memory and takes well-formed batches only.
 
@@ -60,7 +60,7 @@ def _flags(layout: str) -> int:
     return FLAG_COORD_MAJOR if layout == "coordinate-major" else 0
 
 
-def user_batch_bytes(params: ProtocolParams, layout: str) -> int:
+def _user_batch_bytes(params: ProtocolParams, layout: str) -> int:
     """Exact length of one user's batch in ``layout`` (header + ceil(r m bits / 8))."""
     layout = v.choice("layout", layout, LAYOUTS)
     return HEADER_SIZE + -(-params.messages_per_user * _bits(params, layout) // 8)

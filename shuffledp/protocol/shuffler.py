@@ -179,7 +179,7 @@ _MAX_BUCKETS = 1 << 16
 _IDX_BYTES = 4  # batch index stored next to each record in the bucket files
 
 
-def duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
+def _duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
     """Row indices of each group of identical rows (size >= 2) of a 2D uint8 array.
 
     Sorts by the first 8 bytes (honest ephemeral keys never tie there) and compares the
@@ -418,7 +418,7 @@ class Shuffler:
             return "coordinate_out_of_range", None
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
             return "incomplete", None
-        if self.encrypted and duplicate_groups(rows[:, 4:36]):
+        if self.encrypted and _duplicate_groups(rows[:, 4:36]):
             return "duplicate_record", None
         return None, rows
 
@@ -523,7 +523,7 @@ class Shuffler:
         for i in range(self.n_buckets):
             rows = self._rows(self._buckets.load(i))
             idx = self._batch_index(rows)
-            groups.extend(np.unique(idx[g]) for g in duplicate_groups(rows[:, 4:36]))
+            groups.extend(np.unique(idx[g]) for g in _duplicate_groups(rows[:, 4:36]))
         if not groups:
             return set()
         member_of: dict[int, list[int]] = {}
@@ -603,7 +603,7 @@ class Shuffler:
         self.close()
 
 
-def shuffle_batches(
+def _shuffle_batches(
     params: ProtocolParams,
     batches: Iterable[bytes],
     *,
