@@ -67,8 +67,27 @@ def _user_batch_bytes(params: ProtocolParams, layout: str) -> int:
 
 
 def frame_user(params: ProtocolParams, shares: np.ndarray, layout: str) -> bytes:
-    """One user's shares, shape (r, m) as from :func:`shuffledp.encoders.encoder.encode_shares`,
-    as a bit-packed user batch (kind 5) in ``layout``."""
+    """One user's shares as a bit-packed user batch (kind 5) in ``layout``.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), as from :func:`shuffledp.encoders.encoder.encode_shares`.
+    layout : {"packed", "coordinate-major"}
+        Records at their exact bit width, or shares only (the coordinate implied).
+
+    Returns
+    -------
+    bytes
+        The user batch, :func:`_user_batch_bytes` long.
+
+    Raises
+    ------
+    ValueError
+        If ``layout`` is not a layout, ``shares`` has another shape or a share does not fit.
+    """
     layout = v.choice("layout", layout, LAYOUTS)
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
@@ -98,6 +117,35 @@ def mix(params: ProtocolParams, batches: Sequence[bytes], layout: str,
     ``packed``: one uniform permutation of all messages. ``coordinate-major``: one
     independent uniform permutation of every coordinate's block of n_users r shares. Both
     from :func:`shuffledp.randomness.secure_shuffle` (the secure source; no seed).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    batches : sequence of bytes
+        The user batches (:func:`frame_user`), at least one.
+    layout : {"packed", "coordinate-major"}
+        The layout of the batches and of the mixed batch.
+    source : SecureRandom, optional
+        The secure generator of the permutations (default: a fresh one).
+    mac_key : bytes, optional
+        Shuffler-analyzer MAC key for the mixed batch's tag.
+    n_dropped : int, default 0
+        Users who dropped out, written in the header.
+
+    Returns
+    -------
+    bytes
+        The mixed batch (kind 6).
+
+    Raises
+    ------
+    ValueError
+        If ``layout`` is not a layout, ``batches`` is empty or ``mac_key`` is too short.
+    WireError
+        If a batch does not parse.
+    HeaderMismatch
+        If a batch's header does not fit the run and layout.
     """
     layout = v.choice("layout", layout, LAYOUTS)
     if len(batches) < 1:
@@ -127,6 +175,27 @@ def accumulate(params: ProtocolParams, data: bytes, mac_key: bytes | None = None
     counted and never summed;
     :meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`
     refuses a coordinate without exactly r n_users messages).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    data : bytes
+        The mixed batch (:func:`mix`).
+    mac_key : bytes, optional
+        The shuffler-analyzer MAC key of a keyed batch.
+
+    Returns
+    -------
+    tuple of (Header, ModularAccumulator)
+        The batch's header and its records summed mod q.
+
+    Raises
+    ------
+    WireError
+        If the batch does not parse, or its tag does not verify.
+    HeaderMismatch
+        If its header does not fit the run.
     """
 
     h, rec = decode_batch(data, mac_key)

@@ -525,6 +525,45 @@ def derive_params(
     noise variance about 1 / (1 - dropout) times larger when all n users are present
     (+2.6% standard deviation at 0.05) and, near a threshold of the shares formula, one
     more share per coordinate. Pass ``dropout=0.0`` to plan for exactly n users.
+
+    Parameters
+    ----------
+    grid : Grid
+        The heatmap grid (its measured levels and pixel count).
+    n : int
+        Users the protocol is provisioned for, >= 2.
+    epsilon, delta : float
+        Target guarantee (epsilon > 0, delta in (0, 1)).
+    B : int
+        Scaling factor of the level vectors ([Ghazi23]_ App. F).
+    w : int, default 20
+        Reconstruct's top-w.
+    gamma : float, optional
+        Per-level budget decay (None: the central model's default).
+    rounding : {"largest_remainder", "floor"}
+        Rounding rule of the scaled level vectors.
+    dropout : float, default DEFAULT_DROPOUT
+        Declared dropout fraction in [0, 1).
+    wrap_target : float, default 1e-12
+        Largest acceptable probability that a sum wraps around the modulus.
+    neighbour : Neighbour or {"replace", "zero_out"}
+        Neighbour relation of the guarantee.
+    round_id : bytes, optional
+        16 bytes naming the run (default: fresh from ``os.urandom``).
+
+    Returns
+    -------
+    ProtocolParams
+        The validated protocol record.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range (n, epsilon, delta, B, dropout, rounding, neighbour,
+        round_id), or the derived record is not supported (messages wider than 64 bits,
+        no decoding window).
+    TypeError
+        If a count is not an integer.
     """
 
     if not isinstance(grid, Grid):

@@ -310,7 +310,8 @@ def dask_heatmap(
     TypeError
         If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
     ValueError
-        If ``params`` does not match the users or ``simulate_dropouts`` is out of range, or ``client`` is None.
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of
+        range, or ``client`` is None.
     shuffledp.analyzers.heatmap.modular.ReleaseRefused
         If more users dropped out than the declared fraction allows.
     RuntimeError
@@ -368,7 +369,8 @@ def wire_heatmap(
     TypeError
         If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
     ValueError
-        If ``params`` does not match the users or ``simulate_dropouts`` is out of range, or ``layout`` is not a layout.
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of
+        range, or ``layout`` is not a layout.
     shuffledp.analyzers.heatmap.modular.ReleaseRefused
         If more users dropped out than the declared fraction allows.
     """

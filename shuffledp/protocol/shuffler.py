@@ -220,6 +220,21 @@ class ShuffleReport:
     directory entries named like a batch that were not read as one
     (:data:`IGNORED_REASONS`, filled by the ``shuffle`` command); they are no user's
     submission and not counted as dropped.
+
+    Attributes
+    ----------
+    n_forwarded : int
+        Batches forwarded into the mixed batch.
+    n_missing : int
+        Users admitted but whose batch never arrived.
+    n_failed_users : int
+        Senders none of whose submissions was accepted.
+    n_removed : int
+        Accepted batches removed at mixing (``copied_record``).
+    rejected : collections.Counter
+        Rejected submissions by reason (:data:`REJECT_REASONS`).
+    ignored : collections.Counter
+        Directory entries not read as a batch, by reason (:data:`IGNORED_REASONS`).
     """
 
     n_forwarded: int = 0
