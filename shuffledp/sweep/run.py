@@ -73,7 +73,31 @@ _TABLES: dict[tuple[Any, ...], Any] = {}
 
 
 def load_input(path: str, input_format: str = "csv", bbox: Any = None) -> Any:
-    """The :class:`~shuffledp.datasets.PointTable` of an input file (cached per file)."""
+    """The :class:`~shuffledp.datasets.PointTable` of an input file (cached per file).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The input file.
+    input_format : {"csv", "snap"}
+        :func:`shuffledp.datasets.load_csv` or :func:`shuffledp.datasets.load_snap`.
+    bbox : tuple of 4 floats, optional
+        SNAP only: LAT_MIN, LAT_MAX, LON_MIN, LON_MAX of the area kept.
+
+    Returns
+    -------
+    PointTable
+        The file's points (the cached table when the same file was loaded last).
+
+    Raises
+    ------
+    ValueError
+        If ``input_format`` is not "csv" or "snap", or the file is malformed (named line).
+    OSError
+        If the file cannot be read.
+    """
+    if input_format not in ("csv", "snap"):
+        raise ValueError(f"input_format must be 'csv' or 'snap', got {input_format!r}")
 
     key = (os.fspath(path), input_format, bbox)
     if key not in _TABLES:
@@ -85,7 +109,30 @@ def load_input(path: str, input_format: str = "csv", bbox: Any = None) -> Any:
 
 def subsample_users(table: Any, n: int, seed: int) -> Any:
     """``n`` of the table's users drawn without replacement (all of them if n equals their
-    number); a ValueError names ``n`` if the file has fewer users."""
+    number).
+
+    Parameters
+    ----------
+    table : PointTable
+        The input's points.
+    n : int
+        Users wanted, >= 1.
+    seed : int
+        Seed of the draw (the sweep's ``data_seed``).
+
+    Returns
+    -------
+    PointTable
+        The points of the ``n`` users drawn (``table`` itself if n is all of them).
+
+    Raises
+    ------
+    ValueError
+        If the table has fewer than ``n`` users or ``n`` < 1.
+    TypeError
+        If ``n`` is not an integer.
+    """
+    n = v.count("n", n)
 
     labels = np.unique(table.user)
     if n > labels.size:
@@ -126,6 +173,16 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     Returns
     -------
     RunRecord
+        The run's parameters, guarantee, communication, timings and metrics.
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative seed, the input file is malformed or has fewer users than n.
+    TypeError
+        If ``rng`` is not None, a seed or a Generator.
+    OSError
+        If the input file cannot be read.
     """
 
     c = run.config
@@ -209,6 +266,16 @@ def run_sweep(
     -------
     list of RunRecord
         The runs done by this call (not those skipped).
+
+    Raises
+    ------
+    ValueError
+        If an argument of :func:`plan` is out of range, or ``out_dir`` holds a ``runs.csv``
+        with other columns.
+    TypeError
+        If ``values`` or ``models`` is not a list, or a count is not an integer.
+    OSError
+        If ``out_dir`` or the input file cannot be written or read.
     """
     if seed is not None:
         seed = v.count("seed", seed, 0)
