@@ -125,8 +125,12 @@ class Credential:
             key = bytes.fromhex(d["key"])
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{what}: key must be {2 * KEY_BYTES} hex digits") from None
+        device = d.get("device")
+        if not isinstance(device, str):
+            raise ValueError(f"{what}: device must be a device id string, got "
+                             f"device={str(device)[:80]!r}")
         try:
-            return cls(d.get("device"), key)
+            return cls(device, key)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
 

@@ -242,7 +242,7 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
 def storage_error(e: OSError) -> ProblemError:
     """507 ``insufficient_storage`` (retryable, ``Retry-After``) for a full disk or quota,
     500 ``storage_failure`` for any other write error."""
-    if e.errno in NO_SPACE:
+    if e.errno is not None and e.errno in NO_SPACE:
         return ProblemError(507, "insufficient_storage",
                          f"the server's disk is full ({os.strerror(e.errno)}); nothing was "
                          f"stored, retry the same request later", STORAGE_RETRY_AFTER)
@@ -362,7 +362,8 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
     ----------
     rate, burst : float, optional
         Requests per second and burst allowed per client address (429 ``rate_limited`` with
-        ``Retry-After`` beyond); None disables the limit.
+        ``Retry-After`` beyond); ``rate=None`` disables the limit, ``burst=None`` with a rate
+        allows ``max(1, rate)`` (one second's worth).
     counters : collections.Counter, optional
         Counts refusals by reason (for the status resource and the benchmarks).
 
@@ -371,7 +372,11 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
     TLS version, bytes sent and duration. Header values (tokens, credentials), query
     strings and bodies are never logged.
     """
-    buckets = TokenBuckets(rate, burst) if rate is not None else None
+    buckets = None
+    if rate is not None:
+        # a rate without a burst allows one second's worth (before: TypeError from None >= 1)
+        burst = max(1.0, float(rate)) if burst is None else burst
+        buckets = TokenBuckets(rate, burst)
     counters = counters if counters is not None else Counter()
 
     async def wrapped(scope, receive, send):

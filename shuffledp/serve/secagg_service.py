@@ -102,6 +102,11 @@ class SecAggRun:
     def _complete(self) -> bool:
         return self.server.answered | self._leaving.get(self.round, set()) >= self._expected()
 
+    def _wake(self) -> None:
+        # before drive() made the event nothing waits; drive() checks _complete() first
+        if self.progress is not None:
+            self.progress.set()
+
     def receive(self, r: int, i: int, data: bytes) -> tuple[int, str | None, str]:
         if self.done or self.aborted:
             return 409, "too_late", "the run is over"
@@ -111,7 +116,7 @@ class SecAggRun:
             return 409, "wrong_phase", f"the server is in round {self.round}, not {r}"
         before = dict(self.server.rejected)
         if self.server.receive(data, channel=i):
-            self.progress.set()
+            self._wake()
             return 201, None, "accepted"
         after = self.server.rejected
         reason = next((k for k in after if after[k] != before.get(k, 0)), "rejected")
@@ -121,7 +126,7 @@ class SecAggRun:
         if r < self.round or self.done or self.aborted:
             return 409, "too_late", f"round {r} is closed"
         self._leaving.setdefault(r, set()).add(i)  # also for a later round (a mailbox marker)
-        self.progress.set()
+        self._wake()
         return 204, None, "left"
 
     async def drive(self, on_done) -> None:
@@ -156,6 +161,8 @@ class SecAggRun:
             self.aborted = str(e)
             write_report(self.dir, self._report("aborted", reason=str(e)))
         else:
+            if self.server.total is None:  # round 3 closed without SecAggAborted: a sum
+                raise RuntimeError("secure aggregation ended without a sum")
             write_npy(self.dir / "result.npy", self.server.total)
             write_report(self.dir, self._report("released"))
         self.done = True
@@ -365,7 +372,7 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                                 ) from None
         client = SecAggClient(uid, x, modulus, threshold, bytes.fromhex(sess))
         base = f"{base_url}/secagg/{sess}/rounds"
-        sources = [None, f"{base}/0/server", f"{base}/1/clients/{uid}/shares",
+        sources = ["", f"{base}/0/server",  # round 0 reads nothing f"{base}/1/clients/{uid}/shares",
                    f"{base}/2/server"]
         steps = [lambda _: client.advertise(), client.share_keys, client.masked_input,
                  client.unmask]
@@ -374,7 +381,7 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                 _call(c, "PUT", f"{base}/{r}/clients/{uid}/leave", time.monotonic() + timeout,
                       idempotent=True)
                 return "left"
-            incoming = None
+            incoming = b""  # round 0 takes no server message
             if r:
                 deadline = time.monotonic() + timeout
                 while True:

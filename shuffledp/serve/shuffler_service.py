@@ -249,9 +249,10 @@ class ShufflerState:
         for seq, rid, dev, f in sorted(entries):
             data = read_regular(f, self.max_body, what="stored batch")
             reason, rows = self._checker._validate(data)
-            fp = None if reason else self._checker._fingerprint(rows)
-            if reason or fp in self.fingerprints or rid in self.files or dev in self.by_device:
-                why = reason or "a duplicate"
+            fp = None if reason or rows is None else self._checker._fingerprint(rows)
+            if (fp is None or fp in self.fingerprints or rid in self.files
+                    or dev in self.by_device):
+                why = reason or ("malformed" if fp is None else "a duplicate")
                 raise RuntimeError(f"stored batch {f} is no longer accepted ({why}): the data "
                                    "directory belongs to other parameters or was edited")
             self._record(rid, dev, seq, f, hashlib.sha256(data).digest(), fp)
@@ -352,10 +353,10 @@ class ShufflerState:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size, 0)
             reason, rows = self._checker._validate(data)
-            fp = None if reason else self._checker._fingerprint(rows)
+            fp = None if reason or rows is None else self._checker._fingerprint(rows)
             del data, rows
-        if reason is not None:
-            raise self._refuse_batch(device, reason)
+        if reason is not None or fp is None:  # _validate gives rows whenever reason is None
+            raise self._refuse_batch(device, reason or "malformed")
         with self.lock:
             if self.closed or self.closing or rid in self.pending or rid in self.files:
                 # decided meanwhile by a concurrent request: answer as that one did
@@ -426,7 +427,7 @@ class ShufflerState:
         ``too_few_batches`` / ``closing``, 507 / 500 for a failed write: retry later) and
         RuntimeError for a stored batch the shuffler no longer accepts."""
         with self.lock:
-            if self.closed:
+            if self.report is not None:  # closed
                 return self.report
             if self.closing:
                 raise ProblemError(409, "closing", "another close is in progress",

@@ -196,7 +196,7 @@ class ConnectionTable:
 class _H11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, with a problem for a malformed head and the TLS extension."""
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         sslobj = transport.get_extra_info("ssl_object")
         if sslobj is not None:
@@ -242,6 +242,20 @@ class _Gate(asyncio.Protocol):
         self._early: list[bytes] = []
         self._early_eof = False
 
+    @property
+    def _proto(self) -> _H11:
+        """The HTTP protocol; it exists once the connection was admitted."""
+        if self.inner is None:
+            raise RuntimeError(f"connection from {self.host} not admitted: no HTTP protocol")
+        return self.inner
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        """The TCP transport; it exists once the connection was made."""
+        if self.raw is None:
+            raise RuntimeError("connection not made yet: no transport")
+        return self.raw
+
     # ----- asyncio protocol -----
     def connection_made(self, transport: Any) -> None:
         self.raw = transport
@@ -266,6 +280,8 @@ class _Gate(asyncio.Protocol):
             self.loop.create_task(self._handshake(transport))
 
     async def _handshake(self, transport: Any) -> None:
+        if self.tls is None:
+            raise RuntimeError("TLS handshake on a gate without a TLS context")
         try:
             tls_transport = await self.loop.start_tls(
                 transport, self, self.tls, server_side=True,
@@ -281,7 +297,7 @@ class _Gate(asyncio.Protocol):
     def _connect(self, transport: Any) -> None:
         self.connected = True
         self.app_transport = transport
-        self.inner.connection_made(transport)
+        self._proto.connection_made(transport)
         early, self._early = self._early, []
         for data in early:
             self.data_received(data)
@@ -296,10 +312,10 @@ class _Gate(asyncio.Protocol):
                 self._early.append(bytes(data))
             return
         now = self.last_byte = time.monotonic()
-        conn = self.inner.conn
+        conn = self._proto.conn
         if self.head_started is None and conn.their_state is h11.IDLE:
             self.head_started = now
-        self.inner.data_received(data)
+        self._proto.data_received(data)
         state = conn.their_state
         if state is not h11.IDLE:
             self.head_started = None
@@ -313,21 +329,22 @@ class _Gate(asyncio.Protocol):
         if not self.connected:
             self._early_eof = True
             return True  # keep the transport until the handshake's outcome is known
-        return self.inner.eof_received()
+        self._proto.eof_received()  # uvicorn's returns None: the transport closes
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
         if self.connected:
             self.connected = False
-            self.inner.connection_lost(exc)
+            self._proto.connection_lost(exc)
 
     def pause_writing(self) -> None:
         if self.connected:
-            self.inner.pause_writing()
+            self._proto.pause_writing()
 
     def resume_writing(self) -> None:
         if self.connected:
-            self.inner.resume_writing()
+            self._proto.resume_writing()
 
     # ----- bookkeeping -----
     def _forget(self) -> None:
@@ -341,7 +358,7 @@ class _Gate(asyncio.Protocol):
             return False
         if not self.connected:
             return True
-        c = self.inner
+        c = self._proto
         if c.conn.their_state is not h11.IDLE:
             return False
         return c.cycle is None or c.cycle.response_complete
@@ -367,13 +384,13 @@ class _Gate(asyncio.Protocol):
         self.table.counts[reason] += 1
         self._forget()
         if answer is not None and self.connected and not self.app_transport.is_closing():
-            c = self.inner
+            c = self._proto
             if c.cycle is None or not c.cycle.response_started:
                 self.app_transport.write(raw_problem(*answer))
             self.app_transport.close()  # flushes the answer (and a TLS close_notify)
-            self.loop.call_later(1.0, self.raw.abort)
+            self.loop.call_later(1.0, self._transport.abort)
         else:
-            self.raw.abort()
+            self._transport.abort()
 
     def check(self, now: float) -> None:
         """Apply the deadlines (called by the sweeper)."""
@@ -384,7 +401,7 @@ class _Gate(asyncio.Protocol):
             if now - self.opened > p.header_timeout:
                 self.drop("handshake_timeout")
             return
-        c = self.inner
+        c = self._proto
         state = c.conn.their_state
         if state is h11.IDLE:
             if c.cycle is not None and not c.cycle.response_complete:
@@ -408,7 +425,7 @@ class _Gate(asyncio.Protocol):
                                            f"{p.body_timeout:g} s"))
 
 
-def gate_class(policy: ConnectionPolicy, tls: ssl.SSLContext | None = None) -> type:
+def gate_class(policy: ConnectionPolicy, tls: ssl.SSLContext | None = None) -> type[_Gate]:
     """A protocol class for uvicorn's ``http=`` option with its own connection table."""
     return type("Gate", (_Gate,), {"table": ConnectionTable(policy), "tls": tls})
 
