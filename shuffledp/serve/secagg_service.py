@@ -372,7 +372,8 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                                 ) from None
         client = SecAggClient(uid, x, modulus, threshold, bytes.fromhex(sess))
         base = f"{base_url}/secagg/{sess}/rounds"
-        sources = ["", f"{base}/0/server",  # round 0 reads nothing f"{base}/1/clients/{uid}/shares",
+        # the server message each round reads (round 0 reads none)
+        sources = ["", f"{base}/0/server", f"{base}/1/clients/{uid}/shares",
                    f"{base}/2/server"]
         steps = [lambda _: client.advertise(), client.share_keys, client.masked_input,
                  client.unmask]
