@@ -10,9 +10,8 @@ every dropout and fault case can be exercised. A client that refuses a server me
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations

@@ -32,9 +32,8 @@ Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.rand
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations

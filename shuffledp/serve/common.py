@@ -24,15 +24,14 @@ package imports this module.
 
 References
 ----------
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023, Sec. 3 (members), 3.1.1 (``type``).
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", Sec. 3 (members), 3.1.1
+   (``type``) -- full entry in docs/references.md.
 .. [RFC6585] M. Nottingham, R. Fielding, "Additional HTTP Status Codes", RFC 6585, 2012,
    Sec. 4 (429 Too Many Requests).
 .. [RFC4918] L. Dusseault, "HTTP Extensions for Web Distributed Authoring and Versioning
    (WebDAV)", RFC 4918, 2007, Sec. 11.5 (507 Insufficient Storage).
-.. [DAP] T. Geoghegan, C. Patton, B. Pitman, E. Rescorla, C. A. Wood, "Distributed
-   Aggregation Protocol for Privacy Preserving Measurement", draft-ietf-ppm-dap-16, 2025,
-   Sec. 3.2 (errors), 4.5.1 (HPKE configuration), 4.5.2 (upload request).
+.. [DAP] Geoghegan et al. (2025), "Distributed Aggregation Protocol", Sec. 3.2 (errors) -- full
+   entry in docs/references.md.
 """
 
 from __future__ import annotations

@@ -40,11 +40,10 @@ id from ``os.urandom``; the clients' keys, masks and shares from
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", ACM CCS 2017, Sec. 4 and Fig. 4.
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Sec. 4 and Fig. 4 -- full
+   entry in docs/references.md.
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", RFC 9457 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations

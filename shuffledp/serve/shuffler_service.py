@@ -81,11 +81,10 @@ only from :class:`~shuffledp.protocol.crypto.SecureRandom`; nothing takes a seed
 
 References
 ----------
-.. [DAP] T. Geoghegan, C. Patton, B. Pitman, E. Rescorla, C. A. Wood, "Distributed
-   Aggregation Protocol for Privacy Preserving Measurement", draft-ietf-ppm-dap-16, 2025,
-   Sec. 4.5.1 (HPKE configuration), 4.5.2 (upload request).
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023.
+.. [DAP] Geoghegan et al. (2025), "Distributed Aggregation Protocol", Sec. 4.5.1 (HPKE
+   configuration), 4.5.2 (upload request) -- full entry in docs/references.md.
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", RFC 9457 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
