@@ -86,7 +86,26 @@ class SecAggResult:
 
 
 def default_threshold(n: int) -> int:
-    """floor(2n/3) + 1 (at least 2): more than two thirds of the clients."""
+    """floor(2n/3) + 1 (at least 2): more than two thirds of the clients.
+
+    Parameters
+    ----------
+    n : int
+        The number of clients, n >= 1.
+
+    Returns
+    -------
+    int
+        The threshold t: max(2, floor(2n/3) + 1) for n >= 2, and 1 for n = 1.
+
+    Raises
+    ------
+    TypeError
+        ``n`` is not an integer.
+    ValueError
+        ``n`` < 1.
+    """
+    n = v.count("n", n, 1)
     return max(2, 2 * n // 3 + 1) if n >= 2 else 1
 
 
@@ -156,6 +175,12 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
         hold (the message names it and the suspects). Never a wrong sum.
     ValueError
         Bad input (naming the argument and the value).
+
+    Returns
+    -------
+    SecAggResult
+        The sum mod ``modulus`` of the survivors' vectors, who survived and who dropped in
+        which round, refusals, and the time and bytes each party spent.
     """
     arrs, m, t, drops = _iv(vectors, modulus, threshold, dropouts)
     n = len(arrs)
