@@ -96,7 +96,29 @@ access_log = logging.getLogger("shuffledp.access")
 
 
 def problem_body(status: int, reason: str, detail: str, title: str | None = None) -> bytes:
-    """The JSON bytes of an RFC 9457 problem-details object."""
+    """The JSON bytes of an RFC 9457 problem-details object ([RFC9457]_ Sec. 3).
+
+    Parameters
+    ----------
+    status : int
+        The HTTP status.
+    reason : str
+        The problem type's last part (``urn:...:error:<reason>``).
+    detail : str
+        What went wrong, for a person.
+    title : str, optional
+        Default: the reason's title in :data:`TITLES` (else the reason).
+
+    Returns
+    -------
+    bytes
+        ``{"type", "title", "status", "detail"}`` as JSON.
+
+    Raises
+    ------
+    TypeError
+        ``reason`` is not a string.
+    """
     return json.dumps({"type": PROBLEM_TYPE + reason, "title": title or TITLES.get(reason, reason),
                        "status": status, "detail": detail}).encode()
 
@@ -107,12 +129,30 @@ def problem(status: int, reason: str, detail: str, title: str | None = None, *,
 
     Parameters
     ----------
+    status : int
+        The HTTP status.
+    reason : str
+        The problem type's last part (``urn:...:error:<reason>``).
+    detail : str
+        What went wrong, for a person.
+    title : str, optional
+        Default: the reason's title in :data:`TITLES` (else the reason).
     headers : dict, optional
         Extra response headers (``Retry-After``, ``WWW-Authenticate``).
     close : bool
         Ask for the connection to be closed after the answer (``Connection: close``): for a
         refusal sent before the request body was read, so the unread body cannot keep the
         connection busy.
+
+    Returns
+    -------
+    starlette.responses.Response
+        The answer, ``application/problem+json``.
+
+    Raises
+    ------
+    TypeError
+        ``reason`` is not a string.
     """
     from starlette.responses import Response
 
@@ -183,6 +223,26 @@ async def read_body(request: Any, limit: int, timeout: float) -> bytes:
     (:func:`receive_to_file`). Raises :class:`ProblemError` (413 ``body_too_large`` as soon as
     the declared or received length exceeds the limit; 408 ``request_timeout`` past the
     deadline).
+
+    Parameters
+    ----------
+    request : starlette.requests.Request
+        The request whose body is read.
+    limit : int
+        The most bytes accepted.
+    timeout : float
+        Seconds for the whole body.
+
+    Returns
+    -------
+    bytes
+        The body.
+
+    Raises
+    ------
+    ProblemError
+        413 ``body_too_large``, 408 ``request_timeout``, 400 for a malformed
+        ``Content-Length`` or ``client_disconnected``.
     """
     declared_length(request, limit)
 
@@ -210,6 +270,28 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
     413 past ``limit`` bytes, 408 past ``timeout`` seconds, 507 ``insufficient_storage`` when
     the disk is full (retryable), 500 ``storage_failure`` for another write error. The file
     is neither synced nor closed here.
+
+    Parameters
+    ----------
+    request : starlette.requests.Request
+        The request whose body is streamed.
+    fd : int
+        An open file descriptor, written from its current offset.
+    limit : int
+        The most bytes accepted.
+    timeout : float
+        Seconds for the whole body.
+
+    Returns
+    -------
+    tuple of (int, bytes)
+        The bytes written and their SHA-256 digest.
+
+    Raises
+    ------
+    ProblemError
+        413, 408, 507, 500 as above; 400 for a malformed ``Content-Length`` or a client
+        that disconnected.
     """
     declared_length(request, limit)
     h = hashlib.sha256()
@@ -240,7 +322,23 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
 
 def storage_error(e: OSError) -> ProblemError:
     """507 ``insufficient_storage`` (retryable, ``Retry-After``) for a full disk or quota,
-    500 ``storage_failure`` for any other write error."""
+    500 ``storage_failure`` for any other write error ([RFC4918]_ Sec. 11.5).
+
+    Parameters
+    ----------
+    e : OSError
+        The failed write's error.
+
+    Returns
+    -------
+    ProblemError
+        The problem to answer with (returned, not raised), with ``Retry-After``.
+
+    Raises
+    ------
+    AttributeError
+        ``e`` is not an OSError.
+    """
     if e.errno is not None and e.errno in NO_SPACE:
         return ProblemError(507, "insufficient_storage",
                          f"the server's disk is full ({os.strerror(e.errno)}); nothing was "
@@ -262,6 +360,20 @@ def durable_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     A fresh temporary file (``O_EXCL``) next to ``path``, fsynced, renamed over ``path``, then
     the directory fsynced (the rename itself is durable only after that). On any error the
     temporary file is removed and ``path`` is unchanged.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file to write or replace.
+    data : bytes
+        Its new contents.
+    mode : int, optional
+        The permission bits of a new file (default 0o644).
+
+    Raises
+    ------
+    OSError
+        The write, the sync or the rename failed (``path`` unchanged).
     """
     folder = Path(path).parent
     tmp = folder / f".{Path(path).name}.{os.urandom(6).hex()}.tmp"
@@ -287,6 +399,22 @@ def create_durable(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     readable by others, not even for an instant), written and fsynced, then hard-linked to
     ``path`` (``FileExistsError`` if it exists: a key is never overwritten) and the directory
     fsynced. A crash leaves either no ``path`` or the complete file, never a short key.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file to create.
+    data : bytes
+        Its contents.
+    mode : int, optional
+        Its permission bits (default 0o600).
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists (it is left as it was).
+    OSError
+        Another write, sync or link failure (no ``path`` is created).
     """
     folder = Path(path).parent
     tmp = folder / f".{Path(path).name}.{os.urandom(6).hex()}.tmp"
@@ -306,7 +434,18 @@ def create_durable(path: Path, data: bytes, *, mode: int = 0o600) -> None:
 
 
 def fsync_dir(folder: Path) -> None:
-    """fsync a directory (makes a create, rename or unlink in it durable)."""
+    """fsync a directory (makes a create, rename or unlink in it durable).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The directory.
+
+    Raises
+    ------
+    OSError
+        It cannot be opened or synced.
+    """
     dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(dfd)
@@ -321,6 +460,20 @@ class TokenBuckets:
     At most ``max_keys`` buckets are kept; when more keys are seen, the least recently used
     bucket is forgotten (it was refilled by then unless the table is flooded, and a flood of
     fresh keys then gets fresh buckets, each still bounded by ``burst``).
+
+    Parameters
+    ----------
+    rate : float
+        Tokens added per second, > 0.
+    burst : float
+        The most tokens a bucket holds, >= 1.
+    max_keys : int, optional
+        The most buckets kept (default 100,000).
+
+    Raises
+    ------
+    ValueError
+        ``rate`` not positive and finite, or ``burst`` < 1 or not finite.
     """
 
     def __init__(self, rate: float, burst: float, max_keys: int = 100_000) -> None:
@@ -370,6 +523,16 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
     client address, method, path, status, problem reason, device id (once authenticated),
     TLS version, bytes sent and duration. Header values (tokens, credentials), query
     strings and bodies are never logged.
+
+    Returns
+    -------
+    callable
+        The wrapped ASGI application.
+
+    Raises
+    ------
+    ValueError
+        ``rate`` not positive and finite, or ``burst`` < 1 (:class:`TokenBuckets`).
     """
     buckets = None
     if rate is not None:
@@ -439,7 +602,13 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
 
 
 def exception_handlers() -> dict:
-    """Starlette handlers turning its own 404 / 405 / unexpected errors into problems."""
+    """Starlette handlers turning its own 404 / 405 / unexpected errors into problems.
+
+    Returns
+    -------
+    dict
+        Status code -> async handler, for Starlette's ``exception_handlers=``.
+    """
 
     async def not_found(request, exc):
         code = getattr(exc, "status_code", 404)
@@ -453,7 +622,23 @@ def exception_handlers() -> dict:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (port 0 = any free port) -> (host, port); ValueError naming the value."""
+    """``HOST:PORT`` (port 0 = any free port) -> (host, port); ValueError naming the value.
+
+    Parameters
+    ----------
+    text : str
+        ``HOST:PORT``; an IPv6 host may be bracketed (``[::1]:8443``).
+
+    Returns
+    -------
+    tuple of (str, int)
+        The host (brackets removed) and the port.
+
+    Raises
+    ------
+    ValueError
+        Not ``HOST:PORT`` with a port in 0..65535.
+    """
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"--listen must be HOST:PORT (PORT 0..65535), got {text!r}")
