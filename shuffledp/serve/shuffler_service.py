@@ -147,7 +147,23 @@ log = logging.getLogger("shuffledp.serve")
 def hpke_config_id(public_key: bytes) -> str:
     """The HPKE config id of an analyzer key: the first 8 bytes (hex) of SHA-256 over a label,
     the suite (KEM, KDF, AEAD ids) and the public key. Devices compute it from
-    ``analyzer.pub`` offline; a new key (a new setup) gets a new id."""
+    ``analyzer.pub`` offline; a new key (a new setup) gets a new id ([DAP]_ Sec. 4.5.1).
+
+    Parameters
+    ----------
+    public_key : bytes
+        The analyzer's raw X25519 public key.
+
+    Returns
+    -------
+    str
+        16 hex digits.
+
+    Raises
+    ------
+    TypeError
+        ``public_key`` is not bytes-like.
+    """
     suite = struct.pack(">HHH", HPKE_SUITE["kem_id"], HPKE_SUITE["kdf_id"],
                         HPKE_SUITE["aead_id"])
     return hashlib.sha256(b"shuffledp/3 hpke config\x00" + suite + bytes(public_key)
@@ -155,7 +171,28 @@ def hpke_config_id(public_key: bytes) -> str:
 
 
 def receipt(report_id: str, batch_digest: bytes) -> str:
-    """What the service keeps of an accepted batch after close (module docstring)."""
+    """What the service keeps of an accepted batch after close (module docstring).
+
+    Parameters
+    ----------
+    report_id : str
+        The batch's report id.
+    batch_digest : bytes
+        SHA-256 of the batch.
+
+    Returns
+    -------
+    str
+        SHA-256 (hex) of the report id, a zero byte and the digest: a device that kept both
+        can find its receipt in the close report.
+
+    Raises
+    ------
+    AttributeError
+        ``report_id`` is not a string.
+    TypeError
+        ``batch_digest`` is not bytes.
+    """
     return hashlib.sha256(report_id.encode() + b"\x00" + batch_digest).hexdigest()
 
 
@@ -563,6 +600,16 @@ def make_app(state: ShufflerState, *, token: str, registry: DeviceRegistry,
         close report).
     connections : collections.Counter, optional
         The connection events of :mod:`shuffledp.serve.transport` (in the status).
+
+    Returns
+    -------
+    starlette.applications.Starlette
+        The ASGI application (wrap it in :func:`shuffledp.serve.common.guard`).
+
+    Raises
+    ------
+    ValueError
+        ``device_rate`` not positive and finite, or ``device_burst`` < 1.
     """
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
