@@ -18,20 +18,19 @@ References
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
-from shuffledp.safe_io import open_regular
+from shuffledp.safe_io import MAX_TABLE_BYTES, open_regular, read_rows
 from shuffledp.users import UserDistributions
 
 __all__ = ["BUILTIN_DATA_SEED", "PointTable", "load_csv", "load_snap", "population_image",
@@ -347,15 +346,32 @@ def _parse_float(text: str, column: str, line: int, path: str) -> float:
         raise ValueError(f"{path}, line {line}: {column} is not a number: {text!r}") from None
 
 
-def load_csv(path: str | os.PathLike[str]) -> PointTable:
+def load_csv(path: str | os.PathLike[str], *, limit: int = MAX_TABLE_BYTES) -> PointTable:
     """Read points from a CSV file with header ``user_id,x,y[,weight]``.
 
     Columns may come in any order; ``weight`` defaults to 1. ``user_id`` is kept as a string.
     Blank lines are skipped. Line numbers in error messages are 1-based physical lines of the
-    file (the header is line 1).
+    file (the header is line 1). The file is read through :func:`shuffledp.safe_io.read_rows`
+    (regular files only, at most ``limit`` bytes).
+
+    Parameters
+    ----------
+    path : path-like
+        The CSV file (UTF-8, an optional byte-order mark).
+    limit : int
+        Largest file accepted, in bytes.
+
+    Returns
+    -------
+    PointTable
+        One point per record; ``info`` holds ``source="csv"``, the path and the number of
+        records.
 
     Raises
     ------
+    shuffledp.safe_io.UnsafeFileError
+        If the path is not a regular file (FIFO, device, directory), is larger than
+        ``limit`` or is not UTF-8 (a ``ValueError``).
     ValueError
         For an empty file, a missing or unknown column (named), a duplicate column, a row with
         the wrong number of fields, an empty user_id, a non-numeric value, NaN or a coordinate
@@ -367,15 +383,13 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
     xs: list[float] = []
     ys: list[float] = []
     ws: list[float] = []
-    with _open_text(p, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = _csv_header(reader, p)
+    with read_rows(p, limit=limit, header="required", columns=_CSV_REQUIRED,
+                   optional=_CSV_OPTIONAL) as table:
+        header = cast("list[str]", table.header)  # header="required": set, or it raised
         cols = (*(header.index(h) for h in _CSV_REQUIRED),
                 header.index("weight") if "weight" in header else None)
-        for row in reader:
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            uid, x, y, w = _csv_record(row, reader.line_num, header, cols, p)
+        for line, row in table:
+            uid, x, y, w = _csv_record(row, line, header, cols, p)
             users.append(uid)
             xs.append(x)
             ys.append(y)
@@ -389,30 +403,6 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
         weight=np.array(ws),
         info={"source": "csv", "path": p, "n_records": len(users)},
     )
-
-
-def _csv_header(reader: Any, p: str) -> list[str]:
-    """The first non-blank row, lower-cased: user_id, x, y and optionally weight, each once."""
-    header = None
-    for row in reader:
-        if row and any(cell.strip() for cell in row):
-            header = [cell.strip().lower() for cell in row]
-            break
-    if header is None:
-        raise ValueError(f"{p}: empty file; expected a header user_id,x,y[,weight]")
-    unknown = [h for h in header if h not in _CSV_REQUIRED + _CSV_OPTIONAL]
-    if unknown:
-        raise ValueError(
-            f"{p}: unknown column(s) {', '.join(map(repr, unknown))}; "
-            "allowed: user_id, x, y, weight"
-        )
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise ValueError(f"{p}: duplicate column(s) {', '.join(map(repr, dup))}")
-    missing = [h for h in _CSV_REQUIRED if h not in header]
-    if missing:
-        raise ValueError(f"{p}: missing column(s) {', '.join(map(repr, missing))}")
-    return header
 
 
 def _csv_record(row: list[str], line: int, header: list[str], cols: tuple,
