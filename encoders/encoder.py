@@ -372,7 +372,7 @@ def messages(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got {s.shape}")
     dt = np.uint32 if params.record_bits <= 32 else np.uint64
-    coord = np.arange(params.m, dtype=dt) << dt(params.share_bits)
+    coord = (np.arange(params.m, dtype=np.uint64) << np.uint64(params.share_bits)).astype(dt)
     return (coord[None, :] | s.astype(dt)).ravel()
 
 

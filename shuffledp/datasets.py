@@ -298,7 +298,7 @@ def population_image(side: int = 1024, *, n_districts: int = 60,
     gen = np.random.default_rng(rng)
     t = (np.arange(side) + 0.5) / side
 
-    def bumps(m: int, lo: float, hi: float) -> np.ndarray:
+    def bumps(m: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         c, sd = gen.uniform(0, 1, (m, 2)), np.exp(gen.uniform(np.log(lo), np.log(hi), m))
         gy = np.exp(-0.5 * ((t[None, :] - c[:, :1]) / sd[:, None]) ** 2)
         gx = np.exp(-0.5 * ((t[None, :] - c[:, 1:]) / sd[:, None]) ** 2)

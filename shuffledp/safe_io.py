@@ -489,9 +489,9 @@ class Table:
         How the file is named in error messages (``what`` and the path).
     """
 
-    def __init__(self, fh: io.TextIOWrapper, label: str, limit: int,
+    def __init__(self, raw: BinaryIO, fh: io.TextIOWrapper, label: str, limit: int,
                  fields: tuple[int, int] | None) -> None:
-        self._fh = fh
+        self._raw = raw
         self._reader = csv.reader(fh)
         self.label = label
         self._limit = limit
@@ -509,7 +509,7 @@ class Table:
             except csv.Error as e:
                 raise MalformedTable(f"{self.label}, line {self._reader.line_num}: malformed "
                                      f"CSV: {e}") from None
-            if self._fh.buffer.tell() > self._limit:  # bytes taken from the file so far
+            if self._raw.tell() > self._limit:  # bytes taken from the file so far
                 raise UnsafeFileError(f"{self.label}: grew past the {self._limit} bytes "
                                       "allowed while being read")
             if row and any(cell.strip() for cell in row):
@@ -606,7 +606,7 @@ def read_rows(path: str | os.PathLike[str], *, what: str = "",
         raw.close()
         raise
     with fh:
-        table = Table(fh, label, limit, fields)
+        table = Table(raw, fh, label, limit, fields)
         if header != "none":
             first = table._next_record()
             names = None if first is None else [c.strip().lower() for c in first[1]]
@@ -999,10 +999,11 @@ class ChainedLog:
         self._need_lock()
         if not isinstance(body, Mapping):
             raise TypeError(f"body must be a mapping, got body={body!r}")
-        body = json.loads(json.dumps(dict(body), allow_nan=False, default=json_default))
+        entry: dict[str, Any] = json.loads(json.dumps(dict(body), allow_nan=False,
+                                                      default=json_default))
         seq, prev = len(self._hashes), self.head
-        h = _entry_hash(seq, prev, body)
-        line = json.dumps({"seq": seq, "prev": prev, "body": body, "hash": h},
+        h = _entry_hash(seq, prev, entry)
+        line = json.dumps({"seq": seq, "prev": prev, "body": entry, "hash": h},
                           sort_keys=True, allow_nan=False) + "\n"
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         if seq == 0:
@@ -1021,7 +1022,7 @@ class ChainedLog:
             os.close(fd)
         if seq == 0:
             _fsync_dir(os.path.dirname(os.fspath(self.path)))
-        self._bodies.append(body)
+        self._bodies.append(entry)
         self._hashes.append(h)
         self._write_head()
         return seq, h

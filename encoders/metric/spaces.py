@@ -126,7 +126,7 @@ def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None)
     k = d.shape[0]
     asym = np.abs(d - d.T)
     if asym.max() > METRIC_TOL:
-        i, j = np.unravel_index(int(np.argmax(asym)), d.shape)
+        i, j = (int(t) for t in np.unravel_index(int(np.argmax(asym)), d.shape))
         raise ValueError(f"{name} must be symmetric; {name}[{i}, {j}]={d[i, j]!r} but "
                          f"{name}[{j}, {i}]={d[j, i]!r}")
     if np.any(np.diag(d) != 0):
@@ -134,17 +134,17 @@ def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None)
         raise ValueError(f"{name} must have a zero diagonal; {name}[{i}, {i}]={d[i, i]!r}")
     off = d + np.eye(k)
     if np.any(off <= 0):
-        i, j = np.argwhere(off <= 0)[0]
+        i, j = (int(t) for t in np.argwhere(off <= 0)[0])
         raise ValueError(f"{name} must be > 0 between distinct points; "
                          f"{name}[{i}, {j}]={d[i, j]!r}")
     if d.max() > 1.0 + METRIC_TOL:
-        i, j = np.unravel_index(int(np.argmax(d)), d.shape)
+        i, j = (int(t) for t in np.unravel_index(int(np.argmax(d)), d.shape))
         raise ValueError(f"{name} must be normalised (max distance <= 1); "
                          f"{name}[{i}, {j}]={d[i, j]!r} (divide by the diameter)")
     _check_triangle(d, name, rng)
 
 
-def _check_triangle(d: np.ndarray, name: str, rng: int) -> None:
+def _check_triangle(d: np.ndarray, name: str, rng: RngLike) -> None:
     k = d.shape[0]
     if k <= MAX_FULL_TRIANGLE:
         for y in range(k):  # d[x, z] <= d[x, y] + d[y, z] for all x, z
