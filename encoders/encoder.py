@@ -295,7 +295,7 @@ def _check(params: ProtocolParams) -> None:
     params.check_supported()
 
 
-def rounded_levels(
+def _rounded_levels(
     params: ProtocolParams, users: UserDistributions, select: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sparse z^j = round(B y^j) of many users at once (steps 1-2).
@@ -332,7 +332,7 @@ def noisy_vectors(
     """
     _check(params)
     n_sel = users.n_users if select is None else len(select)
-    u, c, z = rounded_levels(params, users, select)
+    u, c, z = _rounded_levels(params, users, select)
     out = np.zeros((n_sel, params.m), dtype=np.int64)
     np.add.at(out, (u, c), z)
     if noise:

@@ -181,6 +181,14 @@ def synthetic_mixture(
     PointTable
         User labels ``0..n_users-1``; ``info`` records the generator, its parameters and the
         mixture (``means``, ``covariances`` as nested lists).
+
+    Raises
+    ------
+    ValueError
+        If a count is not an integer >= 1, ``std_range`` is not a pair with
+        ``0 < low <= high`` (finite), or ``mean_margin`` is outside [0, 0.5).
+    TypeError
+        If a count is not an integer, or ``rng`` is not a seed or Generator.
     """
     n_users = v.count("n_users", n_users, 1)
     n_clusters = v.count("n_clusters", n_clusters, 1)
@@ -282,6 +290,14 @@ def population_image(side: int = 1024, *, n_districts: int = 60,
     ndarray, shape (side, side)
         Non-negative, sums to 1.
 
+    Raises
+    ------
+    ValueError
+        If ``side`` is outside [16, 4096], ``n_districts`` < 1, ``spread`` is not
+        ``0 < low <= high`` (finite) or ``background`` is outside [0, 1].
+    TypeError
+        If ``side`` or ``n_districts`` is not an integer.
+
     References
     ----------
     .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz,
@@ -323,7 +339,28 @@ def sample_pixels(density: Any, n: int, rng: Any = None) -> tuple[np.ndarray, np
     """``n`` users' pixels (rows, cols) drawn i.i.d. from a density image (one location per
     user, as [Bagdasaryan22]_ Sec. 6.1 samples users from a population heatmap).
 
-    ``rng``: seed or Generator of the draw (default fresh entropy)."""
+    Parameters
+    ----------
+    density : array_like, 2D
+        Non-negative weights per pixel (any positive total; normalised here).
+    n : int
+        Number of users (>= 1).
+    rng : None, int or numpy.random.Generator
+        Seed or Generator of the draw (default: fresh entropy).
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        Row and column index of each user's pixel, int64, shape (n,) each.
+
+    Raises
+    ------
+    ValueError
+        If ``density`` is not a 2D array of finite non-negative numbers with a positive
+        total, or ``n`` < 1.
+    TypeError
+        If ``n`` is not an integer.
+    """
     d = v.nonnegative_array("density", density, ndim=2)
     total = d.sum()
     if not total > 0:

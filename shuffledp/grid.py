@@ -31,6 +31,21 @@ from shuffledp import _validation as v
 def start_level(w: int) -> int:
     """First measured level q = floor(log2 sqrt(w)) ([Ghazi23]_ Sec. 4, "Implementation
     details"), in exact integer arithmetic: the largest q with 4^q <= w.
+
+    Parameters
+    ----------
+    w : int
+        The number of points each user contributes (w >= 1).
+
+    Returns
+    -------
+    int
+        q >= 0.
+
+    Raises
+    ------
+    ValueError
+        If ``w`` is not an integer >= 1 (a bool is refused).
     """
     if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
         raise ValueError(f"w must be an integer >= 1, got w={w!r}")

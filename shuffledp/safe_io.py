@@ -141,13 +141,51 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "") -> BinaryIO:
 
 
 def check_regular(path: str | os.PathLike[str], *, what: str = "") -> int:
-    """Check that ``path`` is a readable regular file (without reading it); return its size."""
+    """Check that ``path`` is a readable regular file (without reading it); return its size.
+
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    int
+        The file's size in bytes.
+
+    Raises
+    ------
+    NotRegularFileError
+        If the path cannot be opened or is not a regular file.
+    """
     with open_regular(path, what=what) as f:
         return os.fstat(f.fileno()).st_size
 
 
 def read_up_to(f: BinaryIO, n: int) -> bytes:
-    """Read at most ``n`` bytes (fewer only at end of file)."""
+    """Read at most ``n`` bytes (fewer only at end of file).
+
+    Parameters
+    ----------
+    f : BinaryIO
+        An open binary file (read in chunks of at most 1 MiB).
+    n : int
+        Most bytes to read.
+
+    Returns
+    -------
+    bytes
+        ``n`` bytes, or fewer when the file ends first.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is negative.
+    OSError
+        If a read fails.
+    """
     if n < 0:
         raise ValueError(f"n must be >= 0, got n={n!r}")
     parts = []
@@ -166,10 +204,26 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, what: str = "") ->
 
     Reads at most ``limit + 1`` bytes whatever the file claims or becomes.
 
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    limit : int
+        Largest size accepted, in bytes.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    bytes
+        The content.
+
     Raises
     ------
     UnsafeFileError
         Not a regular file, unreadable, or larger than ``limit`` bytes.
+    ValueError
+        If ``limit`` is negative.
     """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got limit={limit!r}")
@@ -190,6 +244,16 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, what: str = "") ->
 def read_regular_text(path: str | os.PathLike[str], limit: int, *, what: str = "") -> str:
     """:func:`read_regular` decoded as UTF-8 (a leading byte-order mark is dropped).
 
+    Parameters
+    ----------
+    path, limit, what
+        As :func:`read_regular`.
+
+    Returns
+    -------
+    str
+        The text.
+
     Raises
     ------
     UnsafeFileError
@@ -209,6 +273,25 @@ def count_lines(path: str | os.PathLike[str], *, what: str = "") -> int:
 
     Streams the file in 1 MiB chunks (bounded memory); used to estimate a load's memory
     before loading it.
+
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    int
+        The number of lines (0 for an empty file).
+
+    Raises
+    ------
+    NotRegularFileError
+        If the path cannot be opened or is not a regular file.
+    OSError
+        If a read fails.
     """
     n = 0
     last = b"\n"
@@ -437,7 +520,18 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
 
 def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
     """fsync each file of ``paths`` and then each folder holding one, so that files just
-    written (and renamed into place) survive a power loss."""
+    written (and renamed into place) survive a power loss.
+
+    Parameters
+    ----------
+    *paths : path-like
+        Files written earlier (e.g. with :func:`write_atomic` without ``durable``).
+
+    Raises
+    ------
+    OSError
+        If a file or folder cannot be opened or fsynced.
+    """
     folders = []
     for path in paths:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -752,6 +846,11 @@ def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOU
         Seconds to wait for a lock held by another process (polled every 20-100 ms).
     what : str
         How to name the locked resource in error messages (default: the lock file).
+
+    Returns
+    -------
+    contextmanager of None
+        Holds the lock while the ``with`` block runs; released on exit, even on error.
 
     Raises
     ------

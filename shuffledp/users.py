@@ -29,6 +29,19 @@ class UserDistributions:
     """n users' distributions over the pixels of ``grid``.
 
     Build with :meth:`from_points` or :meth:`from_pixels`; both validate and normalise.
+
+    Attributes
+    ----------
+    grid : Grid
+        The pixel grid.
+    indptr : ndarray of int64, shape (n + 1,)
+        User ``j``'s entries are ``pixels[indptr[j]:indptr[j + 1]]`` (CSR layout).
+    pixels : ndarray of int64
+        Flat (row-major) pixel index of each entry.
+    weights : ndarray of float64
+        Probability of each entry; each user's weights sum to 1.
+    user_ids : tuple
+        The users' labels in order (empty when the users are unlabelled).
     """
 
     grid: Grid

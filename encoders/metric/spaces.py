@@ -87,10 +87,10 @@ class MetricSpace:
 
     def items(self, name: str, value) -> np.ndarray:
         """``value`` as a 1-D int64 array of indices into the domain (error names ``name``)."""
-        return as_items(name, value, self.k)
+        return _as_items(name, value, self.k)
 
 
-def as_items(name: str, value, k: int) -> np.ndarray:
+def _as_items(name: str, value, k: int) -> np.ndarray:
     """A non-empty 1-D int64 array of integers in [0, k); the first bad entry is quoted."""
     arr = np.asarray(value)
     if arr.ndim != 1 or arr.size == 0:
@@ -214,7 +214,7 @@ def grid_space(height: int, width: int, norm: str = "l2") -> MetricSpace:
     return MetricSpace(d, name=f"grid {h}x{w} {norm}", coords=coords, scale=scale)
 
 
-def great_circle(lat1, lon1, lat2, lon2) -> np.ndarray:
+def _great_circle(lat1, lon1, lat2, lon2) -> np.ndarray:
     """Central angle in radians between points given in degrees (haversine form, stable)."""
     p1, p2 = np.radians(lat1), np.radians(lat2)
     dl = np.radians(np.asarray(lon2) - np.asarray(lon1))
@@ -247,7 +247,7 @@ def sphere_space(lat, lon, *, radius: float = 1.0) -> MetricSpace:
             raise ValueError(f"{nm} must be in [{lim[0]}, {lim[1]}] degrees; "
                              f"{nm}[{i}]={arr[i]!r}")
     r = v.positive("radius", radius)
-    d = great_circle(la[:, None], lo[:, None], la[None, :], lo[None, :]) / np.pi
+    d = _great_circle(la[:, None], lo[:, None], la[None, :], lo[None, :]) / np.pi
     d = np.minimum(d, 1.0)
     np.fill_diagonal(d, 0.0)
     d = 0.5 * (d + d.T)
