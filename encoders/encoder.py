@@ -59,15 +59,12 @@ no modulo bias. Never a numpy Generator.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", App. F -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Thm 4.2
+   -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Shuffle Model", Split & Mix
+   -- full entry in docs/references.md
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

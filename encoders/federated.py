@@ -18,9 +18,8 @@ cryptographically secure generator unless ``rng`` is a seed (research simulation
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1, Thm 4.2.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Alg. 1, Thm 4.2
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

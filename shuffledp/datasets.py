@@ -12,8 +12,8 @@ Every loader returns a :class:`PointTable` of weighted points in [0, 1)^2 labell
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", App. E.3, Sec. 4
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -300,9 +300,8 @@ def population_image(side: int = 1024, *, n_districts: int = 60,
 
     References
     ----------
-    .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz,
-       D. Estrin, M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under
-       Distributed Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 6.1.
+    .. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Sec. 6.1
+       -- full entry in docs/references.md
     """
     side = v.bounded_count("side", side, 16, 4096)
     k = v.count("n_districts", n_districts)

@@ -14,8 +14,7 @@ unit-square metric of [Ghazi23]_ and the level-i scale is 2^-i.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", Sec. 4 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ separately, so noise can be calibrated on counts.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", Sec. 3.1 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -33,10 +33,8 @@ depend on buffer sizes (no conditioning on "the sample fitted in the buffer").
 
 References
 ----------
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
-.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
-   Algorithms", 3rd ed., Addison-Wesley, 1997.
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
+.. [Knuth97] Knuth (1997), "TAOCP Vol. 2", Sec. 3.4.2, Alg. P -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -38,14 +38,12 @@ Mechanisms
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [ABCP13] M. E. Andres, N. E. Bordenabe, K. Chatzikokolakis, C. Palamidessi,
-   "Geo-Indistinguishability: Differential Privacy for Location-Based Systems", CCS 2013.
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016 (k-randomised response).
-.. [MT07] F. McSherry, K. Talwar, "Mechanism Design via Differential Privacy", FOCS 2007
-   (the exponential mechanism).
+.. [Imola] Imola et al. (preprint), "Metric DP at the User-Level", Alg. 1, Thm 4.1
+   -- full entry in docs/references.md
+.. [ABCP13] Andres et al. (2013), "Geo-Indistinguishability" -- full entry in docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete Distribution Estimation"
+   -- full entry in docs/references.md
+.. [MT07] McSherry, Talwar (2007), "Mechanism Design via DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ transport problem restricted to the supports).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric DP at the User-Level", Sec. 3
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ secure generator by default, a seeded numpy Generator for research runs.
 
 References
 ----------
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Algorithms 1 and 3. arXiv:2004.00010.
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for DP", Alg. 1, 3
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -15,10 +15,9 @@ epsilon Delta s/t is at most eps and within a relative 2^-40 / (eps/Delta) of it
 
 References
 ----------
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Algorithms 1-2. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for DP", Alg. 1-2
+   -- full entry in docs/references.md
+.. [Mironov12] Mironov (2012), "Least Significant Bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

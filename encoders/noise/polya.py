@@ -39,12 +39,9 @@ or ``None`` (the cryptographically secure generator: deployment), or a seed / nu
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-N. Valliappan,
-   "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics"
+   -- full entry in docs/references.md
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
