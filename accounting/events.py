@@ -4,7 +4,7 @@ A :class:`~shuffledp.accounting.guarantee.Guarantee` is a finished (epsilon, del
 describes the mechanism behind it -- discrete Laplace at a given parameter and sensitivity,
 n shuffled eps0-LDP reports, the Polya-sum shuffle heatmap -- so that several releases can be
 composed far more tightly than by adding their epsilons
-(:mod:`shuffledp.accounting.compose`). Every event is a frozen dataclass that validates on
+(:mod:`shuffledp.accounting.composition`). Every event is a frozen dataclass that validates on
 construction and serialises to a plain dict (:meth:`PrivacyEvent.to_dict`,
 :func:`event_from_dict`), which is how it travels inside ``report.json``.
 
@@ -58,10 +58,10 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
     is computed by the toolkit's certified divergence and discretised by Connect-the-Dots.
 ``ShuffledKRR``
     k-RR (k >= 3): the exact privacy-blanket pair of
-    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle`
+    :mod:`shuffledp.accounting.amplification.krr_shuffle`
     (a post-processing argument, so again one pair for every data set). k = 2 (binary RR):
     the stronger-clone pair, used for composition. The exact worst case of
-    :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` is a maximum over data sets m taken
+    :mod:`shuffledp.accounting.amplification.binary_rr` is a maximum over data sets m taken
     *per epsilon*; no single data set is proven worst for every epsilon in both directions,
     and a deployment's data sets change from release to release, so that per-epsilon maximum
     is not a dominating pair. It can certify the event's single-release pair (used by basic
@@ -113,10 +113,8 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting import pld as _pld
-from shuffledp.accounting.guarantee import Neighbour
-from shuffledp.accounting.pld import PLD, NoPLD
-from shuffledp.accounting.shuffle_ldp import _binary_core
-from shuffledp.accounting.shuffle_ldp._common import (
+from shuffledp.accounting.amplification import _binary_core
+from shuffledp.accounting.amplification._common import (
     REDUCTIONS,
     _blanket_cached,
     _blanket_divergence,
@@ -130,6 +128,8 @@ from shuffledp.accounting.shuffle_ldp._common import (
     default_tail,
     krr_default_tail,
 )
+from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.pld import PLD, NoPLD
 from shuffledp.accounting.zcdp import zcdp_delta
 
 #: default PLD discretisation interval (the accountant's ``discretization``)
@@ -555,7 +555,7 @@ class ShuffledLDP(PrivacyEvent):
     """n shuffled reports of an eps0-LDP (or alpha0 d_X-DP with distance d) randomizer.
 
     ``epsilon``/``delta`` are the release's pair (e.g. from
-    :func:`shuffledp.accounting.shuffle_ldp.clones.shuffle_ldp`), verified on construction:
+    :func:`shuffledp.accounting.amplification.clones.shuffle_ldp`), verified on construction:
     some certified bound on (n, eps0, d) -- the exact divergence of the variation-ratio or
     clones pair, or the closed form of [FMT21]_ Thm 3.1 within its condition -- must give a
     delta at ``epsilon`` no larger than ``delta`` (``delta=None`` derives it). ``reduction``
@@ -606,7 +606,7 @@ class ShuffledKRR(PrivacyEvent):
     ``epsilon``/``delta``: the release's pair, verified on construction against the
     privacy-blanket pair (k >= 3), the general eps0-LDP bounds (k-RR is eps0-LDP), and for
     k = 2 the exact worst case over data sets of
-    :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` (n <= 2e5; computed only when the
+    :mod:`shuffledp.accounting.amplification.binary_rr` (n <= 2e5; computed only when the
     cheaper bounds do not prove the pair). ``delta=None`` derives it. Composition uses the
     privacy-blanket pair (k >= 3) or the stronger-clone pair (k = 2), see the module notes.
     """

@@ -132,7 +132,7 @@ class Guarantee:
         Conditions and caveats (e.g. "holds while at least n_min users survive").
     event : PrivacyEvent or None
         The mechanism as a composable event (:mod:`shuffledp.accounting.events`), which an
-        :class:`~shuffledp.accounting.compose.Accountant` composes with other releases; not
+        :class:`~shuffledp.accounting.composition.Accountant` composes with other releases; not
         part of ``==``. Serialised under ``"event"`` by :meth:`to_dict` when present.
 
     Notes

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from shuffledp import _validation as v
-from shuffledp.accounting.compose import Accountant, Composition
+from shuffledp.accounting.composition import Accountant, Composition
 from shuffledp.accounting.events import (
     DEFAULT_DISCRETIZATION,
     EpsDelta,
@@ -254,7 +254,7 @@ class BudgetLedger:
     :class:`~shuffledp.accounting.events.PrivacyEvent`, a label, the time and the composed
     spend) or a refused attempt. :meth:`charge` is atomic across processes: under an
     exclusive lock it re-reads and verifies the whole log, composes every charged event with
-    the new one (:class:`~shuffledp.accounting.compose.Accountant`, at the ledger's delta),
+    the new one (:class:`~shuffledp.accounting.composition.Accountant`, at the ledger's delta),
     and either appends the charge (durably, before returning) or refuses. A caller that
     publishes only after :meth:`charge` returned can never publish an uncharged release;
     a crash after the charge and before publishing over-counts, never under-counts.

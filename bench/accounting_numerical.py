@@ -25,14 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.clones import (
+from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.amplification.clones import (
     clones_closed_form,
     clones_numerical,
     variation_ratio_numerical,
 )
-from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
+from shuffledp.accounting.amplification.krr_shuffle import krr_shuffle_numerical
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "accounting"))
 from mp_clones import mp_divergence  # noqa: E402

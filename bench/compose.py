@@ -33,9 +33,9 @@ from __future__ import annotations
 import sys
 import time
 
-from shuffledp.accounting.compose import Accountant
-from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.amplification.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.summation import summation_parameters
 
 DELTA = 1e-6

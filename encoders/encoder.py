@@ -59,15 +59,12 @@ no modulo bias. Never a numpy Generator.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", App. F -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Thm 4.2
+   -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Shuffle Model", Split & Mix
+   -- full entry in docs/references.md
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -91,8 +88,28 @@ def sensitivity(B: int, neighbour: str = "replace") -> int:
 
     ``neighbour`` is a :class:`~shuffledp.accounting.guarantee.Neighbour` or its token:
     2B for replace-one (n public), B for zero-out and add/remove.
-    """
 
+    Parameters
+    ----------
+    B : int
+        The scaling factor B >= 1.
+    neighbour : str or Neighbour
+        The neighbouring relation (``"replace"``, ``"add_remove"``, ``"zero_out"``).
+
+    Returns
+    -------
+    int
+        Delta_i.
+
+    Raises
+    ------
+    ValueError
+        If ``B`` is not a valid scale or ``neighbour`` is not a known relation.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (scale and round); the sensitivity analysis is in the module docstring.
+    """
     return Neighbour.parse(neighbour).level_sensitivity(check_scale(B))
 
 
@@ -104,6 +121,17 @@ def level_entries(
     y^j_i is user j's mass in each level-i cell; each user's level vector is scaled by B and
     rounded with ``rounding`` (:func:`scale_round`, one group per user and level).
 
+    Parameters
+    ----------
+    users : UserDistributions
+        The users' distributions (their grid fixes L).
+    start : int
+        First measured level.
+    B : int
+        The scaling factor B >= 1.
+    rounding : {"floor", "largest_remainder"}
+        The rounding rule.
+
     Returns
     -------
     user, coordinate, value : ndarray of int64
@@ -111,6 +139,15 @@ def level_entries(
         index over levels start..L (level-major, row-major within a level, as
         :func:`shuffledp.pyramid.flatten`). Per user and level the values sum to B (largest
         remainder) or at most B (floor).
+
+    Raises
+    ------
+    ValueError
+        If ``B`` or ``rounding`` is invalid, or ``start`` is not a level of the users' grid.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, "Each user j", steps 1-2.
     """
     B = check_scale(B)
     check_rounding(rounding)
@@ -165,6 +202,16 @@ def scale_round(
     Returns
     -------
     ndarray of int64, same shape as ``values``.
+
+    Raises
+    ------
+    ValueError
+        If ``B`` or ``rounding`` is invalid, ``values`` is not 1D or holds a negative or
+        non-finite entry, or ``groups`` has another shape or decreases.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, "Scaled & round"; Hamilton's largest-remainder method for the default.
     """
     B = check_scale(B)
     check_rounding(rounding)
@@ -228,6 +275,18 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     ndarray of uint32, shape (r, m) or (n, r, m)
         ``shares[..., b, a]`` is w^{b+1}_a; rows 0..r-2 are uniform, the last completes the sum:
         sum_b shares[..., b, a] = values[..., a] (mod q).
+
+    Raises
+    ------
+    ValueError
+        If ``q`` is outside [2, 2^32], ``r`` is not an integer >= 2, or ``values`` is not 1D
+        or 2D.
+    TypeError
+        If ``values`` is not an integer array.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Split & Mix (after [BBGN20]_); uniform draws by [Lemire19]_.
     """
     q = check_modulus(q)
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2:
@@ -282,7 +341,34 @@ def _share_kernel(vm, q, t, buf, out):  # pragma: no cover - compiled
 
 
 def reconstruct_shares(shares: np.ndarray, q: int) -> np.ndarray:
-    """sum_b shares[..., b, :] mod q as int64 (exact integer arithmetic)."""
+    """sum_b shares[..., b, :] mod q as int64 (exact integer arithmetic).
+
+    Parameters
+    ----------
+    shares : ndarray of unsigned int, shape (..., r, m)
+        Shares as :func:`share` returns them (values below q <= 2^32, so r < 2^32 shares
+        cannot overflow uint64).
+    q : int
+        The modulus.
+
+    Returns
+    -------
+    ndarray of int64, shape (..., m)
+        The shared vector mod q.
+
+    Raises
+    ------
+    ValueError
+        If ``q`` is outside [2, 2^32] or ``shares`` has fewer than two dimensions.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Split & Mix: all r shares sum to z' mod q.
+    """
+    q = check_modulus(q)
+    s = np.asarray(shares)
+    if s.ndim < 2:
+        raise ValueError(f"shares must have shape (..., r, m), got shape {s.shape}")
     q = check_modulus(q)
     s = np.asarray(shares)
     return (s.sum(axis=-2, dtype=np.uint64) % np.uint64(q)).astype(np.int64)
@@ -295,7 +381,7 @@ def _check(params: ProtocolParams) -> None:
     params.check_supported()
 
 
-def rounded_levels(
+def _rounded_levels(
     params: ProtocolParams, users: UserDistributions, select: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sparse z^j = round(B y^j) of many users at once (steps 1-2).
@@ -329,10 +415,39 @@ def noisy_vectors(
     (:func:`shuffledp.encoders.noise.polya.polya_difference`): ``rng=None`` or a SecureRandom draws
     it from the cryptographically secure generator; a seed or Generator makes a reproducible
     research run. ``noise=False`` returns z^j (for tests and diagnostics only; not private).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol's parameters (grid, levels, B, rounding, noise, m).
+    users : UserDistributions
+        The users, on ``params.grid``.
+    select : ndarray of int, optional
+        Positions of the users to encode (default: all, in order).
+    rng : SecureRandom, int, numpy.random.Generator or None
+        Source of the Polya noise (None: the secure generator).
+    noise : bool
+        Add the noise (False only for tests and diagnostics).
+
+    Returns
+    -------
+    ndarray of int64, shape (len(select), m)
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a ProtocolParams, or ``rng`` is not a valid source.
+    ValueError
+        If the users' grid differs from ``params.grid``, or ``params`` is not supported.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, step 3; the noise of [Bagdasaryan22]_ Thm 4.2 calibrated to
+    Delta_i (see the module docstring).
     """
     _check(params)
     n_sel = users.n_users if select is None else len(select)
-    u, c, z = rounded_levels(params, users, select)
+    u, c, z = _rounded_levels(params, users, select)
     out = np.zeros((n_sel, params.m), dtype=np.int64)
     np.add.at(out, (u, c), z)
     if noise:
@@ -354,6 +469,26 @@ def encode_shares(
 
     ``shares[j, b, a]`` is w^{b+1}_a of user j; message (a, shares[j, b, a]). Shares always
     come from ``source`` (a SecureRandom); the noise from ``rng`` (see :func:`noisy_vectors`).
+
+    Parameters
+    ----------
+    params, users, select, rng
+        As :func:`noisy_vectors`.
+    source : SecureRandom, optional
+        The secure source of the shares (and of the noise when ``rng`` is None).
+
+    Returns
+    -------
+    ndarray of uint32, shape (len(select), r, m)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`noisy_vectors` and :func:`share`.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, steps 1-4.
     """
     src = source if source is not None else SecureRandom()
     z = noisy_vectors(params, users, select, src if rng is None else rng)
@@ -366,13 +501,35 @@ def messages(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
     Order is coordinate-major within each share row; the shuffler permutes anyway. Returns
     uint32 when messages fit in 32 bits, else uint64 (the wire packs them into
     ``params.record_bytes`` bytes each).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol's parameters (r, m, share_bits, record_bits).
+    shares : ndarray, shape (r, m)
+        One user's shares (each below q).
+
+    Returns
+    -------
+    ndarray of uint32 or uint64, shape (r * m,)
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a ProtocolParams.
+    ValueError
+        If ``shares`` does not have shape (r, m), or ``params`` is not supported.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, step 5: messages (a, w^b_a).
     """
     _check(params)
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got {s.shape}")
     dt = np.uint32 if params.record_bits <= 32 else np.uint64
-    coord = np.arange(params.m, dtype=dt) << dt(params.share_bits)
+    coord = (np.arange(params.m, dtype=np.uint64) << np.uint64(params.share_bits)).astype(dt)
     return (coord[None, :] | s.astype(dt)).ravel()
 
 
@@ -389,6 +546,36 @@ def encode_user(
     Deployment path: the Polya noise and the shares are drawn from the cryptographically
     secure generator (``source``, a fresh SecureRandom by default). A seed is refused:
     ``rng`` exists only to reject it with a clear message.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol's parameters.
+    pixels : ndarray of int
+        Flat pixel indices of the user's points on ``params.grid``.
+    weights : ndarray of float
+        Non-negative weights of those points (normalised to sum 1).
+    source : SecureRandom, optional
+        The secure source (default: a fresh one).
+    rng : None
+        Must be None.
+
+    Returns
+    -------
+    ndarray of uint32 or uint64, shape (r * m,)
+        The packed messages (:func:`messages`).
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is not None, a pixel is off the grid, a weight is negative or non-finite,
+        or the weights sum to zero.
+    TypeError
+        If ``source`` is not a SecureRandom or ``params`` not a ProtocolParams.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, "Each user j", steps 1-5.
     """
     if rng is not None:
         raise ValueError(
@@ -415,8 +602,30 @@ def frame_messages(
     With ``analyzer_public`` (the analyzer's raw 32-byte X25519 key) every message is
     encrypted to the analyzer (deployment path); without it the batch is plaintext, a
     simulation aid only (whoever relays it reads every share).
-    """
 
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol's parameters (record size, digest).
+    records : ndarray of uint32 or uint64
+        Packed messages (:func:`messages`).
+    analyzer_public : bytes, optional
+        The analyzer's raw 32-byte X25519 public key.
+
+    Returns
+    -------
+    bytes
+        A wire batch: header then records (encrypted when a key is given).
+
+    Raises
+    ------
+    ValueError
+        If ``analyzer_public`` is not a valid 32-byte X25519 public key.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, step 5 (the messages sent to the shuffler).
+    """
     if analyzer_public is None:
         h = Header(KIND_USER, params.record_bytes, params.digest, records.size)
         return encode_batch(h, records)
@@ -437,6 +646,27 @@ def user_batch(
 
     :func:`encode_user` (secure randomness only, no seed) then :func:`frame_messages`;
     pass the analyzer's public key to encrypt every message (the deployment path).
+
+    Parameters
+    ----------
+    params, pixels, weights, source
+        As :func:`encode_user`.
+    analyzer_public : bytes, optional
+        As :func:`frame_messages`.
+
+    Returns
+    -------
+    bytes
+        The wire batch.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`encode_user` and :func:`frame_messages`.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, "Each user j".
     """
     return frame_messages(params, encode_user(params, pixels, weights, source=source),
                           analyzer_public)

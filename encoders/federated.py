@@ -18,9 +18,8 @@ cryptographically secure generator unless ``rng`` is a seed (research simulation
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1, Thm 4.2.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Alg. 1, Thm 4.2
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -39,7 +38,34 @@ from shuffledp.randomness import RngLike, SecureRandom, noise_source
 def noise_parameters(epsilon: float, neighbour: Neighbour | str,
                      l1_bound: int = 1) -> tuple[int, float]:
     """(Delta, a = e^{-eps / Delta}) for vectors of l1 norm at most ``l1_bound``:
-    Delta = l1_bound (add/remove or zero out a user) or 2 l1_bound (replace one user)."""
+    Delta = l1_bound (add/remove or zero out a user) or 2 l1_bound (replace one user).
+
+    Parameters
+    ----------
+    epsilon : float
+        The noise's privacy parameter, > 0.
+    neighbour : Neighbour or str
+        ``"add_remove"``, ``"replace"`` or ``"zero_out"``.
+    l1_bound : int
+        Largest l1 norm of one user's vector, >= 1.
+
+    Returns
+    -------
+    (int, float)
+        Delta and the Polya/discrete-Laplace parameter a in (0, 1).
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` is not a finite positive number, ``l1_bound`` < 1, or ``neighbour``
+        is another relation (e.g. ``"bounded_emd"``) or unknown.
+    TypeError
+        If ``l1_bound`` is not an integer.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1 and Thm 4.2 (a = e^{-eps / Delta}).
+    """
     nb = Neighbour.parse(neighbour)
     if nb not in (Neighbour.ADD_REMOVE, Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT):
         raise ValueError(f"neighbour must be add_remove, replace or zero_out, got "
@@ -54,7 +80,42 @@ def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modul
                  rng: RngLike | SecureRandom = None) -> np.ndarray:
     """ModuloClip(x + X - Y, m), X, Y ~ Polya(1/n_min, e^{-eps/Delta}) per entry
     ([Bagdasaryan22]_ Alg. 1 ClientUpdate); x a non-negative integer vector of l1 norm at
-    most ``l1_bound``."""
+    most ``l1_bound``.
+
+    Parameters
+    ----------
+    x : ndarray of int, 1D
+        The user's non-negative integer vector.
+    epsilon : float
+        The noise's privacy parameter, > 0.
+    l1_bound : int
+        Bound on the l1 norm of ``x`` (sets Delta).
+    n_min : int
+        Fewest clients whose noise must sum to discrete Laplace, >= 1.
+    modulus : int
+        The modulus m >= 2.
+    neighbour : Neighbour or str
+        As :func:`noise_parameters`.
+    rng : SecureRandom, int, numpy.random.Generator or None
+        Source of the noise (None: the secure generator).
+
+    Returns
+    -------
+    ndarray of int64
+        Entries in [0, m).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not a 1D non-negative integer vector or its l1 norm exceeds
+        ``l1_bound``, or a parameter is out of range (as :func:`noise_parameters`).
+    TypeError
+        If a count is not an integer.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1 (ClientUpdate, ModuloClip) and Thm 4.2.
+    """
     x = np.asarray(x)
     if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer) or (x < 0).any():
         raise ValueError(f"x must be a 1-d non-negative integer vector, got {x!r:.60}")
@@ -76,6 +137,29 @@ def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: 
     epsilon (:func:`shuffledp.analyzers.federated.population.add_remove_noise`'s
     ``noise_epsilon``), not the release's epsilon: the joining user's own share is paid from
     the difference.
+
+    Parameters
+    ----------
+    cell : int
+        The client's cell, 0 <= cell < n_cells.
+    n_cells : int
+        The number of cells D >= 1.
+    epsilon, n_min, modulus, neighbour, rng
+        As :func:`noisy_vector` (with ``l1_bound=1``).
+
+    Returns
+    -------
+    ndarray of int64, shape (n_cells,)
+        Entries in [0, m).
+
+    Raises
+    ------
+    ValueError, TypeError
+        If ``cell`` is outside 0..n_cells-1, or as :func:`noisy_vector`.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1 (ClientUpdate).
     """
     d = v.count("n_cells", n_cells)
     x = np.zeros(d, dtype=np.int64)
@@ -88,7 +172,32 @@ def device_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: 
                   source: SecureRandom | None = None, rng: object = None) -> np.ndarray:
     """Deployment path of :func:`client_update`: the noise comes from the secure generator
     (``source``, a fresh SecureRandom by default). A seed is refused: ``rng`` exists only to
-    reject it with a clear message (use :func:`client_update` for research simulations)."""
+    reject it with a clear message (use :func:`client_update` for research simulations).
+
+    Parameters
+    ----------
+    cell, n_cells, epsilon, n_min, modulus, neighbour
+        As :func:`client_update`.
+    source : SecureRandom, optional
+        The secure source (default: a fresh one).
+    rng : None
+        Must be None.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_cells,)
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is not None, or as :func:`client_update`.
+    TypeError
+        If ``source`` is not a SecureRandom, or as :func:`client_update`.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1 (ClientUpdate).
+    """
     if rng is not None:
         raise ValueError(f"device_update is the deployment path and draws its noise from the "
                          f"secure generator; it refuses a seed, got rng={rng!r} (use "
@@ -114,9 +223,38 @@ def encode_locations(cells: Any, weights: Any, n_cells: int, gamma: int, *,
       with the right probability, and the total is exactly gamma, so the bound is gamma (no
       (1 + d/gamma) noise blow-up).
 
+    Parameters
+    ----------
+    cells : array_like of int, 1D
+        The user's cells, each in 0..n_cells-1 (repeats add up).
+    weights : array_like of float, 1D
+        Their non-negative weights (same length, not all zero).
+    n_cells : int
+        The number of cells d >= 1.
+    gamma : int
+        The scale gamma >= 1.
+    rounding : {"systematic", "independent"}
+        The stochastic rounding rule.
+    rng : SecureRandom, int, numpy.random.Generator or None
+        Source of the rounding's randomness (None: the secure generator).
+
     Returns
     -------
     (vector, l1_bound)
+        The integer vector (int64, shape (n_cells,)) and the bound on its l1 norm.
+
+    Raises
+    ------
+    ValueError
+        If ``cells`` and ``weights`` are not non-empty 1D arrays of one length, a cell is
+        outside 0..n_cells-1, a weight is negative or non-finite, all weights are zero,
+        ``rounding`` is unknown, or a count is < 1.
+    TypeError
+        If a count is not an integer.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 5.7 (multiple locations per user).
     """
     d = v.count("n_cells", n_cells)
     g = v.count("gamma", gamma)

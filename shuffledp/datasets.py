@@ -12,26 +12,25 @@ Every loader returns a :class:`PointTable` of weighted points in [0, 1)^2 labell
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", App. E.3, Sec. 4
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
-from shuffledp.safe_io import open_regular
+from shuffledp.safe_io import MAX_TABLE_BYTES, open_regular, read_rows
 from shuffledp.users import UserDistributions
 
 __all__ = ["BUILTIN_DATA_SEED", "PointTable", "load_csv", "load_snap", "population_image",
@@ -182,6 +181,14 @@ def synthetic_mixture(
     PointTable
         User labels ``0..n_users-1``; ``info`` records the generator, its parameters and the
         mixture (``means``, ``covariances`` as nested lists).
+
+    Raises
+    ------
+    ValueError
+        If a count is not an integer >= 1, ``std_range`` is not a pair with
+        ``0 < low <= high`` (finite), or ``mean_margin`` is outside [0, 0.5).
+    TypeError
+        If a count is not an integer, or ``rng`` is not a seed or Generator.
     """
     n_users = v.count("n_users", n_users, 1)
     n_clusters = v.count("n_clusters", n_clusters, 1)
@@ -283,11 +290,18 @@ def population_image(side: int = 1024, *, n_districts: int = 60,
     ndarray, shape (side, side)
         Non-negative, sums to 1.
 
+    Raises
+    ------
+    ValueError
+        If ``side`` is outside [16, 4096], ``n_districts`` < 1, ``spread`` is not
+        ``0 < low <= high`` (finite) or ``background`` is outside [0, 1].
+    TypeError
+        If ``side`` or ``n_districts`` is not an integer.
+
     References
     ----------
-    .. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz,
-       D. Estrin, M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under
-       Distributed Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 6.1.
+    .. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics", Sec. 6.1
+       -- full entry in docs/references.md
     """
     side = v.bounded_count("side", side, 16, 4096)
     k = v.count("n_districts", n_districts)
@@ -299,7 +313,7 @@ def population_image(side: int = 1024, *, n_districts: int = 60,
     gen = np.random.default_rng(rng)
     t = (np.arange(side) + 0.5) / side
 
-    def bumps(m: int, lo: float, hi: float) -> np.ndarray:
+    def bumps(m: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
         c, sd = gen.uniform(0, 1, (m, 2)), np.exp(gen.uniform(np.log(lo), np.log(hi), m))
         gy = np.exp(-0.5 * ((t[None, :] - c[:, :1]) / sd[:, None]) ** 2)
         gx = np.exp(-0.5 * ((t[None, :] - c[:, 1:]) / sd[:, None]) ** 2)
@@ -324,7 +338,28 @@ def sample_pixels(density: Any, n: int, rng: Any = None) -> tuple[np.ndarray, np
     """``n`` users' pixels (rows, cols) drawn i.i.d. from a density image (one location per
     user, as [Bagdasaryan22]_ Sec. 6.1 samples users from a population heatmap).
 
-    ``rng``: seed or Generator of the draw (default fresh entropy)."""
+    Parameters
+    ----------
+    density : array_like, 2D
+        Non-negative weights per pixel (any positive total; normalised here).
+    n : int
+        Number of users (>= 1).
+    rng : None, int or numpy.random.Generator
+        Seed or Generator of the draw (default: fresh entropy).
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        Row and column index of each user's pixel, int64, shape (n,) each.
+
+    Raises
+    ------
+    ValueError
+        If ``density`` is not a 2D array of finite non-negative numbers with a positive
+        total, or ``n`` < 1.
+    TypeError
+        If ``n`` is not an integer.
+    """
     d = v.nonnegative_array("density", density, ndim=2)
     total = d.sum()
     if not total > 0:
@@ -347,15 +382,32 @@ def _parse_float(text: str, column: str, line: int, path: str) -> float:
         raise ValueError(f"{path}, line {line}: {column} is not a number: {text!r}") from None
 
 
-def load_csv(path: str | os.PathLike[str]) -> PointTable:
+def load_csv(path: str | os.PathLike[str], *, limit: int = MAX_TABLE_BYTES) -> PointTable:
     """Read points from a CSV file with header ``user_id,x,y[,weight]``.
 
     Columns may come in any order; ``weight`` defaults to 1. ``user_id`` is kept as a string.
     Blank lines are skipped. Line numbers in error messages are 1-based physical lines of the
-    file (the header is line 1).
+    file (the header is line 1). The file is read through :func:`shuffledp.safe_io.read_rows`
+    (regular files only, at most ``limit`` bytes).
+
+    Parameters
+    ----------
+    path : path-like
+        The CSV file (UTF-8, an optional byte-order mark).
+    limit : int
+        Largest file accepted, in bytes.
+
+    Returns
+    -------
+    PointTable
+        One point per record; ``info`` holds ``source="csv"``, the path and the number of
+        records.
 
     Raises
     ------
+    shuffledp.safe_io.UnsafeFileError
+        If the path is not a regular file (FIFO, device, directory), is larger than
+        ``limit`` or is not UTF-8 (a ``ValueError``).
     ValueError
         For an empty file, a missing or unknown column (named), a duplicate column, a row with
         the wrong number of fields, an empty user_id, a non-numeric value, NaN or a coordinate
@@ -367,15 +419,13 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
     xs: list[float] = []
     ys: list[float] = []
     ws: list[float] = []
-    with _open_text(p, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = _csv_header(reader, p)
+    with read_rows(p, limit=limit, header="required", columns=_CSV_REQUIRED,
+                   optional=_CSV_OPTIONAL) as table:
+        header = cast("list[str]", table.header)  # header="required": set, or it raised
         cols = (*(header.index(h) for h in _CSV_REQUIRED),
                 header.index("weight") if "weight" in header else None)
-        for row in reader:
-            if not row or not any(cell.strip() for cell in row):
-                continue
-            uid, x, y, w = _csv_record(row, reader.line_num, header, cols, p)
+        for line, row in table:
+            uid, x, y, w = _csv_record(row, line, header, cols, p)
             users.append(uid)
             xs.append(x)
             ys.append(y)
@@ -389,30 +439,6 @@ def load_csv(path: str | os.PathLike[str]) -> PointTable:
         weight=np.array(ws),
         info={"source": "csv", "path": p, "n_records": len(users)},
     )
-
-
-def _csv_header(reader: Any, p: str) -> list[str]:
-    """The first non-blank row, lower-cased: user_id, x, y and optionally weight, each once."""
-    header = None
-    for row in reader:
-        if row and any(cell.strip() for cell in row):
-            header = [cell.strip().lower() for cell in row]
-            break
-    if header is None:
-        raise ValueError(f"{p}: empty file; expected a header user_id,x,y[,weight]")
-    unknown = [h for h in header if h not in _CSV_REQUIRED + _CSV_OPTIONAL]
-    if unknown:
-        raise ValueError(
-            f"{p}: unknown column(s) {', '.join(map(repr, unknown))}; "
-            "allowed: user_id, x, y, weight"
-        )
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise ValueError(f"{p}: duplicate column(s) {', '.join(map(repr, dup))}")
-    missing = [h for h in _CSV_REQUIRED if h not in header]
-    if missing:
-        raise ValueError(f"{p}: missing column(s) {', '.join(map(repr, missing))}")
-    return header
 
 
 def _csv_record(row: list[str], line: int, header: list[str], cols: tuple,

@@ -14,8 +14,7 @@ unit-square metric of [Ghazi23]_ and the level-i scale is 2^-i.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", Sec. 4 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -31,6 +30,21 @@ from shuffledp import _validation as v
 def start_level(w: int) -> int:
     """First measured level q = floor(log2 sqrt(w)) ([Ghazi23]_ Sec. 4, "Implementation
     details"), in exact integer arithmetic: the largest q with 4^q <= w.
+
+    Parameters
+    ----------
+    w : int
+        The number of points each user contributes (w >= 1).
+
+    Returns
+    -------
+    int
+        q >= 0.
+
+    Raises
+    ------
+    ValueError
+        If ``w`` is not an integer >= 1 (a bool is refused).
     """
     if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
         raise ValueError(f"w must be an integer >= 1, got w={w!r}")

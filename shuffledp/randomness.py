@@ -33,10 +33,8 @@ depend on buffer sizes (no conditioning on "the sample fitted in the buffer").
 
 References
 ----------
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
-.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
-   Algorithms", 3rd ed., Addison-Wesley, 1997.
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
+.. [Knuth97] Knuth (1997), "TAOCP Vol. 2", Sec. 3.4.2, Alg. P -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -58,7 +56,26 @@ SEEDED_NOTE = "reproducible evaluation, not a private release (noise drawn from 
 # research generators from seeds
 # --------------------------------------------------------------------------------------
 def as_generator(rng: RngLike, name: str = "rng") -> np.random.Generator:
-    """A numpy Generator from a seed, SeedSequence, Generator or None (fresh OS entropy)."""
+    """A numpy Generator from a seed, SeedSequence, Generator or None (fresh OS entropy).
+
+    Parameters
+    ----------
+    rng : int, numpy.random.SeedSequence, numpy.random.Generator or None
+        A non-negative seed, a SeedSequence, a Generator (returned as is) or None.
+    name : str
+        How to name the argument in error messages.
+
+    Returns
+    -------
+    numpy.random.Generator
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative integer.
+    TypeError
+        If ``rng`` is of any other type (a bool, a float, a string, ...).
+    """
     if isinstance(rng, np.random.Generator):
         return rng
     if rng is None or isinstance(rng, np.random.SeedSequence):
@@ -80,7 +97,23 @@ _REKEY_BYTES = 1 << 30
 
 
 def check_modulus(q: int) -> int:
-    """Validate the modulus 2 <= q <= 2^32 (shares are stored as uint32 or uint64)."""
+    """Validate the modulus 2 <= q <= 2^32 (shares are stored as uint32 or uint64).
+
+    Parameters
+    ----------
+    q : int
+        The modulus.
+
+    Returns
+    -------
+    int
+        ``q`` as a Python int.
+
+    Raises
+    ------
+    ValueError
+        If ``q`` is not an integer in [2, 2^32].
+    """
     return v.bounded_count("q", q, 2, 1 << 32)
 
 
@@ -92,6 +125,13 @@ class SecureRandom:
     parent and child never emit the same stream (the classic fork-duplicated-RNG flaw).
     :meth:`for_testing` builds a *deterministic* stream from a fixed key, for statistical tests
     with a fixed false-failure rate only; never use it to produce real shares.
+
+    Takes no parameters: the key and nonce come from ``os.urandom``.
+
+    Attributes
+    ----------
+    _used : int
+        Keystream bytes drawn since the last re-key (re-keyed every 2^30 bytes).
     """
 
     def __init__(self) -> None:
@@ -231,6 +271,18 @@ def secure_shuffle(values: np.ndarray, source: SecureRandom | None = None) -> No
     Fisher-Yates ([Knuth97]_ Sec. 3.4.2, Alg. P) with j ~ U{0..i} drawn by Lemire's unbiased
     multiply-shift rejection ([Lemire19]_) from :class:`SecureRandom` (ChaCha20 keyed by
     os.urandom).
+
+    Parameters
+    ----------
+    values : ndarray, 1D
+        The array to permute in place (at most 2^32 elements).
+    source : SecureRandom, optional
+        The random source (default: a fresh one).
+
+    Raises
+    ------
+    ValueError
+        If ``values`` is not 1D or has more than 2^32 elements.
     """
     if values.ndim != 1:
         raise ValueError(f"values must be 1D, got shape {values.shape}")
@@ -244,8 +296,26 @@ def secure_shuffle(values: np.ndarray, source: SecureRandom | None = None) -> No
 
 
 def secure_permutation(n: int, source: SecureRandom | None = None) -> np.ndarray:
-    """A uniformly random permutation of 0..n-1 (int64) from the secure source."""
-    p = np.arange(int(n), dtype=np.int64)
+    """A uniformly random permutation of 0..n-1 (int64) from the secure source.
+
+    Parameters
+    ----------
+    n : int
+        Length of the permutation, 0 <= n <= 2^32.
+    source : SecureRandom, optional
+        The random source (default: a fresh one).
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is negative or larger than 2^32.
+    """
+    n = v.bounded_count("n", n, 0, 1 << 32)
+    p = np.arange(n, dtype=np.int64)
     secure_shuffle(p, source)
     return p
 
@@ -263,7 +333,7 @@ def secure_permutation(n: int, source: SecureRandom | None = None) -> np.ndarray
 WordSource = Callable[[int], np.ndarray]
 
 
-def secure_words(source: SecureRandom | None = None) -> WordSource:
+def _secure_words(source: SecureRandom | None = None) -> WordSource:
     """Word source backed by the cryptographically secure generator (deployment path)."""
     src = source if source is not None else SecureRandom()
     if not isinstance(src, SecureRandom):
@@ -275,7 +345,7 @@ def secure_words(source: SecureRandom | None = None) -> WordSource:
     return draw
 
 
-def generator_words(rng: RngLike) -> WordSource:
+def _generator_words(rng: RngLike) -> WordSource:
     """Word source backed by a numpy Generator (research path, reproducible from a seed)."""
     g = as_generator(rng)
 
@@ -291,12 +361,29 @@ def word_source(rng: RngLike | SecureRandom, *, secure_if_none: bool = True) -> 
 
     ``None`` means fresh entropy: the secure generator when ``secure_if_none`` (the default),
     else a numpy Generator seeded from the OS.
+
+    Parameters
+    ----------
+    rng : SecureRandom, int, numpy.random.SeedSequence, numpy.random.Generator or None
+        Where the words come from.
+    secure_if_none : bool
+        Whether ``None`` means the secure generator (else a fresh numpy Generator).
+
+    Returns
+    -------
+    callable
+        ``draw(n) -> ndarray of uint64, shape (n,)``: n i.i.d. uniform 64-bit words.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`as_generator`, for an invalid seed.
     """
     if isinstance(rng, SecureRandom):
-        return secure_words(rng)
+        return _secure_words(rng)
     if rng is None and secure_if_none:
-        return secure_words()
-    return generator_words(rng)
+        return _secure_words()
+    return _generator_words(rng)
 
 
 def run_stream_kernel(
@@ -311,6 +398,25 @@ def run_stream_kernel(
     The kernel fills samples ``i0, i0 + 1, ...`` reading words from ``buf``; it returns the
     first sample it could not finish (``n_samples`` when done) and the buffer position where
     that sample started. Unused words carry over to the next call (see module docstring).
+
+    Parameters
+    ----------
+    kernel : callable
+        A compiled sampler ``kernel(buf, i0, *args) -> (i_next, pos)``.
+    n_samples : int
+        Number of samples the kernel must fill.
+    words : callable
+        Word source (:func:`word_source`).
+    *args
+        Passed to ``kernel`` after ``buf`` and ``i0`` (typically the output array and the
+        distribution's parameters).
+    words_per_sample : float
+        Expected words one sample consumes (sizes each request).
+
+    Raises
+    ------
+    RuntimeError
+        If the kernel makes no progress on 2^26 words (a kernel bug, never seen).
     """
     i = 0
     carry = np.empty(0, dtype=np.uint64)
@@ -326,7 +432,23 @@ def run_stream_kernel(
 
 def is_seeded(rng: object) -> bool:
     """True when ``rng`` makes a run reproducible (a seed or a numpy Generator): such a
-    release is a reproducible evaluation, not a private release."""
+    release is a reproducible evaluation, not a private release.
+
+    Parameters
+    ----------
+    rng : object
+        What the caller passed as its ``rng``.
+
+    Returns
+    -------
+    bool
+        False for None and a :class:`SecureRandom`, True for anything else.
+
+    Raises
+    ------
+    Nothing
+        Any object is accepted (it is validated where it is used).
+    """
     return rng is not None and not isinstance(rng, SecureRandom)
 
 
@@ -338,6 +460,22 @@ def noise_source(
     ``None``: ``secure`` (or a fresh :class:`SecureRandom`); a SecureRandom: itself; a seed or
     Generator: one numpy Generator, so successive draws of the run continue one stream
     instead of restarting it.
+
+    Parameters
+    ----------
+    rng : SecureRandom, int, numpy.random.SeedSequence, numpy.random.Generator or None
+        The run's ``rng`` argument.
+    secure : SecureRandom, optional
+        The secure source to use when ``rng`` is None.
+
+    Returns
+    -------
+    SecureRandom or numpy.random.Generator
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`as_generator`, for an invalid seed.
     """
     if rng is None:
         return secure if secure is not None else SecureRandom()

@@ -27,6 +27,7 @@ edited entry is refused (:class:`TamperedLog`) instead of silently forgotten.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -45,10 +46,13 @@ from shuffledp.errors import Refused
 __all__ = [
     "ChainedLog",
     "LockBusy",
+    "MalformedTable",
     "NotRegularFileError",
+    "Table",
     "TamperedLog",
     "UnsafeFileError",
     "atomic_output",
+    "atomic_path",
     "check_regular",
     "count_lines",
     "create_private",
@@ -56,7 +60,9 @@ __all__ = [
     "open_regular",
     "read_regular",
     "read_regular_text",
+    "read_rows",
     "read_up_to",
+    "replace_file",
     "sync_to_disk",
     "write_atomic",
 ]
@@ -135,13 +141,51 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "") -> BinaryIO:
 
 
 def check_regular(path: str | os.PathLike[str], *, what: str = "") -> int:
-    """Check that ``path`` is a readable regular file (without reading it); return its size."""
+    """Check that ``path`` is a readable regular file (without reading it); return its size.
+
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    int
+        The file's size in bytes.
+
+    Raises
+    ------
+    NotRegularFileError
+        If the path cannot be opened or is not a regular file.
+    """
     with open_regular(path, what=what) as f:
         return os.fstat(f.fileno()).st_size
 
 
 def read_up_to(f: BinaryIO, n: int) -> bytes:
-    """Read at most ``n`` bytes (fewer only at end of file)."""
+    """Read at most ``n`` bytes (fewer only at end of file).
+
+    Parameters
+    ----------
+    f : BinaryIO
+        An open binary file (read in chunks of at most 1 MiB).
+    n : int
+        Most bytes to read.
+
+    Returns
+    -------
+    bytes
+        ``n`` bytes, or fewer when the file ends first.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is negative.
+    OSError
+        If a read fails.
+    """
     if n < 0:
         raise ValueError(f"n must be >= 0, got n={n!r}")
     parts = []
@@ -160,10 +204,26 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, what: str = "") ->
 
     Reads at most ``limit + 1`` bytes whatever the file claims or becomes.
 
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    limit : int
+        Largest size accepted, in bytes.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    bytes
+        The content.
+
     Raises
     ------
     UnsafeFileError
         Not a regular file, unreadable, or larger than ``limit`` bytes.
+    ValueError
+        If ``limit`` is negative.
     """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got limit={limit!r}")
@@ -184,6 +244,16 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, what: str = "") ->
 def read_regular_text(path: str | os.PathLike[str], limit: int, *, what: str = "") -> str:
     """:func:`read_regular` decoded as UTF-8 (a leading byte-order mark is dropped).
 
+    Parameters
+    ----------
+    path, limit, what
+        As :func:`read_regular`.
+
+    Returns
+    -------
+    str
+        The text.
+
     Raises
     ------
     UnsafeFileError
@@ -203,6 +273,25 @@ def count_lines(path: str | os.PathLike[str], *, what: str = "") -> int:
 
     Streams the file in 1 MiB chunks (bounded memory); used to estimate a load's memory
     before loading it.
+
+    Parameters
+    ----------
+    path : path-like
+        The file; symbolic links are followed.
+    what : str
+        How to name the file in error messages.
+
+    Returns
+    -------
+    int
+        The number of lines (0 for an empty file).
+
+    Raises
+    ------
+    NotRegularFileError
+        If the path cannot be opened or is not a regular file.
+    OSError
+        If a read fails.
     """
     n = 0
     last = b"\n"
@@ -213,23 +302,107 @@ def count_lines(path: str | os.PathLike[str], *, what: str = "") -> int:
     return n + (last != b"\n")
 
 
+def _fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync the file or directory ``path`` (a directory that cannot be opened: best effort)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # pragma: no cover - e.g. a directory without read permission
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - a directory on a file system without dir fsync
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temp_name(target: str, suffix: str = ".tmp") -> str:
+    folder = os.path.dirname(target) or "."
+    return os.path.join(folder, f".{os.path.basename(target)}.{os.urandom(6).hex()}{suffix}")
+
+
+def replace_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
+                 durable: bool = False) -> None:
+    """Rename ``src`` over ``dst`` (atomic on one file system), optionally durably.
+
+    The one place the package renames a file into place: :func:`atomic_output`,
+    :func:`atomic_path` and callers that write a temporary file themselves (e.g. an upload
+    received into ``.incoming-*.tmp``, or a file moved aside to a backup name) all end here.
+
+    Parameters
+    ----------
+    src : path-like
+        The file to move (usually a temporary file in the folder of ``dst``).
+    dst : path-like
+        Its new name; an existing file there is replaced.
+    durable : bool
+        If true, fsync ``src`` before the rename and the folder(s) of ``dst`` (and of
+        ``src`` if different) after it, so the new name survives a crash of the machine.
+
+    Raises
+    ------
+    OSError
+        If the rename fails (e.g. ``src`` missing, ``dst`` a directory, another file
+        system) or the fsync of ``src`` fails.
+    """
+    if durable:
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(src, dst)
+    if durable:
+        folders = {os.path.dirname(os.path.abspath(dst)), os.path.dirname(os.path.abspath(src))}
+        for folder in sorted(folders):
+            _fsync_path(folder)
+
+
 @contextmanager
-def atomic_output(path: str | os.PathLike[str], *, mode: int = 0o644) -> Iterator[BinaryIO]:
+def atomic_output(path: str | os.PathLike[str], *, mode: int = 0o644,
+                  durable: bool = False) -> Iterator[BinaryIO]:
     """A binary file that replaces ``path`` when the ``with`` block ends without an error.
 
     Writes go to a fresh temporary file created next to ``path`` with ``O_EXCL`` (never
     through a planted link), renamed over ``path`` at the end: readers see either the old or
     the complete new content, a FIFO or a link at ``path`` is replaced rather than written
     through, and an error leaves no partial file.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to create or replace; its folder must exist.
+    mode : int
+        Permission bits of the new file (before the umask).
+    durable : bool
+        If true, the file is fsynced before the rename and its folder after it: once the
+        ``with`` block has ended, the new content survives a crash of the machine (on a file
+        system that honours ``fsync``).
+
+    Returns
+    -------
+    contextmanager of BinaryIO
+        Yields the open temporary file to write to (do not close it yourself).
+
+    Raises
+    ------
+    OSError
+        If the temporary file cannot be created (folder missing or not writable) or the
+        rename fails; any exception raised in the ``with`` block is re-raised after the
+        temporary file is removed.
     """
     target = os.fspath(path)
-    folder = os.path.dirname(target) or "."
-    tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.urandom(6).hex()}.tmp")
+    tmp = _temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
-        os.replace(tmp, target)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        replace_file(tmp, target)
+        if durable:
+            _fsync_path(os.path.dirname(os.path.abspath(target)))
     except BaseException:
         try:
             os.unlink(tmp)
@@ -238,9 +411,71 @@ def atomic_output(path: str | os.PathLike[str], *, mode: int = 0o644) -> Iterato
         raise
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through :func:`atomic_output`."""
-    with atomic_output(path, mode=mode) as f:
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], *, suffix: str = "",
+                durable: bool = False) -> Iterator[Path]:
+    """A temporary path next to ``path`` that a library writes by name, renamed over
+    ``path`` when the ``with`` block ends without an error.
+
+    For writers that want a file *name* rather than an open file (``Figure.savefig``, a PNG
+    renderer). The name is fresh and random (``.<name>.<hex><suffix>``) but, unlike
+    :func:`atomic_output`, not created with ``O_EXCL``: the writer opens it itself.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to create or replace; its folder must exist.
+    suffix : str
+        Ending of the temporary name (e.g. ``".png"`` when the writer infers the format from
+        it).
+    durable : bool
+        As in :func:`atomic_output`.
+
+    Returns
+    -------
+    contextmanager of pathlib.Path
+        Yields the temporary path to write.
+
+    Raises
+    ------
+    OSError
+        If the rename fails; the temporary file is removed whatever happens, and an
+        exception raised in the ``with`` block is re-raised.
+    """
+    target = os.fspath(path)
+    tmp = _temp_name(target, suffix or ".tmp")
+    try:
+        yield Path(tmp)
+        replace_file(tmp, target, durable=durable)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
+                 durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_output`.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to create or replace; its folder must exist.
+    data : bytes
+        The whole new content.
+    mode : int
+        Permission bits of the new file (before the umask).
+    durable : bool
+        If true, fsync the file and its folder (the new content survives a crash of the
+        machine once this returns).
+
+    Raises
+    ------
+    OSError
+        If the folder is missing or not writable, or the rename fails (``path`` unchanged).
+    """
+    with atomic_output(path, mode=mode, durable=durable) as f:
         f.write(data)
 
 
@@ -285,7 +520,18 @@ def create_private(path: str | os.PathLike[str], data: bytes, *, force: bool = F
 
 def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
     """fsync each file of ``paths`` and then each folder holding one, so that files just
-    written (and renamed into place) survive a power loss."""
+    written (and renamed into place) survive a power loss.
+
+    Parameters
+    ----------
+    *paths : path-like
+        Files written earlier (e.g. with :func:`write_atomic` without ``durable``).
+
+    Raises
+    ------
+    OSError
+        If a file or folder cannot be opened or fsynced.
+    """
     folders = []
     for path in paths:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -302,6 +548,188 @@ def sync_to_disk(*paths: str | os.PathLike[str]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# --------------------------------------------------------------------------- tabular input
+#: Largest table :func:`read_rows` reads by default (1 GiB).
+MAX_TABLE_BYTES = 1 << 30
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class MalformedTable(ValueError, csv.Error):
+    """A record that the ``csv`` module cannot split (a field over its size limit, a stray
+    quote in strict mode); also a :class:`csv.Error`, so callers that catch that still do."""
+
+
+class Table:
+    """The rows of a comma-separated file opened by :func:`read_rows`.
+
+    Iterating yields ``(line, fields)`` for each non-blank record, where ``line`` is the
+    1-based physical line of the file on which the record ends (the header is counted) and
+    ``fields`` the list of strings as the ``csv`` module splits them (quotes honoured).
+
+    Attributes
+    ----------
+    header : list of str or None
+        The header row, stripped and lower-cased, or None when the file has none.
+    label : str
+        How the file is named in error messages (``what`` and the path).
+    """
+
+    def __init__(self, raw: BinaryIO, fh: io.TextIOWrapper, label: str, limit: int,
+                 fields: tuple[int, int] | None) -> None:
+        self._raw = raw
+        self._reader = csv.reader(fh)
+        self.label = label
+        self._limit = limit
+        self._fields = fields
+        self.header: list[str] | None = None
+        self._pending: tuple[int, list[str]] | None = None
+
+    def _next_record(self) -> tuple[int, list[str]] | None:
+        """The next non-blank record, or None at the end; errors name the line."""
+        while True:
+            try:
+                row = next(self._reader)
+            except StopIteration:
+                return None
+            except csv.Error as e:
+                raise MalformedTable(f"{self.label}, line {self._reader.line_num}: malformed "
+                                     f"CSV: {e}") from None
+            if self._raw.tell() > self._limit:  # bytes taken from the file so far
+                raise UnsafeFileError(f"{self.label}: grew past the {self._limit} bytes "
+                                      "allowed while being read")
+            if row and any(cell.strip() for cell in row):
+                return self._reader.line_num, row
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        if self._pending is not None:
+            first, self._pending = self._pending, None
+            yield self._check(*first)
+        while (rec := self._next_record()) is not None:
+            yield self._check(*rec)
+
+    def _check(self, line: int, row: list[str]) -> tuple[int, list[str]]:
+        if self.header is not None and len(row) != len(self.header):
+            raise ValueError(
+                f"{self.label}, line {line}: expected {len(self.header)} fields "
+                f"({','.join(self.header)}), got {len(row)}: {','.join(row)!r}")
+        if self._fields is not None and not self._fields[0] <= len(row) <= self._fields[1]:
+            lo, hi = self._fields
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ValueError(f"{self.label}, line {line}: expected {want} fields, got "
+                             f"{len(row)}: {','.join(row)[:60]!r}")
+        return line, row
+
+
+@contextmanager
+def read_rows(path: str | os.PathLike[str], *, what: str = "",
+              limit: int = MAX_TABLE_BYTES, header: str = "none",
+              columns: tuple[str, ...] = (), optional: tuple[str, ...] = (),
+              fields: tuple[int, int] | None = None) -> Iterator[Table]:
+    """Open a comma-separated text file safely and read its header: the one tabular reader.
+
+    The file goes through :func:`open_regular` (regular files only: a FIFO, device or
+    directory is refused at once, never read or waited on), its size is capped, it is decoded
+    as UTF-8 (a byte-order mark is dropped) and split by :mod:`csv`; blank lines are skipped;
+    every error names the file and the 1-based physical line.
+
+    Parameters
+    ----------
+    path : path-like
+        The file.
+    what : str
+        How to name the file in error messages (e.g. ``"--input"``); the path follows.
+    limit : int
+        Largest file accepted, in bytes.
+    header : {"none", "required", "optional"}
+        ``"required"``: the first non-blank row is a header; it must name each of
+        ``columns`` once and nothing outside ``columns + optional`` (when ``columns`` is
+        given), and every record must then have as many fields as the header.
+        ``"optional"``: the first non-blank row is a header if, stripped and lower-cased, it
+        equals ``columns`` (or, when ``columns`` is empty, if none of its fields is a
+        number). ``"none"``: every row is a record.
+    columns : tuple of str
+        Required column names (lower case).
+    optional : tuple of str
+        Further column names a ``"required"`` header may hold.
+    fields : (int, int), optional
+        Inclusive bounds on the number of fields of each record.
+
+    Returns
+    -------
+    contextmanager of Table
+        Yields the :class:`Table`: its ``header`` and, iterated, ``(line, fields)``.
+
+    Raises
+    ------
+    NotRegularFileError
+        If ``path`` cannot be opened or is not a regular file.
+    UnsafeFileError
+        If the file is larger than ``limit`` (checked before and while reading).
+    UnicodeDecodeError
+        If the bytes are not UTF-8 (a ``ValueError``; raised while iterating).
+    MalformedTable
+        If the ``csv`` module cannot split a record (a ``ValueError`` and a
+        :class:`csv.Error`, naming the line).
+    ValueError
+        For a bad ``header`` argument or ``limit``; an empty file or a header with a missing,
+        unknown or duplicate column when ``header="required"``; a record with the wrong
+        number of fields or malformed CSV quoting (each naming the line).
+    """
+    if header not in ("none", "required", "optional"):
+        raise ValueError(f"header must be 'none', 'required' or 'optional', got "
+                         f"header={header!r}")
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got limit={limit!r}")
+    label = _label(what, path)
+    raw = open_regular(path, what=what)
+    try:
+        size = os.fstat(raw.fileno()).st_size
+        if size > limit:
+            raise UnsafeFileError(f"{label}: {size} bytes, more than the {limit} allowed")
+        fh = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    except BaseException:
+        raw.close()
+        raise
+    with fh:
+        table = Table(raw, fh, label, limit, fields)
+        if header != "none":
+            first = table._next_record()
+            names = None if first is None else [c.strip().lower() for c in first[1]]
+            if header == "required":
+                shape = ",".join(columns) + "".join(f"[,{o}]" for o in optional)
+                if names is None:
+                    raise ValueError(f"{label}: empty file; expected a header {shape}")
+                if columns:
+                    unknown = [h for h in names if h not in columns + optional]
+                    if unknown:
+                        raise ValueError(f"{label}: unknown column(s) "
+                                         f"{', '.join(map(repr, unknown))}; allowed: "
+                                         f"{', '.join(columns + optional)}")
+                dup = sorted({h for h in names if names.count(h) > 1})
+                if dup:
+                    raise ValueError(f"{label}: duplicate column(s) {', '.join(map(repr, dup))}")
+                missing = [h for h in columns if h not in names]
+                if missing:
+                    raise ValueError(f"{label}: missing column(s) "
+                                     f"{', '.join(map(repr, missing))}")
+                table.header = names
+            elif names is not None and first is not None:
+                is_header = (names == list(columns) if columns
+                             else not any(_is_number(c) for c in first[1]))
+                if is_header:
+                    table.header = names
+                else:
+                    table._pending = first
+        yield table
 
 
 def json_default(o: Any) -> Any:
@@ -418,6 +846,11 @@ def exclusive_lock(path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOU
         Seconds to wait for a lock held by another process (polled every 20-100 ms).
     what : str
         How to name the locked resource in error messages (default: the lock file).
+
+    Returns
+    -------
+    contextmanager of None
+        Holds the lock while the ``with`` block runs; released on exit, even on error.
 
     Raises
     ------
@@ -665,10 +1098,11 @@ class ChainedLog:
         self._need_lock()
         if not isinstance(body, Mapping):
             raise TypeError(f"body must be a mapping, got body={body!r}")
-        body = json.loads(json.dumps(dict(body), allow_nan=False, default=json_default))
+        entry: dict[str, Any] = json.loads(json.dumps(dict(body), allow_nan=False,
+                                                      default=json_default))
         seq, prev = len(self._hashes), self.head
-        h = _entry_hash(seq, prev, body)
-        line = json.dumps({"seq": seq, "prev": prev, "body": body, "hash": h},
+        h = _entry_hash(seq, prev, entry)
+        line = json.dumps({"seq": seq, "prev": prev, "body": entry, "hash": h},
                           sort_keys=True, allow_nan=False) + "\n"
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         if seq == 0:
@@ -687,7 +1121,7 @@ class ChainedLog:
             os.close(fd)
         if seq == 0:
             _fsync_dir(os.path.dirname(os.fspath(self.path)))
-        self._bodies.append(body)
+        self._bodies.append(entry)
         self._hashes.append(h)
         self._write_head()
         return seq, h

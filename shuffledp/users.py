@@ -6,8 +6,7 @@ Duplicate pixels of a user are merged.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps", Alg. 1 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -29,6 +28,19 @@ class UserDistributions:
     """n users' distributions over the pixels of ``grid``.
 
     Build with :meth:`from_points` or :meth:`from_pixels`; both validate and normalise.
+
+    Attributes
+    ----------
+    grid : Grid
+        The pixel grid.
+    indptr : ndarray of int64, shape (n + 1,)
+        User ``j``'s entries are ``pixels[indptr[j]:indptr[j + 1]]`` (CSR layout).
+    pixels : ndarray of int64
+        Flat (row-major) pixel index of each entry.
+    weights : ndarray of float64
+        Probability of each entry; each user's weights sum to 1.
+    user_ids : tuple
+        The users' labels in order (empty when the users are unlabelled).
     """
 
     grid: Grid

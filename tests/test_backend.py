@@ -8,9 +8,9 @@ from shuffledp import Grid, UserDistributions
 from shuffledp.encoders.encoder import noisy_vectors
 from shuffledp.protocol.dask_backend import (
     Partitioning,
-    coordinate_blocks,
-    local_partitioned_sums,
-    partition_streams,
+    _coordinate_blocks,
+    _local_partitioned_sums,
+    _partition_streams,
 )
 from shuffledp.protocol.params import derive_params
 
@@ -25,21 +25,21 @@ def _setup(n=40):
 def _reference(params, users, rng, part):
     # independent: sum of z'^j mod q per partition stream, no shares, no shuffling
     sel = [s for s in np.array_split(np.arange(users.n_users), part.user_parts) if s.size]
-    seeds = partition_streams(rng, len(sel))
+    seeds = _partition_streams(rng, len(sel))
     tot = sum(noisy_vectors(params, users, s, np.random.default_rng(sd)).sum(axis=0)
               for s, sd in zip(sel, seeds))
     return tot % params.q
 
 
 def test_coordinate_blocks_cover_every_coordinate_once():
-    e = coordinate_blocks(85, 4)
+    e = _coordinate_blocks(85, 4)
     assert e[0] == 0 and e[-1] == 85 and np.all(np.diff(e) > 0)
 
 
 def test_local_plan_sums_equal_the_noisy_vectors_exactly():
     params, users = _setup()
     part = Partitioning(3, 5)
-    acc = local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
+    acc = _local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
     ref = _reference(params, users, 7, part)
     np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
 
@@ -55,7 +55,7 @@ def test_dask_backend_equals_local_plan_on_a_local_cluster():
         acc = dask_sums(params, users, np.arange(users.n_users), 7, client, part)
     ref = _reference(params, users, 7, part)
     np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
-    loc = local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
+    loc = _local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
     np.testing.assert_array_equal(acc.counts, loc.counts)
 
 

@@ -16,7 +16,7 @@ def test_privhist_writes_histogram_and_report(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("5\n3,2\n1,10\n")
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "2", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "2", "--out",
                                     str(out), "--seed", "3", "--report-error"])
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "report.json").read_text())
@@ -30,7 +30,7 @@ def test_privhist_writes_histogram_and_report(tmp_path):
 def test_privhist_bad_file_names_the_line(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("5\n-3\n")
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "1", "--out",
                                     str(tmp_path / "o")])
     assert res.exit_code == 1 and "line 2" in res.output and "Traceback" not in res.output
 
@@ -38,7 +38,7 @@ def test_privhist_bad_file_names_the_line(tmp_path):
 def test_privhist_bad_epsilon_is_usage_error(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("5\n")
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "-1", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "-1", "--out",
                                     str(tmp_path / "o")])
     assert res.exit_code == 2 and "--epsilon" in res.output
 
@@ -47,7 +47,7 @@ def test_privhist_report_has_property_estimates(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("5,4\n")  # 4 labels x 5 items
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "50", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "50", "--out",
                                     str(out), "--seed", "1", "--report-error",
                                     "--support-bound", "8", "--coverage-samples", "2"])
     assert res.exit_code == 0, res.output
@@ -66,7 +66,7 @@ def test_privhist_properties_without_support_bound(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("3,2\n1,5\n")
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "1", "--out",
                                     str(out), "--seed", "2"])
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "report.json").read_text())
@@ -78,7 +78,7 @@ def test_privhist_properties_without_support_bound(tmp_path):
 def test_privhist_bad_support_bound_is_usage_error(tmp_path):
     src = tmp_path / "c.txt"
     src.write_text("5\n")
-    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--eps", "1", "--out",
+    res = CliRunner().invoke(main, ["privhist", "--input", str(src), "--epsilon", "1", "--out",
                                     str(tmp_path / "o"), "--support-bound", "0"])
     assert res.exit_code == 2 and "--support-bound" in res.output
 
@@ -102,7 +102,7 @@ def test_privhist_input_goes_through_the_safe_reader(tmp_path, kind):
         with open(path, "wb") as fh:
             fh.truncate((64 << 20) + 1)
     res = subprocess.run([sys.executable, "-c", "from shuffledp.cli import main; main()",
-                          "privhist", "--input", str(path), "--eps", "1", "--out",
+                          "privhist", "--input", str(path), "--epsilon", "1", "--out",
                           str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
     assert res.returncode == (1 if kind == "oversize" else 2), res.stderr
     last = res.stderr.strip().splitlines()[-1]

@@ -142,3 +142,21 @@ def test_lemma_3_5_is_tight_on_diagonal_move():
     z = np.array([[1.0, 0.0], [0.0, -1.0]])
     assert transform_l1(g, z) == pytest.approx(1.0)
     assert pixel_emd(g, np.maximum(z, 0), np.maximum(-z, 0)) == pytest.approx(1.0)
+
+
+def test_secure_permutation_refuses_a_negative_or_non_integer_length():
+    """Regression: secure_permutation(-1) returned an empty array instead of refusing."""
+    from shuffledp.randomness import secure_permutation
+
+    assert secure_permutation(0).size == 0
+    with pytest.raises(ValueError, match="n must be an integer >= 0"):
+        secure_permutation(-1)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        secure_permutation(2.5)
+
+
+def test_pool2_refuses_a_non_2d_array():
+    from shuffledp.pyramid import pool2
+
+    with pytest.raises(ValueError, match="2D array"):
+        pool2(np.zeros(4))

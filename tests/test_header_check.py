@@ -25,9 +25,9 @@ from shuffledp.protocol.wire import (
     Header,
     HeaderMismatch,
     WireError,
+    _expected_record_size,
     check_header,
     encode_batch,
-    expected_record_size,
     header_mismatch,
 )
 
@@ -55,11 +55,11 @@ def test_the_reasons_are_the_shufflers():
 
 def test_record_sizes_follow_the_kind(params):
     p, _ = params
-    assert expected_record_size(p, KIND_USER) == p.record_bytes
-    assert expected_record_size(p, KIND_USER_ENC) == encrypted_record_bytes(p)
-    assert expected_record_size(p, KIND_MIXED_ENC) == encrypted_record_bytes(p)
-    assert expected_record_size(p, KIND_USER_PACKED) == p.record_bits
-    assert expected_record_size(p, KIND_MIXED_PACKED, FLAG_COORD_MAJOR) == p.share_bits
+    assert _expected_record_size(p, KIND_USER) == p.record_bytes
+    assert _expected_record_size(p, KIND_USER_ENC) == encrypted_record_bytes(p)
+    assert _expected_record_size(p, KIND_MIXED_ENC) == encrypted_record_bytes(p)
+    assert _expected_record_size(p, KIND_USER_PACKED) == p.record_bits
+    assert _expected_record_size(p, KIND_MIXED_PACKED, FLAG_COORD_MAJOR) == p.share_bits
 
 
 def test_each_check_names_its_reason(params):

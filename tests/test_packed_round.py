@@ -7,7 +7,7 @@ import pytest
 
 from shuffledp import Grid
 from shuffledp.encoders.encoder import encode_shares
-from shuffledp.protocol.packed import LAYOUTS, accumulate, frame_user, mix, user_batch_bytes
+from shuffledp.protocol.packed import LAYOUTS, _user_batch_bytes, accumulate, frame_user, mix
 from shuffledp.protocol.params import derive_params
 from shuffledp.protocol.wire import WireError, decode_batch
 from shuffledp.randomness import SecureRandom
@@ -30,7 +30,7 @@ def test_round_sums_exactly_and_sizes_match_params(setup, layout):
     batches = [frame_user(p, sh[j], layout) for j in range(sh.shape[0])]
     want = {"packed": p.packed_bytes_per_user,
             "coordinate-major": p.coordinate_major_bytes_per_user}[layout]
-    assert {len(b) for b in batches} == {want} == {user_batch_bytes(p, layout)}
+    assert {len(b) for b in batches} == {want} == {_user_batch_bytes(p, layout)}
     mixed = mix(p, batches, layout, SecureRandom(), mac_key=bytes(32))
     expected = sh.astype(np.uint64).sum(axis=(0, 1)) % np.uint64(p.q)
     h, acc = accumulate(p, mixed, mac_key=bytes(32))

@@ -250,3 +250,24 @@ def test_wire_paths_report_authentication_figures():
     rel = shuffle_heatmap(users, epsilon=3.0, delta=1e-3, B=4, rng=9, encrypt=True)
     assert rel.protocol["mixed_batch_authenticated"] is True
     assert rel.protocol["messages_failed_authentication"] == 0
+
+
+def test_neighbour_is_a_neighbour_whatever_the_record_holds():
+    """The record may hold the neighbour as its text (as read back from JSON): the
+    property still gives the Neighbour member the checks and the report use."""
+    from shuffledp.accounting.guarantee import Neighbour
+
+    p = params_for(Grid(8, 8), 50, B=4)
+    text = str(p.summation.neighbour)
+    q = ProtocolParams(p.grid, p.w, dataclasses.replace(p.summation, neighbour=text),
+                       p.round_id)
+    assert isinstance(q.neighbour, Neighbour) and q.neighbour == p.neighbour
+    assert q.figures()["neighbour"] == p.figures()["neighbour"] and q.digest == p.digest
+
+
+def test_protocol_package_has_no_old_runner_names():
+    """One name per thing: the runner's functions live in shuffledp.protocol.runner only."""
+    import shuffledp.protocol
+
+    for name in ("shuffle_heatmap", "simulate_sums", "user_batches"):
+        assert not hasattr(shuffledp.protocol, name)

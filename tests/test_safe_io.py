@@ -161,3 +161,110 @@ def test_create_private_refuses_existing_and_planted_links(tmp_path):
     with pytest.raises(FileExistsError):
         safe_io.create_private(planted, b"secret")
     assert not target.exists()
+
+
+# --------------------------------------------------------------------------- one home: writes
+def test_write_atomic_durable_fsyncs_file_and_folder(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+
+    def spy(fd):
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real(fd)
+
+    monkeypatch.setattr(safe_io.os, "fsync", spy)
+    safe_io.write_atomic(tmp_path / "a", b"one", durable=True)
+    assert (tmp_path / "a").read_bytes() == b"one"
+    assert False in synced and True in synced  # the file, then its folder
+    synced.clear()
+    safe_io.write_atomic(tmp_path / "a", b"two")
+    assert synced == [] and (tmp_path / "a").read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+def test_atomic_path_renames_on_success_and_cleans_up_on_error(tmp_path):
+    target = tmp_path / "fig.png"
+    with safe_io.atomic_path(target, suffix=".png") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.endswith(".png") and tmp != target
+        tmp.write_bytes(b"png")
+    assert target.read_bytes() == b"png"
+    with pytest.raises(RuntimeError):
+        with safe_io.atomic_path(target, suffix=".png") as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("renderer failed")
+    assert target.read_bytes() == b"png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+
+
+def test_replace_file_moves_and_replaces(tmp_path):
+    (tmp_path / "a").write_bytes(b"new")
+    (tmp_path / "b").write_bytes(b"old")
+    safe_io.replace_file(tmp_path / "a", tmp_path / "b", durable=True)
+    assert (tmp_path / "b").read_bytes() == b"new" and not (tmp_path / "a").exists()
+    with pytest.raises(FileNotFoundError):
+        safe_io.replace_file(tmp_path / "a", tmp_path / "c")
+
+
+# --------------------------------------------------------------------------- one home: tables
+def rows(path, **kw):
+    with safe_io.read_rows(path, **kw) as table:
+        return table.header, list(table)
+
+
+def test_read_rows_required_header_and_line_numbers(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("\ufeffY, User_ID ,x\n\n0.5,u,0.25\n\"0.1\",\"v,w\",0.2\n")
+    header, body = rows(f, header="required", columns=("user_id", "x", "y"))
+    assert header == ["y", "user_id", "x"]
+    assert body == [(3, ["0.5", "u", "0.25"]), (4, ["0.1", "v,w", "0.2"])]
+    f.write_text("user_id,x,y\nu,0.1\n")
+    with pytest.raises(ValueError, match=r"t.csv, line 2: expected 3 fields \(user_id,x,y\)"):
+        rows(f, header="required", columns=("user_id", "x", "y"))
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("", r"empty file; expected a header user_id,x\[,w\]"),
+    ("user_id,x,z\n", r"unknown column\(s\) 'z'; allowed: user_id, x, w"),
+    ("user_id,x,x\n", r"duplicate column\(s\) 'x'"),
+    ("user_id,w\n", r"missing column\(s\) 'x'"),
+])
+def test_read_rows_header_errors(tmp_path, text, pattern):
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=pattern):
+        rows(f, header="required", columns=("user_id", "x"), optional=("w",), what="--in")
+
+
+def test_read_rows_optional_header_and_field_counts(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("user_id,item\na,1\n")
+    assert rows(f, header="optional", columns=("user_id", "item")) == (
+        ["user_id", "item"], [(2, ["a", "1"])])
+    f.write_text("a,1\nb,2\n")
+    assert rows(f, header="optional", columns=("user_id", "item"))[1] == [
+        (1, ["a", "1"]), (2, ["b", "2"])]
+    f.write_text("x,y\n0.1,0.2\n")
+    assert rows(f, header="optional")[0] == ["x", "y"]
+    f.write_text("0.1,0.2\n0.3\n")
+    assert rows(f, header="optional")[0] is None
+    with pytest.raises(ValueError, match=r"--p .*t.csv, line 2: expected 2 to 3 fields"):
+        rows(f, fields=(2, 3), what="--p")
+
+
+def test_read_rows_refuses_fifo_big_file_and_bad_csv(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFileError, match="a FIFO"):
+        rows(fifo)
+    f = tmp_path / "t.csv"
+    f.write_text("a,b\n" * 100)
+    with pytest.raises(UnsafeFileError, match="more than the 10 allowed"):
+        rows(f, limit=10)
+    f.write_text("a,b\n" + "x" * 200_000 + ",1\n")
+    with pytest.raises(safe_io.MalformedTable, match=r"line 2: malformed CSV"):
+        rows(f)
+    f.write_bytes(b"a,b\n\xff,1\n")
+    with pytest.raises(UnicodeDecodeError):
+        rows(f)
+    with pytest.raises(ValueError, match="header must be"):
+        rows(f, header="yes")

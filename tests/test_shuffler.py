@@ -23,7 +23,7 @@ from shuffledp.protocol.crypto import (
 )
 from shuffledp.protocol.params import derive_params
 from shuffledp.protocol.runner import user_batches
-from shuffledp.protocol.shuffler import Shuffler, shuffle_batches
+from shuffledp.protocol.shuffler import Shuffler, _shuffle_batches
 from shuffledp.protocol.wire import (
     KIND_USER,
     KIND_USER_ENC,
@@ -57,7 +57,7 @@ def _batch(p, rec):
 
 def test_good_batches_are_forwarded_and_mixed(setup):
     p, users, batches = setup
-    h, rec, report = shuffle_batches(p, batches, expected_users=4)
+    h, rec, report = _shuffle_batches(p, batches, expected_users=4)
     assert report.n_forwarded == 4 and report.n_dropped == 0
     assert h.n_users == 4 and h.n_records == 4 * p.r * p.m
     # mixing changes the order but not the multiset
@@ -191,9 +191,9 @@ def test_encrypted_shuffle_checks_envelope_and_drops_incomplete():
                                 analyzer_public=public_bytes(key)))
     rb = encrypted_record_bytes(p)
     truncated_user = batches[1][:64]  # header says r*m records but none follow
-    h, rec, report = shuffle_batches(p, [batches[0], truncated_user], encrypted=True)
+    h, rec, report = _shuffle_batches(p, [batches[0], truncated_user], encrypted=True)
     assert report.n_forwarded == 1 and report.rejected == {"truncated": 1}
-    h, rec, report = shuffle_batches(p, batches, encrypted=True)
+    h, rec, report = _shuffle_batches(p, batches, encrypted=True)
     assert report.n_forwarded == 2
     c, s, failed = decrypt_records(p, rec.tobytes(), key)
     assert failed == 0 and c.size == 2 * p.r * p.m

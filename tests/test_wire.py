@@ -113,13 +113,13 @@ def test_header_validation():
 @given(st.integers(min_value=1, max_value=8), st.data())
 @settings(max_examples=100, deadline=None)
 def test_pack_unpack_any_record_width(rb, data):
-    from shuffledp.protocol.wire import pack_records, unpack_records
+    from shuffledp.protocol.wire import _pack_records, unpack_records
 
     vals = np.asarray(
         data.draw(st.lists(st.integers(min_value=0, max_value=2 ** (8 * rb) - 1), max_size=50)),
         dtype=np.uint64,
     )
-    raw = pack_records(vals, rb)
+    raw = _pack_records(vals, rb)
     assert raw.nbytes == vals.size * rb
     np.testing.assert_array_equal(unpack_records(raw, rb).astype(np.uint64), vals)
     h = Header(KIND_USER, rb, DIGEST, vals.size)
@@ -127,7 +127,7 @@ def test_pack_unpack_any_record_width(rb, data):
     np.testing.assert_array_equal(unpack_records(raw2, rb).astype(np.uint64), vals)
     if rb < 8:
         with pytest.raises(ValueError, match="fit"):
-            pack_records(np.array([2 ** (8 * rb)], dtype=np.uint64), rb)
+            _pack_records(np.array([2 ** (8 * rb)], dtype=np.uint64), rb)
 
 
 def test_mixed_batch_tag_keyed_and_unkeyed():

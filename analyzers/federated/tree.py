@@ -20,7 +20,7 @@ Each sub-query q ([Bagdasaryan22]_ Alg. 2):
    added, up to level L); a non-root node whose count is at most sigma~_q / 4 is collapsed
    (deleted; its descendants stay, orphaned).
 
-Privacy: basic composition by :class:`~shuffledp.accounting.compose.Accountant` over the
+Privacy: basic composition by :class:`~shuffledp.accounting.composition.Accountant` over the
 rounds' events (under add/remove each round also pays for the joining user's own noise share,
 :mod:`shuffledp.analyzers.federated.population`, on top of the noise eqs. 8-9 ask for; eq. 7's
 U is then the public ``max_users``), sum_q eps_q = eps_total exactly (the last query takes the

@@ -77,7 +77,7 @@ def _iv_pair(
 EMD_METHODS = METHODS
 
 
-def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simplex") -> float:
+def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> float:
     r"""Exact Earth Mover's Distance with l1 ground distance on the grid.
 
     .. math::
@@ -98,33 +98,45 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     :func:`shuffledp.encoders.metric.transport.transport_cost` with the structured cost
     :class:`~shuffledp.encoders.metric.transport.GridL1`:
 
-    * ``method="network_simplex"`` (default): the primal network simplex compiled with numba
-      (unit costs, so the potentials are integers and optimality is decided exactly; flows
-      in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
+    * ``method="auto"`` (default): the fastest exact solver for the input. On sparse maps
+      (raw aggregates of a few thousand points), the transport problem between the supports
+      of ``p`` and ``q`` (or, when much smaller, from the cells where ``p > q`` to those
+      where ``p < q``) with their l1 distances, solved by POT's ``ot.emd2``; both are exact
+      and equal to the grid flow's optimum. Otherwise (Gaussian-filtered heatmaps, every
+      pixel non-zero) the grid flow by our network simplex. The switch is at
+      ``SUPPORT_ARCS_FACTOR (H W)^1.5`` transport arcs
+      (:mod:`shuffledp.encoders.metric.transport`).
+    * ``method="network_simplex"``: the grid flow by the primal network simplex compiled with
+      numba (unit costs, so the potentials are integers and optimality is decided exactly;
+      flows in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
       relative.
-    * ``method="highs"``: the same flow as a sparse LP through
+    * ``method="pot"``: always that transport problem by POT (refused above
+      ``SUPPORT_MAX_ARCS`` arcs).
+    * ``method="highs"``: the grid flow as a sparse LP through
       :func:`scipy.optimize.linprog` (HiGHS interior point with crossover), supplies scaled
       to O(1) per pixel so HiGHS's absolute tolerances are negligible (~1e-12 relative).
 
     Grids with a single row or column use the closed form ``sum |cumsum(p - q)|``.
 
-    Cost, ``python bench/emd_timing.py`` on 2 cores (the first call in a fresh environment
-    also pays ~5 s of numba compilation, cached on disk afterwards):
+    Cost in seconds, ``python bench/emd_timing.py`` on the shared 2-core development machine
+    (medians; the first call in a fresh environment also pays ~5 s of numba compilation,
+    cached on disk afterwards; "sparse": two 1000-point synthetic aggregates, "filtered": the
+    same after the Gaussian filter, every pixel non-zero; ``auto`` on filtered maps is the
+    network simplex):
 
-    ========  ===============================  ==========================
-    grid      network_simplex                  highs
-    ========  ===============================  ==========================
-    64x64     0.01-0.02 s                      0.4-0.7 s
-    128x128   0.2-0.3 s                        6-11 s
-    256x256   1.0-1.3 s sparse, 3.6-5 s filt.  166 s sparse, 93 s filtered
-    512x512   24 s sparse, 3 min filtered      -
-    ========  ===============================  ==========================
+    ========  ===========  ================  ===========  ==================
+    grid      auto sparse  POT on supports   our grid     highs
+                           of p, q, sparse   flow sparse  (earlier runs)
+    ========  ===========  ================  ===========  ==================
+    64x64     0.02         0.02-0.05         0.02         0.4-0.7
+    128x128   0.05-0.11    0.05-0.08         0.15-0.17    6-11
+    256x256   0.1-0.28     0.1-0.28          0.6-1.6      166
+    512x512   0.22         0.22              24           -
+    ========  ===========  ================  ===========  ==================
 
-    (ranges are across runs on a shared, loaded machine; the dense filtered maps cost more
-    because the spanning-tree updates touch larger subtrees.)
-
-    ("sparse": two 1000-point synthetic aggregates; "filtered": the same after the Gaussian
-    filter, every pixel non-zero.)
+    Filtered maps (our grid flow, started from the centre comb): 0.03 s at 64x64, 0.35 s at
+    128x128, 3-7 s at 256x256 (ranges are across runs on a loaded machine; dense maps cost
+    more because the spanning-tree updates touch larger subtrees).
 
     Parameters
     ----------
@@ -134,8 +146,8 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     grid : Grid, optional
         If given, ``p`` and ``q`` must have shape ``(grid.height, grid.width)``. If None the
         grid is taken from ``p.shape`` (a 1-D array is one row).
-    method : {"network_simplex", "highs"}
-        Solver of the flow problem; both are exact.
+    method : {"auto", "network_simplex", "pot", "highs"}
+        Solver; all are exact (above).
 
     Returns
     -------
@@ -146,7 +158,10 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
     ------
     ValueError
         On a shape mismatch, NaN/infinite or negative entries, or a zero total, naming the
-        argument; on an unknown ``method``.
+        argument; on an unknown ``method``; with ``method="pot"`` above ``SUPPORT_MAX_ARCS``.
+    RuntimeError
+        With ``method="pot"``, if POT's solver stops before the optimum (``"auto"`` then
+        solves the problem with our network simplex instead).
     """
     if method not in EMD_METHODS:
         raise ValueError(f"method must be one of {EMD_METHODS}, got method={method!r}")
@@ -165,9 +180,9 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "network_simp
             )
     height, width = a.shape
     unit = 1.0 / max(height, width)
-    # Scale supplies to O(1) per pixel (the optimum scales linearly): keeps HiGHS's absolute
-    # tolerances (1e-7) negligible and the simplex's flows away from denormals.
-    scale = float(a.size)
+    # HiGHS: supplies scaled to O(1) per pixel (the optimum scales linearly) keep its absolute
+    # tolerances (1e-7) negligible. The other solvers take the distributions as they are.
+    scale = float(a.size) if method == "highs" else 1.0
     return transport_cost(a * scale, b * scale, GridL1(height, width), method=method) \
         / scale * unit
 

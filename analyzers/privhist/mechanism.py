@@ -60,7 +60,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from shuffledp import _validation as v
-from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import DiscreteLaplace, EpsDelta, Sequential
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.privhist.histogram import AnonHistogram, as_histogram

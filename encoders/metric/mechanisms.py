@@ -38,14 +38,13 @@ Mechanisms
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [ABCP13] M. E. Andres, N. E. Bordenabe, K. Chatzikokolakis, C. Palamidessi,
-   "Geo-Indistinguishability: Differential Privacy for Location-Based Systems", CCS 2013.
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016 (k-randomised response).
-.. [MT07] F. McSherry, K. Talwar, "Mechanism Design via Differential Privacy", FOCS 2007
-   (the exponential mechanism).
+.. [Imola] Imola et al. (preprint), "Metric DP at the User-Level", Sec. 2, 6.2, Alg. 4
+   -- full entry in docs/references.md
+.. [ABCP13] Andres et al. (2013), "Geo-Indistinguishability" -- full entry in docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete Distribution Estimation"
+   -- full entry in docs/references.md
+.. [MT07] McSherry, Talwar (2007), "Mechanism Design via DP" -- full entry in docs/references.md
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -98,6 +97,15 @@ class ItemMechanism:
     """A finite mechanism given by integer weights W[x, y]; pmf W[x, y] / T_x.
 
     Subclasses set ``space``, ``alpha0`` and implement :meth:`weights`.
+
+    Attributes
+    ----------
+    space : MetricSpace
+        The item domain (inputs are indices 0..k-1).
+    alpha0 : float
+        The mechanism is alpha0 d_X-DP for one item ([Imola]_ Sec. 2).
+    name : str
+        A label for reports.
     """
 
     space: MetricSpace
@@ -152,14 +160,63 @@ def rr_weights(epsilon: float, unit: int = 1 << 24) -> tuple[int, int]:
     The integer weights of a randomised response whose two output probabilities are in
     ratio w_in / w_out: its realised epsilon ln(w_in / w_out) is <= eps and within
     1 / unit of it.
+
+    Parameters
+    ----------
+    epsilon : float
+        The randomised response's epsilon, > 0.
+    unit : int
+        The weight of the "other" output (the resolution), >= 1.
+
+    Returns
+    -------
+    (int, int)
+        ``(w_in, w_out)``.
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` is not a finite positive number or ``unit`` < 1.
+    TypeError
+        If ``unit`` is not an integer.
+
+    References
+    ----------
+    [KOV16]_ (k-randomised response, output probabilities in ratio e^eps).
     """
+    unit = v.count("unit", unit)
     eps = v.positive("epsilon", epsilon)
     with mpmath.workdps(50):
         return int(mpmath.floor(unit * mpmath.e ** mpmath.mpf(eps))), unit
 
 
 def one_item_per_user(items: np.ndarray, words: WordSource) -> np.ndarray:
-    """One of each user's m items, uniformly (exact integer sampling), shape (n,)."""
+    """One of each user's m items, uniformly (exact integer sampling), shape (n,).
+
+    Parameters
+    ----------
+    items : ndarray, shape (n, m)
+        Each row holds one user's m >= 1 items.
+    words : callable
+        A word source (:func:`shuffledp.randomness.word_source`).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        The chosen item of each user (dtype of ``items``).
+
+    Raises
+    ------
+    ValueError
+        If ``items`` is not 2D with at least one column.
+
+    References
+    ----------
+    [Imola]_ Sec. 6 (the user-level baselines report one sampled item per user).
+    """
+    items = np.asarray(items)
+    if items.ndim != 2 or items.shape[1] < 1:
+        raise ValueError(f"items must have shape (n, m) with m >= 1, got shape {items.shape}")
     n, m = items.shape
     pick = uniform_below(np.full(n, m, dtype=np.uint64),
                          np.full(n, _shift(m), dtype=np.uint64), words)
@@ -177,9 +234,37 @@ def uniform_below(totals: np.ndarray, shifts: np.ndarray, words: WordSource) -> 
     ``shifts[i] = _shift(totals[i])``: u = word >> shift is uniform on [0, 2^b) with
     b = bit length of totals[i] - 1, and is accepted when below totals[i] (probability
     > 1/2); rejected entries are redrawn from fresh words.
+
+    Parameters
+    ----------
+    totals : ndarray of uint64
+        The bounds, each >= 1.
+    shifts : ndarray of uint64
+        ``_shift(total)`` of each bound (precomputed by the callers, same shape).
+    words : callable
+        A word source (:func:`shuffledp.randomness.word_source`).
+
+    Returns
+    -------
+    ndarray of uint64, shape of ``totals``
+
+    Raises
+    ------
+    ValueError
+        If a total is 0 (no value to draw: the rejection loop would never end) or the
+        shapes of ``totals`` and ``shifts`` differ.
+
+    References
+    ----------
+    Rejection sampling of uniform integers without modulo bias, as in [Lemire19]_.
     """
     t = np.asarray(totals, dtype=np.uint64)
     sh = np.asarray(shifts, dtype=np.uint64)
+    if t.shape != sh.shape:
+        raise ValueError(f"totals and shifts must have one shape, got {t.shape} and {sh.shape}")
+    if t.size and int(t.min()) < 1:
+        raise ValueError("totals must be >= 1 (a draw from an empty range never ends)")
+    t, sh = t.ravel(), sh.ravel()
     out = np.empty(t.size, dtype=np.uint64)
     todo = np.arange(t.size)
     while todo.size:
@@ -351,6 +436,29 @@ def realised_alpha0(mech: ItemMechanism, *, max_k: int = 64, dps: int = 60) -> m
     :meth:`ItemMechanism.sample`) and the float64 distances taken as exact; the mechanism
     is alpha0 d_X-DP exactly when this is <= alpha0. Every pair of the domain is visited,
     so the domain is limited to ``max_k`` points.
+
+    Parameters
+    ----------
+    mech : ItemMechanism
+        The mechanism to check.
+    max_k : int
+        Largest domain accepted.
+    dps : int
+        Decimal digits of the arithmetic.
+
+    Returns
+    -------
+    mpmath.mpf
+        The realised alpha0 (0 for a constant mechanism).
+
+    Raises
+    ------
+    ValueError
+        If the domain has more than ``max_k`` points.
+
+    References
+    ----------
+    [Imola]_ Sec. 2 (the item-level alpha0 d_X-DP notion checked here).
     """
     k = mech.space.k
     if k > max_k:
@@ -472,6 +580,29 @@ def planar_laplace_cell_probabilities(height: int, width: int, eps: float) -> np
     seen from x depends only on the row and column offsets and on whether y is on a border,
     so the quadrature (:func:`_rectangle_probabilities`) runs once per distinct rectangle --
     at most 9 (2h - 1)(2w - 1) of them instead of (hw)^2 -- and is scattered back.
+
+    Parameters
+    ----------
+    height, width : int
+        The grid, >= 1 each.
+    eps : float
+        The planar Laplace parameter in cell units, > 0.
+
+    Returns
+    -------
+    ndarray of float64, shape (h w, h w)
+        Row x is the output law of cell x (rows sum to 1 up to the quadrature error).
+
+    Raises
+    ------
+    ValueError
+        If a size is < 1 or ``eps`` is not a finite positive number.
+    TypeError
+        If a size is not an integer.
+
+    References
+    ----------
+    [ABCP13]_ (planar Laplace, its density and the remapping to a grid).
     """
     h, w = v.count("height", height), v.count("width", width)
     eps = v.positive("eps", eps)
@@ -503,6 +634,19 @@ class PlanarLaplace(ItemMechanism):
     the mass spreads into the unbounded border cells (a 16 x 16 grid at alpha0 = 0.5 realised
     0.536 and was refused); each piece is now cut into _GL_PIECES parts, and the cells agree
     with scipy's adaptive quadrature to 1e-7.
+
+    Parameters
+    ----------
+    height, width : int
+        The grid (at most 1024 cells).
+    alpha0 : float
+        The target alpha0 > 0 of the item mechanism.
+
+    Raises
+    ------
+    ValueError
+        If the grid has more than 1024 cells, ``alpha0`` is invalid, or ``alpha0`` is too
+        large for the grid (the smallest cell weight would fall below 2^24).
     """
 
     def __init__(self, height: int, width: int, alpha0: float) -> None:

@@ -20,8 +20,8 @@ transport problem restricted to the supports).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric DP at the User-Level", Sec. 2-3, 6.2
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ class MetricSpace:
 
     def items(self, name: str, value) -> np.ndarray:
         """``value`` as a 1-D int64 array of indices into the domain (error names ``name``)."""
-        return as_items(name, value, self.k)
+        return _as_items(name, value, self.k)
 
 
-def as_items(name: str, value, k: int) -> np.ndarray:
+def _as_items(name: str, value, k: int) -> np.ndarray:
     """A non-empty 1-D int64 array of integers in [0, k); the first bad entry is quoted."""
     arr = np.asarray(value)
     if arr.ndim != 1 or arr.size == 0:
@@ -118,6 +118,29 @@ def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None)
     when k <= MAX_FULL_TRIANGLE, else on TRIANGLE_SAMPLE random triples drawn from ``rng``
     (default fresh OS entropy, so a crafted matrix cannot target a fixed sample; pass a seed
     for a reproducible check). The message names the first violation.
+
+    Parameters
+    ----------
+    d : ndarray, shape (k, k)
+        The distance matrix.
+    name : str
+        How to name the matrix in error messages.
+    rng : int, numpy.random.Generator or None
+        Source of the sampled triples when k > MAX_FULL_TRIANGLE.
+
+    Raises
+    ------
+    ValueError
+        If ``d`` is not a non-empty square finite matrix, or is not symmetric, has a non-zero
+        diagonal, a non-positive off-diagonal entry, an entry above 1, or a triangle
+        violation (each named with its indices and values).
+    TypeError
+        If ``rng`` is not a seed or Generator (when a sample is drawn).
+
+    References
+    ----------
+    [Imola]_ Sec. 2: the mechanisms assume a metric d_X on the domain, normalised to
+    diameter 1.
     """
     if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty square matrix, got shape {d.shape}")
@@ -126,7 +149,7 @@ def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None)
     k = d.shape[0]
     asym = np.abs(d - d.T)
     if asym.max() > METRIC_TOL:
-        i, j = np.unravel_index(int(np.argmax(asym)), d.shape)
+        i, j = (int(t) for t in np.unravel_index(int(np.argmax(asym)), d.shape))
         raise ValueError(f"{name} must be symmetric; {name}[{i}, {j}]={d[i, j]!r} but "
                          f"{name}[{j}, {i}]={d[j, i]!r}")
     if np.any(np.diag(d) != 0):
@@ -134,17 +157,17 @@ def check_metric(d: np.ndarray, *, name: str = "distances", rng: RngLike = None)
         raise ValueError(f"{name} must have a zero diagonal; {name}[{i}, {i}]={d[i, i]!r}")
     off = d + np.eye(k)
     if np.any(off <= 0):
-        i, j = np.argwhere(off <= 0)[0]
+        i, j = (int(t) for t in np.argwhere(off <= 0)[0])
         raise ValueError(f"{name} must be > 0 between distinct points; "
                          f"{name}[{i}, {j}]={d[i, j]!r}")
     if d.max() > 1.0 + METRIC_TOL:
-        i, j = np.unravel_index(int(np.argmax(d)), d.shape)
+        i, j = (int(t) for t in np.unravel_index(int(np.argmax(d)), d.shape))
         raise ValueError(f"{name} must be normalised (max distance <= 1); "
                          f"{name}[{i}, {j}]={d[i, j]!r} (divide by the diameter)")
     _check_triangle(d, name, rng)
 
 
-def _check_triangle(d: np.ndarray, name: str, rng: int) -> None:
+def _check_triangle(d: np.ndarray, name: str, rng: RngLike) -> None:
     k = d.shape[0]
     if k <= MAX_FULL_TRIANGLE:
         for y in range(k):  # d[x, z] <= d[x, y] + d[y, z] for all x, z
@@ -177,6 +200,23 @@ def from_matrix(distances, *, normalise: bool = False, name: str = "finite") -> 
         The metric. Must be bounded by 1 unless ``normalise``.
     normalise : bool, default False
         Divide by the largest distance (the diameter) first.
+    name : str
+        A label for the space (in its ``name``).
+
+    Returns
+    -------
+    MetricSpace
+        The space, with ``scale`` the diameter divided out (1 when not normalised).
+
+    Raises
+    ------
+    ValueError
+        If ``distances`` is not a 2D array of finite non-negative numbers, or is not a
+        metric bounded by 1 (see :func:`check_metric`).
+
+    References
+    ----------
+    [Imola]_ Sec. 2 (finite metric domains).
     """
     d = v.nonnegative_array("distances", distances, ndim=2)
     scale = 1.0
@@ -197,6 +237,23 @@ def grid_space(height: int, width: int, norm: str = "l2") -> MetricSpace:
         Grid size (at least 2 cells in total).
     norm : {"l2", "l1"}
         Euclidean or Manhattan distance between cell centres (in cell units).
+
+    Returns
+    -------
+    MetricSpace
+        ``height * width`` points; ``coords`` holds (row, column) and ``scale`` the diameter
+        in cell units.
+
+    Raises
+    ------
+    ValueError
+        If a size is < 1, the grid has fewer than 2 cells, or ``norm`` is unknown.
+    TypeError
+        If a size is not an integer.
+
+    References
+    ----------
+    [Imola]_ Sec. 3 (locations on a grid as a metric domain).
     """
     h = v.count("height", height)
     w = v.count("width", width)
@@ -214,7 +271,7 @@ def grid_space(height: int, width: int, norm: str = "l2") -> MetricSpace:
     return MetricSpace(d, name=f"grid {h}x{w} {norm}", coords=coords, scale=scale)
 
 
-def great_circle(lat1, lon1, lat2, lon2) -> np.ndarray:
+def _great_circle(lat1, lon1, lat2, lon2) -> np.ndarray:
     """Central angle in radians between points given in degrees (haversine form, stable)."""
     p1, p2 = np.radians(lat1), np.radians(lat2)
     dl = np.radians(np.asarray(lon2) - np.asarray(lon1))
@@ -234,6 +291,21 @@ def sphere_space(lat, lon, *, radius: float = 1.0) -> MetricSpace:
         Sphere radius in the caller's unit (3958.8 for miles on Earth); ``scale`` is then
         pi radius, the unit distance in that unit (the paper's location example normalises
         by the largest surface distance on Earth, [Imola]_ Sec. 3).
+
+    Returns
+    -------
+    MetricSpace
+        The points; ``coords`` holds (lat, lon) and ``scale`` pi radius.
+
+    Raises
+    ------
+    ValueError
+        If ``lat`` and ``lon`` are not of one length >= 2, a coordinate is out of range or
+        not finite, ``radius`` is not a finite positive number, or two points coincide.
+
+    References
+    ----------
+    [Imola]_ Sec. 3 (the location example).
     """
     la = np.asarray(lat, dtype=np.float64).ravel()
     lo = np.asarray(lon, dtype=np.float64).ravel()
@@ -247,7 +319,7 @@ def sphere_space(lat, lon, *, radius: float = 1.0) -> MetricSpace:
             raise ValueError(f"{nm} must be in [{lim[0]}, {lim[1]}] degrees; "
                              f"{nm}[{i}]={arr[i]!r}")
     r = v.positive("radius", radius)
-    d = great_circle(la[:, None], lo[:, None], la[None, :], lo[None, :]) / np.pi
+    d = _great_circle(la[:, None], lo[:, None], la[None, :], lo[None, :]) / np.pi
     d = np.minimum(d, 1.0)
     np.fill_diagonal(d, 0.0)
     d = 0.5 * (d + d.T)
@@ -271,6 +343,25 @@ def product_space(s: int, t: int, r: float, inner: MetricSpace | None = None) ->
         |C|, items per cluster (>= 1, s t >= 2).
     r : float
         Within-cluster scale, in (0, 1].
+    inner : MetricSpace, optional
+        A metric on C with t points (default: the discrete metric).
+
+    Returns
+    -------
+    MetricSpace
+        s t points, item (b, c) at index b t + c.
+
+    Raises
+    ------
+    ValueError
+        If ``s`` or ``t`` < 1, s t < 2, ``r`` is outside (0, 1], or ``inner`` is not a
+        MetricSpace of t points.
+    TypeError
+        If ``s`` or ``t`` is not an integer.
+
+    References
+    ----------
+    [Imola]_ Sec. 6.2.
     """
     s = v.count("s", s)
     t = v.count("t", t)
@@ -300,11 +391,29 @@ def emd_datasets(space: MetricSpace, K, K2) -> float:
     empirical distributions with m points each is a permutation, so this also equals
     min over pi of (1/m) sum_i d(x_i, y_pi(i)) (the assignment problem).
 
+    Parameters
+    ----------
+    space : MetricSpace
+        The domain.
+    K, K2 : array_like of int, 1D
+        The two datasets as item indices (equal, non-zero sizes).
+
+    Returns
+    -------
+    float
+        d_EM(K~, K2~) in [0, 1].
+
     Raises
     ------
     ValueError
         If the datasets differ in size (use :func:`emd_histograms`) or hold items outside
         the domain.
+    TypeError
+        If a dataset holds non-integer items.
+
+    References
+    ----------
+    [Imola]_ Lemma 2.1.
     """
     a = space.items("K", K)
     b = space.items("K2", K2)
@@ -316,7 +425,30 @@ def emd_datasets(space: MetricSpace, K, K2) -> float:
 
 
 def histogram(space: MetricSpace, K) -> np.ndarray:
-    """The normalised histogram K~ of a dataset (length k, sums to 1)."""
+    """The normalised histogram K~ of a dataset (length k, sums to 1).
+
+    Parameters
+    ----------
+    space : MetricSpace
+        The domain.
+    K : array_like of int, 1D
+        The dataset as item indices (non-empty).
+
+    Returns
+    -------
+    ndarray of float64, shape (k,)
+
+    Raises
+    ------
+    ValueError
+        If ``K`` is empty, not 1D, or holds an item outside the domain.
+    TypeError
+        If ``K`` holds non-integer items.
+
+    References
+    ----------
+    [Imola]_ Sec. 2 (the normalised histogram K~).
+    """
     a = space.items("K", K)
     return np.bincount(a, minlength=space.k) / a.size
 
@@ -336,6 +468,28 @@ def emd_histograms(space: MetricSpace, p, q) -> float:
 
     minimise sum_{x, y} C(x, y) d(x, y) subject to row sums p, column sums q, C >= 0, solved
     on the supports of p and q by :func:`shuffledp.encoders.metric.transport.transport_cost`.
+
+    Parameters
+    ----------
+    space : MetricSpace
+        The domain.
+    p, q : array_like of float, shape (k,)
+        Non-negative masses summing to 1.
+
+    Returns
+    -------
+    float
+        The optimal transport cost, in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        If ``p`` or ``q`` has another shape, a negative or non-finite entry, or does not sum
+        to 1 (within 1e-9).
+
+    References
+    ----------
+    [Imola]_ Sec. 2 (d_EM between normalised histograms).
     """
     p = _as_distribution("p", p, space.k)
     q = _as_distribution("q", q, space.k)

@@ -26,6 +26,35 @@ much smaller:
   B x C of Imola et al., :func:`shuffledp.analyzers.metric.freq.product_emd`): W is the
   closed form ``sum_e length(e) |(p - q)(subtree below e)|`` (Evans and Matsen 2012, Sec. 2).
 
+Which exact solver runs is chosen by the size of the problem (``method="auto"``, measured by
+``python bench/emd_timing.py``, which prints the ratios in one run):
+
+* a dense cost matrix goes to POT's ``ot.emd2`` (Flamary et al. 2021), the network simplex of
+  Bonneel et al. (2011) in C++, once the transport problem on the supports has at least
+  :data:`POT_MIN_ARCS` arcs (1.5-2x faster than ours from 300 to 2,000 points, measured
+  in one run on a shared 2-core machine); below that the fixed cost of its Python wrapper
+  (~0.1 ms) makes ours as fast or faster;
+* a sparse :class:`GridL1` problem is solved as a transport problem with the l1 cost matrix
+  between the cells of two supports: those of ``p`` and ``q`` (the l1 distance is a metric
+  on the cells, so this is the definition of W), or, when that is at most
+  :data:`SUPPORT_DIFF_FACTOR` of the size (``p`` and ``q`` share much of their mass), those
+  of ``(p - q)+`` and ``(p - q)-``. The second is exact too: an optimal grid flow with
+  supplies ``p - q`` decomposes into paths from cells of surplus to cells of deficit (Ahuja,
+  Magnanti and Orlin 1993, Sec. 3.5; cycles cost >= 0), each no cheaper than the l1 distance
+  of its ends, the length of a shortest grid path; so the flow's optimum is the transport
+  cost of ``(p - q)+`` onto ``(p - q)-``. It is used while that problem has at most
+  ``SUPPORT_ARCS_FACTOR (height width)^1.5`` arcs (and :data:`SUPPORT_MAX_ARCS`): the grid
+  flow's cost grows as the number of cells to the power 1.5, the transport problem's about
+  linearly in its arcs (the crossover, ``bench/emd_timing.py --crossover``, lies at 0.4-0.6
+  on 48x48 to 256x256 grids). Sparse 1,000-point aggregates fall on the transport side (as
+  fast as POT on the supports of p and q, which it then is; 2-3x faster than the grid flow
+  at 128x128, 6-14x at 256x256, ~100x at 512x512), Gaussian-filtered heatmaps (every cell
+  non-zero) on the grid side, where our solver is much faster than any transport
+  formulation (POT on the supports of two filtered 64x64 maps: 10-18 s against 0.02 s);
+* if POT's solver stops before optimality (its ``numItermax``, set to :data:`POT_ITER_PER_NODE`
+  pivots per node) or reports an infeasible problem, the same problem is solved again by our
+  network simplex: no value is returned from a solve that did not finish.
+
 The two flow problems are solved by one primal network simplex (:func:`_network_simplex`,
 compiled with numba): a spanning-tree basis with parent pointers, depths and child lists,
 node potentials, Dantzig pricing over blocks of sqrt(m) arcs (the block search of LEMON), and
@@ -48,6 +77,13 @@ References
    probability distributions on the line", Theory Probab. Appl. 18:784-786, 1973.
 .. [EM12] S. N. Evans, F. A. Matsen, "The phylogenetic Kantorovich-Rubinstein metric for
    environmental sequence samples", J. R. Stat. Soc. B 74(3):569-592, 2012 (Sec. 2).
+.. [BvdPPH11] N. Bonneel, M. van de Panne, S. Paris, W. Heidrich, "Displacement
+   Interpolation Using Lagrangian Mass Transport", ACM Transactions on Graphics 30(6):158,
+   2011 (Sec. 6, the network simplex that POT's ``ot.emd2`` runs).
+.. [POT21] R. Flamary, N. Courty, A. Gramfort, et al., "POT: Python Optimal Transport",
+   Journal of Machine Learning Research 22(78):1-8, 2021.
+.. [AMO93] R. K. Ahuja, T. L. Magnanti, J. B. Orlin, "Network Flows: Theory, Algorithms,
+   and Applications", Prentice Hall, 1993, Sec. 3.5 (flow decomposition).
 """
 
 from __future__ import annotations
@@ -61,15 +97,33 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-#: solvers of the flow problems: the network simplex, or HiGHS on the same flow as an LP
+#: solvers: "auto" (the fastest exact one for the problem's size, module docstring), our
+#: network simplex, POT's ``ot.emd2`` on the transport problem, or HiGHS on our flow as an LP
 #: (a reference; slower by one to two orders of magnitude)
-METHODS = ("network_simplex", "highs")
+METHODS = ("auto", "network_simplex", "pot", "highs")
+#: "auto" hands a dense transport problem to POT from this many arcs (k_p k_q on the supports;
+#: below it POT's per-call overhead of ~0.1 ms loses, ``bench/emd_timing.py --small``)
+POT_MIN_ARCS = 400
+#: a GridL1 problem goes to the transport problem between the supports of (p - q)+ and
+#: (p - q)- when that has at most this fraction of the arcs between the supports of p and q,
+#: else between the supports of p and q (same optimum; per instance either runs up to ~1.5x
+#: faster than the other, so the smaller one is taken only when it is much smaller)
+SUPPORT_DIFF_FACTOR = 0.5
+#: "auto" solves a GridL1 problem as that transport problem while it has at most
+#: SUPPORT_ARCS_FACTOR (height width)^1.5 arcs...
+SUPPORT_ARCS_FACTOR = 0.4
+#: ... and at most this many (its cost matrix and POT's arc arrays take ~40 bytes per arc)
+SUPPORT_MAX_ARCS = 4_000_000
+#: POT's pivot limit is this many per node, at least 10^6 (optimal solves took 5-8 per node
+#: on dense and grid-l1 problems of 300 to 4,000 nodes)
+POT_ITER_PER_NODE = 1000
 #: relative tolerance of the equal-mass check: |sum p - sum q| <= MASS_TOL max(1, sum |p|)
 MASS_TOL = 1e-9
 #: an arc enters the basis when its reduced cost is below -PRICING_TOL max(cost)
 PRICING_TOL = 1e-12
 
-__all__ = ["METHODS", "GridL1", "TreeMetric", "transport_cost"]
+__all__ = ["METHODS", "POT_ITER_PER_NODE", "POT_MIN_ARCS", "SUPPORT_ARCS_FACTOR",
+           "SUPPORT_DIFF_FACTOR", "SUPPORT_MAX_ARCS", "GridL1", "TreeMetric", "transport_cost"]
 
 
 # ----------------------------------------------------------------------------- structured costs
@@ -453,24 +507,45 @@ def _grid_arcs(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _grid_comb(d: np.ndarray, height: int, width: int):
-    """The comb tree rooted at cell 0 (column 0 plus every row) with the flow of supplies d.
+    """The comb tree rooted at the centre cell with the flow of supplies d.
 
-    Cell (r, c) hangs from (r, c - 1) by horizontal edge r (width - 1) + c - 1, or for c = 0
-    from (r - 1, 0) by vertical edge height (width - 1) + (r - 1) width.
+    The spine is the centre column c0 = width // 2, rooted at row r0 = height // 2; every row
+    hangs from its spine cell, to the left and to the right. Its depth is about
+    (height + width) / 2, half that of a comb rooted at a corner, which shortens the cycles and
+    moved subtrees of every pivot (``network_simplex`` 1.2-1.7x faster than from the corner
+    comb on 64x64 to 256x256 aggregates and heatmaps, with 2-20% fewer pivots).
+    Edge k joins cells a < b: horizontal edges r (width - 1) + c join (r, c) and (r, c + 1),
+    vertical edges height (width - 1) + r width + c join (r, c) and (r + 1, c); arc 2k is
+    a -> b, arc 2k + 1 is b -> a.
     """
     n = height * width
     s = d.reshape(height, width)
-    sub = s[:, ::-1].cumsum(axis=1)[:, ::-1].copy()
-    sub[:, 0] = sub[::-1, 0].cumsum()[::-1]
+    r0, c0 = height // 2, width // 2
+    sub = np.empty((height, width))   # the supply of each cell's subtree
+    sub[:, c0 + 1:] = s[:, :c0:-1].cumsum(axis=1)[:, ::-1]   # right arms, summed from the end
+    sub[:, :c0] = s[:, :c0].cumsum(axis=1)                     # left arms
+    rows = s.sum(axis=1)
+    sub[:r0, c0] = rows[:r0].cumsum()                          # spine above the root
+    sub[r0 + 1:, c0] = rows[:r0:-1].cumsum()[::-1]             # spine below the root
+    sub[r0, c0] = rows.sum()
     r, c = np.divmod(np.arange(n), width)
-    edge = np.where(c > 0, r * (width - 1) + c - 1,
-                    height * (width - 1) + (r - 1) * width)
-    parent = np.where(c > 0, np.arange(n) - 1, np.arange(n) - width)
-    parent[0] = -1
-    up, down = 2 * edge + 1, 2 * edge
+    right, left = c > c0, c < c0
+    below, above = (c == c0) & (r > r0), (c == c0) & (r < r0)
+    # the edge to the parent, and whether the cell is its edge's a (smaller index) end
+    edge = np.select([right, left, below, above],
+                     [r * (width - 1) + c - 1, r * (width - 1) + c,
+                      height * (width - 1) + (r - 1) * width + c,
+                      height * (width - 1) + r * width + c], -1)
+    parent = np.select([right, left, below, above],
+                       [np.arange(n) - 1, np.arange(n) + 1, np.arange(n) - width,
+                        np.arange(n) + width], -1)
+    is_a = left | above
+    up = np.where(is_a, 2 * edge, 2 * edge + 1)     # cell -> parent
+    down = np.where(is_a, 2 * edge + 1, 2 * edge)   # parent -> cell
     pred, dirn, f = _tree_from_subtree_sums(sub.ravel(), up, down, parent)
     flow = np.zeros(4 * n - 2 * (height + width))
-    flow[pred[1:]] = f[1:]   # cell 0 is the root
+    tree = parent >= 0
+    flow[pred[tree]] = f[tree]
     return parent.astype(np.int64), pred, dirn, flow
 
 
@@ -512,6 +587,7 @@ def _northwest_corner(a: np.ndarray, b: np.ndarray):
 
 
 def _min_cost_flow(tail, head, cost, parent, pred, dirn, flow, supply, method: str) -> float:
+    """Our network simplex (``method="network_simplex"``) or HiGHS on the flow problem."""
     if method == "network_simplex":
         tol = PRICING_TOL * float(cost.max()) if cost.size else 0.0
         total, _ = _network_simplex(tail, head, cost, parent, pred, dirn, flow, tol)
@@ -529,6 +605,139 @@ def _min_cost_flow(tail, head, cost, parent, pred, dirn, flow, supply, method: s
     return float(res.fun)
 
 
+# ----------------------------------------------------------------------------- POT
+@functools.cache
+def _pot() -> Any:
+    """POT's ``ot`` module, imported on first use (the import costs ~1 s, mostly scipy.stats,
+    which ``import shuffledp`` should not pay); None if POT is not installed."""
+    try:
+        import ot
+    except ImportError:  # pragma: no cover - POT is a dependency of the package
+        return None
+    return ot
+
+
+def _pot_max_iter(n_nodes: int) -> int:
+    """POT's pivot limit for a transport problem of ``n_nodes`` nodes (it fits a C int)."""
+    return min(max(10**6, POT_ITER_PER_NODE * n_nodes), 2**31 - 1)
+
+
+def _pot_transport(a: np.ndarray, b: np.ndarray, cost: np.ndarray,
+                   max_iter: int | None = None) -> tuple[float | None, str]:
+    """POT's exact network simplex on the transport problem from ``a`` to ``b``.
+
+    ``a`` and ``b`` are > 0 with equal totals up to :data:`MASS_TOL` and ``cost`` is their
+    C-contiguous float64 ``(a.size, b.size)`` cost matrix. POT scales ``b`` to the total of
+    ``a`` itself but checks the totals to 1.5e-6 and the supplies' balance to 1e-8, both in
+    absolute terms, so masses whose totals are not within 1e-6 of 1 and 1e-12 of each other
+    are normalised to total 1 and the cost scaled back by the total of ``a``; distributions
+    already normalised are
+    passed as they are (the network simplex's path, and so its time, changes with the last
+    bits of the masses: POT on rounding-level different copies of one problem took up to
+    1.3x longer or shorter). Returns ``(value, "")``, or ``(None, why)`` when POT is not
+    installed or its solver did not report an optimum (result code 1): the pivot limit
+    ``max_iter`` (default ``POT_ITER_PER_NODE`` per node) was reached, or it found the
+    problem infeasible. POT's own warning about it is left as it is.
+    """
+    ot = _pot()
+    if ot is None:  # pragma: no cover - POT is a dependency of the package
+        return None, "POT (the ot package) is not installed"
+    it = _pot_max_iter(a.size + b.size) if max_iter is None else int(max_iter)
+    total, total_b = float(a.sum()), float(b.sum())
+    if abs(total - 1.0) <= 1e-6 and abs(total - total_b) <= 1e-12:
+        val, log = ot.emd2(a, b, cost, numItermax=it, log=True)
+        total = 1.0
+    else:
+        val, log = ot.emd2(a / total, b / total_b, cost, numItermax=it, log=True)
+    code = int(log.get("result_code", -1))
+    val = float(val)
+    if code != 1 or not np.isfinite(val):
+        reason = log.get("warning") or f"result code {code}"
+        return None, (f"POT's ot.emd2 did not reach the optimum ({reason}; numItermax={it}, "
+                      f"{a.size} x {b.size} transport problem)")
+    return val * total, ""
+
+
+# ----------------------------------------------------------------------------- the solvers
+def _transport(a: np.ndarray, b: np.ndarray, cost: np.ndarray, method: str) -> float:
+    """The transport problem from masses ``a`` > 0 to ``b`` > 0 of equal totals (up to
+    :data:`MASS_TOL`; ``b`` counts as scaled to the total of ``a``) with the
+    ``(a.size, b.size)`` cost matrix ``cost``, by ``method`` (``"auto"``: POT from
+    :data:`POT_MIN_ARCS` arcs, ours below it or when POT does not reach the optimum)."""
+    if a.size == 1:  # the only coupling sends the one source's mass to every sink
+        return float(cost[0] @ b) * (a[0] / b.sum())
+    if b.size == 1:
+        return float(cost[:, 0] @ a)
+    if method == "pot" or (method == "auto" and a.size * b.size >= POT_MIN_ARCS):
+        val, why = _pot_transport(a, b, np.ascontiguousarray(cost, dtype=np.float64))
+        if val is not None:
+            return val
+        if method == "pot":
+            raise RuntimeError(f"method='pot': {why}; method='auto' or 'network_simplex' "
+                               f"solves it with the package's own network simplex")
+        method = "network_simplex"
+    if method == "auto":
+        method = "network_simplex"
+    b = b * (a.sum() / b.sum())
+    na, nb_ = a.size, b.size
+    tail = np.repeat(np.arange(na, dtype=np.int64), nb_)
+    head = np.tile(np.arange(na, na + nb_, dtype=np.int64), na)
+    parent, pred, dirn, f = _northwest_corner(a, b)
+    flow = np.zeros(tail.size)
+    flow[pred[1:]] = f[1:]   # source 0 is the root
+    return _min_cost_flow(tail, head, np.ascontiguousarray(cost, dtype=np.float64).ravel(),
+                          parent, pred, dirn, flow, np.concatenate([a, -b]), method)
+
+
+def _l1_costs(src: np.ndarray, dst: np.ndarray, width: int) -> np.ndarray:
+    """l1 distances in cell steps between the cells ``src`` and ``dst`` of a grid ``width``
+    cells wide: a C-contiguous float64 ``(src.size, dst.size)`` matrix."""
+    rs, cs = np.divmod(src.astype(np.float64), width)
+    rd, cd = np.divmod(dst.astype(np.float64), width)
+    out = np.abs(np.subtract.outer(rs, rd))
+    out += np.abs(np.subtract.outer(cs, cd))
+    return out
+
+
+def _grid_supports(a: np.ndarray, b: np.ndarray):
+    """The transport problem of a GridL1 pair: (sources, sinks, source masses, sink masses)
+    on the supports of ``(p - q)+`` and ``(p - q)-``, or on those of ``p`` and ``q`` unless
+    the first has at most :data:`SUPPORT_DIFF_FACTOR` of its arcs (or the masses are
+    signed); None if ``p - q`` is 0 up to the mass tolerance."""
+    d = a - b
+    pos, neg = np.flatnonzero(d > 0), np.flatnonzero(d < 0)
+    if pos.size == 0 or neg.size == 0:
+        return None
+    if a.min() >= 0 and b.min() >= 0:
+        sp_, sq_ = np.flatnonzero(a), np.flatnonzero(b)
+        if pos.size * neg.size > SUPPORT_DIFF_FACTOR * sp_.size * sq_.size:
+            return sp_, sq_, a[sp_], b[sq_]
+    return pos, neg, d[pos], -d[neg]
+
+
+def _grid_cost(a: np.ndarray, b: np.ndarray, h: int, w: int, method: str) -> float:
+    """W between ``a`` and ``b`` on the ``h`` x ``w`` grid with l1 cost (2-D grids)."""
+    d = a - b
+    if method in ("auto", "pot"):
+        problem = _grid_supports(a, b)
+        if problem is None:   # p - q is within the mass tolerance of 0
+            return 0.0
+        src, dst, ma, mb = problem
+        arcs = src.size * dst.size
+        if method == "pot" and arcs > SUPPORT_MAX_ARCS:
+            raise ValueError(
+                f"method='pot' solves a GridL1 problem as a transport problem between "
+                f"supports, here {src.size} x {dst.size} = {arcs} arcs > "
+                f"SUPPORT_MAX_ARCS={SUPPORT_MAX_ARCS}; use method='auto' or "
+                f"'network_simplex' (the grid flow)")
+        if method == "pot" or arcs <= min(SUPPORT_MAX_ARCS, SUPPORT_ARCS_FACTOR * (h * w) ** 1.5):
+            return _transport(ma, mb, _l1_costs(src, dst, w), method)
+        method = "network_simplex"
+    tail, head = _grid_arcs(h, w)
+    parent, pred, dirn, flow = _grid_comb(d, h, w)
+    return _min_cost_flow(tail, head, np.ones(tail.size), parent, pred, dirn, flow, d, method)
+
+
 # ----------------------------------------------------------------------------- the entry point
 def _masses(name: str, arr: Any, k: int, signed: bool) -> np.ndarray:
     a = np.asarray(arr, dtype=np.float64)
@@ -540,11 +749,12 @@ def _masses(name: str, arr: Any, k: int, signed: bool) -> np.ndarray:
                          f"is not")
     if not signed and np.any(a < 0):
         i = int(np.argmax(a < 0))
-        raise ValueError(f"{name} must be >= 0 with a dense cost matrix; {name}[{i}]={a[i]!r}")
+        raise ValueError(f"{name} must be >= 0 with a dense cost matrix; "
+                         f"{name}[{i}]={float(a[i])!r}")
     return a
 
 
-def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "network_simplex") -> float:
+def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "auto") -> float:
     r"""Exact optimal transport cost between masses ``p`` and ``q`` of equal total.
 
     .. math::
@@ -555,18 +765,29 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "network_simplex"
     Parameters
     ----------
     p, q : array_like, shape (k,) (or (height, width) for :class:`GridL1`)
-        Finite masses with equal totals (up to :data:`MASS_TOL` relative). With a dense cost
-        they must be >= 0 (zero masses are dropped). With a structured metric (:class:`GridL1`,
+        Finite masses with equal totals (up to :data:`MASS_TOL` relative; a smaller mismatch
+        is removed by scaling ``q``'s side to ``p``'s total). With a dense cost they must be
+        >= 0 (zero masses are dropped). With a structured metric (:class:`GridL1`,
         :class:`TreeMetric`) they may be signed: the result is then the
         Kantorovich-Rubinstein norm of ``p - q``, the cost of moving its positive part onto its
         negative part.
     cost : ndarray of shape (k, k), GridL1 or TreeMetric
         The ground cost (any non-negative matrix, not necessarily a metric), or a structured
         metric (module docstring).
-    method : {"network_simplex", "highs"}
-        Solver of the flow problems (dense and grid; a tree has a closed form):
-        the network simplex (default) or the same flow as an LP through
-        :func:`scipy.optimize.linprog` (HiGHS interior point with crossover, a reference).
+    method : {"auto", "network_simplex", "pot", "highs"}
+        Solver (a tree has a closed form and ignores it); all are exact:
+
+        * ``"auto"`` (default): the fastest for the problem's size (module docstring): POT's
+          ``ot.emd2`` on dense transport problems of at least :data:`POT_MIN_ARCS` arcs and
+          on sparse :class:`GridL1` supplies, our network simplex otherwise or when POT does
+          not reach the optimum;
+        * ``"network_simplex"``: our network simplex on the supports (dense) or on the grid
+          graph (:class:`GridL1`);
+        * ``"pot"``: POT's ``ot.emd2`` on the transport problem on the supports (for
+          :class:`GridL1` those of ``p`` and ``q`` or of ``(p - q)+`` and ``(p - q)-``,
+          module docstring; at most :data:`SUPPORT_MAX_ARCS` arcs);
+        * ``"highs"``: our flow problem as an LP through :func:`scipy.optimize.linprog`
+          (HiGHS interior point with crossover, a reference).
 
     Returns
     -------
@@ -578,11 +799,17 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "network_simplex"
     ValueError
         If a mass vector has the wrong size, non-finite entries, negative entries with a
         dense cost, if the totals differ, if the cost matrix is not square, finite and >= 0,
-        or on an unknown ``method`` (each message names the argument and the value).
+        on an unknown ``method``, or with ``method="pot"`` on a :class:`GridL1` problem above
+        :data:`SUPPORT_MAX_ARCS` arcs (each message names the argument and the value).
+    RuntimeError
+        With ``method="pot"``, if POT's solver stops before the optimum (pivot limit
+        ``POT_ITER_PER_NODE`` per node, or a reported infeasibility): no inexact value is
+        returned (``"auto"`` solves the problem again with our network simplex instead).
 
     References
     ----------
-    See the module docstring: [Dantzig63]_, [Cunningham76]_, [LO07]_, [Vallender73]_, [EM12]_.
+    See the module docstring: [Dantzig63]_, [Cunningham76]_, [LO07]_, [Vallender73]_, [EM12]_,
+    [BvdPPH11]_, [POT21]_, [AMO93]_.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got method={method!r}")
@@ -592,8 +819,9 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "network_simplex"
         if c.ndim != 2 or c.shape[0] != c.shape[1] or c.shape[0] == 0:
             raise ValueError(f"cost must be a square (k, k) matrix, a GridL1 or a TreeMetric, "
                              f"got shape {c.shape}")
-        if not np.all(np.isfinite(c)) or np.any(c < 0):
-            raise ValueError("cost must be finite and >= 0")
+        if not (c.min() >= 0 and np.isfinite(c.max())):   # NaN fails the first test
+            i, j = np.unravel_index(int(np.argmax(~(np.isfinite(c) & (c >= 0)))), c.shape)
+            raise ValueError(f"cost must be finite and >= 0, got cost[{i}, {j}]={float(c[i, j])!r}")
         k = c.shape[0]
     else:
         k = cost.k
@@ -612,24 +840,9 @@ def transport_cost(p: Any, q: Any, cost: Any, *, method: str = "network_simplex"
         h, w = int(cost.height), int(cost.width)
         if h == 1 or w == 1:
             return float(np.abs(np.cumsum(d)[:-1]).sum())
-        tail, head = _grid_arcs(h, w)
-        parent, pred, dirn, flow = _grid_comb(d, h, w)
-        return _min_cost_flow(tail, head, np.ones(tail.size), parent, pred, dirn, flow, d,
-                              method)
+        return _grid_cost(a, b, h, w, method)
     sa_, sb_ = np.flatnonzero(a), np.flatnonzero(b)
     if sa_.size == 0:
         return 0.0
-    am, bm = a[sa_], b[sb_] * (sa / sb)
-    sub_cost = c[np.ix_(sa_, sb_)]
-    if sa_.size == 1:  # the only coupling sends the one source's mass to every sink
-        return float(sub_cost[0] @ bm)
-    if sb_.size == 1:
-        return float(sub_cost[:, 0] @ am)
-    nb_ = sb_.size
-    tail = np.repeat(np.arange(sa_.size, dtype=np.int64), nb_)
-    head = np.tile(np.arange(sa_.size, sa_.size + nb_, dtype=np.int64), sa_.size)
-    parent, pred, dirn, f = _northwest_corner(am, bm)
-    flow = np.zeros(tail.size)
-    flow[pred[1:]] = f[1:]   # source 0 is the root
-    return _min_cost_flow(tail, head, sub_cost.ravel(), parent, pred, dirn, flow,
-                          np.concatenate([am, -bm]), method)
+    sub = c if sa_.size == k and sb_.size == k else c[np.ix_(sa_, sb_)]
+    return _transport(a[sa_], b[sb_], sub, method)

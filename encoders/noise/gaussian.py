@@ -15,8 +15,8 @@ secure generator by default, a seeded numpy Generator for research runs.
 
 References
 ----------
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Algorithms 1 and 3. arXiv:2004.00010.
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for DP", Alg. 1, 3
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -84,6 +84,23 @@ def discrete_gaussian_exact(
     size : int
     rng : None, SecureRandom, int or Generator
         ``None`` or a SecureRandom: the secure generator; a seed or Generator: research.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        If ``sigma2`` is not a positive Fraction or int (a float or bool is refused) or is
+        too large (sigma >= 2^56), or ``size`` is negative.
+    TypeError
+        If ``size`` is not an integer.
+
+    References
+    ----------
+    [CKS20]_ Alg. 3 (discrete Gaussian by rejection from discrete Laplace), with Alg. 1
+    for the Bernoulli(exp(-gamma)) coins.
     """
     if isinstance(sigma2, bool) or not isinstance(sigma2, (Fraction, int)) or sigma2 <= 0:
         raise ValueError(f"sigma2 must be a positive Fraction or int, got sigma2={sigma2!r}")
@@ -110,7 +127,31 @@ def discrete_gaussian_exact(
 
 
 def discrete_gaussian_pmf(k: np.ndarray, sigma2: float, *, width: float = 40.0) -> np.ndarray:
-    """P(k) of N_Z(0, sigma2), normalised over |k| <= width sigma + 1 (float64)."""
+    """P(k) of N_Z(0, sigma2), normalised over |k| <= width sigma + 1 (float64).
+
+    Parameters
+    ----------
+    k : array_like of int
+        The points.
+    sigma2 : float
+        The variance parameter sigma^2 > 0.
+    width : float
+        Half-width of the normalising sum, in standard deviations (the mass beyond 40
+        sigma is below float64 resolution).
+
+    Returns
+    -------
+    ndarray of float64, shape of ``k``
+
+    Raises
+    ------
+    ValueError
+        If ``sigma2`` is not a finite positive number.
+
+    References
+    ----------
+    [CKS20]_ Def. of the discrete Gaussian N_Z(0, sigma^2).
+    """
     s2 = v.positive("sigma2", sigma2)
     half = int(width * math.sqrt(s2)) + 1
     z = np.exp(-np.arange(-half, half + 1, dtype=float) ** 2 / (2 * s2)).sum()

@@ -15,10 +15,9 @@ epsilon Delta s/t is at most eps and within a relative 2^-40 / (eps/Delta) of it
 
 References
 ----------
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Algorithms 1-2. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for DP", Alg. 1-2
+   -- full entry in docs/references.md
+.. [Mironov12] Mironov (2012), "Least Significant Bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -38,7 +37,29 @@ DL_DENOMINATOR_BITS = 40
 
 def discrete_laplace_parameter(epsilon: float, sensitivity: float) -> float:
     """a = exp(-epsilon / sensitivity): the DL parameter that makes an integer query with
-    l1-sensitivity ``sensitivity`` epsilon-DP."""
+    l1-sensitivity ``sensitivity`` epsilon-DP.
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter, > 0.
+    sensitivity : float
+        The query's l1-sensitivity, > 0.
+
+    Returns
+    -------
+    float
+        a in (0, 1).
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` or ``sensitivity`` is not a finite positive number.
+
+    References
+    ----------
+    Module docstring (pmf ratio a^{-Delta}); the sampler is [CKS20]_ Alg. 2.
+    """
     return math.exp(-v.positive("epsilon", epsilon) / v.positive("sensitivity", sensitivity))
 
 
@@ -46,7 +67,29 @@ def dl_rational(epsilon: float, sensitivity: int) -> tuple[int, int]:
     """(s, t) with s / t = floor(2^40 eps / Delta) / 2^40 <= eps / Delta (exact arithmetic).
 
     DL(exp(-s/t)) on a query of l1-sensitivity Delta is (Delta s / t)-DP with
-    Delta s / t <= eps. Raises ValueError if eps / Delta < 2^-40 (the noise would be huge).
+    Delta s / t <= eps.
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy parameter, > 0.
+    sensitivity : int
+        The query's l1-sensitivity Delta, > 0.
+
+    Returns
+    -------
+    (int, int)
+        s and t in lowest terms (t a power of two, at most 2^40).
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` or ``sensitivity`` is not a finite positive number, or
+        eps / Delta < 2^-40 (the noise would be huge).
+
+    References
+    ----------
+    [CKS20]_ Alg. 2 needs the rational parameter s/t; [Mironov12]_ for why no float is used.
     """
     eps = Fraction(v.positive("epsilon", epsilon))
     sens = Fraction(v.positive("sensitivity", sensitivity))
@@ -150,6 +193,20 @@ def discrete_laplace_exact(
     rng : SecureRandom, seed, Generator or None
         ``None`` or a SecureRandom: the cryptographically secure generator; a seed or a
         Generator: reproducible research randomness.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        If ``size`` is not an integer >= 0, ``s`` or ``t`` is outside [1, 2^56), or arrays
+        ``s``, ``t`` do not have length ``size``.
+
+    References
+    ----------
+    [CKS20]_ Alg. 2 (discrete Laplace) with Alg. 1 (Bernoulli(exp(-gamma))).
     """
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ValueError(f"size must be an integer >= 0, got size={size!r}")
@@ -183,6 +240,30 @@ def discrete_laplace_for(
 
     ``epsilon`` may be an array of length ``size`` (per-coordinate budgets). Uses
     :func:`dl_rational` (conservative rational parameter) and :func:`discrete_laplace_exact`.
+
+    Parameters
+    ----------
+    epsilon : float or ndarray of float
+        The privacy parameter (> 0), one or one per coordinate.
+    sensitivity : int
+        The query's l1-sensitivity, > 0.
+    size : int
+        Number of samples.
+    rng : SecureRandom, seed, Generator or None
+        As :func:`discrete_laplace_exact`.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        As :func:`dl_rational` and :func:`discrete_laplace_exact`.
+
+    References
+    ----------
+    [CKS20]_ Alg. 2.
     """
     eps = np.atleast_1d(np.asarray(epsilon, dtype=float))
     uniq, inv = np.unique(eps, return_inverse=True)
@@ -195,8 +276,31 @@ def discrete_laplace_for(
 def discrete_laplace(a: float, size: int, rng: RngLike | SecureRandom = None) -> np.ndarray:
     """i.i.d. DL(a) noise (int64) for a float a in (0, 1), as the difference of two
     Polya(1, a) = geometric variables from the exact table sampler (total variation to DL(a)
-    below 1e-30; :func:`shuffledp.encoders.noise.polya.polya_difference`)."""
+    below 1e-30; :func:`shuffledp.encoders.noise.polya.polya_difference`).
 
+    Parameters
+    ----------
+    a : float
+        The parameter, in (0, 1).
+    size : int
+        Number of samples.
+    rng : SecureRandom, seed, Generator or None
+        As :func:`discrete_laplace_exact`.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        If ``a`` is outside (0, 1) or ``size`` is not an integer >= 0.
+
+    References
+    ----------
+    Module docstring (DL(a) as a difference of geometric variables); the exact-rational
+    sampler of [CKS20]_ Alg. 2 is :func:`discrete_laplace_exact`.
+    """
     a = float(a)
     if not (0.0 < a < 1.0):
         raise ValueError(f"a must be in (0, 1), got a={a!r}")
@@ -204,7 +308,28 @@ def discrete_laplace(a: float, size: int, rng: RngLike | SecureRandom = None) ->
 
 
 def discrete_laplace_pmf(k: np.ndarray, a: float) -> np.ndarray:
-    """P(Z = k) = (1 - a)/(1 + a) a^|k| for Z ~ DL(a)."""
+    """P(Z = k) = (1 - a)/(1 + a) a^|k| for Z ~ DL(a).
+
+    Parameters
+    ----------
+    k : array_like of int
+        The points.
+    a : float
+        The parameter, in (0, 1).
+
+    Returns
+    -------
+    ndarray of float64, shape of ``k``
+
+    Raises
+    ------
+    ValueError
+        If ``a`` is outside (0, 1).
+
+    References
+    ----------
+    [CKS20]_ (the discrete Laplace distribution their Alg. 2 samples).
+    """
     a = float(a)
     if not (0.0 < a < 1.0):
         raise ValueError(f"a must be in (0, 1), got a={a!r}")

@@ -39,12 +39,9 @@ or ``None`` (the cryptographically secure generator: deployment), or a seed / nu
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-N. Valliappan,
-   "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Sparse Federated Analytics"
+   -- full entry in docs/references.md
+.. [Ghazi23] Ghazi et al. (2023), "DP Heatmaps" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -237,6 +234,20 @@ def polya(
     rng : SecureRandom, seed, Generator or None
         ``None`` or a SecureRandom: the cryptographically secure generator (deployment);
         a seed or Generator: reproducible research randomness.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        If ``shape`` is not a finite positive number, ``a`` is outside (0, 1) or an array of
+        another length, or ``size`` is not an integer >= 0.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Def. 4.1; the exact-table sampler is described in the module docstring.
     """
     _check_shape_a(shape, 0.5)
     size = _size(size)
@@ -252,6 +263,25 @@ def polya_difference(
     With shape = 1/n the sum over n users is DL(a) ([Bagdasaryan22]_ Thm 4.2). X and Y come
     from the exact table (:class:`PolyaTable`); the total variation to the ideal difference is
     at most ``2 * polya_table(shape, a).tv_bound`` per coordinate.
+
+    Parameters
+    ----------
+    shape, a, size, rng
+        As :func:`polya`.
+
+    Returns
+    -------
+    ndarray of int64, shape (size,)
+
+    Raises
+    ------
+    ValueError
+        As :func:`polya`.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 (n shares of shape 1/n sum to DL(a)); used per coordinate in
+    [Ghazi23]_ App. F, step 3.
     """
     _check_shape_a(shape, 0.5)
     size = _size(size)
@@ -267,7 +297,30 @@ def _size(size: int) -> int:
 
 
 def polya_pmf(k: np.ndarray, shape: float, a: float) -> np.ndarray:
-    """Exact P(X = k) for X ~ Polya(shape, a) ([Bagdasaryan22]_ eq. 1), via log-gamma."""
+    """Exact P(X = k) for X ~ Polya(shape, a) ([Bagdasaryan22]_ eq. 1), via log-gamma.
+
+    Parameters
+    ----------
+    k : array_like of int
+        The points (negative ones have probability 0).
+    shape : float
+        Real shape s > 0.
+    a : float
+        In (0, 1).
+
+    Returns
+    -------
+    ndarray of float64, shape of ``k``
+
+    Raises
+    ------
+    ValueError
+        If ``shape`` is not a finite positive number or ``a`` is outside (0, 1).
+
+    References
+    ----------
+    [Bagdasaryan22]_ eq. 1 and Def. 4.1.
+    """
     s, a = _check_shape_a(shape, a)
     k = np.asarray(k)
     kk = np.maximum(k, 0).astype(float)
@@ -284,11 +337,34 @@ def polya_difference_sum_pmf(
     convolved n times; used to verify [Bagdasaryan22]_ Thm 4.2 exactly rather than by reading
     it.
 
+    Parameters
+    ----------
+    n : int
+        Number of users, >= 1.
+    shape : float
+        Real shape s > 0 of each Polya variable.
+    a : float
+        In (0, 1).
+    support : int
+        Truncation point of the one-sided pmf, >= 0.
+
     Returns
     -------
     k, pmf : ndarray
         Integer support -n*support..n*support and the probabilities.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` < 1, ``support`` < 0, ``shape`` is not a finite positive number or ``a`` is
+        outside (0, 1).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 (what the convolution verifies).
     """
+    if int(support) < 0:
+        raise ValueError(f"support must be >= 0, got support={support!r}")
     if int(n) < 1:
         raise ValueError(f"n must be >= 1, got n={n!r}")
     one = polya_pmf(np.arange(int(support) + 1), shape, a)

@@ -9,7 +9,7 @@ shuffle-ldp    amplification by shuffling of n eps0-LDP reports (the clones boun
 summation      parameters of the App. F shuffle summation protocol of [Ghazi23]_, with the
                number of shares of [BBGN20]_
 compose        the total of several releases (their report.json files, or a JSON spec):
-               basic, advanced and PLD composition (:mod:`shuffledp.accounting.compose`),
+               basic, advanced and PLD composition (:mod:`shuffledp.accounting.composition`),
                the PLD's numerical error charged
 
 Every subcommand prints a short table, or one JSON object with ``--json``. Errors follow
@@ -196,7 +196,7 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
     if method == "krr-blanket" and randomizer != "krr":
         raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
                                  param_hint="--method")
-    from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp as _shuffle_ldp
+    from shuffledp.accounting.amplification.clones import shuffle_ldp as _shuffle_ldp
     from shuffledp.cli.common import progress_bar
 
     kw = {} if method == "closed-form" else {"rtol": rtol, "d": d}
@@ -218,7 +218,7 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
     if d == 1.0:
         # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair
         # of data sets: no valid bound can certify at or below it
-        from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
+        from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
 
         rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2, rtol=rtol)
         rec["refuted_by"] = (f"exact shuffled {k or 2}-RR, others holding "
@@ -289,7 +289,7 @@ def compose_cmd(reports, spec, times, delta, discretization, as_json):
     share one neighbour relation; an event whose stated (epsilon, delta) its parameters do
     not prove is refused, and so is a parallel group the spec shows not to be disjoint.
     """
-    from shuffledp.accounting.compose import check_parallel_groups
+    from shuffledp.accounting.composition import check_parallel_groups
     from shuffledp.accounting.ledger import accountant_from_reports, accountant_from_spec
     from shuffledp.safe_io import read_regular_text
 

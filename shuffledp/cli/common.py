@@ -163,6 +163,7 @@ class Count(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
+        x: int | None
         if isinstance(value, int) and not isinstance(value, bool):
             x = value
         else:
@@ -417,4 +418,4 @@ def parse_bbox(value: str | None) -> tuple[float, float, float, float] | None:
         raise click.BadParameter(
             f"must be LAT_MIN,LAT_MAX,LON_MIN,LON_MAX, got {value!r}", param_hint="--bbox"
         )
-    return parts  # type: ignore[return-value]
+    return parts

@@ -20,9 +20,8 @@ Errors follow :mod:`shuffledp.cli.common` (exit 2 bad option, exit 1 refusal).
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4).
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Alg. 1-2, Thm 4.2, Sec. 4-6 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

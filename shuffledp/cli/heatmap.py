@@ -8,8 +8,8 @@ command, so that ``shuffledp --help`` stays fast.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -566,15 +566,12 @@ def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
     """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
     into place (never through a FIFO or link planted at the name, never half-written)."""
     from shuffledp.analyzers.heatmap.render import render_png
+    from shuffledp.safe_io import atomic_path
 
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", estimate)
-    tmp = out / f".heatmap.{os.urandom(6).hex()}.png"
-    try:
+    with atomic_path(out / "heatmap.png", suffix=".png") as tmp:
         render_png(tmp, panels, caption=caption, colorbar=True)
-        os.replace(tmp, out / "heatmap.png")
-    finally:
-        tmp.unlink(missing_ok=True)
     write_report(out, report)
 
 

@@ -25,8 +25,8 @@ one line, never a traceback.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

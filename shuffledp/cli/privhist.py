@@ -16,8 +16,8 @@ lifts the cap); a FIFO, a device such as ``/dev/zero`` or a directory is refused
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
-   arXiv:1910.03553.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

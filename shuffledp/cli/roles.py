@@ -475,7 +475,9 @@ def _batch_files(p: Any, in_dir: str, out_path: str,
             Path(in_dir).resolve():
         raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
                                  "read the mixed batch as a user batch", param_hint="--out")
-    files, ignored, names = [], Counter(), []
+    files: list[Path] = []
+    ignored: Counter[str] = Counter()
+    names: list[str] = []
     for path in sorted(Path(in_dir).glob("*.bin")):
         reason = _classify_entry(path)
         if reason is None:
@@ -524,7 +526,9 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
     n_other = n_read = 0
     for k, f in enumerate(files):
         data, reason = _read_batch(f, limit)
-        if reason is not None:
+        if data is None:  # _read_batch gives the reason whenever it gives no data
+            reason = reason or "unreadable"
+        if reason is not None or data is None:
             s.report.ignored[reason] += 1
             names.append(f.name)
             continue

@@ -37,8 +37,8 @@ entropy; ``--seed`` makes the sweep reproducible research (the rows say so).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -15,20 +15,8 @@ Roles (import the layers below them, never imported by them):
 - :mod:`~shuffledp.protocol.federated` -- federated rounds: client encoders, secure
   aggregation per shard, the adaptive multi-round drivers.
 
-``shuffledp.protocol`` was a module (the runner) before 0.2; its names still resolve here
-for one release (lazily: the package is also imported by the encoders, which the runner
-needs, so it must not import the runner when it loads).
+The package imports none of its modules when it loads (the encoders import the contract
+modules, and the runner imports the encoders): import each from its module.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_OLD_RUNNER_NAMES = frozenset({"shuffle_heatmap", "simulate_sums", "user_batches"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _OLD_RUNNER_NAMES:
-        return getattr(importlib.import_module("shuffledp.protocol.runner"), name)
-    raise AttributeError(f"module 'shuffledp.protocol' has no attribute {name!r}")

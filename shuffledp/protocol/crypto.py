@@ -59,15 +59,13 @@
 
 References
 ----------
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
-.. [RFC9180] R. Barnes, K. Bhargavan, B. Lipp, C. Wood, "Hybrid Public Key Encryption",
-   RFC 9180, 2022, Sec. 4 (DHKEM), 5.1 (key schedule), 6.1 (single-shot Seal/Open), 8.1
-   (input limits and ``info``).
-.. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
-   (HKDF)", RFC 5869, 2010.
-.. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
-   INDOCRYPT 2012.
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation in an Interval"
+   -- full entry in docs/references.md
+.. [RFC9180] Barnes et al. (2022), "Hybrid Public Key Encryption" (RFC 9180), Sec. 4, 5.1, 6.1, 8.1
+   -- full entry in docs/references.md
+.. [RFC5869] Krawczyk and Eronen (2010), "HKDF" (RFC 5869) -- full entry in docs/references.md
+.. [SipHash12] Aumasson and Bernstein (2012), "SipHash: a fast short-input PRF"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -93,7 +91,13 @@ if TYPE_CHECKING:  # annotations only: protocol_params imports the accounting, w
 # keys and encryption to the analyzer (deployment path)
 # --------------------------------------------------------------------------------------
 def generate_mac_key() -> bytes:
-    """A fresh 32-byte key for the mixed batch's tag (shared by shuffler and analyzer only)."""
+    """A fresh 32-byte key for the mixed batch's tag (shared by shuffler and analyzer only).
+
+    Returns
+    -------
+    bytes
+        32 bytes from the operating system's CSPRNG.
+    """
     return os.urandom(32)
 
 #: HPKE info label; the full info is this || digest || round id || coordinate (message_info)
@@ -106,7 +110,7 @@ _ENC_BYTES = {KEM_X25519: 32, KEM_HYBRID: 1120}
 _SUITES: dict[str, hpke.Suite] = {}
 
 
-def hpke_suite(kem: str = KEM_X25519) -> hpke.Suite:
+def _hpke_suite(kem: str = KEM_X25519) -> hpke.Suite:
     """The HPKE suite of ``kem`` with HKDF-SHA256 and ChaCha20-Poly1305 ([RFC9180]_)."""
     if kem not in _ENC_BYTES:
         raise ValueError(f"kem must be one of {KEMS}, got kem={kem!r}")
@@ -116,14 +120,20 @@ def hpke_suite(kem: str = KEM_X25519) -> hpke.Suite:
     return _SUITES[kem]
 
 
-def enc_bytes(kem: str = KEM_X25519) -> int:
+def _enc_bytes(kem: str = KEM_X25519) -> int:
     """Bytes of HPKE's encapsulated key ``enc``: 32 for X25519, 1,120 for the hybrid."""
-    hpke_suite(kem)
+    _hpke_suite(kem)
     return _ENC_BYTES[kem]
 
 
 def generate_hybrid_key() -> hpke.MLKEM768X25519PrivateKey:
-    """A fresh ML-KEM-768 + X25519 hybrid private key (post-quantum option, see module doc)."""
+    """A fresh ML-KEM-768 + X25519 hybrid private key (post-quantum option, see module doc).
+
+    Returns
+    -------
+    cryptography.hazmat.primitives.hpke.MLKEM768X25519PrivateKey
+        The hybrid private key (its public key encrypts with ``kem="mlkem768-x25519"``).
+    """
     from cryptography.hazmat.primitives.asymmetric import mlkem
 
     return hpke.MLKEM768X25519PrivateKey(mlkem.MLKEM768PrivateKey.generate(),
@@ -131,25 +141,83 @@ def generate_hybrid_key() -> hpke.MLKEM768X25519PrivateKey:
 
 
 def generate_analyzer_key() -> X25519PrivateKey:
-    """A fresh X25519 key pair for the analyzer (keep the private key on the analyzer)."""
+    """A fresh X25519 key pair for the analyzer (keep the private key on the analyzer).
+
+    Returns
+    -------
+    X25519PrivateKey
+        The private key (:func:`public_bytes` gives the public half).
+    """
     return X25519PrivateKey.generate()
 
 
 def public_bytes(key: X25519PublicKey | X25519PrivateKey) -> bytes:
-    """Raw 32-byte public key."""
+    """Raw 32-byte public key.
+
+    Parameters
+    ----------
+    key : X25519PublicKey or X25519PrivateKey
+        A public key, or a private key whose public half is wanted.
+
+    Returns
+    -------
+    bytes
+        The 32 raw bytes of the public key.
+
+    Raises
+    ------
+    TypeError
+        If ``key`` is not an X25519 key object.
+    """
+    if not isinstance(key, (X25519PublicKey, X25519PrivateKey)):
+        raise TypeError(f"key must be an X25519 key, got {type(key).__name__}")
     pub = key.public_key() if isinstance(key, X25519PrivateKey) else key
     return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def private_bytes(key: X25519PrivateKey) -> bytes:
-    """Raw 32-byte private key (store securely)."""
+    """Raw 32-byte private key (store securely).
+
+    Parameters
+    ----------
+    key : X25519PrivateKey
+        The analyzer's private key.
+
+    Returns
+    -------
+    bytes
+        The 32 raw bytes of the private key.
+
+    Raises
+    ------
+    TypeError
+        If ``key`` is not an X25519 private key.
+    """
+    if not isinstance(key, X25519PrivateKey):
+        raise TypeError(f"key must be an X25519 private key, got {type(key).__name__}")
     return key.private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
     )
 
 
 def as_private_key(key: X25519PrivateKey | bytes) -> X25519PrivateKey:
-    """An X25519 private key from a key object or its 32 raw bytes."""
+    """An X25519 private key from a key object or its 32 raw bytes.
+
+    Parameters
+    ----------
+    key : X25519PrivateKey or bytes
+        A key object (returned as is) or its 32 raw bytes.
+
+    Returns
+    -------
+    X25519PrivateKey
+        The key object.
+
+    Raises
+    ------
+    ValueError
+        If ``key`` is neither a key object nor 32 bytes.
+    """
     if isinstance(key, X25519PrivateKey):
         return key
     if isinstance(key, (bytes, bytearray)) and len(key) == 32:
@@ -200,6 +268,23 @@ def key_id(kind: str, raw: bytes) -> str:
     """The 16-hex-digit ``Key-Id`` of a key of ``kind`` (see the module docstring).
 
     Both halves of an analyzer key pair have the id of the public key.
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`KEY_KINDS`.
+    raw : bytes
+        The raw key (32 bytes for every kind of version 1).
+
+    Returns
+    -------
+    str
+        16 lowercase hex digits (the first 8 bytes of a SHA-256 over label, algorithm, key).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is not one of :data:`KEY_KINDS` or ``raw`` has the wrong length.
     """
     algorithm, size, what = _check_kind(kind)
     raw = bytes(raw)
@@ -210,7 +295,7 @@ def key_id(kind: str, raw: bytes) -> str:
     return hashlib.sha256(_KEY_ID_LABEL + algorithm.encode() + raw).digest()[:8].hex()
 
 
-def check_public_key(raw: bytes) -> bytes:
+def _check_public_key(raw: bytes) -> bytes:
     """``raw`` if it is a usable X25519 public key (32 bytes, not a low-order point)."""
     if len(raw) != 32:
         raise ValueError(f"an X25519 public key has 32 bytes, got {len(raw)}")
@@ -236,6 +321,11 @@ def encode_key_file(kind: str, raw: bytes) -> bytes:
     -------
     bytes
         ASCII text, ending with a newline (format in the module docstring).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is not one of :data:`KEY_KINDS` or ``raw`` has the wrong length.
     """
     algorithm = _check_kind(kind)[0]
     kid = key_id(kind, raw)
@@ -326,7 +416,7 @@ def decode_key_file(data: bytes, kind: str, *, source: str = "key file") -> byte
         raise KeyFileError(f"{source}: {len(raw)} key bytes, {what} has {size}")
     if kind == KEY_ANALYZER_PUBLIC:
         try:
-            check_public_key(raw)
+            _check_public_key(raw)
         except ValueError as e:
             raise KeyFileError(f"{source}: {e}") from None
     if headers.get("key-id") != key_id(kind, raw):
@@ -337,6 +427,20 @@ def decode_key_file(data: bytes, kind: str, *, source: str = "key file") -> byte
 
 def read_key_file(path: str | os.PathLike, kind: str, *, what: str = "") -> bytes:
     """:func:`decode_key_file` of a regular file of at most :data:`KEY_FILE_MAX_BYTES`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The key file.
+    kind : str
+        The kind expected, one of :data:`KEY_KINDS`.
+    what : str, optional
+        What the file is for (e.g. ``"--key"``), prefixed to error messages.
+
+    Returns
+    -------
+    bytes
+        The raw key.
 
     Raises
     ------
@@ -360,18 +464,74 @@ def associated_data_prefix(params: ProtocolParams) -> bytes:
     """The context bound to every message before its coordinate: digest || round id.
 
     With HPKE it enters ``info`` (:func:`message_info`), not an AEAD's associated data.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+
+    Returns
+    -------
+    bytes
+        ``params.digest`` followed by ``params.round_id``.
+
+    Raises
+    ------
+    TypeError
+        If ``params`` has no bytes ``digest`` and ``round_id`` (not a ProtocolParams).
     """
+    digest, rid = getattr(params, "digest", None), getattr(params, "round_id", None)
+    if not isinstance(digest, bytes) or not isinstance(rid, bytes):
+        raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
     return params.digest + params.round_id
 
 
 def message_info(ad_prefix: bytes, coordinate: bytes) -> bytes:
-    """HPKE ``info`` of one message: label || digest || round id || 4-byte LE coordinate."""
+    """HPKE ``info`` of one message: label || digest || round id || 4-byte LE coordinate.
+
+    Parameters
+    ----------
+    ad_prefix : bytes
+        :func:`associated_data_prefix` of the run.
+    coordinate : bytes
+        The message's 4-byte little-endian coordinate field.
+
+    Returns
+    -------
+    bytes
+        :data:`INFO_LABEL` || ``ad_prefix`` || ``coordinate`` ([RFC9180]_ Sec. 8.1).
+
+    Raises
+    ------
+    ValueError
+        If ``coordinate`` is not 4 bytes.
+    """
+    if len(coordinate) != 4:
+        raise ValueError(f"coordinate must be 4 bytes, got {bytes(coordinate)!r}")
     return INFO_LABEL + ad_prefix + coordinate
 
 
 def encrypted_record_bytes(params: ProtocolParams, kem: str = KEM_X25519) -> int:
-    """Bytes of one encrypted message: 4 (coordinate) + enc (32) + share + 16 (tag)."""
-    return 4 + enc_bytes(kem) + params.share_bytes + 16
+    """Bytes of one encrypted message: 4 (coordinate) + enc (32) + share + 16 (tag).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters (its ``share_bytes``).
+    kem : str, default "x25519"
+        One of :data:`KEMS` (enc is 1,120 bytes for the hybrid).
+
+    Returns
+    -------
+    int
+        Bytes per encrypted record.
+
+    Raises
+    ------
+    ValueError
+        If ``kem`` is not one of :data:`KEMS`.
+    """
+    return 4 + _enc_bytes(kem) + params.share_bytes + 16
 
 
 def encrypt_records(
@@ -383,8 +543,29 @@ def encrypt_records(
     binds each message to the parameters, the round and its coordinate (:func:`message_info`).
     ``analyzer_public`` is the analyzer's X25519 public key (object or 32 raw bytes), or a
     hybrid public key with ``kem="mlkem768-x25519"``.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+    records : numpy.ndarray
+        Packed plaintext messages (coordinate << share_bits | share).
+    analyzer_public : X25519PublicKey, bytes or hybrid public key
+        The analyzer's public key.
+    kem : str, default "x25519"
+        One of :data:`KEMS`.
+
+    Returns
+    -------
+    bytes
+        The encrypted records, :func:`encrypted_record_bytes` each.
+
+    Raises
+    ------
+    ValueError
+        If ``kem`` is not one of :data:`KEMS` or ``analyzer_public`` bytes are not 32.
     """
-    suite = hpke_suite(kem)
+    suite = _hpke_suite(kem)
     pub = (
         X25519PublicKey.from_public_bytes(bytes(analyzer_public))
         if isinstance(analyzer_public, (bytes, bytearray))
@@ -416,6 +597,21 @@ def open_records(
     """Decrypt whole encrypted records: (coordinates, shares, n_failed).
 
     :func:`open_records_detailed` with the failed messages counted.
+
+    Parameters
+    ----------
+    raw, record_bytes, share_bytes, ad_prefix, key, kem
+        As :func:`open_records_detailed`.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray, int)
+        Coordinates and shares (int64) of the messages that opened; the number that did not.
+
+    Raises
+    ------
+    ValueError
+        If ``kem`` is not one of :data:`KEMS`.
     """
     c, s, failed = open_records_detailed(raw, record_bytes, share_bytes, ad_prefix, key, kem)
     return c, s, int(failed.size)
@@ -431,8 +627,33 @@ def open_records_detailed(
     so the analyzer can tell a whole batch encrypted to another key (r failures at every
     coordinate) from part of one. Picklable arguments only, so process pools can run it on
     chunks (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
+
+    Parameters
+    ----------
+    raw : bytes
+        Whole encrypted records (a trailing partial record is ignored).
+    record_bytes : int
+        Bytes per encrypted record (:func:`encrypted_record_bytes`).
+    share_bytes : int
+        Bytes of a share in the plaintext.
+    ad_prefix : bytes
+        :func:`associated_data_prefix` of the run.
+    key : private key
+        The analyzer's private key (X25519, or the hybrid key with ``kem`` the hybrid).
+    kem : str, default "x25519"
+        One of :data:`KEMS`.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Coordinates and shares of the messages that opened; coordinates of those that did not.
+
+    Raises
+    ------
+    ValueError
+        If ``kem`` is not one of :data:`KEMS`.
     """
-    open_ = hpke_suite(kem).decrypt
+    open_ = _hpke_suite(kem).decrypt
     info = INFO_LABEL + ad_prefix
     mv = memoryview(raw)
     k = len(raw) // record_bytes
@@ -463,6 +684,29 @@ def decrypt_records(
     A message that does not open (tampered, wrong key, another run, or moved to another
     coordinate: ``info`` differs, so the key schedule gives another key) is counted in
     ``n_failed`` and dropped, never summed.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+    data : bytes or numpy.ndarray
+        Encrypted records.
+    analyzer_private : X25519PrivateKey, bytes or hybrid private key
+        The analyzer's private key.
+    kem : str, default "x25519"
+        One of :data:`KEMS`.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray, int)
+        Coordinates and shares of the messages that opened; the number that did not.
+
+    Raises
+    ------
+    WireError
+        If ``data`` is not a whole number of records.
+    ValueError
+        If ``kem`` is not one of :data:`KEMS` or the X25519 key is not 32 bytes.
     """
     rb = encrypted_record_bytes(params, kem)
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
@@ -534,7 +778,25 @@ def _siphash_rows(rows, k0, k1):  # pragma: no cover - compiled
 
 
 def siphash24(key: bytes, rows: np.ndarray) -> np.ndarray:
-    """SipHash-2-4 under a 16-byte ``key`` of each row of a 2D uint8 array (uint64 per row)."""
+    """SipHash-2-4 under a 16-byte ``key`` of each row of a 2D uint8 array ([SipHash12]_).
+
+    Parameters
+    ----------
+    key : bytes
+        16-byte key.
+    rows : numpy.ndarray
+        2D uint8 array; each row is one input.
+
+    Returns
+    -------
+    numpy.ndarray
+        One uint64 per row.
+
+    Raises
+    ------
+    ValueError
+        If ``key`` is not 16 bytes or ``rows`` is not 2D.
+    """
     if not isinstance(key, bytes) or len(key) != 16:
         raise ValueError(f"key must be 16 bytes, got {key!r}")
     r = np.ascontiguousarray(rows, dtype=np.uint8)

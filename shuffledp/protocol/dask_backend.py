@@ -26,17 +26,19 @@ is reproducible for a given seed and partitioning (not across partitionings).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454, App. F.
-.. [Balle20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private summation in the
-   multi-message shuffle model", CCS 2020.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F
+   -- full entry in docs/references.md
+.. [Balle20] Balle et al. (2020), "Private summation in the multi-message shuffle model"
+   -- full entry in docs/references.md
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from shuffledp import _validation as v
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator
 from shuffledp.encoders.encoder import encode_shares
 from shuffledp.protocol.params import ProtocolParams
@@ -50,8 +52,19 @@ def _dask_missing() -> RuntimeError:
     )
 
 
-def require_dask():
-    """Import and return ``distributed``; a clear RuntimeError if it is not installed."""
+def require_dask() -> Any:
+    """Import and return ``distributed``; a clear RuntimeError if it is not installed.
+
+    Returns
+    -------
+    module
+        The ``distributed`` package.
+
+    Raises
+    ------
+    RuntimeError
+        If dask[distributed] is not installed.
+    """
     try:
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -59,13 +72,13 @@ def require_dask():
     return distributed
 
 
-def coordinate_blocks(m: int, n_blocks: int) -> np.ndarray:
+def _coordinate_blocks(m: int, n_blocks: int) -> np.ndarray:
     """Block edges 0 = e_0 < ... < e_k = m: block i owns coordinates [e_i, e_{i+1})."""
     k = max(1, min(int(n_blocks), int(m)))
     return np.linspace(0, m, k + 1).round().astype(np.int64)
 
 
-def partition_streams(rng: RngLike, n_parts: int) -> list:
+def _partition_streams(rng: RngLike, n_parts: int) -> list:
     """One noise stream per user partition: None (secure, drawn on the worker) or a child seed.
 
     A seed / SeedSequence / Generator is turned into a root SeedSequence and spawned into
@@ -82,7 +95,7 @@ def partition_streams(rng: RngLike, n_parts: int) -> list:
     return root.spawn(n_parts)
 
 
-def encode_partition(
+def _encode_partition(
     params: ProtocolParams, users: UserDistributions, select: np.ndarray, seed, edges: np.ndarray
 ) -> list[np.ndarray]:
     """Encode one user partition; return its messages' shares split by coordinate block.
@@ -103,7 +116,29 @@ def shuffle_and_sum(
 
     The block's messages (a, w) are packed, permuted by one uniformly random permutation from
     the secure source (the block's shuffler), then summed per coordinate exactly.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters (the modulus q).
+    lo : int
+        First coordinate of the block.
+    *parts : numpy.ndarray
+        The block's shares from every user partition, each (messages, block width).
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray, int)
+        Sums mod q and message counts per coordinate of the block, and the messages mixed.
+
+    Raises
+    ------
+    ValueError
+        If the parts have different block widths.
     """
+    if len({p.shape[1] for p in parts}) > 1:
+        raise ValueError(f"the parts of a block must have one width, got "
+                         f"{sorted({p.shape[1] for p in parts})}")
     width = parts[0].shape[1] if parts else 0
     w = np.concatenate([p.reshape(-1, width) for p in parts]).astype(np.int64)
     coord = np.broadcast_to(np.arange(lo, lo + width, dtype=np.int64), w.shape)
@@ -118,7 +153,15 @@ def shuffle_and_sum(
 
 @dataclass(frozen=True)
 class Partitioning:
-    """How a run is split: ``user_parts`` user partitions, ``coord_blocks`` coordinate blocks."""
+    """How a run is split: ``user_parts`` user partitions, ``coord_blocks`` coordinate blocks.
+
+    Parameters
+    ----------
+    user_parts : int
+        Number of user partitions (one encoder task each).
+    coord_blocks : int
+        Number of coordinate blocks (one shuffle-and-sum task each).
+    """
 
     user_parts: int
     coord_blocks: int
@@ -130,7 +173,33 @@ def default_partitioning(params: ProtocolParams, n_users: int, n_workers: int,
 
     An encoder task holds 4 bytes per message of its users; a block task about 24 bytes per
     message of its block (uint32 shares, int64 packed messages, the shuffle's copy).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters (r and m).
+    n_users : int
+        Participating users, >= 0.
+    n_workers : int
+        Dask workers, >= 0 (0 counts as 1).
+    budget_bytes : int, default 2**27
+        Memory budget of one task, >= 1.
+
+    Returns
+    -------
+    Partitioning
+        The user partitions and coordinate blocks.
+
+    Raises
+    ------
+    TypeError
+        If a count is not an integer.
+    ValueError
+        If a count is below its minimum.
     """
+    n_users = v.count("n_users", n_users, 0)
+    n_workers = v.count("n_workers", n_workers, 0)
+    budget_bytes = v.count("budget_bytes", budget_bytes)
     total = int(n_users) * params.r * params.m
     least = 4 * max(1, int(n_workers))
     users = max(least, -(-4 * total // budget_bytes))
@@ -140,7 +209,7 @@ def default_partitioning(params: ProtocolParams, n_users: int, n_workers: int,
 
 def _plan(params, participants, part: Partitioning):
     user_sel = [s for s in np.array_split(participants, part.user_parts) if s.size]
-    return user_sel, coordinate_blocks(params.m, part.coord_blocks)
+    return user_sel, _coordinate_blocks(params.m, part.coord_blocks)
 
 
 def _collect(params, edges, results) -> ModularAccumulator:
@@ -151,14 +220,14 @@ def _collect(params, edges, results) -> ModularAccumulator:
     return acc
 
 
-def local_partitioned_sums(
+def _local_partitioned_sums(
     params: ProtocolParams, users: UserDistributions, participants: np.ndarray,
     rng: RngLike, part: Partitioning,
 ) -> ModularAccumulator:
     """The Dask plan executed serially in this process (reference for the Dask backend)."""
     user_sel, edges = _plan(params, participants, part)
-    seeds = partition_streams(rng, len(user_sel))
-    enc = [encode_partition(params, users, s, sd, edges) for s, sd in zip(user_sel, seeds)]
+    seeds = _partition_streams(rng, len(user_sel))
+    enc = [_encode_partition(params, users, s, sd, edges) for s, sd in zip(user_sel, seeds)]
     res = [shuffle_and_sum(params, int(edges[i]), *[e[i] for e in enc])
            for i in range(edges.size - 1)]
     return _collect(params, edges, res)
@@ -171,18 +240,44 @@ def dask_sums(
     """Encoders per user partition, shuffle + mod-q sums per coordinate block, on ``client``.
 
     Only the O(m) block sums and counts return to the driver.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+    users : UserDistributions
+        The users' distributions.
+    participants : numpy.ndarray
+        Indices of the users taking part.
+    rng : None, int, SeedSequence or Generator
+        Noise randomness: None draws it securely on the workers; else one child seed per
+        user partition.
+    client : distributed.Client
+        The Dask client.
+    part : Partitioning, optional
+        The split; default :func:`default_partitioning` for the client's workers.
+
+    Returns
+    -------
+    ModularAccumulator
+        The sums mod q and message counts per coordinate.
+
+    Raises
+    ------
+    RuntimeError
+        If dask[distributed] is not installed.
     """
     require_dask()
     if part is None:
         part = default_partitioning(params, participants.size,
                                     len(client.scheduler_info().get("workers", {})))
     user_sel, edges = _plan(params, participants, part)
-    seeds = partition_streams(rng, len(user_sel))
+    seeds = _partition_streams(rng, len(user_sel))
     # random keys: with content-hashed keys a second run on equal inputs reuses the keys of
     # the first run's data while the scheduler is still releasing them, and its tasks fail
     # with "lost dependencies" (dask/distributed issue #8576; the workaround given there)
     p_fut, u_fut = client.scatter([params, users], broadcast=True, hash=False)
-    enc = [client.submit(encode_partition, p_fut, u_fut, s, sd, edges, pure=False)
+    enc = [client.submit(_encode_partition, p_fut, u_fut, s, sd, edges, pure=False)
            for s, sd in zip(user_sel, seeds)]
     nb = edges.size - 1
     pieces = [[client.submit(lambda e, i=i: e[i], f, pure=False) for i in range(nb)]
@@ -192,8 +287,28 @@ def dask_sums(
     return _collect(params, edges, client.gather(sums))
 
 
-def connect(scheduler: str | None = None, n_workers: int | None = None):
-    """A ``distributed.Client``: to ``scheduler`` if given, else a fresh LocalCluster."""
+def connect(scheduler: str | None = None, n_workers: int | None = None) -> Any:
+    """A ``distributed.Client``: to ``scheduler`` if given, else a fresh LocalCluster.
+
+    Parameters
+    ----------
+    scheduler : str, optional
+        Address of a running scheduler (e.g. ``"tcp://host:8786"``).
+    n_workers : int, optional
+        Workers of the LocalCluster (None: dask's default); ignored with ``scheduler``.
+
+    Returns
+    -------
+    distributed.Client
+        The connected client (close it when done).
+
+    Raises
+    ------
+    RuntimeError
+        If dask[distributed] is not installed.
+    OSError
+        If ``scheduler`` cannot be reached within 10 seconds (dask's timeout error).
+    """
     distributed = require_dask()
     if scheduler:
         return distributed.Client(scheduler, timeout=10)

@@ -20,11 +20,10 @@ the evaluation's view, not part of the release
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1-2, Thm 4.2, Sec. 4-6.
-.. [Cormode12] G. Cormode, C. Procopiuc, D. Srivastava, E. Shen, T. Yu, "Differentially
-   Private Spatial Decompositions", ICDE 2012.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Alg. 1-2, Thm 4.2, Sec. 4-6 -- full entry in docs/references.md
+.. [Cormode12] Cormode et al. (2012), "Differentially Private Spatial Decompositions"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import dl_epsilon_for_std, dl_std, next_query_epsilon
-from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import Sequential, polya_sum_event
 from shuffledp.accounting.guarantee import Guarantee, Neighbour
 from shuffledp.analyzers.federated.baselines import (
@@ -97,6 +96,22 @@ def federated_histogram(
         ``shard_size``, ``dropout``, ``dropped``, ``modulus``, ``neighbour``,
         ``max_users``, ``user_ids``, ``delta``, ``aggregation``, ``rng`` of
         :func:`federated_sum` (add/remove needs ``max_users``).
+
+    Returns
+    -------
+    FederatedHistogram
+        The noisy counts per cell, the shards' records and the guarantee.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (a cell outside 0..D-1, epsilon <= 0, or
+        an argument of :func:`federated_sum`).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
     """
     c = _iv(cells, n_cells)
     return federated_sum(_OneHot(c, int(n_cells)), 1, epsilon, **kwargs)
@@ -133,7 +148,36 @@ def federated_locations(
     gamma, unbiased randomized rounding (:func:`shuffledp.encoders.federated.encode_locations`),
     :func:`federated_sum` with the rounding's l1 bound; returns (counts / gamma, release).
 
-    ``users`` is a sequence of (cells, weights) pairs, one per user.
+    Parameters
+    ----------
+    users : sequence of (cells, weights) pairs
+        One pair per user: her cells in 0..D-1 and their non-negative weights.
+    n_cells : int
+        D.
+    epsilon : float
+        Budget (> 0).
+    gamma : int, default 1000
+        Scaling of the normalised weights before rounding.
+    rounding : str, default "systematic"
+        Randomized rounding of :func:`shuffledp.encoders.federated.encode_locations`.
+    **kwargs
+        Further arguments of :func:`federated_sum` (``rng`` also drives the rounding).
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, FederatedHistogram)
+        The estimated location counts (counts / gamma) and the release.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (no users, a user not a (cells, weights)
+        pair, bad weights or cells, or an argument of :func:`federated_sum`).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
     """
     rng = kwargs.pop("rng", None)
     src = noise_source(rng)
@@ -272,8 +316,19 @@ def federated_sum(
     progress : callable, optional
         Called with 1 after each shard (a progress bar's ``update``).
 
+    Returns
+    -------
+    FederatedHistogram
+        The noisy sum per coordinate, the shards' records and the guarantee.
+
     Raises
     ------
+    ValueError
+        If ``vectors`` is empty or ragged, or an argument is out of range or inconsistent
+        (e.g. ``delta`` or ``user_ids`` outside add/remove, ``aggregation="central"`` with
+        shards).
+    TypeError
+        If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
         for the joining user's noise share.
@@ -444,6 +499,22 @@ def adaptive_histogram(
         seeded from ``rng`` when it is a seed, else fresh entropy (public choices).
     progress : callable, optional
         Called with 1 after each secure-aggregation shard of every sub-query.
+
+    Returns
+    -------
+    AdaptiveRelease
+        The normalised density, the sub-queries' records and the composed guarantee.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (depth outside 1..12, epsilon <= 0,
+        an unknown schedule, eq7 or aggregation, user_ids without max_users, ...).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
     """
     L, r, cc = _check_pixels(rows, cols, depth)
     eps_total = v.positive("epsilon", epsilon)
@@ -469,7 +540,7 @@ def adaptive_histogram(
     plan = (ShardPlan(round_kw["max_users"], shard_size, dropout) if "max_users" in round_kw
             else None)
     noise = noise_source(rng)
-    public = as_generator(rng if is_seeded(rng) else None)
+    public = as_generator(None if rng is None or isinstance(rng, SecureRandom) else rng)
     tree = PartitionTree(L)
     acc = Accountant()
     rem = eps_total
@@ -483,13 +554,14 @@ def adaptive_histogram(
         sigma = eq7_target(c, U_pub, T, S_eq7, eq7)
         eps_q = _query_epsilon(eps_total, rem, sigma, b, max_q, sched, len(rounds))
         if plan is not None:  # add/remove: the round also pays for the joining user's share
-            eps_q = _with_share(eps_q, rem, T, plan.n_min, round_kw["delta"])
-            if eps_q is None:
+            charged = _with_share(eps_q, rem, T, plan.n_min, round_kw["delta"])
+            if charged is None:
                 if not rounds:
                     add_remove_noise(rem, round_kw["delta"], 1, plan.n_min, T)  # refuses
                 notes = (f"stopped with {rem:.4g} of the budget unspent: it cannot pay for "
                          f"the joining user's noise share over {T} cells",)
                 break
+            eps_q = charged
         rem = rem - eps_q if eps_q < rem else 0.0
         users = public.choice(n, size=U, replace=False)
         cells = tree.report_index(r[users], cc[users])
@@ -659,8 +731,36 @@ def _tree_estimate(tree: PartitionTree, counts: dict) -> np.ndarray:
 
 def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: Any
                    ) -> np.ndarray:
-    """The flat one-hot baseline ([Bagdasaryan22]_ Sec. 5.1): Alg. 1 on all 4^L pixels with
-    the whole budget; returns the normalised density (negative counts clipped)."""
+    """The flat one-hot baseline ([Bagdasaryan22]_ Sec. 5.1): Alg. 1 on all 4^L pixels.
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's pixel.
+    depth : int
+        L, 1 <= L <= 12 (grid 2^L x 2^L).
+    epsilon : float
+        The whole budget (> 0).
+    **kwargs
+        Arguments of :func:`federated_histogram`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The normalised density, shape (2^L, 2^L) (negative counts clipped; uniform if none
+        is positive).
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (depth outside 1..12, or an argument of
+        :func:`federated_histogram`).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
+    """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
     cells = np.asarray(rows) * side + np.asarray(cols)
     hist = federated_histogram(cells, side * side, epsilon, **kwargs)
@@ -670,8 +770,38 @@ def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: A
 
 def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
                        **kwargs: Any) -> np.ndarray:
-    """Non-adaptive quadtree with the geometric budget ([Cormode12]_), each level through
-    :func:`shuffledp.analyzers.federated.histogram.federated_histogram` (``kwargs`` go there)."""
+    """Non-adaptive quadtree with the geometric budget ([Cormode12]_).
+
+    Each level goes through :func:`federated_histogram` (``kwargs`` go there); the levels
+    are combined by weighted least squares over the tree.
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's pixel.
+    depth : int
+        L, 1 <= L <= 12.
+    epsilon : float
+        The whole budget (> 0), split geometrically over the L + 1 levels.
+    **kwargs
+        Arguments of :func:`federated_histogram`.
+
+    Returns
+    -------
+    numpy.ndarray
+        The normalised density, shape (2^L, 2^L).
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (depth outside 1..12, or an argument of
+        :func:`federated_histogram`).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
+    """
     L = v.bounded_count("depth", depth, 1, 12)
     r, c = np.asarray(rows), np.asarray(cols)
     budgets = geometric_budget(epsilon, L)
@@ -698,6 +828,34 @@ def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     eq. 7 see one shard (sqrt(ceil(S/U)) = 1). ``kwargs``: ``users_per_query``, ``c``,
     ``b``, ``max_queries``, ``neighbour``, ``max_users`` (add/remove: eq. 7's public U) of
     the adaptive algorithm. The guarantee names the central model.
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's pixel.
+    depth : int
+        L, 1 <= L <= 12.
+    epsilon : float
+        eps_total (> 0).
+    rng : None, SecureRandom, int or Generator
+        Noise randomness (secure when None).
+    **kwargs
+        As above.
+
+    Returns
+    -------
+    AdaptiveRelease
+        As :func:`adaptive_histogram`, under the central model.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range or inconsistent (as :func:`adaptive_histogram`).
+    TypeError
+        If a count is not an integer.
+    FederatedRefused
+        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
+        for the joining user's noise share.
     """
     bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)
     if bad:

@@ -17,14 +17,14 @@ Two layouts of one user's r m messages (:mod:`shuffledp.protocol.wire`):
 Like the v2 plaintext path, these are simulation aids: whoever relays a plaintext batch
 reads every share. :func:`frame_user`, :func:`mix` and :func:`accumulate` are the user,
 shuffler and analyzer steps (``shuffle_heatmap(..., wire=True, layout=...)`` runs them);
-:func:`user_batch_bytes` is the exact size :func:`frame_user` writes.
+:func:`_user_batch_bytes` is the exact size :func:`frame_user` writes.
 Not wired into the streaming :class:`shuffledp.protocol.shuffler.Shuffler` (duplicate checks,
 spooling): :func:`mix` holds all batches in memory and takes well-formed batches only.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -60,15 +60,34 @@ def _flags(layout: str) -> int:
     return FLAG_COORD_MAJOR if layout == "coordinate-major" else 0
 
 
-def user_batch_bytes(params: ProtocolParams, layout: str) -> int:
+def _user_batch_bytes(params: ProtocolParams, layout: str) -> int:
     """Exact length of one user's batch in ``layout`` (header + ceil(r m bits / 8))."""
     layout = v.choice("layout", layout, LAYOUTS)
     return HEADER_SIZE + -(-params.messages_per_user * _bits(params, layout) // 8)
 
 
 def frame_user(params: ProtocolParams, shares: np.ndarray, layout: str) -> bytes:
-    """One user's shares, shape (r, m) as from :func:`shuffledp.encoders.encoder.encode_shares`,
-    as a bit-packed user batch (kind 5) in ``layout``."""
+    """One user's shares as a bit-packed user batch (kind 5) in ``layout``.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), as from :func:`shuffledp.encoders.encoder.encode_shares`.
+    layout : {"packed", "coordinate-major"}
+        Records at their exact bit width, or shares only (the coordinate implied).
+
+    Returns
+    -------
+    bytes
+        The user batch, :func:`_user_batch_bytes` long.
+
+    Raises
+    ------
+    ValueError
+        If ``layout`` is not a layout, ``shares`` has another shape or a share does not fit.
+    """
     layout = v.choice("layout", layout, LAYOUTS)
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
@@ -98,6 +117,35 @@ def mix(params: ProtocolParams, batches: Sequence[bytes], layout: str,
     ``packed``: one uniform permutation of all messages. ``coordinate-major``: one
     independent uniform permutation of every coordinate's block of n_users r shares. Both
     from :func:`shuffledp.randomness.secure_shuffle` (the secure source; no seed).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    batches : sequence of bytes
+        The user batches (:func:`frame_user`), at least one.
+    layout : {"packed", "coordinate-major"}
+        The layout of the batches and of the mixed batch.
+    source : SecureRandom, optional
+        The secure generator of the permutations (default: a fresh one).
+    mac_key : bytes, optional
+        Shuffler-analyzer MAC key for the mixed batch's tag.
+    n_dropped : int, default 0
+        Users who dropped out, written in the header.
+
+    Returns
+    -------
+    bytes
+        The mixed batch (kind 6).
+
+    Raises
+    ------
+    ValueError
+        If ``layout`` is not a layout, ``batches`` is empty or ``mac_key`` is too short.
+    WireError
+        If a batch does not parse.
+    HeaderMismatch
+        If a batch's header does not fit the run and layout.
     """
     layout = v.choice("layout", layout, LAYOUTS)
     if len(batches) < 1:
@@ -127,6 +175,27 @@ def accumulate(params: ProtocolParams, data: bytes, mac_key: bytes | None = None
     counted and never summed;
     :meth:`~shuffledp.analyzers.heatmap.modular.ModularAccumulator.modular_sums`
     refuses a coordinate without exactly r n_users messages).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    data : bytes
+        The mixed batch (:func:`mix`).
+    mac_key : bytes, optional
+        The shuffler-analyzer MAC key of a keyed batch.
+
+    Returns
+    -------
+    tuple of (Header, ModularAccumulator)
+        The batch's header and its records summed mod q.
+
+    Raises
+    ------
+    WireError
+        If the batch does not parse, or its tag does not verify.
+    HeaderMismatch
+        If its header does not fit the run.
     """
 
     h, rec = decode_batch(data, mac_key)

@@ -20,13 +20,12 @@ writes.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics"
+   -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -162,11 +161,17 @@ class ProtocolParams:
     # ----- the accounting record's numbers (their one home is SummationParameters) -----
     @property
     def start(self) -> int:
-        return int(self.summation.levels[0])
+        return int(self._levels()[0])
 
     @property
     def top(self) -> int:
-        return int(self.summation.levels[-1])
+        return int(self._levels()[-1])
+
+    def _levels(self) -> tuple[int, ...]:
+        levels = self.summation.levels
+        if levels is None:  # __post_init__ refuses it; kept for objects built around it
+            raise ValueError("the accounting record measures no levels: summation.levels=None")
+        return levels
 
     @property
     def level_epsilons(self) -> tuple[float, ...]:
@@ -209,7 +214,7 @@ class ProtocolParams:
     @property
     def neighbour(self) -> Neighbour:
         """Neighbour notion of the guarantee (REPLACE_ONE or ZERO_OUT)."""
-        return self.summation.neighbour
+        return Neighbour.parse(self.summation.neighbour)
 
     @property
     def dropout(self) -> float:
@@ -520,6 +525,45 @@ def derive_params(
     noise variance about 1 / (1 - dropout) times larger when all n users are present
     (+2.6% standard deviation at 0.05) and, near a threshold of the shares formula, one
     more share per coordinate. Pass ``dropout=0.0`` to plan for exactly n users.
+
+    Parameters
+    ----------
+    grid : Grid
+        The heatmap grid (its measured levels and pixel count).
+    n : int
+        Users the protocol is provisioned for, >= 2.
+    epsilon, delta : float
+        Target guarantee (epsilon > 0, delta in (0, 1)).
+    B : int
+        Scaling factor of the level vectors ([Ghazi23]_ App. F).
+    w : int, default 20
+        Reconstruct's top-w.
+    gamma : float, optional
+        Per-level budget decay (None: the central model's default).
+    rounding : {"largest_remainder", "floor"}
+        Rounding rule of the scaled level vectors.
+    dropout : float, default DEFAULT_DROPOUT
+        Declared dropout fraction in [0, 1).
+    wrap_target : float, default 1e-12
+        Largest acceptable probability that a sum wraps around the modulus.
+    neighbour : Neighbour or {"replace", "zero_out"}
+        Neighbour relation of the guarantee.
+    round_id : bytes, optional
+        16 bytes naming the run (default: fresh from ``os.urandom``).
+
+    Returns
+    -------
+    ProtocolParams
+        The validated protocol record.
+
+    Raises
+    ------
+    ValueError
+        If an argument is out of range (n, epsilon, delta, B, dropout, rounding, neighbour,
+        round_id), or the derived record is not supported (messages wider than 64 bits,
+        no decoding window).
+    TypeError
+        If a count is not an integer.
     """
 
     if not isinstance(grid, Grid):

@@ -21,11 +21,10 @@ point and dispatches to one function per path, each taking the derived
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import dataclasses
 import tempfile
 import time
 from collections.abc import Callable
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def simulate_sums(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     source: SecureRandom | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> ModularAccumulator:
@@ -70,6 +70,33 @@ def simulate_sums(
     The noise comes from ``rng`` when it is a seed or Generator (research), else from the
     secure generator; shares always from the secure generator. ``progress`` (e.g. a tqdm
     bar's ``update``) is called with the number of users encoded after each chunk.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    users : UserDistributions
+        The users' distributions.
+    participants : numpy.ndarray
+        Indices of the users who take part.
+    rng : None, SecureRandom, int, SeedSequence or Generator
+        Source of the noise (None: ``source``).
+    source : SecureRandom, optional
+        Secure generator of the shares (default: a fresh one).
+    progress : callable, optional
+        Called with the number of users encoded after each chunk.
+
+    Returns
+    -------
+    ModularAccumulator
+        The participants' shares summed mod q per coordinate.
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative seed.
+    TypeError
+        If ``rng`` is not a seed, SeedSequence, Generator, SecureRandom or None.
     """
     src = source if source is not None else SecureRandom()
     g = noise_source(rng, src)
@@ -87,7 +114,7 @@ def user_batches(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike = None,
+    rng: RngLike | SecureRandom = None,
     source: SecureRandom | None = None,
     analyzer_public: bytes | None = None,
 ):
@@ -95,6 +122,33 @@ def user_batches(
 
     Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
     relays them reads every share, and a flipped bit is an undetectable valid share).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    users : UserDistributions
+        The users' distributions.
+    participants : numpy.ndarray
+        Indices of the users who take part (one batch each, in this order).
+    rng : None, SecureRandom, int, SeedSequence or Generator
+        Source of the noise (None: ``source``).
+    source : SecureRandom, optional
+        Secure generator of the shares (default: a fresh one).
+    analyzer_public : bytes, optional
+        The analyzer's 32-byte X25519 public key; None writes plaintext batches.
+
+    Yields
+    ------
+    bytes
+        One user batch in the wire format.
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative seed or ``analyzer_public`` is not a 32-byte key.
+    TypeError
+        If ``rng`` is not a seed, SeedSequence, Generator, SecureRandom or None.
     """
     src = source if source is not None else SecureRandom()
     g = noise_source(rng, src)
@@ -179,8 +233,36 @@ def simulation_heatmap(
 
     Every participant's shares are drawn as on a device (:func:`simulate_sums`); the
     permutation and the encryption are skipped, which changes nothing in the sums.
-    ``progress`` is called with the number of users encoded after each chunk. The other
-    arguments are those of :func:`shuffle_heatmap`.
+    ``progress`` is called with the number of users encoded after each chunk.
+
+    Parameters
+    ----------
+    users : UserDistributions
+        The users' distributions over the grid's pixels.
+    params : ProtocolParams
+        The protocol record (:func:`~shuffledp.protocol.params.derive_params`); must match the
+        users' grid and count.
+    rng : int, Generator or None
+        None: a private release (secure noise); a seed or Generator: reproducible noise and
+        simulated dropouts (the guarantee notes it is not a private release).
+    simulate_dropouts : int, default 0
+        Users (chosen by ``rng``) who never send their batch, 0..n.
+    progress : callable, optional
+        Called with the number of users encoded after each chunk.
+
+    Returns
+    -------
+    HeatmapRelease
+        The estimate, its guarantee and the ``protocol`` figures (as :func:`shuffle_heatmap`).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
+    ValueError
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of range.
+    shuffledp.analyzers.heatmap.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
     """
     rnd = _plan_round(users, params, rng, simulate_dropouts)
     t0 = time.perf_counter()
@@ -202,6 +284,38 @@ def dask_heatmap(
     ``client`` is a ``distributed.Client``; encoders run per user partition, block shuffles
     and mod-q sums per coordinate range, Reconstruct on the driver. A seed is split into one
     stream per user partition, so the release is reproducible for a seed and partitioning.
+
+    Parameters
+    ----------
+    users : UserDistributions
+        The users' distributions over the grid's pixels.
+    params : ProtocolParams
+        The protocol record (:func:`~shuffledp.protocol.params.derive_params`); must match the
+        users' grid and count.
+    client : distributed.Client
+        The Dask client.
+    rng : int, Generator or None
+        None: a private release (secure noise); a seed or Generator: reproducible noise and
+        simulated dropouts (the guarantee notes it is not a private release).
+    simulate_dropouts : int, default 0
+        Users (chosen by ``rng``) who never send their batch, 0..n.
+
+    Returns
+    -------
+    HeatmapRelease
+        The estimate, its guarantee and the ``protocol`` figures (as :func:`shuffle_heatmap`).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
+    ValueError
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of
+        range, or ``client`` is None.
+    shuffledp.analyzers.heatmap.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
+    RuntimeError
+        If dask[distributed] is not installed.
     """
     if client is None:
         raise ValueError("dask_heatmap needs a distributed.Client, got client=None")
@@ -229,6 +343,36 @@ def wire_heatmap(
     ``"coordinate-major"`` run the bit-packed rounds of :mod:`shuffledp.protocol.packed` in
     memory. A simulation aid only: the shuffler sees every share and user batches carry no
     integrity. ``protocol["bytes_per_user"]`` is the length of the batch actually written.
+
+    Parameters
+    ----------
+    users : UserDistributions
+        The users' distributions over the grid's pixels.
+    params : ProtocolParams
+        The protocol record (:func:`~shuffledp.protocol.params.derive_params`); must match the
+        users' grid and count.
+    layout : {"v2", "packed", "coordinate-major"}
+        The plaintext wire layout.
+    rng : int, Generator or None
+        None: a private release (secure noise); a seed or Generator: reproducible noise and
+        simulated dropouts (the guarantee notes it is not a private release).
+    simulate_dropouts : int, default 0
+        Users (chosen by ``rng``) who never send their batch, 0..n.
+
+    Returns
+    -------
+    HeatmapRelease
+        The estimate, its guarantee and the ``protocol`` figures (as :func:`shuffle_heatmap`).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
+    ValueError
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of
+        range, or ``layout`` is not a layout.
+    shuffledp.analyzers.heatmap.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
     """
     layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
     rnd = _plan_round(users, params, rng, simulate_dropouts)
@@ -255,6 +399,33 @@ def deployment_heatmap(
     Every message is encrypted to a fresh analyzer X25519 key (ChaCha20-Poly1305) and the
     mixed batch authenticated with a fresh shuffler-analyzer MAC key; the v2 wire format
     throughout (slow: one X25519 exchange per message; see ``bench/shuffle_deploy.py``).
+
+    Parameters
+    ----------
+    users : UserDistributions
+        The users' distributions over the grid's pixels.
+    params : ProtocolParams
+        The protocol record (:func:`~shuffledp.protocol.params.derive_params`); must match the
+        users' grid and count.
+    rng : int, Generator or None
+        None: a private release (secure noise); a seed or Generator: reproducible noise and
+        simulated dropouts (the guarantee notes it is not a private release).
+    simulate_dropouts : int, default 0
+        Users (chosen by ``rng``) who never send their batch, 0..n.
+
+    Returns
+    -------
+    HeatmapRelease
+        The estimate, its guarantee and the ``protocol`` figures (as :func:`shuffle_heatmap`).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` is not a UserDistributions or ``params`` not a ProtocolParams.
+    ValueError
+        If ``params`` does not match the users or ``simulate_dropouts`` is out of range.
+    shuffledp.analyzers.heatmap.modular.ReleaseRefused
+        If more users dropped out than the declared fraction allows.
     """
     rnd = _plan_round(users, params, rng, simulate_dropouts)
     timings: dict[str, object] = {}
@@ -282,7 +453,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
         timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         f.seek(0)
-        res = accumulate_mixed(params, f, key=key, mac_key=mac_key)
+        # a SpooledTemporaryFile is a binary file, but typeshed does not declare it a BinaryIO
+        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key)
         timings["analyzer_seconds"] = time.perf_counter() - t1
     return res, s.report
 
@@ -402,11 +574,11 @@ def shuffle_heatmap(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
             rounding=rounding, dropout=dropout, neighbour=neighbour,
         )
-    common = {"rng": rng, "simulate_dropouts": simulate_dropouts}
+    sd = simulate_dropouts
     if backend == "dask":
-        return dask_heatmap(users, params, client, **common)
+        return dask_heatmap(users, params, client, rng=rng, simulate_dropouts=sd)
     if encrypt:
-        return deployment_heatmap(users, params, **common)
+        return deployment_heatmap(users, params, rng=rng, simulate_dropouts=sd)
     if wire:
-        return wire_heatmap(users, params, layout=layout, **common)
-    return simulation_heatmap(users, params, progress=progress, **common)
+        return wire_heatmap(users, params, layout=layout, rng=rng, simulate_dropouts=sd)
+    return simulation_heatmap(users, params, progress=progress, rng=rng, simulate_dropouts=sd)

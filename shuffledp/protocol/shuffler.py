@@ -107,16 +107,15 @@ the same way), so the shuffler and the analyzer cannot link them. The analyzer s
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [SipHash12] J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input PRF",
-   INDOCRYPT 2012.
-.. [RFC5869] H. Krawczyk, P. Eronen, "HMAC-based Extract-and-Expand Key Derivation Function
-   (HKDF)", RFC 5869, 2010.
-.. [Lemire19] D. Lemire, "Fast Random Integer Generation in an Interval", ACM TOMACS 29(1),
-   2019.
-.. [Knuth97] D. E. Knuth, "The Art of Computer Programming, Vol. 2: Seminumerical
-   Algorithms", 3rd ed., Addison-Wesley, 1997.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps"
+   -- full entry in docs/references.md
+.. [SipHash12] Aumasson and Bernstein (2012), "SipHash: a fast short-input PRF"
+   -- full entry in docs/references.md
+.. [RFC5869] Krawczyk and Eronen (2010), "HKDF" (RFC 5869) -- full entry in docs/references.md
+.. [Lemire19] Lemire (2019), "Fast Random Integer Generation in an Interval"
+   -- full entry in docs/references.md
+.. [Knuth97] Knuth (1997), "The Art of Computer Programming, Vol. 2"
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ import weakref
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO, Any
 
 import numpy as np
 
@@ -180,7 +179,7 @@ _MAX_BUCKETS = 1 << 16
 _IDX_BYTES = 4  # batch index stored next to each record in the bucket files
 
 
-def duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
+def _duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
     """Row indices of each group of identical rows (size >= 2) of a 2D uint8 array.
 
     Sorts by the first 8 bytes (honest ephemeral keys never tie there) and compares the
@@ -221,6 +220,21 @@ class ShuffleReport:
     directory entries named like a batch that were not read as one
     (:data:`IGNORED_REASONS`, filled by the ``shuffle`` command); they are no user's
     submission and not counted as dropped.
+
+    Attributes
+    ----------
+    n_forwarded : int
+        Batches forwarded into the mixed batch.
+    n_missing : int
+        Users admitted but whose batch never arrived.
+    n_failed_users : int
+        Senders none of whose submissions was accepted.
+    n_removed : int
+        Accepted batches removed at mixing (``copied_record``).
+    rejected : collections.Counter
+        Rejected submissions by reason (:data:`REJECT_REASONS`).
+    ignored : collections.Counter
+        Directory entries not read as a batch, by reason (:data:`IGNORED_REASONS`).
     """
 
     n_forwarded: int = 0
@@ -266,9 +280,11 @@ class _Buckets:
         self.buffers = [bytearray() for _ in range(k)]
         self.buffered = 0
         self.dir: str | None = None
-        self._cleanup = None
+        self._cleanup: weakref.finalize[Any, Any] | None = None
 
     def _path(self, i: int) -> str:
+        if self.dir is None:
+            raise RuntimeError(f"bucket {i} has no file: nothing was flushed yet (dir=None)")
         return os.path.join(self.dir, f"bucket{i:05d}")
 
     def append(self, i: int, data: bytes | memoryview) -> None:
@@ -291,17 +307,17 @@ class _Buckets:
     def load(self, i: int, release: bool = False) -> bytearray:
         """Whole content of bucket i (file part then buffer); ``release`` frees it."""
         path = self._path(i) if self.dir is not None else None
-        size = os.path.getsize(path) if path and os.path.exists(path) else 0
+        size = os.path.getsize(path) if path is not None and os.path.exists(path) else 0
         out = bytearray(size + len(self.buffers[i]))
-        if size:
-            with open(path, "rb") as fh:
+        if path is not None and size:
+            with open(path, "rb", buffering=0) as fh:
                 if fh.readinto(memoryview(out)[:size]) != size:
                     raise OSError(f"short read of shuffler bucket file {path}")
         out[size:] = self.buffers[i]
         if release:
             self.buffered -= len(self.buffers[i])
             self.buffers[i] = bytearray()
-            if size:
+            if path is not None and size:
                 os.remove(path)
         return out
 
@@ -417,7 +433,7 @@ class Shuffler:
             return "coordinate_out_of_range", None
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
             return "incomplete", None
-        if self.encrypted and duplicate_groups(rows[:, 4:36]):
+        if self.encrypted and _duplicate_groups(rows[:, 4:36]):
             return "duplicate_record", None
         return None, rows
 
@@ -435,8 +451,8 @@ class Shuffler:
         if sender is not None and sender in self._accepted:
             return self._fail(sender, "duplicate_sender")
         reason, rows = self._validate(data)
-        if reason is not None:
-            return self._fail(sender, reason)
+        if reason is not None or rows is None:
+            return self._fail(sender, reason or "malformed")
         fingerprint = self._fingerprint(rows)
         if fingerprint in self._batch_hashes:
             return self._fail(sender, "replayed_batch")
@@ -522,7 +538,7 @@ class Shuffler:
         for i in range(self.n_buckets):
             rows = self._rows(self._buckets.load(i))
             idx = self._batch_index(rows)
-            groups.extend(np.unique(idx[g]) for g in duplicate_groups(rows[:, 4:36]))
+            groups.extend(np.unique(idx[g]) for g in _duplicate_groups(rows[:, 4:36]))
         if not groups:
             return set()
         member_of: dict[int, list[int]] = {}
@@ -539,7 +555,7 @@ class Shuffler:
                 taken[gids] = True
         return removed
 
-    def mix_to(self, f: BinaryIO) -> Header:
+    def mix_to(self, f: IO[bytes]) -> Header:
         """Write the mixed batch (header, uniformly permuted records, tag) to a binary file.
 
         Memory stays near ``memory_limit`` whatever the number of users: buckets are loaded
@@ -602,7 +618,7 @@ class Shuffler:
         self.close()
 
 
-def shuffle_batches(
+def _shuffle_batches(
     params: ProtocolParams,
     batches: Iterable[bytes],
     *,

@@ -29,7 +29,7 @@ Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8
 low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
 with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
 (:class:`~shuffledp.protocol.params.ProtocolParams`). E.g. 36-bit messages take 5 bytes.
-:func:`pack_records` / :func:`unpack_records` convert between integers and records.
+:func:`_pack_records` / :func:`unpack_records` convert between integers and records.
 
 Bit-packed records (version 3, kinds 5 and 6): the same unsigned integers
 ``(a << share_bits) | w`` at exactly b = ceil(log2 m) + share_bits bits each (b in the
@@ -104,7 +104,7 @@ import hmac
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, BinaryIO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -167,7 +167,33 @@ class HeaderMismatch(WireError):
 
 @dataclass(frozen=True)
 class Header:
-    """The 64-byte batch header (see module docstring)."""
+    """The 64-byte batch header (see module docstring).
+
+    Parameters
+    ----------
+    kind : int
+        Batch kind, one of :data:`KINDS` (user/mixed, plaintext/encrypted/bit-packed).
+    record_bytes : int
+        Size of one record: bytes, or bits for the bit-packed kinds.
+    digest : bytes
+        The 16-byte digest of the run's :class:`ProtocolParams` (round id included).
+    n_records : int
+        Number of records after the header.
+    n_users : int, default 1
+        Users whose records the batch holds (1 for a user batch).
+    n_dropped : int, default 0
+        Users who dropped out (0 for a user batch).
+    version : int, optional
+        Wire format version; None: the version the kind is written with.
+    flags : int, default 0
+        ``FLAG_KEYED`` (mixed batch tagged under a MAC key) and/or ``FLAG_COORD_MAJOR``.
+
+    Raises
+    ------
+    ValueError
+        If a field is out of range (unknown kind, wrong version for the kind, record size,
+        digest length, negative count, flags the kind does not take).
+    """
 
     kind: int
     record_bytes: int
@@ -273,7 +299,7 @@ class Header:
             raise WireError(str(e)) from None
 
 
-def expected_record_size(params: ProtocolParams, kind: int, flags: int = 0) -> int:
+def _expected_record_size(params: ProtocolParams, kind: int, flags: int = 0) -> int:
     """``record_bytes`` of a batch of ``kind`` under ``params``: bytes per record, or bits for
     the bit-packed kinds (share_bits alone when ``flags`` has :data:`FLAG_COORD_MAJOR`)."""
     if kind in PACKED_KINDS:
@@ -315,6 +341,11 @@ def header_mismatch(params: ProtocolParams, header: Header, kind: int, *,
         The first failed check of the module docstring's list (its ``reason`` one of
         :data:`HEADER_REASONS`), not raised: the shuffler counts it, a reader raises it
         (:func:`check_header`).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is not one of :data:`KINDS`.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got kind={kind!r}")
@@ -333,7 +364,7 @@ def header_mismatch(params: ProtocolParams, header: Header, kind: int, *,
         name = {0: "packed", FLAG_COORD_MAJOR: "coordinate-major"}
         return HeaderMismatch("wrong_kind", f"expected the {name[layout_flags]} layout, got "
                                             f"the {name[layout]} layout")
-    rb = expected_record_size(params, kind, layout)
+    rb = _expected_record_size(params, kind, layout)
     if h.record_bytes != rb:
         unit = "bits" if h.packed else "bytes"
         return HeaderMismatch("wrong_record_size", f"records of {h.record_bytes} {unit}, "
@@ -352,15 +383,38 @@ def header_mismatch(params: ProtocolParams, header: Header, kind: int, *,
 
 def check_header(params: ProtocolParams, header: Header, kind: int, *,
                  layout_flags: int | None = None) -> Header:
-    """``header`` if it fits the run as a batch of ``kind``; else raises the
-    :class:`HeaderMismatch` of :func:`header_mismatch` (same arguments)."""
+    """``header`` if it fits the run as a batch of ``kind``.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+    header : Header
+        A parsed header.
+    kind : int
+        The kind the reader expects (one of :data:`KINDS`).
+    layout_flags : int, optional
+        The bit-packed layout expected (``FLAG_COORD_MAJOR`` or 0); None accepts either.
+
+    Returns
+    -------
+    Header
+        ``header`` itself.
+
+    Raises
+    ------
+    HeaderMismatch
+        The first failed check of :func:`header_mismatch`.
+    ValueError
+        If ``kind`` is not one of :data:`KINDS`.
+    """
     bad = header_mismatch(params, header, kind, layout_flags=layout_flags)
     if bad is not None:
         raise bad
     return header
 
 
-def record_dtype(record_bytes: int) -> np.dtype:
+def _record_dtype(record_bytes: int) -> np.dtype:
     """numpy dtype of a raw record: little-endian uint32/uint64, else ``record_bytes`` raw bytes."""
     if record_bytes == 4:
         return np.dtype("<u4")
@@ -369,7 +423,7 @@ def record_dtype(record_bytes: int) -> np.dtype:
     return np.dtype((np.void, record_bytes))
 
 
-def pack_records(values: np.ndarray, record_bytes: int) -> np.ndarray:
+def _pack_records(values: np.ndarray, record_bytes: int) -> np.ndarray:
     """Integers -> raw records (low ``record_bytes`` bytes, little-endian), vectorised.
 
     Raises ValueError if a value does not fit in ``record_bytes`` bytes.
@@ -383,16 +437,34 @@ def pack_records(values: np.ndarray, record_bytes: int) -> np.ndarray:
     if record_bytes < 8 and v.size and int(v.max()) >> (8 * record_bytes):
         raise ValueError(f"a value does not fit in {record_bytes} bytes")
     if record_bytes in (4, 8):
-        return v.astype(record_dtype(record_bytes))
+        return v.astype(_record_dtype(record_bytes))
     raw = np.ascontiguousarray(v.view(np.uint8).reshape(-1, 8)[:, :record_bytes])
-    return raw.view(record_dtype(record_bytes)).ravel()
+    return raw.view(_record_dtype(record_bytes)).ravel()
 
 
 def unpack_records(records: np.ndarray, record_bytes: int) -> np.ndarray:
-    """Raw records -> unsigned integers (uint32 for 4-byte records, else uint64), vectorised."""
+    """Raw records -> unsigned integers (uint32 for 4-byte records, else uint64), vectorised.
+
+    Parameters
+    ----------
+    records : numpy.ndarray
+        Raw little-endian records (as read from a batch).
+    record_bytes : int
+        Bytes per record, 1..8.
+
+    Returns
+    -------
+    numpy.ndarray
+        One unsigned integer per record (uint32 if ``record_bytes`` is 4, else uint64).
+
+    Raises
+    ------
+    ValueError
+        If ``record_bytes`` is not in 1..8.
+    """
     r = np.asarray(records)
     if record_bytes in (4, 8):
-        return r.view(record_dtype(record_bytes)).astype(
+        return r.view(_record_dtype(record_bytes)).astype(
             np.uint32 if record_bytes == 4 else np.uint64, copy=False)
     if not (1 <= record_bytes <= 8):
         raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={record_bytes}")
@@ -413,7 +485,26 @@ def pack_bits(values: np.ndarray, bits: int) -> bytes:
     """Unsigned integers -> ceil(len(values) bits / 8) bytes, ``bits`` bits each, LSB first.
 
     Vectorised (numpy unpackbits/packbits on the little-endian bytes); padding bits of the
-    last byte are zero. Raises ValueError if a value needs more than ``bits`` bits.
+    last byte are zero.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Non-negative integers.
+    bits : int
+        Bits per value, 1..64.
+
+    Returns
+    -------
+    bytes
+        ceil(len(values) * bits / 8) bytes.
+
+    Raises
+    ------
+    TypeError
+        If ``values`` is not an integer array.
+    ValueError
+        If ``bits`` is not in 1..64, a value is negative or needs more than ``bits`` bits.
     """
     bits = _check_bits(bits)
     v = np.asarray(values)
@@ -430,9 +521,28 @@ def pack_bits(values: np.ndarray, bits: int) -> bytes:
 
 
 def unpack_bits(data: bytes | memoryview | np.ndarray, bits: int, count: int) -> np.ndarray:
-    """Inverse of :func:`pack_bits`: ``count`` uint64 values from exactly
-    ceil(count bits / 8) bytes; raises :class:`WireError` on another length or a non-zero
-    padding bit.
+    """Inverse of :func:`pack_bits`: ``count`` values from exactly ceil(count bits / 8) bytes.
+
+    Parameters
+    ----------
+    data : bytes, memoryview or numpy.ndarray
+        The packed bytes.
+    bits : int
+        Bits per value, 1..64.
+    count : int
+        Number of values, >= 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``count`` uint64 values.
+
+    Raises
+    ------
+    ValueError
+        If ``bits`` is not in 1..64 or ``count`` is not an integer >= 0.
+    WireError
+        If ``data`` has another length or a non-zero padding bit.
     """
     bits = _check_bits(bits)
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
@@ -455,7 +565,7 @@ def _body(records: np.ndarray | bytes, record_bytes: int, packed: bool = False) 
         if records.dtype.kind in "ui":
             if packed:
                 return pack_bits(records, record_bytes)
-            return pack_records(records, record_bytes).tobytes()
+            return _pack_records(records, record_bytes).tobytes()
         return records.tobytes()
     return bytes(records)
 
@@ -470,13 +580,13 @@ def _check_mac_key(mac_key: bytes | None) -> bytes | None:
     return bytes(mac_key)
 
 
-def tagger(mac_key: bytes | None):
+def _tagger(mac_key: bytes | None):
     """Running tag of a mixed batch: HMAC-SHA256 under ``mac_key``, or SHA-256 without one."""
     key = _check_mac_key(mac_key)
     return hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
 
 
-def with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
+def _with_tag_flag(header: Header, mac_key: bytes | None) -> Header:
     """The header a writer emits: flags bit 0 set on a mixed batch iff a MAC key is used."""
     if not header.mixed:
         if mac_key is not None:
@@ -501,9 +611,31 @@ def encode_batch(
     """A whole batch as bytes (header + records [+ tag]); integer arrays are packed.
 
     A mixed batch gets its 32-byte tag (keyed with ``mac_key`` when given, which also sets
-    flags bit 0 of the header). Raises ValueError if the records do not match the count.
+    flags bit 0 of the header).
+
+    Parameters
+    ----------
+    header : Header
+        The batch's header (its counts and record size).
+    records : numpy.ndarray or bytes
+        Integer records (packed here), raw records or raw bytes.
+    mac_key : bytes, optional
+        Shuffler-analyzer MAC key (>= 16 bytes) for a mixed batch's tag.
+
+    Returns
+    -------
+    bytes
+        Header, records and, for a mixed batch, the 32-byte tag.
+
+    Raises
+    ------
+    TypeError
+        If ``mac_key`` is not bytes.
+    ValueError
+        If the records do not match the header's count, a value does not fit a record,
+        ``mac_key`` is shorter than 16 bytes or is given for a user batch.
     """
-    header = with_tag_flag(header, mac_key)
+    header = _with_tag_flag(header, mac_key)
     body = _body(records, header.record_bytes, header.packed)
     if len(body) != header.body_bytes:
         unit = "bits" if header.packed else "bytes"
@@ -514,7 +646,7 @@ def encode_batch(
     head = header.pack()
     if not header.mixed:
         return head + body
-    t = tagger(mac_key)
+    t = _tagger(mac_key)
     t.update(head)
     t.update(body)
     return head + body + t.digest()
@@ -527,6 +659,24 @@ def decode_batch(
 
     The tag of a mixed batch is verified (HMAC under ``mac_key`` if the header says keyed;
     a keyed batch without ``mac_key``, or an unkeyed one with it, is refused).
+
+    Parameters
+    ----------
+    data : bytes or memoryview
+        A whole batch.
+    mac_key : bytes, optional
+        The shuffler-analyzer MAC key of a keyed mixed batch.
+
+    Returns
+    -------
+    tuple of (Header, numpy.ndarray)
+        The header and its records (raw records; uint64 values for the bit-packed kinds).
+
+    Raises
+    ------
+    WireError
+        If the header does not parse, the length differs from the header's, the tag mode
+        does not match ``mac_key`` or the tag does not verify.
     """
     h = Header.unpack(bytes(data[:HEADER_SIZE]))
     if len(data) != h.total_bytes:
@@ -538,24 +688,40 @@ def decode_batch(
     end = HEADER_SIZE + h.body_bytes
     if h.mixed:
         _check_tag_mode(h, mac_key)
-        t = tagger(mac_key)
+        t = _tagger(mac_key)
         t.update(bytes(data[:end]))
         if not hmac.compare_digest(t.digest(), bytes(data[end:])):
             raise WireError("mixed batch tag does not verify (altered after the shuffler)")
     if h.packed:
         return h, unpack_bits(memoryview(data)[HEADER_SIZE:end], h.record_bytes, h.n_records)
-    rec = np.frombuffer(data, dtype=record_dtype(h.record_bytes), offset=HEADER_SIZE,
+    rec = np.frombuffer(data, dtype=_record_dtype(h.record_bytes), offset=HEADER_SIZE,
                         count=h.n_records)
     return h, rec
 
 
-def read_header(f: BinaryIO) -> Header:
-    """Read and validate the header of an open binary file."""
+def read_header(f: IO[bytes]) -> Header:
+    """Read and validate the header of an open binary file.
+
+    Parameters
+    ----------
+    f : binary file
+        Positioned at the start of a batch.
+
+    Returns
+    -------
+    Header
+        The parsed header (the file is left at the first record).
+
+    Raises
+    ------
+    WireError
+        If the file holds fewer than 64 bytes or the header does not parse.
+    """
     return Header.unpack(f.read(HEADER_SIZE))
 
 
 def iter_records(
-    f: BinaryIO, header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
+    f: IO[bytes], header: Header, chunk_records: int = 1 << 22, mac_key: bytes | None = None
 ) -> Iterator[np.ndarray]:
     """Yield the records after ``header`` in chunks of at most ``chunk_records``.
 
@@ -566,13 +732,36 @@ def iter_records(
     header says keyed): a consumer must not act on the records before the iterator is
     exhausted. Raises :class:`WireError` if the file ends early, holds trailing bytes or the
     tag does not verify.
+
+    Parameters
+    ----------
+    f : binary file
+        Positioned after the header (:func:`read_header`).
+    header : Header
+        The batch's header.
+    chunk_records : int, default 2**22
+        Most records per chunk, >= 1.
+    mac_key : bytes, optional
+        The shuffler-analyzer MAC key of a keyed mixed batch.
+
+    Yields
+    ------
+    numpy.ndarray
+        Chunks of records.
+
+    Raises
+    ------
+    ValueError
+        If ``chunk_records`` is not an integer >= 1.
+    WireError
+        As above, or if the tag mode does not match ``mac_key``.
     """
     if isinstance(chunk_records, bool) or not isinstance(chunk_records, int) or chunk_records < 1:
         raise ValueError(f"chunk_records must be an integer >= 1, got {chunk_records!r}")
     t = None
     if header.mixed:
         _check_tag_mode(header, mac_key)
-        t = tagger(mac_key)
+        t = _tagger(mac_key)
         t.update(header.pack())
     left = header.n_records
     if header.packed:  # whole bytes per chunk: a multiple of 8 records (bits * 8 / 8)
@@ -591,7 +780,7 @@ def iter_records(
         if header.packed:
             yield unpack_bits(buf, header.record_bytes, k)
         else:
-            yield np.frombuffer(buf, dtype=record_dtype(header.record_bytes))
+            yield np.frombuffer(buf, dtype=_record_dtype(header.record_bytes))
         left -= k
     if t is not None:
         tag = f.read(TAG_SIZE)
@@ -608,17 +797,31 @@ class BatchWriter:
 
     A mixed batch gets its tag on :meth:`close` (HMAC under ``mac_key`` when given). Usable
     as a context manager over an open binary file.
+
+    Parameters
+    ----------
+    f : binary file
+        Open for writing; the header is written at once.
+    header : Header
+        The batch's header (the count :meth:`close` checks).
+    mac_key : bytes, optional
+        Shuffler-analyzer MAC key (>= 16 bytes) for a mixed batch's tag.
+
+    Attributes
+    ----------
+    header : Header
+        The header as written (flags bit 0 set when keyed).
     """
 
-    def __init__(self, f: BinaryIO, header: Header, mac_key: bytes | None = None) -> None:
+    def __init__(self, f: IO[bytes], header: Header, mac_key: bytes | None = None) -> None:
         self._f = f
-        self.header = with_tag_flag(header, mac_key)
+        self.header = _with_tag_flag(header, mac_key)
         self._written = 0
         self._pending = np.zeros(0, dtype=np.uint64)  # bit-packed: < 8 records not yet written
         head = self.header.pack()
         self._tag = None
         if self.header.mixed:
-            self._tag = tagger(mac_key)
+            self._tag = _tagger(mac_key)
             self._tag.update(head)
         f.write(head)
 
@@ -627,7 +830,7 @@ class BatchWriter:
             self._tag.update(body)
         self._f.write(body)
 
-    def _write_packed(self, records: np.ndarray) -> None:
+    def _write_packed(self, records: np.ndarray | bytes) -> None:
         v = np.asarray(records)
         if v.dtype.kind not in "ui":
             raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")

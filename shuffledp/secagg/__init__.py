@@ -10,9 +10,8 @@ every dropout and fault case can be exercised. A client that refuses a server me
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -87,7 +86,26 @@ class SecAggResult:
 
 
 def default_threshold(n: int) -> int:
-    """floor(2n/3) + 1 (at least 2): more than two thirds of the clients."""
+    """floor(2n/3) + 1 (at least 2): more than two thirds of the clients.
+
+    Parameters
+    ----------
+    n : int
+        The number of clients, n >= 1.
+
+    Returns
+    -------
+    int
+        The threshold t: max(2, floor(2n/3) + 1) for n >= 2, and 1 for n = 1.
+
+    Raises
+    ------
+    TypeError
+        ``n`` is not an integer.
+    ValueError
+        ``n`` < 1.
+    """
+    n = v.count("n", n, 1)
     return max(2, 2 * n // 3 + 1) if n >= 2 else 1
 
 
@@ -113,7 +131,7 @@ def _iv(vectors: Sequence[Any], modulus: int, threshold: int | None,
                          f"{sorted({a.size for a in arrs})[:5]}")
     t = default_threshold(n) if threshold is None else v.bounded_count("threshold", threshold,
                                                                        2, n)
-    drops = {k: set() for k in range(4)}
+    drops: dict[int, set[int]] = {k: set() for k in range(4)}
     for k, ids in (dropouts or {}).items():
         if k not in drops:
             raise ValueError(f"dropouts keys must be rounds 0..3, got {k!r}")
@@ -157,6 +175,12 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
         hold (the message names it and the suspects). Never a wrong sum.
     ValueError
         Bad input (naming the argument and the value).
+
+    Returns
+    -------
+    SecAggResult
+        The sum mod ``modulus`` of the survivors' vectors, who survived and who dropped in
+        which round, refusals, and the time and bytes each party spent.
     """
     arrs, m, t, drops = _iv(vectors, modulus, threshold, dropouts)
     n = len(arrs)
@@ -173,7 +197,7 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
     refused: dict[int, str] = {}
     steps = [lambda c, _: c.advertise(), SecAggClient.share_keys, SecAggClient.masked_input,
              SecAggClient.unmask]
-    result = None
+    result: np.ndarray | None = None
     for r in range(4):
         now = drops[r] - gone
         dropped[ROUND_NAMES[r]] = tuple(sorted(now))
@@ -183,7 +207,7 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
                 continue
             t0 = time.perf_counter()
             try:
-                out = steps[r](c, incoming.get(i))
+                out = steps[r](c, incoming[i] if r > 0 else b"")
             except (SecAggRefused, MessageError) as e:  # the client leaves the run
                 refused[i] = str(e)
                 gone.add(i)
@@ -201,15 +225,18 @@ def secure_sum(vectors: Sequence[Any], modulus: int, *, threshold: int | None = 
         t0 = time.perf_counter()
         reply = server.close_round()
         server_s += time.perf_counter() - t0
+        # close_round's type depends on the round (SecAggServer.close_round)
         if r == 1:
-            incoming = dict(reply)
+            incoming = dict(cast("dict[int, bytes]", reply))
         elif r in (0, 2):
             members = server.members[-1]
-            incoming = {i: reply for i in members}
+            incoming = {i: cast(bytes, reply) for i in members}
         else:
-            result = reply
+            result = cast(np.ndarray, reply)
         for i, b in incoming.items():
             down[i] += len(b)
+    if result is None:  # round 3 returns the sum or raises SecAggAborted
+        raise RuntimeError("secure aggregation ended without a sum")
     times = np.array(list(spent.values()))
     return SecAggResult(
         total=result, survivors=tuple(sorted(server.members[3])), dropped=dropped,

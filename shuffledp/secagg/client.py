@@ -32,9 +32,8 @@ Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.rand
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
@@ -76,7 +75,30 @@ def derive(secret: bytes, label: bytes, session: bytes, a: int, b: int) -> bytes
 
 
 def mask_seed(sk: X25519PrivateKey, pk: bytes, session: bytes, u: int, v: int) -> bytes:
-    """The pairwise mask seed s_uv (symmetric in u, v)."""
+    """The pairwise mask seed s_uv (symmetric in u, v; [Bonawitz17]_ Fig. 4, round 2).
+
+    Parameters
+    ----------
+    sk : cryptography X25519PrivateKey
+        This party's mask-agreement secret key (s_u^SK).
+    pk : bytes
+        The other party's 32-byte raw X25519 public key (s_v^PK).
+    session : bytes
+        The run's packed context (:meth:`~.messages.Context.pack`).
+    u, v : int
+        The two client ids (either order gives the same seed).
+
+    Returns
+    -------
+    bytes
+        The 32-byte seed, HKDF-SHA256 of the X25519 agreement bound to the run and the pair.
+
+    Raises
+    ------
+    ValueError
+        ``pk`` is not a valid 32-byte X25519 public key, or the agreement is all-zero (a
+        low-order point).
+    """
     shared = sk.exchange(X25519PublicKey.from_public_bytes(pk))
     return derive(shared, b"mask", session, min(u, v), max(u, v))
 
@@ -91,6 +113,26 @@ def commit_b(b: int, session: bytes, uid: int) -> bytes:
 
 
 def pair_sign(u: int, v: int) -> int:
+    """The sign client ``u`` gives the mask it shares with ``v``: +1 if u < v, else -1, so
+    the pairwise masks cancel in the sum ([Bonawitz17]_ Fig. 4, round 2).
+
+    Parameters
+    ----------
+    u, v : int
+        Two distinct client ids.
+
+    Returns
+    -------
+    int
+        +1 or -1.
+
+    Raises
+    ------
+    ValueError
+        ``u == v`` (a client shares no mask with itself).
+    """
+    if u == v:
+        raise ValueError(f"pair_sign needs two distinct clients, got u=v={u!r}")
     return 1 if u < v else -1
 
 

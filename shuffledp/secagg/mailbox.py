@@ -49,12 +49,45 @@ class RunAborted(RuntimeError):
 
 
 def run_dir(box: Path, session: bytes) -> Path:
-    """The folder of the run with this session id."""
+    """The folder of the run with this session id.
+
+    Parameters
+    ----------
+    box : pathlib.Path
+        The mailbox directory.
+    session : bytes
+        The run's 16-byte session id.
+
+    Returns
+    -------
+    pathlib.Path
+        ``box / "run-<session hex>"`` (not created).
+
+    Raises
+    ------
+    TypeError
+        ``session`` is not bytes.
+    """
+    if not isinstance(session, (bytes, bytearray)):
+        raise TypeError(f"session must be bytes, got {type(session).__name__}")
     return box / f"run-{session.hex()}"
 
 
 def post(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a fresh temporary file renamed into place)."""
+    """Write ``data`` to ``path`` atomically (a fresh temporary file renamed into place).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The message file; its folder is created if missing.
+    data : bytes
+        The message.
+
+    Raises
+    ------
+    OSError
+        The folder or the file could not be written.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, data)
 
@@ -72,7 +105,18 @@ def _remove(path: Path) -> None:
 
 
 def clear(box: Path) -> None:
-    """Remove what an earlier run left in ``box``: session, results and run folders."""
+    """Remove what an earlier run left in ``box``: session, results and run folders.
+
+    Parameters
+    ----------
+    box : pathlib.Path
+        The mailbox directory (created if missing); links in it are removed, not followed.
+
+    Raises
+    ------
+    OSError
+        Something could not be removed.
+    """
     box.mkdir(parents=True, exist_ok=True)
     for name in (SESSION_FILE, *RESULT_FILES):
         _remove(box / name)
@@ -84,6 +128,18 @@ def clear(box: Path) -> None:
 
 def read_message(path: Path, limit: int) -> bytes:
     """The bytes of one message file (a regular file of at most ``limit`` bytes).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The message file.
+    limit : int
+        The most bytes accepted.
+
+    Returns
+    -------
+    bytes
+        The file's contents.
 
     Raises
     ------
@@ -104,6 +160,22 @@ def _present(path: Path) -> bool:
 def wait_for(path: Path, timeout: float, *, limit: int = MAX_SERVER_MESSAGE,
              abort_marker: Path | None = None) -> bytes:
     """The contents of ``path`` once it exists.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The message file awaited (polled every 20 ms).
+    timeout : float
+        Seconds to wait.
+    limit : int, optional
+        The most bytes accepted (default 16 MiB).
+    abort_marker : pathlib.Path, optional
+        A file whose appearance means the run was aborted.
+
+    Returns
+    -------
+    bytes
+        The file's contents.
 
     Raises
     ------
@@ -135,6 +207,17 @@ def collect(folder: Path, expected: set[int], timeout: float,
     Waits until every expected client has posted ``client-{i}.msg`` or
     ``client-{i}.leave``, or ``timeout`` seconds have passed.
 
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The round's folder.
+    expected : set of int
+        The clients expected to answer.
+    timeout : float
+        Seconds to wait.
+    limit : int
+        The most bytes accepted per message file.
+
     Returns
     -------
     messages : dict
@@ -143,6 +226,12 @@ def collect(folder: Path, expected: set[int], timeout: float,
         Client -> why its message file was refused (not a regular file, too large).
     left : set
         Clients that posted a leave marker and no message.
+
+    Raises
+    ------
+    OSError
+        ``folder`` cannot be read. A message file that is not a regular file or too large
+        is reported in ``unreadable``, never raised.
     """
     deadline = time.monotonic() + timeout
     while True:

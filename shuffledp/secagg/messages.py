@@ -132,7 +132,18 @@ def _context(ctx: Context | bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Message:
-    """A parsed message: its round, sender and payload bytes."""
+    """A parsed message: its round, sender and payload bytes.
+
+    Attributes
+    ----------
+    round : int
+        The round byte of the header (0-3 from a client, 16 + round or :data:`HELLO` from
+        the server).
+    sender : int
+        The client id, or :data:`SERVER`.
+    payload : bytes
+        The bytes after the 48-byte header.
+    """
 
     round: int
     sender: int
@@ -140,7 +151,30 @@ class Message:
 
 
 def frame(round_: int, sender: int, context: Context | bytes, payload: bytes) -> bytes:
-    """Header (bound to ``context``) + payload."""
+    """Header (bound to ``context``) + payload.
+
+    Parameters
+    ----------
+    round_ : int
+        The round byte (see the module docstring).
+    sender : int
+        The sender's client id, or :data:`SERVER`.
+    context : Context or bytes
+        The run's context, or its 32 packed bytes.
+    payload : bytes
+        The message body, shorter than 2^31 bytes.
+
+    Returns
+    -------
+    bytes
+        The 48-byte header followed by ``payload``.
+
+    Raises
+    ------
+    MessageError
+        ``payload`` of 2^31 bytes or more, or ``context`` neither a :class:`Context` nor
+        32 bytes.
+    """
     if len(payload) >= MAX_PAYLOAD:
         raise MessageError(f"payload of {len(payload)} bytes exceeds 2^31")
     ctx = _context(context)
@@ -151,10 +185,20 @@ def frame(round_: int, sender: int, context: Context | bytes, payload: bytes) ->
 def context_of(data: bytes) -> Context:
     """The context in a message's header (checked for magic and version only).
 
+    Parameters
+    ----------
+    data : bytes
+        A framed message (at least its 48-byte header).
+
+    Returns
+    -------
+    Context
+        The session, modulus, vector length and threshold the header carries.
+
     Raises
     ------
     MessageError
-        Shorter than the header, another magic or version.
+        Shorter than the header, another magic or version, or a context out of range.
     """
     if len(data) < HEADER.size:
         raise MessageError(f"message of {len(data)} bytes is shorter than the "
@@ -170,7 +214,23 @@ def context_of(data: bytes) -> Context:
 
 
 def hello(context: Context) -> bytes:
-    """The server's hello: a header carrying the run's context, no payload."""
+    """The server's hello: a header carrying the run's context, no payload.
+
+    Parameters
+    ----------
+    context : Context
+        The run's context.
+
+    Returns
+    -------
+    bytes
+        The 48-byte header with round byte :data:`HELLO` and sender :data:`SERVER`.
+
+    Raises
+    ------
+    MessageError
+        ``context`` is not a :class:`Context` (or its 32 packed bytes).
+    """
     return frame(HELLO, SERVER, context, b"")
 
 
@@ -180,6 +240,28 @@ def parse(data: bytes, context: Context | bytes, *, round_: int) -> Message:
     The context is checked before anything else of the message is used: another session
     raises :class:`MessageError`, the same session with another modulus, vector length or
     threshold raises :class:`ParameterMismatch` naming the field and both values.
+
+    Parameters
+    ----------
+    data : bytes
+        The received message.
+    context : Context or bytes
+        This party's context (or its 32 packed bytes).
+    round_ : int
+        The round byte expected.
+
+    Returns
+    -------
+    Message
+        The round, sender and payload.
+
+    Raises
+    ------
+    ParameterMismatch
+        Same session, another modulus, vector length or threshold.
+    MessageError
+        Truncated, wrong magic, version or reserved field, another session, another round,
+        a payload length that differs from the header's, or a bad ``context``.
     """
     ctx = _context(context)
     if len(data) < HEADER.size:

@@ -18,7 +18,27 @@ MAX_MODULUS = 1 << 62
 
 
 def expand(seed: bytes, length: int, modulus: int) -> np.ndarray:
-    """A uniform vector in Z_modulus^length (int64) determined by the 32-byte ``seed``."""
+    """A uniform vector in Z_modulus^length (int64) determined by the 32-byte ``seed``.
+
+    Parameters
+    ----------
+    seed : bytes
+        The 32-byte ChaCha20 key; the same seed always gives the same vector.
+    length : int
+        The vector's length.
+    modulus : int
+        m, 2 <= m <= 2^62; every entry is uniform on ``0 .. m - 1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``length`` int64 values in ``[0, modulus)``.
+
+    Raises
+    ------
+    ValueError
+        ``seed`` is not 32 bytes or ``modulus`` is outside [2, 2^62].
+    """
     if len(seed) != 32:
         raise ValueError(f"seed must be 32 bytes, got {len(seed)}")
     if not (2 <= modulus <= MAX_MODULUS):

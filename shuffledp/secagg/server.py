@@ -47,9 +47,8 @@ is outside what this protocol prevents; a silently wrong sum is not.
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ from collections import Counter
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from shuffledp import _validation
 from shuffledp.errors import Refused
 from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
@@ -83,7 +83,29 @@ MAX_CLIENTS = 1 << 16  # the most clients a run may have (bounds every message s
 
 def message_limits(n_clients: int, vector_length: int) -> list[int]:
     """The largest client message (bytes) each round 0..3 allows, for reading untrusted
-    input with a bound (a mailbox file, an HTTP body)."""
+    input with a bound (a mailbox file, an HTTP body).
+
+    Parameters
+    ----------
+    n_clients : int
+        The number of clients of the run, 1 <= n_clients <= :data:`MAX_CLIENTS`.
+    vector_length : int
+        L, the length of every input vector (>= 0).
+
+    Returns
+    -------
+    list of int
+        Four byte counts: the bound of a client message in rounds 0, 1, 2 and 3.
+
+    Raises
+    ------
+    TypeError
+        An argument is not an integer.
+    ValueError
+        ``n_clients`` outside [1, MAX_CLIENTS] or ``vector_length`` < 0.
+    """
+    n_clients = _validation.bounded_count("n_clients", n_clients, 1, MAX_CLIENTS)
+    vector_length = _validation.count("vector_length", vector_length, 0)
     h = msg.HEADER.size
     return [h + 64, h + COMMIT_BYTES + 4 + (n_clients - 1) * (4 + SHARE_CT),
             h + 8 * vector_length, h + 4 + REVEAL.size * n_clients]
@@ -97,7 +119,44 @@ class SecAggAborted(Refused):
 
 
 class SecAggServer:
-    """The server's state machine: :meth:`receive` messages, then :meth:`close_round`."""
+    """The server's state machine: :meth:`receive` messages, then :meth:`close_round`.
+
+    Parameters
+    ----------
+    n_clients : int
+        n, the clients of the run (ids 0 .. n - 1).
+    vector_length : int
+        L, the length of every input vector.
+    modulus : int
+        m, 2 <= m <= 2^62: the sum is taken mod m.
+    threshold : int
+        t, the clients needed in every round and the shares needed per secret.
+    session : bytes
+        The run's 16 random bytes.
+
+    Attributes
+    ----------
+    context : shuffledp.secagg.messages.Context
+        The run's parameters, bound into every message.
+    round : int
+        The current round, 0..3 (4 once the sum is out).
+    members : list of set of int
+        U0 (all clients), then the clients whose message each closed round accepted.
+    rejected : collections.Counter
+        Rejected messages by reason.
+    mismatched : dict
+        Client -> why its message was bound to other parameters than the server's.
+    excluded, suspects : dict
+        Client -> why it was left out of the sum, or named as having sent wrong shares.
+    total : numpy.ndarray or None
+        The sum mod m once round 3 closed.
+
+    Raises
+    ------
+    ValueError
+        ``session`` not 16 bytes, or ``modulus``, ``vector_length`` or ``threshold`` out
+        of range (from :class:`~shuffledp.secagg.messages.Context`).
+    """
 
     def __init__(self, n_clients: int, vector_length: int, modulus: int, threshold: int,
                  session: bytes) -> None:

@@ -28,13 +28,13 @@ polynomial verifies, :class:`ShareError` says so and no secret is returned.
 
 References
 ----------
-.. [Shamir79] A. Shamir, "How to Share a Secret", Communications of the ACM 22(11), 1979.
-.. [Gao03] S. Gao, "A New Algorithm for Decoding Reed-Solomon Codes", in Communications,
-   Information and Network Security, Springer, 2003, Sec. 2 (Algorithm 1).
-.. [MacWilliams77] F. J. MacWilliams, N. J. A. Sloane, "The Theory of Error-Correcting
-   Codes", North-Holland, 1977.
-.. [Bonawitz17] K. Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", CCS 2017, Fig. 4 (round 4, "Unmasking").
+.. [Shamir79] Shamir (1979), "How to Share a Secret" -- full entry in docs/references.md.
+.. [Gao03] Gao (2003), "A New Algorithm for Decoding Reed-Solomon Codes", Sec. 2,
+   Algorithm 1 -- full entry in docs/references.md.
+.. [MacWilliams77] MacWilliams and Sloane (1977), "The Theory of Error-Correcting Codes",
+   Ch. 10 Sec. 8 -- full entry in docs/references.md.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 (round 4,
+   "Unmasking") -- full entry in docs/references.md.
 """
 
 from __future__ import annotations
@@ -51,7 +51,27 @@ SECRET_BYTES = 32
 
 
 def random_secret(rng: SecureRandom, prime: int = P) -> int:
-    """A uniform integer in [0, prime) (rejection on whole random byte strings)."""
+    """A uniform integer in [0, prime) (rejection on whole random byte strings).
+
+    Parameters
+    ----------
+    rng : shuffledp.randomness.SecureRandom
+        The source of random bytes.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    int
+        Uniform on ``0 .. prime - 1``.
+
+    Raises
+    ------
+    ValueError
+        ``prime`` < 2 (it would never return).
+    """
+    if prime < 2:
+        raise ValueError(f"prime must be >= 2, got prime={prime!r}")
     nbytes = (prime.bit_length() + 7) // 8
     mask = (1 << prime.bit_length()) - 1
     while True:
@@ -64,7 +84,29 @@ def share(secret: int, xs: Sequence[int], t: int, rng: SecureRandom,
           prime: int = P) -> list[int]:
     """Shares f(x) for x in ``xs`` of ``secret`` (0 <= secret < prime), threshold t.
 
-    ``xs`` are distinct non-zero points (client ids + 1); 1 <= t <= len(xs).
+    Parameters
+    ----------
+    secret : int
+        f(0), 0 <= secret < prime.
+    xs : sequence of int
+        Distinct non-zero points (client ids + 1).
+    t : int
+        Threshold, 1 <= t <= len(xs): any t shares give the secret, fewer give nothing
+        ([Shamir79]_).
+    rng : shuffledp.randomness.SecureRandom
+        Draws the t - 1 random coefficients.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    list of int
+        f(x) for each x of ``xs``, in order.
+
+    Raises
+    ------
+    ValueError
+        ``secret`` outside [0, prime), t outside [1, len(xs)], or repeated or zero points.
     """
     if not (0 <= secret < prime):
         raise ValueError(f"secret must be in [0, prime), got a value of {secret.bit_length()} "
@@ -84,7 +126,25 @@ def share(secret: int, xs: Sequence[int], t: int, rng: SecureRandom,
 
 
 def lagrange_at_zero(xs: Sequence[int], prime: int = P) -> list[int]:
-    """Coefficients l_i with f(0) = sum_i l_i f(x_i) for distinct non-zero xs."""
+    """Coefficients l_i with f(0) = sum_i l_i f(x_i) for distinct non-zero xs.
+
+    Parameters
+    ----------
+    xs : sequence of int
+        Distinct non-zero points.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    list of int
+        The Lagrange weights at 0, in the order of ``xs``.
+
+    Raises
+    ------
+    ValueError
+        Repeated or zero points.
+    """
     if len(set(xs)) != len(xs) or any(x % prime == 0 for x in xs):
         raise ValueError(f"share points must be distinct and non-zero, got {list(xs)[:10]}")
     out = []
@@ -99,7 +159,26 @@ def lagrange_at_zero(xs: Sequence[int], prime: int = P) -> list[int]:
 
 
 def reconstruct(points: Sequence[tuple[int, int]], prime: int = P) -> int:
-    """f(0) from shares (x, f(x)); the caller supplies at least t of them."""
+    """f(0) from shares (x, f(x)); the caller supplies at least t of them.
+
+    Parameters
+    ----------
+    points : sequence of (int, int)
+        Shares (x, f(x)) with distinct non-zero x. Not checked against each other: a wrong
+        share gives a wrong secret (:func:`robust_reconstruct` detects that).
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    int
+        f(0) of the polynomial of degree < len(points) through ``points``.
+
+    Raises
+    ------
+    ValueError
+        No share, or repeated or zero points.
+    """
     if not points:
         raise ValueError("reconstruct needs at least one share, got none")
     xs = [x for x, _ in points]
@@ -155,7 +234,26 @@ def _horner(a: Sequence[int], x: int, prime: int) -> int:
 
 def interpolate(points: Sequence[tuple[int, int]], prime: int = P) -> list[int]:
     """Coefficients (lowest degree first) of the polynomial of degree < len(points) through
-    ``points`` (Newton's divided differences, O(k^2) field operations)."""
+    ``points`` (Newton's divided differences, O(k^2) field operations).
+
+    Parameters
+    ----------
+    points : sequence of (int, int)
+        (x, y) with distinct x modulo ``prime``.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    list of int
+        The coefficients, lowest degree first, trailing zeros removed ([] for the zero
+        polynomial).
+
+    Raises
+    ------
+    ValueError
+        Repeated points.
+    """
     xs = [x for x, _ in points]
     if len(set(x % prime for x in xs)) != len(xs):
         raise ValueError(f"interpolation points must be distinct, got {xs[:10]}")
@@ -175,7 +273,28 @@ def gao_decode(points: Sequence[tuple[int, int]], t: int,
                prime: int = P) -> list[int] | None:
     """The polynomial of degree < t agreeing with all but at most floor((k - t) / 2) of the
     k points, or None if there is none ([Gao03]_ Algorithm 1: interpolate, partial extended
-    Euclid on (prod (x - x_i), interpolant), one division)."""
+    Euclid on (prod (x - x_i), interpolant), one division).
+
+    Parameters
+    ----------
+    points : sequence of (int, int)
+        k shares (x, y) with distinct x.
+    t : int
+        The polynomial sought has degree < t.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    list of int or None
+        The coefficients, lowest degree first, or None when k < t or no polynomial of
+        degree < t is within floor((k - t) / 2) errors of the points.
+
+    Raises
+    ------
+    ValueError
+        Repeated points.
+    """
     k = len(points)
     if k < t:
         return None
@@ -199,7 +318,27 @@ def gao_decode(points: Sequence[tuple[int, int]], t: int,
 
 def parity_check(xs: Sequence[int], g: Sequence[int], prime: int = P) -> list[int]:
     """c_i = g(x_i) / prod_{j != i} (x_i - x_j): sum_i c_i f(x_i) = 0 whenever
-    deg f + deg g <= len(xs) - 2 (see :class:`ShareChecker`)."""
+    deg f + deg g <= len(xs) - 2 (see :class:`ShareChecker`).
+
+    Parameters
+    ----------
+    xs : sequence of int
+        Distinct share points.
+    g : sequence of int
+        The coefficients of g, lowest degree first.
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Returns
+    -------
+    list of int
+        c_i for each x_i, in the order of ``xs``.
+
+    Raises
+    ------
+    ValueError
+        Repeated points (no inverse of 0).
+    """
     out = []
     for i, xi in enumerate(xs):
         den = 1
@@ -222,6 +361,35 @@ class ShareChecker:
     non-zero linear form). One check costs k multiplications; the coefficients
     c_i = u_i g(x_i) and the Lagrange weights at 0 of the first t points are computed once
     per holder set (O(k^2)).
+
+    Parameters
+    ----------
+    xs : sequence of int
+        The k distinct non-zero share points of the holders.
+    t : int
+        Threshold, t <= k.
+    rng : shuffledp.randomness.SecureRandom
+        Draws g (after the shares are fixed).
+    prime : int, optional
+        The field's modulus (default 2^255 - 19).
+
+    Attributes
+    ----------
+    xs : tuple of int
+        The share points.
+    t : int
+        The threshold.
+    prime : int
+        The field's modulus.
+    lagrange0 : list of int
+        Lagrange weights at 0 of the first t points.
+    check : list of int
+        c_i = u_i g(x_i), the random parity check.
+
+    Raises
+    ------
+    ValueError
+        Fewer than t points, or repeated or zero points.
     """
 
     def __init__(self, xs: Sequence[int], t: int, rng: SecureRandom, prime: int = P) -> None:

@@ -94,7 +94,20 @@ class AuthError(Exception):
 
 @dataclass(frozen=True)
 class Credential:
-    """A device's credential: its id and its 32-byte key (never printed)."""
+    """A device's credential: its id and its 32-byte key (never printed).
+
+    Parameters
+    ----------
+    device_id : str
+        1 to 64 characters of ``[A-Za-z0-9_-]``.
+    key : bytes
+        K_d, the device's 32-byte HMAC key (:func:`device_key`).
+
+    Raises
+    ------
+    ValueError
+        A malformed ``device_id`` or a key that is not 32 bytes.
+    """
 
     device_id: str
     key: bytes = field(repr=False)
@@ -125,8 +138,12 @@ class Credential:
             key = bytes.fromhex(d["key"])
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{what}: key must be {2 * KEY_BYTES} hex digits") from None
+        device = d.get("device")
+        if not isinstance(device, str):
+            raise ValueError(f"{what}: device must be a device id string, got "
+                             f"device={str(device)[:80]!r}")
         try:
-            return cls(d.get("device"), key)
+            return cls(device, key)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
 
@@ -138,7 +155,28 @@ class Credential:
 
 
 def device_key(enrolment_key: bytes, device_id: str) -> bytes:
-    """K_d = HMAC-SHA256(K_enrol, label || device id) (module docstring)."""
+    """K_d = HMAC-SHA256(K_enrol, label || device id) (module docstring; [RFC2104]_).
+
+    Parameters
+    ----------
+    enrolment_key : bytes
+        The service's enrolment key K_enrol.
+    device_id : str
+        The device's id.
+
+    Returns
+    -------
+    bytes
+        The device's 32-byte key.
+
+    Raises
+    ------
+    TypeError
+        ``enrolment_key`` is not bytes or ``device_id`` not a string.
+    """
+    if not isinstance(enrolment_key, (bytes, bytearray)) or not isinstance(device_id, str):
+        raise TypeError(f"device_key needs bytes and a string, got "
+                        f"{type(enrolment_key).__name__} and {type(device_id).__name__}")
     return hmac.new(enrolment_key, KEY_LABEL + device_id.encode(), hashlib.sha256).digest()
 
 
@@ -149,18 +187,75 @@ def _lp(text: str) -> bytes:
 
 def upload_message(round_id: bytes, device_id: str, report_id: str, timestamp: int,
                    config_id: str, body_digest: bytes) -> bytes:
-    """The bytes a device MACs for one upload (module docstring, ``M``)."""
+    """The bytes a device MACs for one upload (module docstring, ``M``).
+
+    Parameters
+    ----------
+    round_id : bytes
+        The round's id.
+    device_id, report_id : str
+        The uploading device and the upload's report id.
+    timestamp : int
+        Unix seconds of the signature.
+    config_id : str
+        The HPKE config id the batch was encrypted to ("" for none).
+    body_digest : bytes
+        SHA-256 of the request body.
+
+    Returns
+    -------
+    bytes
+        The label, then the fields in this order, strings length-prefixed.
+
+    Raises
+    ------
+    struct.error
+        A string field longer than 65535 bytes, or a timestamp outside [0, 2^64).
+    """
     return (UPLOAD_LABEL + bytes(round_id) + _lp(device_id) + _lp(report_id)
             + struct.pack(">Q", int(timestamp)) + _lp(config_id) + bytes(body_digest))
 
 
 def content_digest(body: bytes) -> str:
-    """The RFC 9530 ``Content-Digest`` value of ``body`` (SHA-256)."""
+    """The RFC 9530 ``Content-Digest`` value of ``body`` (SHA-256; [RFC9530]_ Sec. 2).
+
+    Parameters
+    ----------
+    body : bytes
+        The request body.
+
+    Returns
+    -------
+    str
+        ``sha-256=:<base64 digest>:``.
+
+    Raises
+    ------
+    TypeError
+        ``body`` is not bytes-like.
+    """
     return f"sha-256=:{base64.b64encode(hashlib.sha256(body).digest()).decode()}:"
 
 
 def parse_content_digest(value: str | None) -> bytes | None:
-    """The SHA-256 of a ``Content-Digest`` header (None if absent or without sha-256)."""
+    """The SHA-256 of a ``Content-Digest`` header (None if absent or without sha-256).
+
+    Parameters
+    ----------
+    value : str or None
+        The header's value.
+
+    Returns
+    -------
+    bytes or None
+        The 32-byte digest, or None when the header is absent, has no ``sha-256`` member
+        or that member is not 32 bytes of valid base64. Never raises for a malformed value.
+
+    Raises
+    ------
+    AttributeError
+        ``value`` is neither a string nor None.
+    """
     if not value:
         return None
     for part in value.split(","):
@@ -179,7 +274,33 @@ def parse_content_digest(value: str | None) -> bytes | None:
 def sign_upload(credential: Credential, round_id: bytes, report_id: str, body: bytes, *,
                 config_id: str = "", timestamp: int | None = None) -> dict[str, str]:
     """The request headers of a signed upload (``Authorization``, ``Content-Digest`` and, with
-    ``config_id``, the HPKE config id)."""
+    ``config_id``, the HPKE config id).
+
+    Parameters
+    ----------
+    credential : Credential
+        The device's id and key.
+    round_id : bytes
+        The round's id.
+    report_id : str
+        The upload's report id.
+    body : bytes
+        The request body (the encoded batch).
+    config_id : str, optional
+        The HPKE config id the batch was encrypted to.
+    timestamp : int, optional
+        Unix seconds to sign (default: now).
+
+    Returns
+    -------
+    dict of str to str
+        ``authorization``, ``content-digest`` and, with ``config_id``, the config header.
+
+    Raises
+    ------
+    struct.error
+        A field too long for :func:`upload_message`.
+    """
     ts = int(time.time()) if timestamp is None else int(timestamp)
     digest = hashlib.sha256(body).digest()
     mac = hmac.new(credential.key, upload_message(round_id, credential.device_id, report_id,
@@ -197,7 +318,24 @@ _PARAM = re.compile(r'\s*([A-Za-z]+)\s*=\s*"([^"]*)"\s*(?:,|$)')
 
 def parse_authorization(value: str | None) -> tuple[str, int, bytes]:
     """(device id, timestamp, mac) of a ``Shuffledp-Device`` Authorization header; AuthError
-    401 when it is missing or malformed."""
+    401 when it is missing or malformed.
+
+    Parameters
+    ----------
+    value : str or None
+        The ``Authorization`` header's value.
+
+    Returns
+    -------
+    tuple of (str, int, bytes)
+        The device id, the timestamp (unix seconds) and the 32-byte MAC.
+
+    Raises
+    ------
+    AuthError
+        401 ``unauthorized``: missing, another scheme, malformed parameters, a bad device
+        id, timestamp or MAC.
+    """
     if not value:
         raise AuthError(401, "unauthorized",
                         f"uploads need a device credential: Authorization: {SCHEME} id=..., "
@@ -237,6 +375,26 @@ class DeviceRegistry:
     Thread-safe; the registry file is read again (at most once a second) when its size or
     modification time changed, so ``shuffledp serve enrol`` / ``revoke`` take effect on a
     running service.
+
+    Parameters
+    ----------
+    data_dir : str or os.PathLike
+        The service's data directory; the registry lives in ``data_dir/devices`` (created,
+        with a fresh enrolment key, if missing).
+
+    Attributes
+    ----------
+    dir : pathlib.Path
+        ``data_dir/devices``.
+    path : pathlib.Path
+        The append-only registry file (one JSON record per enrolment or revocation).
+
+    Raises
+    ------
+    ValueError
+        The enrolment key file is not an enrolment key.
+    shuffledp.safe_io.UnsafeFileError
+        The key file is not a regular file.
     """
 
     KEY_FILE = "enrolment.key"

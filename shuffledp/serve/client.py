@@ -59,13 +59,37 @@ def _problem(resp) -> dict[str, Any]:
 
 
 def new_report_id() -> str:
-    """16 bytes from the OS's secure source, hex (the DAP report id size)."""
+    """16 bytes from the OS's secure source, hex (the DAP report id size).
+
+    Returns
+    -------
+    str
+        32 lower-case hex digits.
+    """
     return os.urandom(16).hex()
 
 
 def backoff(attempt: int, cap: float = 10.0) -> float:
     """Exponential backoff with full jitter (from the OS's secure source): up to 0.2 * 2^k s,
-    capped at ``cap``."""
+    capped at ``cap``.
+
+    Parameters
+    ----------
+    attempt : int
+        The number of the retry, from 0.
+    cap : float, optional
+        The longest wait in seconds (default 10).
+
+    Returns
+    -------
+    float
+        Seconds to wait, uniform-ish in [top / 2, top) with top = min(cap, 0.2 * 2^attempt).
+
+    Raises
+    ------
+    TypeError
+        ``attempt`` or ``cap`` is not a number.
+    """
     top = min(cap, 0.2 * 2 ** min(attempt, 16))
     return top * (0.5 + secrets.randbelow(1000) / 2000)
 
@@ -105,6 +129,13 @@ def upload_batch(server: str, round_id: str | bytes, batch: bytes, *, credential
         A final refusal, or a retryable one still given when ``retry_for`` ran out.
     httpx.TransportError
         No answer at all within ``retry_for``.
+    ValueError
+        ``round_id`` is a string that is not hex.
+
+    Returns
+    -------
+    str
+        The report id the service stored the batch under.
     """
     import httpx
 
@@ -148,6 +179,35 @@ def close_round(server: str, round_hex: str, token: str, *, timeout: float = 600
     certificate when the service requires mutual TLS). A close the service cannot complete
     (507 full disk, 409 too few batches) raises :class:`Refused`; the round stays open and
     close can be called again.
+
+    Parameters
+    ----------
+    server : str
+        Base URL of the service.
+    round_hex : str
+        The round id in hex.
+    token : str
+        The operator's bearer token.
+    timeout : float, optional
+        Seconds for each request (default 600: mixing a large round takes time).
+    out : str or os.PathLike, optional
+        Where to write the signed mixed batch (atomically).
+    verify : bool or ssl.SSLContext, optional
+        Server certificate verification (``True``: the system's CAs).
+
+    Returns
+    -------
+    dict
+        The round's report (the JSON the service answers the close with).
+
+    Raises
+    ------
+    Refused
+        The service did not answer 200 to the close or to the download.
+    httpx.HTTPError
+        No answer (transport failure or timeout).
+    OSError
+        ``out`` could not be written.
     """
     import httpx
 

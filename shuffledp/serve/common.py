@@ -24,15 +24,14 @@ package imports this module.
 
 References
 ----------
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023, Sec. 3 (members), 3.1.1 (``type``).
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", Sec. 3 (members), 3.1.1
+   (``type``) -- full entry in docs/references.md.
 .. [RFC6585] M. Nottingham, R. Fielding, "Additional HTTP Status Codes", RFC 6585, 2012,
    Sec. 4 (429 Too Many Requests).
 .. [RFC4918] L. Dusseault, "HTTP Extensions for Web Distributed Authoring and Versioning
    (WebDAV)", RFC 4918, 2007, Sec. 11.5 (507 Insufficient Storage).
-.. [DAP] T. Geoghegan, C. Patton, B. Pitman, E. Rescorla, C. A. Wood, "Distributed
-   Aggregation Protocol for Privacy Preserving Measurement", draft-ietf-ppm-dap-16, 2025,
-   Sec. 3.2 (errors), 4.5.1 (HPKE configuration), 4.5.2 (upload request).
+.. [DAP] Geoghegan et al. (2025), "Distributed Aggregation Protocol", Sec. 3.2 (errors) -- full
+   entry in docs/references.md.
 """
 
 from __future__ import annotations
@@ -97,7 +96,29 @@ access_log = logging.getLogger("shuffledp.access")
 
 
 def problem_body(status: int, reason: str, detail: str, title: str | None = None) -> bytes:
-    """The JSON bytes of an RFC 9457 problem-details object."""
+    """The JSON bytes of an RFC 9457 problem-details object ([RFC9457]_ Sec. 3).
+
+    Parameters
+    ----------
+    status : int
+        The HTTP status.
+    reason : str
+        The problem type's last part (``urn:...:error:<reason>``).
+    detail : str
+        What went wrong, for a person.
+    title : str, optional
+        Default: the reason's title in :data:`TITLES` (else the reason).
+
+    Returns
+    -------
+    bytes
+        ``{"type", "title", "status", "detail"}`` as JSON.
+
+    Raises
+    ------
+    TypeError
+        ``reason`` is not a string.
+    """
     return json.dumps({"type": PROBLEM_TYPE + reason, "title": title or TITLES.get(reason, reason),
                        "status": status, "detail": detail}).encode()
 
@@ -108,12 +129,30 @@ def problem(status: int, reason: str, detail: str, title: str | None = None, *,
 
     Parameters
     ----------
+    status : int
+        The HTTP status.
+    reason : str
+        The problem type's last part (``urn:...:error:<reason>``).
+    detail : str
+        What went wrong, for a person.
+    title : str, optional
+        Default: the reason's title in :data:`TITLES` (else the reason).
     headers : dict, optional
         Extra response headers (``Retry-After``, ``WWW-Authenticate``).
     close : bool
         Ask for the connection to be closed after the answer (``Connection: close``): for a
         refusal sent before the request body was read, so the unread body cannot keep the
         connection busy.
+
+    Returns
+    -------
+    starlette.responses.Response
+        The answer, ``application/problem+json``.
+
+    Raises
+    ------
+    TypeError
+        ``reason`` is not a string.
     """
     from starlette.responses import Response
 
@@ -184,6 +223,26 @@ async def read_body(request: Any, limit: int, timeout: float) -> bytes:
     (:func:`receive_to_file`). Raises :class:`ProblemError` (413 ``body_too_large`` as soon as
     the declared or received length exceeds the limit; 408 ``request_timeout`` past the
     deadline).
+
+    Parameters
+    ----------
+    request : starlette.requests.Request
+        The request whose body is read.
+    limit : int
+        The most bytes accepted.
+    timeout : float
+        Seconds for the whole body.
+
+    Returns
+    -------
+    bytes
+        The body.
+
+    Raises
+    ------
+    ProblemError
+        413 ``body_too_large``, 408 ``request_timeout``, 400 for a malformed
+        ``Content-Length`` or ``client_disconnected``.
     """
     declared_length(request, limit)
 
@@ -211,6 +270,28 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
     413 past ``limit`` bytes, 408 past ``timeout`` seconds, 507 ``insufficient_storage`` when
     the disk is full (retryable), 500 ``storage_failure`` for another write error. The file
     is neither synced nor closed here.
+
+    Parameters
+    ----------
+    request : starlette.requests.Request
+        The request whose body is streamed.
+    fd : int
+        An open file descriptor, written from its current offset.
+    limit : int
+        The most bytes accepted.
+    timeout : float
+        Seconds for the whole body.
+
+    Returns
+    -------
+    tuple of (int, bytes)
+        The bytes written and their SHA-256 digest.
+
+    Raises
+    ------
+    ProblemError
+        413, 408, 507, 500 as above; 400 for a malformed ``Content-Length`` or a client
+        that disconnected.
     """
     declared_length(request, limit)
     h = hashlib.sha256()
@@ -241,8 +322,24 @@ async def receive_to_file(request: Any, fd: int, limit: int, timeout: float) -> 
 
 def storage_error(e: OSError) -> ProblemError:
     """507 ``insufficient_storage`` (retryable, ``Retry-After``) for a full disk or quota,
-    500 ``storage_failure`` for any other write error."""
-    if e.errno in NO_SPACE:
+    500 ``storage_failure`` for any other write error ([RFC4918]_ Sec. 11.5).
+
+    Parameters
+    ----------
+    e : OSError
+        The failed write's error.
+
+    Returns
+    -------
+    ProblemError
+        The problem to answer with (returned, not raised), with ``Retry-After``.
+
+    Raises
+    ------
+    AttributeError
+        ``e`` is not an OSError.
+    """
+    if e.errno is not None and e.errno in NO_SPACE:
         return ProblemError(507, "insufficient_storage",
                          f"the server's disk is full ({os.strerror(e.errno)}); nothing was "
                          f"stored, retry the same request later", STORAGE_RETRY_AFTER)
@@ -263,6 +360,20 @@ def durable_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     A fresh temporary file (``O_EXCL``) next to ``path``, fsynced, renamed over ``path``, then
     the directory fsynced (the rename itself is durable only after that). On any error the
     temporary file is removed and ``path`` is unchanged.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file to write or replace.
+    data : bytes
+        Its new contents.
+    mode : int, optional
+        The permission bits of a new file (default 0o644).
+
+    Raises
+    ------
+    OSError
+        The write, the sync or the rename failed (``path`` unchanged).
     """
     folder = Path(path).parent
     tmp = folder / f".{Path(path).name}.{os.urandom(6).hex()}.tmp"
@@ -288,6 +399,22 @@ def create_durable(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     readable by others, not even for an instant), written and fsynced, then hard-linked to
     ``path`` (``FileExistsError`` if it exists: a key is never overwritten) and the directory
     fsynced. A crash leaves either no ``path`` or the complete file, never a short key.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The file to create.
+    data : bytes
+        Its contents.
+    mode : int, optional
+        Its permission bits (default 0o600).
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` exists (it is left as it was).
+    OSError
+        Another write, sync or link failure (no ``path`` is created).
     """
     folder = Path(path).parent
     tmp = folder / f".{Path(path).name}.{os.urandom(6).hex()}.tmp"
@@ -307,7 +434,18 @@ def create_durable(path: Path, data: bytes, *, mode: int = 0o600) -> None:
 
 
 def fsync_dir(folder: Path) -> None:
-    """fsync a directory (makes a create, rename or unlink in it durable)."""
+    """fsync a directory (makes a create, rename or unlink in it durable).
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The directory.
+
+    Raises
+    ------
+    OSError
+        It cannot be opened or synced.
+    """
     dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(dfd)
@@ -322,6 +460,20 @@ class TokenBuckets:
     At most ``max_keys`` buckets are kept; when more keys are seen, the least recently used
     bucket is forgotten (it was refilled by then unless the table is flooded, and a flood of
     fresh keys then gets fresh buckets, each still bounded by ``burst``).
+
+    Parameters
+    ----------
+    rate : float
+        Tokens added per second, > 0.
+    burst : float
+        The most tokens a bucket holds, >= 1.
+    max_keys : int, optional
+        The most buckets kept (default 100,000).
+
+    Raises
+    ------
+    ValueError
+        ``rate`` not positive and finite, or ``burst`` < 1 or not finite.
     """
 
     def __init__(self, rate: float, burst: float, max_keys: int = 100_000) -> None:
@@ -362,7 +514,8 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
     ----------
     rate, burst : float, optional
         Requests per second and burst allowed per client address (429 ``rate_limited`` with
-        ``Retry-After`` beyond); None disables the limit.
+        ``Retry-After`` beyond); ``rate=None`` disables the limit, ``burst=None`` with a rate
+        allows ``max(1, rate)`` (one second's worth).
     counters : collections.Counter, optional
         Counts refusals by reason (for the status resource and the benchmarks).
 
@@ -370,8 +523,22 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
     client address, method, path, status, problem reason, device id (once authenticated),
     TLS version, bytes sent and duration. Header values (tokens, credentials), query
     strings and bodies are never logged.
+
+    Returns
+    -------
+    callable
+        The wrapped ASGI application.
+
+    Raises
+    ------
+    ValueError
+        ``rate`` not positive and finite, or ``burst`` < 1 (:class:`TokenBuckets`).
     """
-    buckets = TokenBuckets(rate, burst) if rate is not None else None
+    buckets = None
+    if rate is not None:
+        # a rate without a burst allows one second's worth (before: TypeError from None >= 1)
+        burst = max(1.0, float(rate)) if burst is None else burst
+        buckets = TokenBuckets(rate, burst)
     counters = counters if counters is not None else Counter()
 
     async def wrapped(scope, receive, send):
@@ -435,7 +602,13 @@ def guard(app: Any, *, rate: float | None = None, burst: float | None = None,
 
 
 def exception_handlers() -> dict:
-    """Starlette handlers turning its own 404 / 405 / unexpected errors into problems."""
+    """Starlette handlers turning its own 404 / 405 / unexpected errors into problems.
+
+    Returns
+    -------
+    dict
+        Status code -> async handler, for Starlette's ``exception_handlers=``.
+    """
 
     async def not_found(request, exc):
         code = getattr(exc, "status_code", 404)
@@ -449,7 +622,23 @@ def exception_handlers() -> dict:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (port 0 = any free port) -> (host, port); ValueError naming the value."""
+    """``HOST:PORT`` (port 0 = any free port) -> (host, port); ValueError naming the value.
+
+    Parameters
+    ----------
+    text : str
+        ``HOST:PORT``; an IPv6 host may be bracketed (``[::1]:8443``).
+
+    Returns
+    -------
+    tuple of (str, int)
+        The host (brackets removed) and the port.
+
+    Raises
+    ------
+    ValueError
+        Not ``HOST:PORT`` with a port in 0..65535.
+    """
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"--listen must be HOST:PORT (PORT 0..65535), got {text!r}")

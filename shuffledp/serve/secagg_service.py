@@ -40,11 +40,10 @@ id from ``os.urandom``; the clients' keys, masks and shares from
 
 References
 ----------
-.. [Bonawitz17] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
-   D. Ramage, A. Segal, K. Seth, "Practical Secure Aggregation for Privacy-Preserving
-   Machine Learning", ACM CCS 2017, Sec. 4 and Fig. 4.
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023.
+.. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Sec. 4 and Fig. 4 -- full
+   entry in docs/references.md.
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", RFC 9457 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
@@ -67,7 +66,47 @@ MAX_WAIT = 25.0
 
 
 class SecAggRun:
-    """One aggregation: the server state machine, its round deadlines and published replies."""
+    """One aggregation: the server state machine, its round deadlines and published replies.
+
+    Parameters
+    ----------
+    n : int
+        The clients of the run.
+    length : int
+        L, the length of every input vector.
+    modulus : int
+        m, the sum is taken mod m.
+    threshold : int
+        t, the clients needed in every round.
+    data_dir : pathlib.Path
+        Where ``result.npy`` and ``report.json`` are written (the previous run's removed).
+    round_timeout : float
+        Seconds each of rounds 1-3 waits for missing clients.
+    join_timeout : float, optional
+        Seconds round 0 waits (default ``round_timeout``).
+
+    Attributes
+    ----------
+    server : shuffledp.secagg.SecAggServer
+        The state machine.
+    session : bytes
+        The run's 16 random bytes.
+    published : dict
+        Round -> the server's reply: bytes (rounds 0, 2) or client -> bytes (round 1).
+    dropped, left : dict
+        Round -> clients that did not answer, and those that announced leaving.
+    aborted : str or None
+        Why the run stopped without a sum.
+    done : bool
+        The run is over (released or aborted).
+
+    Raises
+    ------
+    ValueError
+        Parameters :class:`~shuffledp.secagg.SecAggServer` refuses.
+    OSError
+        ``data_dir`` cannot be created or cleared.
+    """
 
     def __init__(self, n: int, length: int, modulus: int, threshold: int, data_dir: Path,
                  round_timeout: float, join_timeout: float | None = None) -> None:
@@ -102,6 +141,11 @@ class SecAggRun:
     def _complete(self) -> bool:
         return self.server.answered | self._leaving.get(self.round, set()) >= self._expected()
 
+    def _wake(self) -> None:
+        # before drive() made the event nothing waits; drive() checks _complete() first
+        if self.progress is not None:
+            self.progress.set()
+
     def receive(self, r: int, i: int, data: bytes) -> tuple[int, str | None, str]:
         if self.done or self.aborted:
             return 409, "too_late", "the run is over"
@@ -111,7 +155,7 @@ class SecAggRun:
             return 409, "wrong_phase", f"the server is in round {self.round}, not {r}"
         before = dict(self.server.rejected)
         if self.server.receive(data, channel=i):
-            self.progress.set()
+            self._wake()
             return 201, None, "accepted"
         after = self.server.rejected
         reason = next((k for k in after if after[k] != before.get(k, 0)), "rejected")
@@ -121,7 +165,7 @@ class SecAggRun:
         if r < self.round or self.done or self.aborted:
             return 409, "too_late", f"round {r} is closed"
         self._leaving.setdefault(r, set()).add(i)  # also for a later round (a mailbox marker)
-        self.progress.set()
+        self._wake()
         return 204, None, "left"
 
     async def drive(self, on_done) -> None:
@@ -156,6 +200,8 @@ class SecAggRun:
             self.aborted = str(e)
             write_report(self.dir, self._report("aborted", reason=str(e)))
         else:
+            if self.server.total is None:  # round 3 closed without SecAggAborted: a sum
+                raise RuntimeError("secure aggregation ended without a sum")
             write_npy(self.dir / "result.npy", self.server.total)
             write_report(self.dir, self._report("released"))
         self.done = True
@@ -179,7 +225,27 @@ class SecAggRun:
 
 def make_app(run: SecAggRun, *, body_timeout: float = 30.0, linger: float = 1.0):
     """The Starlette application of one run; the run starts with the app and, once it is
-    over, the server is asked to exit after ``linger`` seconds (replies flush)."""
+    over, the server is asked to exit after ``linger`` seconds (replies flush).
+
+    Parameters
+    ----------
+    run : SecAggRun
+        The aggregation the app serves.
+    body_timeout : float, optional
+        Seconds a client has to send a whole message (408 after).
+    linger : float, optional
+        Seconds between the end of the run and the request to exit.
+
+    Returns
+    -------
+    starlette.applications.Starlette
+        The ASGI application (wrap it in :func:`shuffledp.serve.common.guard`).
+
+    Raises
+    ------
+    AttributeError
+        ``run`` is not a :class:`SecAggRun`.
+    """
     import contextlib
 
     from starlette.applications import Starlette
@@ -342,12 +408,44 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
 
     A busy server (429, 502, 503, 504, or no connection) is retried until ``timeout``
     seconds have passed without progress; the error then names the server's last answer.
-    ``verify`` is ``True`` (the system's CAs) or an :class:`ssl.SSLContext` for an HTTPS
-    server.
 
-    Raises :class:`ClientAborted` (run aborted by the server, or no usable server answer
-    within ``timeout`` seconds), :class:`shuffledp.secagg.SecAggRefused` /
-    :class:`~shuffledp.secagg.MessageError` (a deviating server).
+    Parameters
+    ----------
+    server_url : str
+        Base URL of the secure-aggregation service.
+    uid : int
+        This client's id, 0 <= uid < n.
+    x : numpy.ndarray
+        The client's input: L integers in [0, modulus).
+    modulus : int
+        m of the sum (checked against the server's in round 0).
+    threshold : int
+        t (likewise).
+    timeout : float, optional
+        Seconds without progress before giving up (default 60).
+    stop_before : int, optional
+        Announce leaving before this round (for dropout tests); default: take part to the
+        end.
+    verify : bool or ssl.SSLContext, optional
+        ``True`` (the system's CAs) or an :class:`ssl.SSLContext` for an HTTPS server.
+
+    Returns
+    -------
+    str
+        ``"done"`` (all four rounds sent) or ``"left"`` (left before ``stop_before``).
+
+    Raises
+    ------
+    ClientAborted
+        The run was aborted by the server, or no usable server answer came within
+        ``timeout`` seconds.
+    shuffledp.secagg.SecAggRefused
+        The server asked for something that would break this client's privacy.
+    shuffledp.secagg.MessageError
+        A malformed server message, or one bound to other parameters.
+    ValueError
+        ``x``, ``modulus`` or ``threshold`` that :class:`~shuffledp.secagg.SecAggClient`
+        refuses.
     """
     import httpx
 
@@ -365,7 +463,8 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                                 ) from None
         client = SecAggClient(uid, x, modulus, threshold, bytes.fromhex(sess))
         base = f"{base_url}/secagg/{sess}/rounds"
-        sources = [None, f"{base}/0/server", f"{base}/1/clients/{uid}/shares",
+        # the server message each round reads (round 0 reads none)
+        sources = ["", f"{base}/0/server", f"{base}/1/clients/{uid}/shares",
                    f"{base}/2/server"]
         steps = [lambda _: client.advertise(), client.share_keys, client.masked_input,
                  client.unmask]
@@ -374,7 +473,7 @@ def run_client(server_url: str, uid: int, x: np.ndarray, modulus: int, threshold
                 _call(c, "PUT", f"{base}/{r}/clients/{uid}/leave", time.monotonic() + timeout,
                       idempotent=True)
                 return "left"
-            incoming = None
+            incoming = b""  # round 0 takes no server message
             if r:
                 deadline = time.monotonic() + timeout
                 while True:

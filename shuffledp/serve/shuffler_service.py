@@ -81,11 +81,10 @@ only from :class:`~shuffledp.protocol.crypto.SecureRandom`; nothing takes a seed
 
 References
 ----------
-.. [DAP] T. Geoghegan, C. Patton, B. Pitman, E. Rescorla, C. A. Wood, "Distributed
-   Aggregation Protocol for Privacy Preserving Measurement", draft-ietf-ppm-dap-16, 2025,
-   Sec. 4.5.1 (HPKE configuration), 4.5.2 (upload request).
-.. [RFC9457] M. Nottingham, E. Wilde, S. Dalal, "Problem Details for HTTP APIs", RFC 9457,
-   2023.
+.. [DAP] Geoghegan et al. (2025), "Distributed Aggregation Protocol", Sec. 4.5.1 (HPKE
+   configuration), 4.5.2 (upload request) -- full entry in docs/references.md.
+.. [RFC9457] Nottingham et al. (2023), "Problem Details for HTTP APIs", RFC 9457 -- full entry in
+   docs/references.md.
 """
 
 from __future__ import annotations
@@ -148,7 +147,23 @@ log = logging.getLogger("shuffledp.serve")
 def hpke_config_id(public_key: bytes) -> str:
     """The HPKE config id of an analyzer key: the first 8 bytes (hex) of SHA-256 over a label,
     the suite (KEM, KDF, AEAD ids) and the public key. Devices compute it from
-    ``analyzer.pub`` offline; a new key (a new setup) gets a new id."""
+    ``analyzer.pub`` offline; a new key (a new setup) gets a new id ([DAP]_ Sec. 4.5.1).
+
+    Parameters
+    ----------
+    public_key : bytes
+        The analyzer's raw X25519 public key.
+
+    Returns
+    -------
+    str
+        16 hex digits.
+
+    Raises
+    ------
+    TypeError
+        ``public_key`` is not bytes-like.
+    """
     suite = struct.pack(">HHH", HPKE_SUITE["kem_id"], HPKE_SUITE["kdf_id"],
                         HPKE_SUITE["aead_id"])
     return hashlib.sha256(b"shuffledp/3 hpke config\x00" + suite + bytes(public_key)
@@ -156,7 +171,28 @@ def hpke_config_id(public_key: bytes) -> str:
 
 
 def receipt(report_id: str, batch_digest: bytes) -> str:
-    """What the service keeps of an accepted batch after close (module docstring)."""
+    """What the service keeps of an accepted batch after close (module docstring).
+
+    Parameters
+    ----------
+    report_id : str
+        The batch's report id.
+    batch_digest : bytes
+        SHA-256 of the batch.
+
+    Returns
+    -------
+    str
+        SHA-256 (hex) of the report id, a zero byte and the digest: a device that kept both
+        can find its receipt in the close report.
+
+    Raises
+    ------
+    AttributeError
+        ``report_id`` is not a string.
+    TypeError
+        ``batch_digest`` is not bytes.
+    """
     return hashlib.sha256(report_id.encode() + b"\x00" + batch_digest).hexdigest()
 
 
@@ -249,9 +285,10 @@ class ShufflerState:
         for seq, rid, dev, f in sorted(entries):
             data = read_regular(f, self.max_body, what="stored batch")
             reason, rows = self._checker._validate(data)
-            fp = None if reason else self._checker._fingerprint(rows)
-            if reason or fp in self.fingerprints or rid in self.files or dev in self.by_device:
-                why = reason or "a duplicate"
+            fp = None if reason or rows is None else self._checker._fingerprint(rows)
+            if (fp is None or fp in self.fingerprints or rid in self.files
+                    or dev in self.by_device):
+                why = reason or ("malformed" if fp is None else "a duplicate")
                 raise RuntimeError(f"stored batch {f} is no longer accepted ({why}): the data "
                                    "directory belongs to other parameters or was edited")
             self._record(rid, dev, seq, f, hashlib.sha256(data).digest(), fp)
@@ -352,10 +389,10 @@ class ShufflerState:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size, 0)
             reason, rows = self._checker._validate(data)
-            fp = None if reason else self._checker._fingerprint(rows)
+            fp = None if reason or rows is None else self._checker._fingerprint(rows)
             del data, rows
-        if reason is not None:
-            raise self._refuse_batch(device, reason)
+        if reason is not None or fp is None:  # _validate gives rows whenever reason is None
+            raise self._refuse_batch(device, reason or "malformed")
         with self.lock:
             if self.closed or self.closing or rid in self.pending or rid in self.files:
                 # decided meanwhile by a concurrent request: answer as that one did
@@ -426,7 +463,7 @@ class ShufflerState:
         ``too_few_batches`` / ``closing``, 507 / 500 for a failed write: retry later) and
         RuntimeError for a stored batch the shuffler no longer accepts."""
         with self.lock:
-            if self.closed:
+            if self.report is not None:  # closed
                 return self.report
             if self.closing:
                 raise ProblemError(409, "closing", "another close is in progress",
@@ -563,6 +600,16 @@ def make_app(state: ShufflerState, *, token: str, registry: DeviceRegistry,
         close report).
     connections : collections.Counter, optional
         The connection events of :mod:`shuffledp.serve.transport` (in the status).
+
+    Returns
+    -------
+    starlette.applications.Starlette
+        The ASGI application (wrap it in :func:`shuffledp.serve.common.guard`).
+
+    Raises
+    ------
+    ValueError
+        ``device_rate`` not positive and finite, or ``device_burst`` < 1.
     """
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool

@@ -117,7 +117,27 @@ class ConnectionPolicy:
 
 
 def raw_problem(status: int, reason: str, detail: str) -> bytes:
-    """A complete HTTP/1.1 problem response that closes the connection (written below h11)."""
+    """A complete HTTP/1.1 problem response that closes the connection (written below h11).
+
+    Parameters
+    ----------
+    status : int
+        An HTTP status code.
+    reason : str
+        The problem type's last part.
+    detail : str
+        What went wrong, for a person.
+
+    Returns
+    -------
+    bytes
+        Status line, headers (``connection: close``) and the problem-details body.
+
+    Raises
+    ------
+    ValueError
+        ``status`` is not an HTTP status code.
+    """
     body = problem_body(status, reason, detail)
     head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
             f"content-type: {PROBLEM_MEDIA}\r\ncontent-length: {len(body)}\r\n"
@@ -126,7 +146,24 @@ def raw_problem(status: int, reason: str, detail: str) -> bytes:
 
 
 class ConnectionTable:
-    """Every open connection of one server, oldest first, in total and per client address."""
+    """Every open connection of one server, oldest first, in total and per client address.
+
+    Parameters
+    ----------
+    policy : ConnectionPolicy
+        The limits and deadlines applied.
+
+    Attributes
+    ----------
+    policy : ConnectionPolicy
+        As given.
+    all : collections.OrderedDict
+        Every open connection, oldest first.
+    by_host : dict
+        Client address -> its open connections, oldest first.
+    counts : collections.Counter
+        Connection events (accepted, evicted_idle, header_timeout, refused_per_client, ...).
+    """
 
     def __init__(self, policy: ConnectionPolicy) -> None:
         self.policy = policy
@@ -196,7 +233,7 @@ class ConnectionTable:
 class _H11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, with a problem for a malformed head and the TLS extension."""
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         sslobj = transport.get_extra_info("ssl_object")
         if sslobj is not None:
@@ -242,6 +279,20 @@ class _Gate(asyncio.Protocol):
         self._early: list[bytes] = []
         self._early_eof = False
 
+    @property
+    def _proto(self) -> _H11:
+        """The HTTP protocol; it exists once the connection was admitted."""
+        if self.inner is None:
+            raise RuntimeError(f"connection from {self.host} not admitted: no HTTP protocol")
+        return self.inner
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        """The TCP transport; it exists once the connection was made."""
+        if self.raw is None:
+            raise RuntimeError("connection not made yet: no transport")
+        return self.raw
+
     # ----- asyncio protocol -----
     def connection_made(self, transport: Any) -> None:
         self.raw = transport
@@ -266,6 +317,8 @@ class _Gate(asyncio.Protocol):
             self.loop.create_task(self._handshake(transport))
 
     async def _handshake(self, transport: Any) -> None:
+        if self.tls is None:
+            raise RuntimeError("TLS handshake on a gate without a TLS context")
         try:
             tls_transport = await self.loop.start_tls(
                 transport, self, self.tls, server_side=True,
@@ -281,7 +334,7 @@ class _Gate(asyncio.Protocol):
     def _connect(self, transport: Any) -> None:
         self.connected = True
         self.app_transport = transport
-        self.inner.connection_made(transport)
+        self._proto.connection_made(transport)
         early, self._early = self._early, []
         for data in early:
             self.data_received(data)
@@ -296,10 +349,10 @@ class _Gate(asyncio.Protocol):
                 self._early.append(bytes(data))
             return
         now = self.last_byte = time.monotonic()
-        conn = self.inner.conn
+        conn = self._proto.conn
         if self.head_started is None and conn.their_state is h11.IDLE:
             self.head_started = now
-        self.inner.data_received(data)
+        self._proto.data_received(data)
         state = conn.their_state
         if state is not h11.IDLE:
             self.head_started = None
@@ -313,21 +366,22 @@ class _Gate(asyncio.Protocol):
         if not self.connected:
             self._early_eof = True
             return True  # keep the transport until the handshake's outcome is known
-        return self.inner.eof_received()
+        self._proto.eof_received()  # uvicorn's returns None: the transport closes
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
         if self.connected:
             self.connected = False
-            self.inner.connection_lost(exc)
+            self._proto.connection_lost(exc)
 
     def pause_writing(self) -> None:
         if self.connected:
-            self.inner.pause_writing()
+            self._proto.pause_writing()
 
     def resume_writing(self) -> None:
         if self.connected:
-            self.inner.resume_writing()
+            self._proto.resume_writing()
 
     # ----- bookkeeping -----
     def _forget(self) -> None:
@@ -341,7 +395,7 @@ class _Gate(asyncio.Protocol):
             return False
         if not self.connected:
             return True
-        c = self.inner
+        c = self._proto
         if c.conn.their_state is not h11.IDLE:
             return False
         return c.cycle is None or c.cycle.response_complete
@@ -367,13 +421,13 @@ class _Gate(asyncio.Protocol):
         self.table.counts[reason] += 1
         self._forget()
         if answer is not None and self.connected and not self.app_transport.is_closing():
-            c = self.inner
+            c = self._proto
             if c.cycle is None or not c.cycle.response_started:
                 self.app_transport.write(raw_problem(*answer))
             self.app_transport.close()  # flushes the answer (and a TLS close_notify)
-            self.loop.call_later(1.0, self.raw.abort)
+            self.loop.call_later(1.0, self._transport.abort)
         else:
-            self.raw.abort()
+            self._transport.abort()
 
     def check(self, now: float) -> None:
         """Apply the deadlines (called by the sweeper)."""
@@ -384,7 +438,7 @@ class _Gate(asyncio.Protocol):
             if now - self.opened > p.header_timeout:
                 self.drop("handshake_timeout")
             return
-        c = self.inner
+        c = self._proto
         state = c.conn.their_state
         if state is h11.IDLE:
             if c.cycle is not None and not c.cycle.response_complete:
@@ -408,15 +462,54 @@ class _Gate(asyncio.Protocol):
                                            f"{p.body_timeout:g} s"))
 
 
-def gate_class(policy: ConnectionPolicy, tls: ssl.SSLContext | None = None) -> type:
-    """A protocol class for uvicorn's ``http=`` option with its own connection table."""
+def gate_class(policy: ConnectionPolicy, tls: ssl.SSLContext | None = None) -> type[_Gate]:
+    """A protocol class for uvicorn's ``http=`` option with its own connection table.
+
+    Parameters
+    ----------
+    policy : ConnectionPolicy
+        The limits and deadlines of the new :class:`ConnectionTable`.
+    tls : ssl.SSLContext, optional
+        Terminate TLS with this context (default: plain TCP).
+
+    Returns
+    -------
+    type
+        A subclass of the connection protocol, bound to a fresh table (``.table``).
+
+    Raises
+    ------
+    AttributeError
+        ``policy`` is not a :class:`ConnectionPolicy`-like object (when a connection is
+        made).
+    """
     return type("Gate", (_Gate,), {"table": ConnectionTable(policy), "tls": tls})
 
 
 def server_tls_context(certfile: str | os.PathLike, keyfile: str | os.PathLike,
                        client_ca: str | os.PathLike | None = None) -> ssl.SSLContext:
     """A TLS 1.3-only server context; with ``client_ca``, clients may present a certificate
-    issued by it (``CERT_OPTIONAL``; a bad certificate fails the handshake)."""
+    issued by it (``CERT_OPTIONAL``; a bad certificate fails the handshake; [RFC8446]_).
+
+    Parameters
+    ----------
+    certfile, keyfile : str or os.PathLike
+        The server's certificate chain and private key (PEM).
+    client_ca : str or os.PathLike, optional
+        A CA whose client certificates are accepted.
+
+    Returns
+    -------
+    ssl.SSLContext
+        The server context.
+
+    Raises
+    ------
+    ssl.SSLError
+        A file that is not a valid certificate or key, or a key that does not match.
+    OSError
+        A file cannot be read.
+    """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.load_cert_chain(os.fspath(certfile), os.fspath(keyfile))
@@ -430,7 +523,27 @@ def client_tls_context(ca_cert: str | os.PathLike | None = None,
                        client_cert: str | os.PathLike | None = None,
                        client_key: str | os.PathLike | None = None) -> ssl.SSLContext:
     """A TLS 1.3-only client context that verifies the server (against ``ca_cert`` if given,
-    else the system's CAs) and presents ``client_cert`` / ``client_key`` if given."""
+    else the system's CAs) and presents ``client_cert`` / ``client_key`` if given.
+
+    Parameters
+    ----------
+    ca_cert : str or os.PathLike, optional
+        The CA that issued the server's certificate.
+    client_cert, client_key : str or os.PathLike, optional
+        The client's certificate and key (mutual TLS); the key may be in ``client_cert``.
+
+    Returns
+    -------
+    ssl.SSLContext
+        The client context.
+
+    Raises
+    ------
+    ssl.SSLError
+        A file that is not a valid certificate or key.
+    OSError
+        A file cannot be read.
+    """
     ctx = ssl.create_default_context(cafile=os.fspath(ca_cert) if ca_cert else None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     if client_cert is not None:
@@ -441,7 +554,23 @@ def client_tls_context(ca_cert: str | os.PathLike | None = None,
 
 def raise_open_files_limit(want: int) -> int | None:
     """Raise the soft limit on open files towards ``want`` (at most the hard limit); None
-    where the platform has no such limit."""
+    where the platform has no such limit.
+
+    Parameters
+    ----------
+    want : int
+        The number of open files wanted.
+
+    Returns
+    -------
+    int or None
+        The soft limit now in force (may be below ``want``), or None.
+
+    Raises
+    ------
+    ValueError
+        The operating system refused the new limit.
+    """
     try:
         import resource
     except ImportError:  # not on this platform
@@ -455,7 +584,27 @@ def raise_open_files_limit(want: int) -> int | None:
 
 
 def bind(host: str, port: int, backlog: int = 4096) -> socket.socket:
-    """A listening TCP socket on (host, port)."""
+    """A listening TCP socket on (host, port).
+
+    Parameters
+    ----------
+    host : str
+        An IPv4 or IPv6 address (IPv6 when it contains ``:``) or a host name.
+    port : int
+        The port (0: any free one; read it from ``getsockname()``).
+    backlog : int, optional
+        The listen queue length (default 4096).
+
+    Returns
+    -------
+    socket.socket
+        The non-blocking listening socket.
+
+    Raises
+    ------
+    OSError
+        The address is in use, not local, or cannot be resolved.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -477,6 +626,34 @@ def serve(app: Any, host: str, port: int, data_dir: Path, *,
     per-client rate limit ``rate`` / ``burst``, the access log, the last-resort problem);
     ``counters`` collects the refusals by reason, ``connections`` the connection events
     (accepted, evicted_idle, header_timeout, refused_per_client, ...).
+
+    Parameters
+    ----------
+    app : ASGI application
+        The service (a Starlette application).
+    host : str
+        The address to listen on.
+    port : int
+        The port (0: any free one; the URL written names the real one).
+    data_dir : pathlib.Path
+        Where ``listen.json`` is written.
+    policy : ConnectionPolicy, optional
+        Connection limits and deadlines (default :class:`ConnectionPolicy()`).
+    tls : ssl.SSLContext, optional
+        Serve HTTPS with this context (:func:`server_tls_context`).
+    rate, burst : float, optional
+        Per-client request rate limit (:func:`shuffledp.serve.common.guard`).
+    counters, connections : collections.Counter, optional
+        Collect refusals by reason and connection events.
+    announce : callable, optional
+        Called with ``"listening on <url>"`` once bound (default :func:`print`).
+
+    Raises
+    ------
+    OSError
+        The socket cannot be bound or ``listen.json`` cannot be written.
+    ValueError
+        ``rate`` / ``burst`` out of range.
     """
     import uvicorn
 

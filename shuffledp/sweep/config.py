@@ -3,12 +3,10 @@ parameters), :class:`Run` (one run of one model) and :func:`plan` (every run of 
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
-   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 4 (dropouts).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Sec. 4 (dropouts) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -207,7 +205,19 @@ COLUMNS = tuple(f.name for f in dataclasses.fields(RunRecord))
 
 @dataclass(frozen=True)
 class Run:
-    """A planned run: the configuration, the model and the repeat index."""
+    """A planned run: the configuration, the model and the repeat index.
+
+    Attributes
+    ----------
+    config : SweepConfig
+        The point's full configuration.
+    model : str
+        One of :data:`MODELS`.
+    param : str
+        The swept parameter (part of :attr:`key`).
+    repeat : int
+        Repeat index, 0-based.
+    """
 
     config: SweepConfig
     model: str
@@ -248,6 +258,13 @@ def parse_value(param: str, value: Any) -> Any:
     int, float or Grid
         An int >= 1 (B, w; >= 2 for n), a finite float > 0 (epsilon), a float in [0, 1)
         (dropout), a Grid (grid).
+
+    Raises
+    ------
+    ValueError
+        If ``param`` is not a sweepable parameter or ``value`` is out of range or unparsable.
+    TypeError
+        If an integer parameter gets a non-integral value.
     """
     if param == "grid":
         try:
@@ -276,6 +293,25 @@ def _number(value: Any) -> Any:
 
 
 def check_models(models: Any) -> tuple[str, ...]:
+    """The models of a sweep, checked, duplicates dropped (first occurrence kept).
+
+    Parameters
+    ----------
+    models : sequence of str
+        Any of :data:`MODELS`, at least one.
+
+    Returns
+    -------
+    tuple of str
+        The models in their first order.
+
+    Raises
+    ------
+    TypeError
+        If ``models`` is a string or not iterable.
+    ValueError
+        If it is empty or names an unknown model.
+    """
     if isinstance(models, str) or not isinstance(models, Iterable):
         raise TypeError(f"models must be a list, got {models!r}")
     models = tuple(models)
@@ -318,6 +354,14 @@ def plan(param: str, values: Sequence[Any], repeats: int,
     Returns
     -------
     list of Run
+        One per key, in plan order.
+
+    Raises
+    ------
+    ValueError
+        If ``param``, a value, ``repeats`` or a model is out of range, or ``values`` is empty.
+    TypeError
+        If ``values`` or ``models`` is not a list, or a count is not an integer.
     """
     param, parsed, repeats = _iv(param, values, repeats)
     models = check_models(models)

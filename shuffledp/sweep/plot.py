@@ -3,9 +3,8 @@ and one PNG per metric with t-bands (matplotlib, the ``plot`` extra).
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
-   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
+   -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -44,6 +43,12 @@ def t_interval(samples: Sequence[float], level: float = 0.95) -> tuple[float, fl
     (mean, low, high) : floats
         ``mean -/+ t_{(1+level)/2, k-1} s / sqrt(k)`` with the sample standard deviation s;
         ``low = high = mean`` is never claimed: for k = 1 the ends are NaN.
+
+    Raises
+    ------
+    ValueError
+        If ``samples`` is empty, not 1-d or holds a non-finite value, or ``level`` is not in
+        (0, 1).
     """
     from scipy.special import stdtrit
 
@@ -68,7 +73,36 @@ def summarise(rows: Iterable[dict[str, Any]], param: str, column: str,
 
     A model whose rows do not depend on ``param`` (central in a B sweep) is one entry with
     value None: a constant band (B = inf in [Ghazi23]_ Fig. 13).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Run records (:func:`shuffledp.sweep.store.read_runs`); each has ``model`` and
+        ``param``. Rows of another sweep, or without ``column`` (None or NaN), are skipped.
+    param : {"B", "epsilon", "n", "grid", "w", "dropout"}
+        The swept parameter.
+    column : str
+        The record column summarised (a metric, ``bits_per_user``...).
+    level : float, default 0.95
+        Confidence level of the t-interval, in (0, 1).
+
+    Returns
+    -------
+    dict of str to list of (value, mean, low, high)
+        Per model, sorted by value (None last).
+
+    Raises
+    ------
+    ValueError
+        If ``param`` is not a sweepable parameter or ``level`` is not in (0, 1).
+    TypeError
+        If ``column`` is not a string.
+    KeyError
+        If a row lacks ``model`` or ``param``.
     """
+    param = v.choice("param", param, PARAMETERS)
+    if not isinstance(column, str):
+        raise TypeError(f"column must be a str, got column={column!r}")
     groups: dict[str, dict[Any, list[float]]] = {}
     for row in rows:
         if row.get(column) is None or row["param"] != param:
@@ -98,6 +132,13 @@ def plot(out_dir: str | os.PathLike[str], param: str) -> list[Path]:
     ``metrics.png``: every metric vs ``param``, shuffle and central ([Ghazi23]_ Fig. 13,
     Fig. 1-2).
 
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The sweep's output directory (holds ``runs.jsonl``; the PNGs are written there).
+    param : {"B", "epsilon", "n", "grid", "w", "dropout"}
+        The swept parameter.
+
     Returns
     -------
     list of Path
@@ -107,6 +148,8 @@ def plot(out_dir: str | os.PathLike[str], param: str) -> list[Path]:
     ------
     ImportError
         Without matplotlib (message: :data:`PLOT_HINT`).
+    ValueError
+        If ``param`` is not a sweepable parameter.
     """
     param = v.choice("param", param, PARAMETERS)
     try:

@@ -23,12 +23,10 @@ draws them (matplotlib, the ``plot`` extra); the CSV and JSON never depend on ma
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023, arXiv:2211.13454
-   (App. F, Fig. 12-13; Sec. 4, Fig. 1-2).
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 4 (dropouts).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
+   -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics",
+   Sec. 4 (dropouts) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -75,7 +73,31 @@ _TABLES: dict[tuple[Any, ...], Any] = {}
 
 
 def load_input(path: str, input_format: str = "csv", bbox: Any = None) -> Any:
-    """The :class:`~shuffledp.datasets.PointTable` of an input file (cached per file)."""
+    """The :class:`~shuffledp.datasets.PointTable` of an input file (cached per file).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The input file.
+    input_format : {"csv", "snap"}
+        :func:`shuffledp.datasets.load_csv` or :func:`shuffledp.datasets.load_snap`.
+    bbox : tuple of 4 floats, optional
+        SNAP only: LAT_MIN, LAT_MAX, LON_MIN, LON_MAX of the area kept.
+
+    Returns
+    -------
+    PointTable
+        The file's points (the cached table when the same file was loaded last).
+
+    Raises
+    ------
+    ValueError
+        If ``input_format`` is not "csv" or "snap", or the file is malformed (named line).
+    OSError
+        If the file cannot be read.
+    """
+    if input_format not in ("csv", "snap"):
+        raise ValueError(f"input_format must be 'csv' or 'snap', got {input_format!r}")
 
     key = (os.fspath(path), input_format, bbox)
     if key not in _TABLES:
@@ -87,7 +109,30 @@ def load_input(path: str, input_format: str = "csv", bbox: Any = None) -> Any:
 
 def subsample_users(table: Any, n: int, seed: int) -> Any:
     """``n`` of the table's users drawn without replacement (all of them if n equals their
-    number); a ValueError names ``n`` if the file has fewer users."""
+    number).
+
+    Parameters
+    ----------
+    table : PointTable
+        The input's points.
+    n : int
+        Users wanted, >= 1.
+    seed : int
+        Seed of the draw (the sweep's ``data_seed``).
+
+    Returns
+    -------
+    PointTable
+        The points of the ``n`` users drawn (``table`` itself if n is all of them).
+
+    Raises
+    ------
+    ValueError
+        If the table has fewer than ``n`` users or ``n`` < 1.
+    TypeError
+        If ``n`` is not an integer.
+    """
+    n = v.count("n", n)
 
     labels = np.unique(table.user)
     if n > labels.size:
@@ -128,6 +173,16 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     Returns
     -------
     RunRecord
+        The run's parameters, guarantee, communication, timings and metrics.
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative seed, the input file is malformed or has fewer users than n.
+    TypeError
+        If ``rng`` is not None, a seed or a Generator.
+    OSError
+        If the input file cannot be read.
     """
 
     c = run.config
@@ -151,9 +206,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         truth, est = gaussian_heatmap(truth, c.sigma), gaussian_heatmap(rel.estimate, c.sigma)
     else:
         est = rel.estimate
-    metrics = all_metrics(truth, est, c.grid, emd=c.emd)
-    if metrics["emd"] is None:
-        metrics["emd"] = math.nan
+    found = all_metrics(truth, est, c.grid, emd=c.emd)
+    metrics = {k: math.nan if x is None else float(x) for k, x in found.items()}  # emd=None
     t2 = time.perf_counter()
     report, proto, shuffle = rel.to_report(), rel.protocol, run.model == "shuffle"
     return RunRecord(
@@ -167,7 +221,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         messages_per_user=proto.get("messages_per_user"),
         bits_per_user=proto.get("bits_per_user"), bytes_per_user=proto.get("bytes_per_user"),
         seconds_mechanism=t1 - t0, seconds_metrics=t2 - t1,
-        **{k: float(metrics[k]) for k in METRICS})
+        **{k: metrics[k] for k in METRICS})
 
 
 # --------------------------------------------------------------------------- outputs
@@ -212,6 +266,16 @@ def run_sweep(
     -------
     list of RunRecord
         The runs done by this call (not those skipped).
+
+    Raises
+    ------
+    ValueError
+        If an argument of :func:`plan` is out of range, or ``out_dir`` holds a ``runs.csv``
+        with other columns.
+    TypeError
+        If ``values`` or ``models`` is not a list, or a count is not an integer.
+    OSError
+        If ``out_dir`` or the input file cannot be written or read.
     """
     if seed is not None:
         seed = v.count("seed", seed, 0)

@@ -20,7 +20,25 @@ JSONL_NAME = "runs.jsonl"
 
 
 def done_keys(out_dir: str | os.PathLike[str]) -> set[str]:
-    """Keys of the runs already in ``out_dir/runs.csv`` (empty if there is none)."""
+    """Keys of the runs already in ``out_dir/runs.csv`` (empty if there is none).
+
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The sweep's output directory.
+
+    Returns
+    -------
+    set of str
+        The keys of the runs on disk.
+
+    Raises
+    ------
+    ValueError
+        If ``runs.csv`` has other columns than a sweep's (:data:`COLUMNS`).
+    OSError
+        If the file cannot be read.
+    """
     path = Path(out_dir) / CSV_NAME
     if not path.exists():
         return set()
@@ -42,8 +60,20 @@ def _append(path: Path, text: str) -> None:
 
 
 def repair(out_dir: str | os.PathLike[str]) -> None:
-    """Cut a partial last line (a run killed mid-write) from ``runs.jsonl`` and
-    ``runs.csv``; no field holds a newline, so every complete row ends with one."""
+    """Cut a partial last line (a run killed mid-write) from ``runs.jsonl`` and ``runs.csv``.
+
+    No field holds a newline, so every complete row ends with one.
+
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The sweep's output directory (missing files are left alone).
+
+    Raises
+    ------
+    OSError
+        If a file cannot be read or truncated.
+    """
     for name in (JSONL_NAME, CSV_NAME):
         path = Path(out_dir) / name
         if not path.exists():
@@ -57,9 +87,27 @@ def repair(out_dir: str | os.PathLike[str]) -> None:
 
 
 def append_record(out_dir: str | os.PathLike[str], record: RunRecord) -> None:
-    """Append one record to ``runs.jsonl``, then to ``runs.csv`` (header first if new), each
-    flushed and fsynced: a run is done (skipped on resume) once its CSV row is on disk, and
-    its JSON line is there by then."""
+    """Append one record to ``runs.jsonl``, then to ``runs.csv`` (header first if new).
+
+    Each is flushed and fsynced: a run is done (skipped on resume) once its CSV row is on
+    disk, and its JSON line is there by then.
+
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The sweep's output directory (created if missing).
+    record : RunRecord
+        The finished run.
+
+    Raises
+    ------
+    TypeError
+        If ``record`` is not a RunRecord.
+    OSError
+        If the directory or a file cannot be written.
+    """
+    if not isinstance(record, RunRecord):
+        raise TypeError(f"record must be a RunRecord, got {type(record).__name__}")
     import io
 
     out = Path(out_dir)
@@ -77,8 +125,30 @@ def append_record(out_dir: str | os.PathLike[str], record: RunRecord) -> None:
 
 
 def read_runs(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of ``out_dir/runs.jsonl`` as dicts, one per key (the last written: a run
-    interrupted between its JSON line and its CSV row is run again on resume)."""
+    """The rows of ``out_dir/runs.jsonl`` as dicts, one per key.
+
+    For a key written twice the last line wins (a run interrupted between its JSON line and
+    its CSV row is run again on resume).
+
+    Parameters
+    ----------
+    out_dir : str or os.PathLike
+        The sweep's output directory.
+
+    Returns
+    -------
+    list of dict
+        One record per key, in first-written order.
+
+    Raises
+    ------
+    OSError
+        If ``runs.jsonl`` is missing or unreadable.
+    json.JSONDecodeError
+        If a line is not JSON (a ValueError).
+    KeyError
+        If a record has no ``key``.
+    """
     rows: dict[str, dict[str, Any]] = {}
     with open(Path(out_dir) / JSONL_NAME, encoding="utf-8") as fh:
         for line in fh:

@@ -7,9 +7,9 @@ import math
 import pytest
 from exact_shuffle import exact_shuffle_divergence, krr_row
 
-from shuffledp.accounting.shuffle_ldp.binary_rr import _worst, binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp, variation_ratio_numerical
-from shuffledp.accounting.shuffle_ldp.krr_lower import krr_lower_epsilon
+from shuffledp.accounting.amplification.binary_rr import _worst, binary_rr_shuffle_exact
+from shuffledp.accounting.amplification.clones import shuffle_ldp, variation_ratio_numerical
+from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
 
 
 def enumerated_worst(n, eps0, eps):
@@ -59,7 +59,7 @@ def test_windowed_pmf_recurrence_matches_scipy_within_the_charged_error():
     import numpy as np
     from scipy.stats import binom
 
-    from shuffledp.accounting.shuffle_ldp.binary_rr import _PMF_RTOL, _rows
+    from shuffledp.accounting.amplification.binary_rr import _PMF_RTOL, _rows
 
     for trials in (np.arange(0, 64), np.arange(199_936, 200_000)):
         for p in (0.7310585786300049, 0.2689414213699951, 0.999, 1e-6):
@@ -72,7 +72,7 @@ def test_windowed_pmf_recurrence_matches_scipy_within_the_charged_error():
 
 
 def test_progress_follows_every_data_set():
-    from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
+    from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
 
     seen = []
     b = binary_rr_shuffle_exact(2000, 1.0, 1e-6, progress=lambda d, t: seen.append((d, t)))

@@ -14,7 +14,7 @@ import mpmath as mp
 import pytest
 from click.testing import CliRunner
 
-from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -59,7 +59,7 @@ def test_shuffled_ldp_read_back_is_verified() -> None:
     """A shuffled eps0-LDP release's event survives its round trip; the same record with a
     smaller epsilon or delta is refused, by the constructor, by event_from_dict and by the
     report reader."""
-    from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp
+    from shuffledp.accounting.amplification.clones import shuffle_ldp
 
     b = shuffle_ldp(2000, 1.0, 1e-6)
     rec = b.guarantee.event.to_dict()
@@ -92,7 +92,7 @@ def test_binary_rr_pair_is_verified_by_the_exact_worst_case() -> None:
     """Binary RR's released pair is below what the general bounds prove (0.0862 against
     0.1026 at n = 2000): the event checks it against the exact worst case over data sets,
     and refuses the grid point below it, which that computation refutes."""
-    from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
+    from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
 
     b = binary_rr_shuffle_exact(2000, 1.0, 1e-6)
     ev = b.guarantee.event
@@ -133,7 +133,7 @@ def test_discrete_gaussian_delta_from_the_exact_pair(sigma: float, sens: int,
 def test_basic_composition_uses_the_proven_pairs() -> None:
     """The accountant's basic and advanced answers come from certified(), which is proven:
     a k-RR event stated at its blanket-certified pair keeps it; none can state less."""
-    from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
+    from shuffledp.accounting.amplification.krr_shuffle import krr_shuffle_numerical
 
     b = krr_shuffle_numerical(5000, 1.0, 1e-7, k=4)
     ev = b.guarantee.event

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from mp_clones import mp_divergence
 from scipy.stats import binom
 
-from shuffledp.accounting.shuffle_ldp._common import _cut_estimate
-from shuffledp.accounting.shuffle_ldp.clones import (
+from shuffledp.accounting.amplification._common import _cut_estimate
+from shuffledp.accounting.amplification.clones import (
     clones_closed_form,
     clones_eps0_for_target,
     clones_formula,
@@ -193,7 +193,7 @@ def test_shuffle_ldp_dispatch_and_validation_messages():
 
 
 def test_eps0_for_target_round_trip():
-    from shuffledp.accounting.shuffle_ldp.clones import clones_eps0_for_target
+    from shuffledp.accounting.amplification.clones import clones_eps0_for_target
 
     lp = clones_eps0_for_target(10**5, 0.1, 1e-6)
     assert lp.bound.epsilon <= 0.1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from shuffledp.accounting.compose import Accountant, compose
+from shuffledp.accounting.composition import Accountant, compose
 from shuffledp.accounting.events import (
     DiscreteLaplace,
     EpsDelta,
@@ -136,7 +136,7 @@ def test_hiding_mass_is_charged_additively() -> None:
 
 
 def test_shuffled_ldp_single_release_matches_its_certified_bound() -> None:
-    from shuffledp.accounting.shuffle_ldp.clones import variation_ratio_numerical
+    from shuffledp.accounting.amplification.clones import variation_ratio_numerical
 
     b = variation_ratio_numerical(2000, 1.0, 1e-6)
     e = ShuffledLDP(n=2000, eps0=1.0, epsilon=b.epsilon, delta=b.delta)
@@ -204,7 +204,7 @@ def test_365_shuffled_binary_rr_against_independent_computation() -> None:
 
 
 def test_every_release_carries_its_event() -> None:
-    from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp
+    from shuffledp.accounting.amplification.clones import shuffle_ldp
     from shuffledp.accounting.summation import summation_parameters
     from shuffledp.analyzers.privhist import AnonHistogram, privhist
 

@@ -15,7 +15,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from shuffledp.accounting.compose import Accountant
+from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import DiscreteLaplace, EpsDelta
 
 

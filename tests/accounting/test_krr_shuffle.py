@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from exact_shuffle import exact_shuffle_divergence, krr_row
 
-from shuffledp.accounting.shuffle_ldp.clones import shuffle_ldp, variation_ratio_numerical
-from shuffledp.accounting.shuffle_ldp.krr_lower import krr_dataset_divergence, krr_lower_epsilon
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import (
+from shuffledp.accounting.amplification.clones import shuffle_ldp, variation_ratio_numerical
+from shuffledp.accounting.amplification.krr_lower import krr_dataset_divergence, krr_lower_epsilon
+from shuffledp.accounting.amplification.krr_shuffle import (
     krr_blanket_divergence,
     krr_shuffle_numerical,
 )
@@ -212,7 +212,7 @@ def test_small_delta_is_certified():
 
 
 def test_input_limits_and_fallbacks():
-    from shuffledp.accounting.shuffle_ldp.clones import clone_probability
+    from shuffledp.accounting.amplification.clones import clone_probability
 
     with pytest.raises(ValueError, match="alpha0 must be a finite number > 0, got alpha0=-1"):
         clone_probability(-1)

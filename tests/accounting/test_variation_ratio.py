@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mp_clones import mp_divergence
 from scipy.stats import binom
 
-from shuffledp.accounting.shuffle_ldp.clones import (
+from shuffledp.accounting.amplification.clones import (
     clone_probability,
     clones_closed_form,
     clones_eps0_for_target,

@@ -137,3 +137,33 @@ def test_gkrr_total_fills_62_bits():
     for s, t, r, a0 in [(32, 32, 0.1, 3.0), (2, 3, 1.0, 0.7), (100, 10, 0.05, 8.0)]:
         mech = GKRR(s, t, r, a0)
         assert 2**62 * 0.99 < mech.total < 2**62
+
+
+def test_uniform_below_refuses_an_empty_range_instead_of_looping():
+    """Regression: a total of 0 made the rejection loop run forever."""
+    import numpy as np
+    import pytest
+
+    from shuffledp.encoders.metric.mechanisms import uniform_below
+    from shuffledp.randomness import word_source
+
+    with pytest.raises(ValueError, match="totals must be >= 1"):
+        uniform_below(np.array([3, 0], dtype=np.uint64), np.array([62, 64], dtype=np.uint64),
+                      word_source(0))
+    with pytest.raises(ValueError, match="one shape"):
+        uniform_below(np.array([3], dtype=np.uint64), np.array([62, 62], dtype=np.uint64),
+                      word_source(0))
+    u = uniform_below(np.array([1, 5], dtype=np.uint64), np.array([64, 61], dtype=np.uint64),
+                      word_source(0))
+    assert u[0] == 0 and u[1] < 5
+
+
+def test_one_item_per_user_refuses_a_non_2d_array():
+    import numpy as np
+    import pytest
+
+    from shuffledp.encoders.metric.mechanisms import one_item_per_user
+    from shuffledp.randomness import word_source
+
+    with pytest.raises(ValueError, match=r"shape \(n, m\)"):
+        one_item_per_user(np.arange(4), word_source(0))

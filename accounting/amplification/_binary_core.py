@@ -1,6 +1,6 @@
 """The exact worst case of shuffled binary randomized response: the computational core.
 
-Split from :mod:`shuffledp.accounting.shuffle_ldp.binary_rr` (which documents the method) so
+Split from :mod:`shuffledp.accounting.amplification.binary_rr` (which documents the method) so
 that :mod:`shuffledp.accounting.events` can verify a stated binary-RR guarantee without
 importing the module that builds its events.
 """

@@ -73,12 +73,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shuffledp import _validation as v
-from shuffledp.accounting.events import ShuffledLDP
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 # the closed form, the clone probability and the bound record are defined with the pairs in
 # _common (krr_shuffle and events use them too) and are part of this module's API
-from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401
+from shuffledp.accounting.amplification._common import (  # noqa: F401
     SELF_CHECK_NOTE,
     ShuffleBound,
     _certify,
@@ -94,9 +92,11 @@ from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401
     clones_validity_limit,
     default_tail,
 )
-from shuffledp.accounting.shuffle_ldp.binary_rr import MAX_N as BINARY_RR_MAX_N
-from shuffledp.accounting.shuffle_ldp.binary_rr import binary_rr_shuffle_exact
-from shuffledp.accounting.shuffle_ldp.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.amplification.binary_rr import MAX_N as BINARY_RR_MAX_N
+from shuffledp.accounting.amplification.binary_rr import binary_rr_shuffle_exact
+from shuffledp.accounting.amplification.krr_shuffle import krr_shuffle_numerical
+from shuffledp.accounting.events import ShuffledLDP
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 METHODS = ("tightest", "variation-ratio", "numerical", "closed-form", "krr-blanket",
            "binary-rr-exact")
@@ -314,9 +314,9 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     smallest certified epsilon is returned; the others are listed in ``notes``),
     ``"variation-ratio"`` (:func:`variation_ratio_numerical`), ``"numerical"``
     (:func:`clones_numerical`), ``"closed-form"`` (:func:`clones_closed_form`) or
-    ``"krr-blanket"`` (:func:`shuffledp.accounting.shuffle_ldp.krr_shuffle.krr_shuffle_numerical`,
+    ``"krr-blanket"`` (:func:`shuffledp.accounting.amplification.krr_shuffle.krr_shuffle_numerical`,
     k-RR
-    only) or ``"binary-rr-exact"`` (:func:`shuffledp.accounting.shuffle_ldp.binary_rr.
+    only) or ``"binary-rr-exact"`` (:func:`shuffledp.accounting.amplification.binary_rr.
     binary_rr_shuffle_exact`: binary RR's exact worst case over every data set, k = 2 and n <=
     2e5; about 15 s at n = 1e5). ``randomizer="krr"`` with ``k`` says the reports come from
     k-ary randomized response, which adds the k-RR bounds to "tightest". ``progress`` (a

@@ -9,7 +9,7 @@ are computed exactly here, in O(n) each; user 1 holds x1^0 or x1^1 and the n - 1
     x1^0 (the worst case of the adversarial searches for binary randomized response);
 ``"third"``
     a third value w (k = 3 only), where the blanket bound of
-    :mod:`shuffledp.accounting.shuffle_ldp.krr_shuffle` is attained in the exhaustive small-n
+    :mod:`shuffledp.accounting.amplification.krr_shuffle` is attained in the exhaustive small-n
     checks.
 
 With the others i.i.d. with law pi, the multinomial ratio identity gives, for a histogram h,
@@ -41,7 +41,7 @@ from scipy.special import betaincc
 from scipy.stats import binom
 
 from shuffledp import _validation as v
-from shuffledp.accounting.shuffle_ldp._common import (
+from shuffledp.accounting.amplification._common import (
     _binom_sf,
     _iv_k,
     _iv_rtol,

@@ -137,7 +137,7 @@ class Composition:
             notion=notion, model=model, epsilon=self.epsilon, delta=self.delta,
             neighbour=self.neighbour,
             theorem=theorem or f"composition of {self.releases} releases ({self.method}; "
-                               "shuffledp.accounting.compose)",
+                               "shuffledp.accounting.composition)",
             parameters={"composition": self.to_dict(), **parameters}, notes=self.notes)
 
 

@@ -39,9 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from shuffledp.accounting.events import ShuffledKRR
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.accounting.shuffle_ldp._binary_core import (  # noqa: F401 (re-exported)
+from shuffledp.accounting.amplification._binary_core import (  # noqa: F401 (re-exported)
     _FFT_ULPS,
     _PMF_RTOL,
     MAX_N,
@@ -49,7 +47,9 @@ from shuffledp.accounting.shuffle_ldp._binary_core import (  # noqa: F401 (re-ex
     _rows,
     _worst,
 )
-from shuffledp.accounting.shuffle_ldp._common import ShuffleBound, _iv_rtol, _iv_shuffle
+from shuffledp.accounting.amplification._common import ShuffleBound, _iv_rtol, _iv_shuffle
+from shuffledp.accounting.events import ShuffledKRR
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 
 def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
@@ -127,7 +127,7 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
         notion="approximate", model="shuffle", epsilon=eps_up, delta=delta_out,
         neighbour=Neighbour.REPLACE_ONE,
         theorem="exact worst case over every data set of shuffled binary randomized response "
-                "(shuffledp.accounting.shuffle_ldp.binary_rr)",
+                "(shuffledp.accounting.amplification.binary_rr)",
         parameters={"n": n, "eps0": eps0, "k": 2, "method": "binary-rr-exact"},
         # composition: the stronger-clone pair (one pair for every data set), see events
         event=ShuffledKRR(n=n, k=2, eps0=eps0, epsilon=eps_up, delta=delta_out,

@@ -27,7 +27,7 @@ where W(c, z) = Bin(n, 2 alpha)(c) Bin(n - c, (k - 2) alpha / (1 - 2 alpha))(z) 
 S_c(j) = P[Bin(c, 1/2) >= j]. P and Q are mirror images, so D(P||Q) = D(Q||P).
 
 For k = 2 the pair is the stronger-clone pair of general eps0-LDP randomizers
-(:func:`shuffledp.accounting.shuffle_ldp.clones.variation_ratio_numerical`); for k >= 3 it is
+(:func:`shuffledp.accounting.amplification.clones.variation_ratio_numerical`); for k >= 3 it is
 smaller, and
 it dominates the exact divergence of shuffled k-RR on every data set of up to five users
 (``tests/accounting/test_krr_shuffle.py`` enumerates them). It is not the pair of [WPLW24]_
@@ -55,9 +55,7 @@ from __future__ import annotations
 import math
 
 from shuffledp import _validation as v
-from shuffledp.accounting.events import ShuffledKRR
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
-from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401  (MAX_CELLS: public here)
+from shuffledp.accounting.amplification._common import (  # noqa: F401  (MAX_CELLS: public here)
     MAX_CELLS,
     SELF_CHECK_NOTE,
     ShuffleBound,
@@ -71,6 +69,8 @@ from shuffledp.accounting.shuffle_ldp._common import (  # noqa: F401  (MAX_CELLS
     clones_formula,
     krr_default_tail,
 )
+from shuffledp.accounting.events import ShuffledKRR
+from shuffledp.accounting.guarantee import Guarantee, Neighbour
 
 
 def krr_blanket_divergence(n: int, k: int, eps0: float, eps: float,
@@ -108,7 +108,7 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     """Certified (eps, delta) for n shuffled eps0-k-RR reports, from the exact blanket pair.
 
     The same certified grid search as
-    :func:`shuffledp.accounting.shuffle_ldp.clones.clones_numerical`
+    :func:`shuffledp.accounting.amplification.clones.clones_numerical`
     (the released epsilon's own upper estimate is <= delta; ``epsilon_lower`` is where the
     pair's divergence provably exceeds delta). At n = 1e5, eps0 = 1, delta = 1e-6 it gives
     0.01092 for k = 3, 0.00664 for k = 10 and 0.00201 for k = 100, against 0.01244 for any
@@ -165,7 +165,7 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
         theorem=("exact hockey-stick divergence of the privacy-blanket pair of k-ary "
                  "randomized response (Balle-Bell-Gascon-Nissim 2019, The privacy blanket of "
                  "the shuffle model, Sec. 3; reduction in "
-                 "shuffledp.accounting.shuffle_ldp.krr_shuffle)"),
+                 "shuffledp.accounting.amplification.krr_shuffle)"),
         parameters={"n": n, "eps0": eps0, "k": k, "method": "krr-blanket"},
         event=ShuffledKRR(n=n, k=k, eps0=eps0, epsilon=r.epsilon, delta=r.delta,
                           neighbour=Neighbour.REPLACE_ONE))
