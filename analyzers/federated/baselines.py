@@ -65,8 +65,8 @@ def tree_least_squares(levels: list[np.ndarray], variances: list[float]) -> np.n
     its z plus its variance share of the parent's correction ([Hay10]_ with weights).
     """
     L = len(levels) - 1
-    z = [None] * (L + 1)
-    var = [None] * (L + 1)
+    z: list[np.ndarray] = [np.empty(0)] * (L + 1)
+    var: list[np.ndarray] = [np.empty(0)] * (L + 1)
     z[L] = levels[L].astype(float)
     var[L] = np.full(levels[L].shape, float(variances[L]))
     for lvl in range(L - 1, -1, -1):

@@ -136,7 +136,7 @@ def federated_release(
     nb = Neighbour.parse(neighbour)
     model = v.choice("model", model, ("distributed", "central"))
     tv_delta = sampler_delta(eps, draws)
-    notes = (SEEDED_NOTE,) if seeded else ()
+    notes: tuple[str, ...] = (SEEDED_NOTE,) if seeded else ()
     if nb is Neighbour.ADD_REMOVE and model == "distributed":
         if share is None:
             raise ValueError("an add/remove federated release needs the charge of the joining "

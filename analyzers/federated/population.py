@@ -388,14 +388,15 @@ def add_remove_noise(epsilon: float, delta: float, l1_bound: int, n_min: int,
     # towards eps: any feasible point is sound, the search only buys accuracy
     lo = eps - share(eps)[0] * 1.01
     if not ok(lo):
-        lo = next((eps * f for f in (0.5, 0.25, 0.1, 0.03, 0.01) if ok(eps * f)), None)
-        if lo is None:
+        coarser = next((eps * f for f in (0.5, 0.25, 0.1, 0.03, 0.01) if ok(eps * f)), None)
+        if coarser is None:
             s = share(eps * 0.01)[0]
             raise FederatedRefused(
                 f"add/remove: the joining user's own noise share costs eps_share >= {s:.4g} "
                 f"with n_min={n_min} survivors per shard over {d} cells, more than "
                 f"epsilon={epsilon!r} can pay; raise max_users or shard_size (a larger "
                 "n_min), lower the dropout, or use neighbour='zero_out' (participants public)")
+        lo = coarser
     hi = eps
     for _ in range(7):
         mid = 0.5 * (lo + hi)

@@ -82,7 +82,7 @@ def measured_levels(grid: Grid, w: int) -> tuple[int, int]:
 
 def noisy_counts(
     users: UserDistributions,
-    budgets: Sequence[float],
+    budgets: Sequence[float] | np.ndarray,
     start: int,
     *,
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,

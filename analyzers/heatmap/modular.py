@@ -379,7 +379,7 @@ def guarantee(params: ProtocolParams) -> Guarantee:
     parameters came from it; otherwise (explicitly built parameters) an equivalent record.
     """
     summ = params.summation
-    if summ is not None and getattr(summ, "guarantee", None) is not None:
+    if summ is not None and summ.guarantee is not None:
         return summ.guarantee
     return Guarantee(
         notion="approximate",

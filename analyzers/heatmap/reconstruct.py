@@ -273,7 +273,8 @@ def _reduced_lp(counts: list[np.ndarray], sides: np.ndarray, shapes: list[tuple[
     rr, cc = np.divmod(var_cell, np.array([shapes[k][1] for k in var_level]))
     own = np.zeros(n_var, dtype=np.int64)
     own[n_lo:] = 1
-    a_rows, a_cols = [], []
+    row_parts: list[np.ndarray] = []
+    col_parts: list[np.ndarray] = []
     for k in range(n_meas):
         has = var_level + own > k
         shift = var_level[has] - k
@@ -281,10 +282,10 @@ def _reduced_lp(counts: list[np.ndarray], sides: np.ndarray, shapes: list[tuple[
         rows = row_lookup[k][anc]
         if (rows < 0).any():  # pragma: no cover - structural invariant
             raise AssertionError("a variable's ancestor is not selected")
-        a_rows.append(rows)
-        a_cols.append(np.flatnonzero(has))
-    a_rows = np.concatenate(a_rows)
-    a_cols = np.concatenate(a_cols)
+        row_parts.append(rows)
+        col_parts.append(np.flatnonzero(has))
+    a_rows = np.concatenate(row_parts)
+    a_cols = np.concatenate(col_parts)
     pa = scipy.sparse.csr_matrix(
         (row_side[a_rows], (a_rows, a_cols)), shape=(n_rows, n_var)
     )  # (P s)|_S as a function of x

@@ -220,7 +220,7 @@ def freq_est_local(
     r = v.interval("r", r, 0.0, 1.0, open_high=False)
     items = as_user_items(users, s * t)
     n, m = items.shape
-    if target_alpha is not None:
+    if alpha0 is None:  # then target_alpha is given (exactly one of the two, checked above)
         target_alpha = v.positive("target_alpha", target_alpha)
         alpha0 = emd_itemwise_alpha0(target_alpha, m, delta, model,
                                      n if model == "central" else None,
@@ -291,9 +291,11 @@ def choose_freq_mechanism(n: int, m: int, s: int, t: int, r: float, delta: float
                              target_alpha=target_alpha, baseline_epsilon=baseline_epsilon,
                              baseline="hadamard", max_delta_out=max_delta_out, rng=gen)
         errs["gkrr"].append(product_emd(s, t, r, rel.estimate, truth))
+        if rel.baseline is None:  # pragma: no cover - baseline="hadamard" always attaches one
+            raise AssertionError("freq_est_local(baseline='hadamard') returned no baseline")
         errs["hadamard"].append(product_emd(s, t, r, rel.baseline.estimate, truth))
     pred = {name: float(np.mean(e)) for name, e in errs.items()}
-    return {"choice": min(pred, key=pred.get), "predicted_emd": pred,
+    return {"choice": min(pred, key=pred.__getitem__), "predicted_emd": pred,
             "rule": f"smaller mean d_EM error over {reps} simulations on public synthetic "
                     f"data of the same shape (n={n}, m={m}, k={k}; home cluster Zipf(1), "
                     "90% of items in it), seeded by the public parameters"}

@@ -120,7 +120,7 @@ def as_user_items(users: Any, k: int) -> np.ndarray:
 
 def _shuffle(values: np.ndarray, rng: RngLike | SecureRandom) -> None:
     """Shuffle a 1-D array in place: secure unless ``rng`` is a seed or a Generator."""
-    if not is_seeded(rng):
+    if rng is None or isinstance(rng, SecureRandom):
         secure_shuffle(values, rng)
     else:
         as_generator(rng).shuffle(values)
@@ -164,7 +164,8 @@ def priv_emd_itemwise(
     items = as_user_items(users, mechanism.space.k)
     n, m = items.shape
     seeded = is_seeded(rng)
-    if seeded:  # one research stream for the item noise and the shuffle, not two copies
+    if rng is not None and not isinstance(rng, SecureRandom):
+        # seeded: one research stream for the item noise and the shuffle, not two copies
         rng = as_generator(rng)
     bound = emd_itemwise(mechanism.alpha0, m, delta, model, n if model == "central" else None,
                          max_delta_out=max_delta_out)
@@ -180,6 +181,8 @@ def priv_emd_itemwise(
         for row in out:
             _shuffle(row, rng)
     notes = (SEEDED_NOTE,) if seeded else ()
+    if bound.guarantee is None:  # pragma: no cover - emd_itemwise always attaches one
+        raise AssertionError("emd_itemwise returned a bound without a guarantee")
     g = dataclasses.replace(
         bound.guarantee,
         parameters={**bound.guarantee.parameters, "mechanism": mechanism.name,

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -299,7 +299,8 @@ def priv_emd_linear(
         noisy = sums + discrete_laplace_for(alpha, sens, sums.size, rng).reshape(sums.shape)
         scale_q = t / s / divisor / R
     else:
-        sigma2 = metric_gaussian_sigma2(alpha, delta, sens)
+        # noise == "gaussian": delta was checked to be a probability above
+        sigma2 = metric_gaussian_sigma2(alpha, cast(float, delta), sens)
         z = discrete_gaussian_exact(sigma2, sums.size, rng).reshape(sums.shape)
         noisy, scale_q = sums + z, math.sqrt(sigma2) / divisor / R
     values = noisy / (divisor * R)

@@ -133,6 +133,8 @@ def bounded_emd_reduction(
     if g.delta > delta:
         raise ValueError(f"the mechanism's delta={g.delta!r} exceeds delta={delta!r}")
     bound = reduction_epsilon(g.epsilon, r, s, delta, g.model)
+    if bound.guarantee is None:  # pragma: no cover - reduction_epsilon always attaches one
+        raise AssertionError("reduction_epsilon returned a bound without a guarantee")
     sizes = np.array([np.asarray(d).size for d in datasets], dtype=np.int64)
     out = Guarantee(
         notion=bound.guarantee.notion, model=g.model, epsilon=bound.epsilon,

@@ -206,10 +206,10 @@ def parse_frequency_list(lines: Iterable[str], source: str = "input") -> AnonHis
         acc[r] = acc.get(r, 0) + phi
     if not acc:
         raise ValueError(f"{source}: the frequency list is empty (no count lines)")
-    r = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
-    phi = np.fromiter(acc.values(), dtype=np.int64, count=len(acc))
-    order = np.argsort(r)
-    return AnonHistogram._trusted(r[order], phi[order])
+    counts = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
+    prevalences = np.fromiter(acc.values(), dtype=np.int64, count=len(acc))
+    order = np.argsort(counts)
+    return AnonHistogram._trusted(counts[order], prevalences[order])
 
 
 def load_frequency_list(path: str | os.PathLike[str]) -> AnonHistogram:
