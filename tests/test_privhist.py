@@ -17,7 +17,7 @@ from shuffledp.analyzers.privhist import (
     sorted_l1,
     write_frequency_list,
 )
-from shuffledp.analyzers.privhist.mechanism import low_privacy, split_parameters
+from shuffledp.analyzers.privhist.mechanism import _split_parameters, low_privacy
 from shuffledp.randomness import SecureRandom
 
 
@@ -109,9 +109,9 @@ def test_budget_splits():
 
 
 def test_split_parameters():
-    assert split_parameters(100, 2.0, 1.0) == (10, math.ceil(2 * (math.log(100) + 1)))
-    assert split_parameters(101, 2.0, 1.0)[0] == 11
-    assert split_parameters(100, 0.25, 0.1)[0] == 5
+    assert _split_parameters(100, 2.0, 1.0) == (10, math.ceil(2 * (math.log(100) + 1)))
+    assert _split_parameters(101, 2.0, 1.0)[0] == 11
+    assert _split_parameters(100, 0.25, 0.1)[0] == 5
 
 
 def _zipf(n_labels, a, seed):

@@ -417,11 +417,11 @@ def analyze(
 
     Raises :class:`ReleaseRefused` on too few users or a failed count check.
     """
-    sums, n_sum, k = checked_sums(params, acc, n_users)
+    sums, n_sum, k = _checked_sums(params, acc, n_users)
     return _release(params, acc, sums, n_sum, k, n_dropped, extra_protocol)
 
 
-def checked_sums(params: ProtocolParams, acc: ModularAccumulator,
+def _checked_sums(params: ProtocolParams, acc: ModularAccumulator,
                  n_users: int) -> tuple[np.ndarray, int, int]:
     """(sums mod q, users summed, whole batches left out) once every check passed.
 
@@ -661,7 +661,7 @@ def release_mixed(
     """
     book = as_ledger(ledger)
     res = accumulate_mixed(params, source, key=key, mac_key=mac_key, workers=workers)
-    sums, n_sum, k = checked_sums(params, res.accumulator, res.header.n_users)
+    sums, n_sum, k = _checked_sums(params, res.accumulator, res.header.n_users)
     digest = sums_digest(params.digest, n_sum, sums)
     book.check(params.round_id, digest)  # fail fast; decided again under the lock
     index, _, repeat = book.record(round_id=params.round_id, digest=params.digest,

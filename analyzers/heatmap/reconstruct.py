@@ -357,7 +357,7 @@ def reconstruct(
                                tie_break=tie_break).estimate
 
 
-def effective_start(grid: Grid, w: int) -> int:
+def _effective_start(grid: Grid, w: int) -> int:
     """floor(log2 sqrt(w)) capped at the grid's leaf level (:meth:`Grid.measured_levels`)."""
     return grid.measured_levels(w)[0]
 

@@ -132,7 +132,7 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     return e1, e2, e3
 
 
-def split_parameters(N: int, epsilon: float, eps2: float) -> tuple[int, int]:
+def _split_parameters(N: int, epsilon: float, eps2: float) -> tuple[int, int]:
     """(T, M) of PrivHist step 2: T = ceil(sqrt(N min(eps, 1))), M = ceil(max(2 ln(N e^eps2),
     1) / eps2)."""
     N = v.count("N", N, 1)
@@ -197,7 +197,7 @@ def geometric(epsilon: float, size: int, rng: Any) -> np.ndarray:
     return discrete_laplace_for(epsilon, 1, int(size), rng)
 
 
-def noisy_split(h: AnonHistogram, T: int, M: int, eps2: float, rng: Any) -> SplitHistograms:
+def _noisy_split(h: AnonHistogram, T: int, M: int, eps2: float, rng: Any) -> SplitHistograms:
     """Steps 2-4 of PrivHist: (H^cs, H^cl), eps2-DP given (T, M) ([Suresh19]_ Lemma 8)."""
     z_b = int(geometric(eps2, 1, rng)[0])
     part = split_histogram(h, T, M, z_b)
@@ -247,7 +247,7 @@ def low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
 # ----------------------------------------------------------------------------- high privacy
 
 
-def high_thresholds(N: int, eps3: float) -> tuple[int, float]:
+def _high_thresholds(N: int, eps3: float) -> tuple[int, float]:
     """(T', q) of PrivHist-HighPrivacy H2(a): T' = ceil(10 sqrt(N / eps3) / 3),
     q = max(ln(1/eps3), 1) / sqrt(N eps3) (the ``max`` keeps q > 0 at eps3 = 1)."""
     t_prime = math.ceil(10 * math.sqrt(N / eps3) / 3)
@@ -257,7 +257,7 @@ def high_thresholds(N: int, eps3: float) -> tuple[int, float]:
 
 def boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarray:
     """The boundary set S of H2 (sorted, within [1, 2N]); a function of public values only."""
-    t_prime, q = high_thresholds(N, eps3)
+    t_prime, q = _high_thresholds(N, eps3)
     i_max = max(0, math.floor(math.log(max(t_prime / T, 1.0)) / math.log1p(q)))
     grid = np.floor(T * np.exp(np.arange(i_max + 1) * math.log1p(q))).astype(np.int64)
     big = high_noisy[high_noisy >= t_prime]
@@ -265,7 +265,7 @@ def boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarra
     return np.unique(np.clip(s, 1, 2 * N)).astype(np.int64)
 
 
-def smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
+def _smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
     """The integers Q_i = d_i phi^v_{s_i+} of H1 + H3 (exact Python ints).
 
     Counts above 2N are moved to 2N (H1); a label of count j in (s_{i-1}, s_i] adds
@@ -289,7 +289,7 @@ def high_privacy(h: AnonHistogram, high_noisy: np.ndarray, T: int, N: int, eps3:
     """PrivHist-HighPrivacy (H1-H6); eps3-DP given (N, H^cl). Returns (histogram, |S|)."""
     S = boundaries(N, T, eps3, high_noisy)
     d = np.diff(np.concatenate([[0], S]))
-    Q = smoothed_queries(h, S, N)
+    Q = _smoothed_queries(h, S, N)
     noise = discrete_laplace_for(eps3, resolution, S.size, rng)
     w = np.array([(resolution * q + int(z)) / (resolution * int(di))
                   for q, z, di in zip(Q, noise, d)])
@@ -326,7 +326,7 @@ class PrivHistRelease:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
 
 
-def privhist_steps(spent: list[float]) -> Sequential:
+def _privhist_steps(spent: list[float]) -> Sequential:
     """PrivHist's steps as one event: N by the geometric mechanism (DL, sensitivity 1: its
     exact pair), the split (steps 2-4, eps2-DP given N, [Suresh19]_ Lemma 8) and, in the
     high-privacy regime, H4 (eps3-DP, Lemma 9) as pure events; ``spent`` holds the effective
@@ -424,8 +424,8 @@ def privhist(
     if N == 0:
         out = AnonHistogram.empty()
     else:
-        T, M = split_parameters(N, eps, e2)
-        noisy = noisy_split(h, T, M, e2, src)
+        T, M = _split_parameters(N, eps, e2)
+        noisy = _noisy_split(h, T, M, e2, src)
         params.update(T=T, M=M)
         if high:
             out, n_s = high_privacy(h, noisy.high_counts, T, N, e3, R, src)
@@ -434,7 +434,7 @@ def privhist(
             out = low_privacy(noisy, T, M)
     if high:
         spent.append(_effective(e3, R))
-    steps = privhist_steps(spent)
+    steps = _privhist_steps(spent)
     params["epsilon_effective"] = Accountant().compose(steps).basic()[0]
     guarantee = Guarantee(
         notion="pure", model="central", epsilon=e1 + e2 + (e3 if high else 0.0),
