@@ -17,14 +17,14 @@ All return a normalised density on the 2^L x 2^L grid (negative counts clipped).
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan et al., "Towards Sparse Federated Analytics: Location
-   Heatmaps under Distributed Differential Privacy with Secure Aggregation", PoPETs 2022.
-.. [Cormode12] G. Cormode, C. Procopiuc, D. Srivastava, E. Shen, T. Yu, "Differentially
-   Private Spatial Decompositions", ICDE 2012 (geometric budget).
-.. [Hay10] M. Hay, V. Rastogi, G. Miklau, D. Suciu, "Boosting the Accuracy of Differentially
-   Private Histograms Through Consistency", VLDB 2010.
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics" -- full entry in
+   docs/references.md
+.. [Cormode12] Cormode et al. (2012), "Differentially private spatial decompositions" (geometric
+   budget) -- full entry in docs/references.md
+.. [Hay10] Hay et al. (2010), "Boosting accuracy through consistency" -- full entry in
+   docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete distribution estimation under local privacy" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations

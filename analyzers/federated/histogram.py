@@ -30,9 +30,8 @@ large research sweeps. The default and every private release use real secure agg
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1, Thm 4.2, Sec. 4.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Alg. 1, Thm
+   4.2, Sec. 4 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -65,16 +65,16 @@ them.
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Def. 4.1, Thm 4.2, Sec. 4.
-.. [vEH14] T. van Erven, P. Harremoes, "Renyi Divergence and Kullback-Leibler Divergence",
-   IEEE Trans. Inf. Theory 60(7), 2014, Thm 9 (data processing), Thm 28 (additivity).
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Prop. 12 (Renyi DP to approximate DP). arXiv:2004.00010.
-.. [Mironov17] I. Mironov, "Renyi Differential Privacy", CSF 2017, Prop. 1 (composition).
-.. [Wendel48] J. G. Wendel, "Note on the gamma function", Amer. Math. Monthly 55(9), 1948:
-   Gamma(x + h) <= x^h Gamma(x) for x > 0, 0 <= h <= 1.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Def. 4.1, Thm
+   4.2, Sec. 4 -- full entry in docs/references.md
+.. [vEH14] van Erven and Harremoes (2014), "Renyi divergence and KL divergence", Thm 9 (data
+   processing), Thm 28 (additivity) -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Prop. 12 (Renyi DP to approximate
+   DP) -- full entry in docs/references.md
+.. [Mironov17] Mironov (2017), "Renyi differential privacy", Prop. 1 (composition) -- full entry in
+   docs/references.md
+.. [Wendel48] Wendel (1948), "Note on the gamma function", Gamma(x + h) <= x^h Gamma(x) for x > 0,
+   0 <= h <= 1 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

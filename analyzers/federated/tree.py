@@ -33,9 +33,8 @@ histogram, spread uniformly over each node's owned pixels and normalised.
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 5, Alg. 2, eqs. 7-9.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Sec. 5, Alg. 2,
+   eqs. 7-9 -- full entry in docs/references.md
 """
 
 from __future__ import annotations

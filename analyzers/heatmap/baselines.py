@@ -9,10 +9,9 @@ cells after noising and zeroes the rest (Sec. 4, "Baselines"; Fig. 1-3 use t = 0
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [LXD+19] A. Liu, L. Xia, A. Duchowski, R. Bailey, K. Holmqvist, E. Jain, "Differential
-   Privacy for Eye-Tracking Data", ETRA 2019.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [LXD+19] Liu et al. (2019), "DP for eye-tracking data" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -23,13 +23,11 @@ Randomness: ``rng=None`` draws every noise word from the cryptographically secur
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-N. Valliappan,
-   "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP" -- full entry in
+   docs/references.md
+.. [Mironov12] Mironov (2012), "Least significant bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

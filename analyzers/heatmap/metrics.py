@@ -21,10 +21,10 @@ Conventions
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [BJO+19] Z. Bylinskii, T. Judd, A. Oliva, A. Torralba, F. Durand, "What Do Different
-   Evaluation Metrics Tell Us About Saliency Models?", IEEE TPAMI 41(3):740-757, 2019.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [BJO+19] Bylinskii et al. (2019), "Evaluation metrics for saliency models" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

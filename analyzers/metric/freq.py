@@ -36,10 +36,10 @@ mass 1.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016 (k-randomised response).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete distribution estimation under local privacy"
+   (k-randomised response) -- full entry in docs/references.md
 """
 
 from __future__ import annotations

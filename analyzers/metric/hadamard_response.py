@@ -25,10 +25,9 @@ its complement.
 
 References
 ----------
-.. [ASZ19] J. Acharya, Z. Sun, H. Zhang, "Hadamard Response: Estimating Distributions
-   Privately, Efficiently, and with Little Communication", AISTATS 2019.
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [ASZ19] Acharya et al. (2019), "Hadamard response" -- full entry in docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ numpy Generator is given for a research run, in which case the release carries t
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ numpy Generator (research).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint). Alg. 3, Thm 5.3, Def. 5.1-5.2.
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level", Alg. 3, Thm 5.3, Def. 5.1-5.2 --
+   full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Hadamard response is in :mod:`shuffledp.analyzers.metric.hadamard_response`.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint), Sec. 6 (the user-level baselines).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level", Sec. 6 (the user-level
+   baselines) -- full entry in docs/references.md
 """
 
 from __future__ import annotations

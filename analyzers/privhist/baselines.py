@@ -29,12 +29,12 @@ the release is (eps1 + eps2)-DP by basic composition, eps1 = 0 when the length i
 
 References
 ----------
-.. [Hay09] M. Hay, C. Li, G. Miklau, D. Jensen, "Accurate Estimation of the Degree
-   Distribution of Private Networks", ICDM 2009 (noisy sorted degrees + isotonic regression).
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Def. 1, Lemma 1, Sec. 4.1, App. C.1.3. arXiv:1910.03553.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Alg. 2. arXiv:2004.00010.
+.. [Hay09] Hay et al. (2009), "Degree distribution of private networks" (noisy sorted degrees +
+   isotonic regression) -- full entry in docs/references.md
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Def. 1, Lemma 1, Sec.
+   4.1, App. C.1.3 -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Alg. 2 -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ distance is 1 ([Suresh19]_ Def. 1): one label's count differs by one.
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Lemma 1, Def. 1, eq. (3). arXiv:1910.03553.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Lemma 1, Def. 1, eq.
+   (3) -- full entry in docs/references.md
 """
 
 from __future__ import annotations

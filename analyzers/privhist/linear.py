@@ -15,14 +15,13 @@ Counts in H above N are clipped to N (as the plug-in estimators do).
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Sec. 3.2, Corollary 1. arXiv:1910.03553.
-.. [Miller55] G. A. Miller, "Note on the bias of information estimates", Information Theory
-   in Psychology, 1955.
-.. [OSW16] A. Orlitsky, A. T. Suresh, Y. Wu, "Optimal prediction of the number of unseen
-   species", PNAS 2016, Thm 2 (Poisson-smoothed Good-Toulmin).
-.. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
-   Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Sec. 3.2, Corollary 1
+   -- full entry in docs/references.md
+.. [Miller55] Miller (1955), "Bias of information estimates" -- full entry in docs/references.md
+.. [OSW16] Orlitsky et al. (2016), "Optimal prediction of the number of unseen species", Thm 2
+   (Poisson-smoothed Good-Toulmin) -- full entry in docs/references.md
+.. [Acharya17] Acharya et al. (2017), "Unified maximum likelihood for symmetric properties" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations

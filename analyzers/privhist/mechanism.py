@@ -39,13 +39,12 @@ release is (eps1 + eps2 [+ eps3])-DP under the relation of [Suresh19]_ Def. 1
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019:
-   algorithm boxes PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy; App. C (privacy),
-   App. C.1.3 (budget split), App. D (T, M, T', q). arXiv:1910.03553.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Alg. 2. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", algorithm boxes
+   PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy; App. C (privacy), App. C.1.3 (budget
+   split), App. D (T, M, T', q) -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Alg. 2 -- full entry in
+   docs/references.md
+.. [Mironov12] Mironov (2012), "Least significant bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

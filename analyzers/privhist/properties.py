@@ -31,14 +31,12 @@ These are not the sample-optimal estimators of [Acharya17]_ (profile maximum lik
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Sec. 3.2, Corollary 1. arXiv:1910.03553.
-.. [Miller55] G. A. Miller, "Note on the bias of information estimates", in Information
-   Theory in Psychology, 1955.
-.. [GT56] I. J. Good, G. H. Toulmin, "The number of new species, and the increase in
-   population coverage, when a sample is increased", Biometrika 43, 1956.
-.. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
-   Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Sec. 3.2, Corollary 1
+   -- full entry in docs/references.md
+.. [Miller55] Miller (1955), "Bias of information estimates" -- full entry in docs/references.md
+.. [GT56] Good and Toulmin (1956), "The number of new species" -- full entry in docs/references.md
+.. [Acharya17] Acharya et al. (2017), "Unified maximum likelihood for symmetric properties" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
