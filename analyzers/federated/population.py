@@ -170,7 +170,32 @@ class ShardPlan:
 def gamma_share_rdp(alpha: float, n_min: int) -> float:
     """Closed-form bound on the order-alpha Renyi divergence (both directions, the larger) of
     Polya(1, a) against Polya(1 + 1/n_min, a), for every a: that of Gamma(1) and Gamma(1 + h),
-    h = 1/n_min, of one scale (module docstring); inf when alpha >= 1 + n_min."""
+    h = 1/n_min, of one scale (module docstring); inf when alpha >= 1 + n_min.
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+
+    Returns
+    -------
+    float
+        The bound (>= 0, with a floating-point slack), or ``inf``.
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1 or ``n_min`` < 1.
+
+    References
+    ----------
+    [vEH14]_ Thm 9 (data processing: the Polya variables are a Poisson mixture of the Gamma
+    ones); [Wendel48]_ (the Gamma-function ratio bound).
+    """
     al = _alpha(alpha)
     h = 1.0 / v.count("n_min", n_min)
     up = (gammaln(1.0 + al * h) - al * gammaln(1.0 + h)) / (al - 1.0)
@@ -207,7 +232,34 @@ def _terms_needed(al: float, h: float, a: float) -> int:
 def series_share_rdp(alpha: float, n_min: int, a: float) -> float:
     """Bound on the order-alpha Renyi divergence (both directions, the larger) of Polya(1, a)
     against Polya(1 + 1/n_min, a) by the series over the pmfs, with proven tail bounds;
-    inf when it would need more than 2^18 terms (then use :func:`gamma_share_rdp`)."""
+    inf when it would need more than 2^18 terms (then use :func:`gamma_share_rdp`).
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+    a : float
+        The Polya parameter, in (0, 1).
+
+    Returns
+    -------
+    float
+        The bound (>= 0, with a floating-point slack), or ``inf``.
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` or ``a`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1, ``n_min`` < 1 or ``a`` is not in (0, 1).
+
+    References
+    ----------
+    [Wendel48]_ (the tail bound rho_k <= C (k + 1)^h); [Bagdasaryan22]_ Sec. 4 (the Polya
+    shares).
+    """
     al = _alpha(alpha)
     h = 1.0 / v.count("n_min", n_min)
     a = v.probability("a", a)
@@ -249,7 +301,33 @@ def _renyi_sum(log_p: np.ndarray, expo: np.ndarray, log_tail: float, p_tail: flo
 def share_rdp(alpha: float, n_min: int, a: float) -> float:
     """The smaller of :func:`series_share_rdp` and :func:`gamma_share_rdp`: per cell and per
     Polya variable, an upper bound on both directions' order-alpha Renyi divergence between
-    the noise of n_min and of n_min + 1 clients' shares."""
+    the noise of n_min and of n_min + 1 clients' shares.
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+    a : float
+        The Polya parameter, in (0, 1).
+
+    Returns
+    -------
+    float
+        min(:func:`series_share_rdp`, :func:`gamma_share_rdp`).
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` or ``a`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1, ``n_min`` < 1 or ``a`` is not in (0, 1).
+
+    References
+    ----------
+    [vEH14]_ Thm 9; [Wendel48]_; [Bagdasaryan22]_ Sec. 4.
+    """
     return min(series_share_rdp(alpha, n_min, a), gamma_share_rdp(alpha, n_min))
 
 
