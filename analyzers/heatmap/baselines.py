@@ -75,6 +75,20 @@ def laplace_baseline(
     HeatmapRelease
         ``raw`` is ``s_hat`` in user-mass units, ``estimate`` its normalisation, with a pure
         central guarantee and the mechanism's parameters.
+
+    Raises
+    ------
+    TypeError
+        If ``aggregate`` is not a numeric array or ``epsilon``/``top_percent`` not a real
+        number.
+    ValueError
+        If ``aggregate`` is not 2-D, non-negative and finite, ``epsilon`` is not positive, or
+        ``top_percent`` is not in (0, 100].
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (the Laplace and top-t% baselines); [LXD+19]_ (Laplace noise on
+    eye-tracking heatmaps).
     """
     agg, eps, top = _iv_laplace(aggregate, epsilon, top_percent)
     gen = np.random.default_rng(rng)
