@@ -171,6 +171,42 @@ def reconstruct_details(
     evenly over its pixels or on its centre pixel. Both attain the same LP optimum.
     ``tie_break`` ("measured", default, or "solver") says which minimiser of the LP is
     returned (module notes, "Which minimiser").
+
+    Parameters
+    ----------
+    counts : sequence of numpy.ndarray
+        ``counts[k]``: the noisy, unscaled counts of level start + k, shape
+        ``grid.level_shape(start + k)``, for every level ``start..grid.depth``.
+    grid : Grid
+        The pixel grid.
+    start : int
+        First measured level, in 0..grid.depth.
+    w : int
+        Children kept per level, >= 1.
+    placement : {"uniform", "centre"}
+        Where the mass of a left-out cell goes inside it.
+    tie_break : {"measured", "solver"}
+        Which minimiser of the LP is returned.
+
+    Returns
+    -------
+    ReconstructResult
+        ``estimate`` (height, width), the ``selected`` cells per level, the LP's size
+        ``n_variables`` and optimum ``lp_objective``, and the ``tie_break`` used.
+
+    Raises
+    ------
+    TypeError
+        If ``grid`` is not a Grid or ``start`` not an integer.
+    ValueError
+        On an unknown ``placement`` or ``tie_break``, ``w`` < 1, ``start`` outside the grid's
+        levels, a wrong number or shape of ``counts``, or NaN/infinite counts.
+    RuntimeError
+        If the HiGHS LP solver fails.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 2 and Sec. 4 (the reduced LP).
     """
     if placement not in ("uniform", "centre"):
         raise ValueError(f"placement must be 'uniform' or 'centre', got placement={placement!r}")
@@ -352,6 +388,20 @@ def reconstruct(
     -------
     ndarray, shape (height, width)
         The non-negative minimiser s_hat of ||y_hat - P s||_1 (not normalised).
+
+    Raises
+    ------
+    TypeError
+        If ``grid`` is not a Grid or ``start`` not an integer.
+    ValueError
+        On an unknown ``placement`` or ``tie_break``, ``w`` < 1, ``start`` outside the grid's
+        levels, a wrong number or shape of ``counts``, or NaN/infinite counts.
+    RuntimeError
+        If the HiGHS LP solver fails.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 2 and Sec. 4 (the reduced LP with O(wL) variables).
     """
     return reconstruct_details(counts, grid, start, w, placement=placement,
                                tie_break=tie_break).estimate
