@@ -95,6 +95,30 @@ def as_user_items(users: Any, k: int) -> np.ndarray:
 
     Raises ValueError naming ``users`` for ragged input (bounded d_EM-DP needs equal sizes),
     items outside 0..k-1, or an empty input.
+
+    Parameters
+    ----------
+    users : array_like, shape (n, m), or sequence of sequences
+        Each user's item indices.
+    k : int
+        Domain size.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, m)
+        The users' items.
+
+    Raises
+    ------
+    TypeError
+        If the items are not integers.
+    ValueError
+        For ragged input (bounded d_EM-DP needs equal sizes), an empty input, or items outside
+        0..k-1.
+
+    References
+    ----------
+    [Imola]_ Sec. 3 (bounded d_EM-DP: every user holds m items, m public).
     """
     if isinstance(users, np.ndarray):
         arr = users
@@ -157,6 +181,16 @@ def priv_emd_itemwise(
     ValueError
         Bad input, or a bound that is not valid (the Thm 4.3 condition fails or delta' is
         vacuous); the message carries the accountant's notes.
+
+    Returns
+    -------
+    ItemwiseRelease
+        The shuffled item outputs (one array in the central model, one row per user in the
+        local model) with the Thm 4.4 (alpha, delta') guarantee and bound.
+
+    References
+    ----------
+    [Imola]_ Alg. 2, Thm 4.3, Thm 4.4.
     """
     if not isinstance(mechanism, ItemMechanism):
         raise TypeError(f"mechanism must be an ItemMechanism, got mechanism={mechanism!r:.60}")

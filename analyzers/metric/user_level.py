@@ -82,6 +82,19 @@ def user_level_krr(users: Any, k: int, epsilon: float,
     BaselineRelease
         The unbiased estimate (v - q) / (p - q) with p, q the exact k-RR probabilities of
         the integer weights, and an epsilon-DP local guarantee (replace one user).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` does not hold integers, ``k`` is not an integer or ``epsilon`` not a real
+        number.
+    ValueError
+        If ``users`` is ragged, empty or holds items outside 0..k-1, ``k`` < 2, or ``epsilon``
+        is not positive.
+
+    References
+    ----------
+    [Imola]_ Sec. 6 (the user-level baselines, Lemma 6.4).
     """
     items, k, eps = iv_user_level(users, k, epsilon)
     n, m = items.shape
