@@ -173,7 +173,7 @@ def lipschitz_constant(space: MetricSpace, table: Any,
     relative 2^-48; float tables the float ratio rounded up the same way.
     """
     tab = _as_table(table, space.k)
-    v.choice("norm", str(norm), ("1", "2"))
+    norm = int(v.choice("norm", str(norm), ("1", "2")))  # "1" is the l1 norm too, not l2
     d = np.asarray(space.distances)
     best, arg = 0.0, (0, 0)
     for lo in range(0, space.k, _ROWS):
