@@ -63,6 +63,32 @@ def sample_with_replacement(datasets: Sequence[Any], s: int,
     """(n, s) items: s uniform draws with replacement from each user's dataset ([Imola]_ Alg. 3).
 
     ``datasets[j]`` is a non-empty 1-d sequence of item indices (any sizes).
+
+    Parameters
+    ----------
+    datasets : sequence of array_like
+        Each user's items: a non-empty 1-d integer array (at most 2^32 items).
+    s : int
+        Draws per user, >= 1.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure randomness. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, s)
+        The draws, one row per user.
+
+    Raises
+    ------
+    TypeError
+        If ``s`` is not an integer.
+    ValueError
+        If ``s`` < 1, ``datasets`` is empty, or a dataset is not a non-empty 1-d integer array
+        or holds more than 2^32 items.
+
+    References
+    ----------
+    [Imola]_ Alg. 3 (BoundedEMDReduction's sampling step).
     """
     s = v.count("s", s)
     rows = []
@@ -121,6 +147,16 @@ def bounded_emd_reduction(
     ValueError
         Bad input, or a mechanism whose release is not a bounded d_EM-DP guarantee or whose
         delta exceeds ``delta``.
+
+    Returns
+    -------
+    ReductionRelease
+        The inner mechanism's release, the dataset sizes, the Thm 5.3 bound and the discrete
+        d_EM-DP guarantee (epsilon of Thm 5.3, 2 delta).
+
+    References
+    ----------
+    [Imola]_ Alg. 3, Thm 5.3, Def. 5.1-5.2.
     """
     if not callable(mechanism):
         raise TypeError(f"mechanism must be callable, got mechanism={mechanism!r:.60}")
