@@ -144,6 +144,8 @@ def bounded_emd_reduction(
 
     Raises
     ------
+    TypeError
+        If ``mechanism`` is not callable.
     ValueError
         Bad input, or a mechanism whose release is not a bounded d_EM-DP guarantee or whose
         delta exceeds ``delta``.
