@@ -17,7 +17,7 @@ from shuffledp.analyzers.privhist import (
     sorted_l1,
     write_frequency_list,
 )
-from shuffledp.analyzers.privhist.mechanism import _split_parameters, low_privacy
+from shuffledp.analyzers.privhist.mechanism import _low_privacy, _split_parameters
 from shuffledp.randomness import SecureRandom
 
 
@@ -154,7 +154,7 @@ def test_low_privacy_removes_the_fake_labels():
 
     h = AnonHistogram.from_counts([1, 1, 2, 3, 3, 4, 9, 20])
     for T, M in [(2, 3), (3, 1), (4, 5)]:
-        assert low_privacy(split_histogram(h, T, M, 0), T, M) == h
+        assert _low_privacy(split_histogram(h, T, M, 0), T, M) == h
 
 
 def test_default_is_lean_split_with_the_public_regime_rule():

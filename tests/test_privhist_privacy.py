@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from shuffledp.analyzers.privhist import AnonHistogram, sorted_l1, split_histogram
-from shuffledp.analyzers.privhist.mechanism import _smoothed_queries, boundaries
+from shuffledp.analyzers.privhist.mechanism import _boundaries, _smoothed_queries
 
 EPS2 = 0.7
 ZMAX = 60
@@ -191,7 +191,7 @@ def test_high_privacy_query_moves_one_coordinate_by_one(N):
     for _trial in range(6):
         T = int(rng.integers(1, 4))
         noisy_high = rng.integers(1, 3 * N, size=int(rng.integers(0, 5)))
-        S = boundaries(N, T, 0.2, noisy_high)
+        S = _boundaries(N, T, 0.2, noisy_high)
         for a, b in PAIRS:
             d = np.subtract(_smoothed_queries(a, S, N), _smoothed_queries(b, S, N))
             capped = max(a.counts.max(initial=0), b.counts.max(initial=0)) > 2 * N

@@ -232,7 +232,7 @@ def _add(h1: AnonHistogram, h2: AnonHistogram) -> AnonHistogram:
                                           np.concatenate([h1.prevalences, h2.prevalences]))
 
 
-def low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
+def _low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
     """PrivHist-LowPrivacy (L1-L4): post-processing of the noisy split."""
     mono = isotonic_regression(noisy.low_cumulative.astype(float), increasing=False).x
     cum = np.round(np.maximum(mono, 0)).astype(np.int64)
@@ -254,7 +254,7 @@ def _high_thresholds(N: int, eps3: float) -> tuple[int, float]:
     return t_prime, q
 
 
-def boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarray:
+def _boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarray:
     """The boundary set S of H2 (sorted, within [1, 2N]); a function of public values only."""
     t_prime, q = _high_thresholds(N, eps3)
     i_max = max(0, math.floor(math.log(max(t_prime / T, 1.0)) / math.log1p(q)))
@@ -283,10 +283,10 @@ def _smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
     return [int(a) * int(b) + int(c) for a, b, c in zip(d, tails, partial)]
 
 
-def high_privacy(h: AnonHistogram, high_noisy: np.ndarray, T: int, N: int, eps3: float,
+def _high_privacy(h: AnonHistogram, high_noisy: np.ndarray, T: int, N: int, eps3: float,
                  resolution: int, rng: Any) -> tuple[AnonHistogram, int]:
     """PrivHist-HighPrivacy (H1-H6); eps3-DP given (N, H^cl). Returns (histogram, |S|)."""
-    S = boundaries(N, T, eps3, high_noisy)
+    S = _boundaries(N, T, eps3, high_noisy)
     d = np.diff(np.concatenate([[0], S]))
     Q = _smoothed_queries(h, S, N)
     noise = discrete_laplace_for(eps3, resolution, S.size, rng)
@@ -427,10 +427,10 @@ def privhist(
         noisy = _noisy_split(h, T, M, e2, src)
         params.update(T=T, M=M)
         if high:
-            out, n_s = high_privacy(h, noisy.high_counts, T, N, e3, R, src)
+            out, n_s = _high_privacy(h, noisy.high_counts, T, N, e3, R, src)
             params.update(resolution=R, n_boundaries=n_s)
         else:
-            out = low_privacy(noisy, T, M)
+            out = _low_privacy(noisy, T, M)
     if high:
         spent.append(_effective(e3, R))
     steps = _privhist_steps(spent)
