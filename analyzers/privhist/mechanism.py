@@ -103,6 +103,32 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     remark, eps1 = eps/10 and the rest to eps2 (eps > 1, eps3 unused) or split evenly between
     eps2 and eps3 (eps <= 1). A 3-tuple is used as given: eps1, eps2 > 0, eps3 >= 0 (> 0 when
     eps <= 1) and eps1 + eps2 + eps3 <= eps.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total budget, > 0.
+    split : {"lean", "paper", "practical"} or (eps1, eps2, eps3)
+        The rule, or the three budgets.
+    high : bool, optional
+        Whether PrivHist-HighPrivacy runs (default: epsilon <= 1).
+
+    Returns
+    -------
+    tuple of float
+        (eps1, eps2, eps3): for N, the split, and the high-privacy step (0 when unused).
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` or a budget of a tuple ``split`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive, ``split`` is an unknown name or not a 3-tuple, a
+        budget is out of range, or the three sum to more than ``epsilon``.
+
+    References
+    ----------
+    [Suresh19]_ PrivHist box and App. C.1.3 (budget split).
     """
     eps = v.positive("epsilon", epsilon)
     high = eps <= 1 if high is None else bool(high)
@@ -166,6 +192,33 @@ def split_histogram(h: AnonHistogram, T: int, M: int, z_b: int) -> SplitHistogra
 
     M fake labels at T and at T + 1, then phi^b_{T+1} = phi^a_{T+1} + Z_b and
     phi^b_T = phi^a_T - Z_b (the corrected step 2(b)); cut at T.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    T : int
+        The split count, >= 1.
+    M : int
+        Fake labels added at T and T + 1, >= 0.
+    z_b : int
+        The noise Z_b of step 2(b).
+
+    Returns
+    -------
+    SplitHistograms
+        (H^cs, H^cl): the cumulative prevalences of counts 1..T and the sorted counts above T.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not a histogram or ``T``/``M`` not an integer.
+    ValueError
+        If ``T`` < 1 or ``M`` < 0.
+
+    References
+    ----------
+    [Suresh19]_ PrivHist steps 2(a)-(c), App. D (T, M).
     """
     h = as_histogram("h", h)
     T = v.count("T", T, 1)
@@ -190,7 +243,33 @@ def split_histogram(h: AnonHistogram, T: int, M: int, z_b: int) -> SplitHistogra
 
 
 def geometric(epsilon: float, size: int, rng: Any) -> np.ndarray:
-    """``size`` i.i.d. G(e^-eps) variables (exact DL, sensitivity 1)."""
+    """``size`` i.i.d. G(e^-eps) variables (exact DL, sensitivity 1).
+
+    Parameters
+    ----------
+    epsilon : float
+        The budget, > 0.
+    size : int
+        Number of variables, >= 0.
+    rng : SecureRandom or numpy.random.Generator
+        The randomness source (from :func:`shuffledp.randomness.noise_source`).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (size,)
+        The noise.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive.
+
+    References
+    ----------
+    [Suresh19]_ (the geometric mechanism of PrivHist); [CKS20]_ Alg. 2 (exact sampling).
+    """
     if size == 0:
         return np.zeros(0, dtype=np.int64)
     return discrete_laplace_for(epsilon, 1, int(size), rng)
@@ -387,6 +466,19 @@ def privhist(
     Returns
     -------
     PrivHistRelease
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not a histogram or a number argument has the wrong type.
+    ValueError
+        If ``epsilon`` is not positive, ``split`` or ``regime`` is unknown or out of range
+        (:func:`budget_split`), or ``resolution`` is not a power of two in [1, 2^40].
+
+    References
+    ----------
+    [Suresh19]_ PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy, App. C (privacy), App. D;
+    [CKS20]_ Alg. 2 (exact discrete Laplace, not the floating-point one [Mironov12]_ attacks).
     """
     h = as_histogram("h", h)
     eps = v.positive("epsilon", epsilon)
