@@ -158,18 +158,14 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     ------
     ValueError
         On a shape mismatch, NaN/infinite or negative entries, or a zero total, naming the
-<<<<<<< HEAD
         argument; on an unknown ``method``; with ``method="pot"`` above ``SUPPORT_MAX_ARCS``.
     RuntimeError
         With ``method="pot"``, if POT's solver stops before the optimum (``"auto"`` then
         solves the problem with our network simplex instead).
-=======
-        argument; on an unknown ``method``.
 
     References
     ----------
     [Ghazi23]_ Sec. 2.1 (the l1 EMD on the unit square); [BJO+19]_ (EMD as a saliency metric).
->>>>>>> docana
     """
     if method not in EMD_METHODS:
         raise ValueError(f"method must be one of {EMD_METHODS}, got method={method!r}")
