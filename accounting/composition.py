@@ -214,6 +214,11 @@ class Accountant:
         if not self._entries:
             raise ValueError("nothing to compose: the accountant holds no event")
 
+    def _neighbour(self) -> Neighbour:
+        """The neighbour relation of the events held (refused when there is none)."""
+        self._need()
+        return self._entries[0][0].neighbour
+
     def basic(self) -> tuple[float, float]:
         """(sum eps_j, min(1, sum delta_j)) over every release."""
         self._need()
@@ -269,6 +274,8 @@ class Accountant:
 
         if eps is not None:
             return chernoff_tilt(log_mgf, eps=eps)
+        if delta is None:
+            raise ValueError("_tilt needs eps or delta, got eps=None and delta=None")
         return chernoff_tilt(log_mgf, log_delta=math.log(delta))
 
     def _pld(self, *, eps: float | None = None, delta: float | None = None
@@ -347,7 +354,7 @@ class Accountant:
                 f"deltas add up to {basic[1]:.3g} and the PLD gives no finite epsilon{why}")
         method, eps = min(cands, key=lambda c: (c[1], METHODS.index(c[0])))
         return Composition(epsilon=eps, delta=delta, method=method, basic=basic, advanced=adv,
-                           pld=pld, releases=self.releases, neighbour=self.neighbour,
+                           pld=pld, releases=self.releases, neighbour=self._neighbour(),
                            discretization=self.discretization, curves=curves,
                            notes=tuple(notes), notion=self._notion(), pld_error=err)
 
@@ -377,7 +384,7 @@ class Accountant:
             cands.append(("basic", 1.0))
         method, d = min(cands, key=lambda c: (c[1], METHODS.index(c[0])))
         return Composition(epsilon=eps, delta=d, method=method, basic=basic, advanced=adv,
-                           pld=pld, releases=self.releases, neighbour=self.neighbour,
+                           pld=pld, releases=self.releases, neighbour=self._neighbour(),
                            discretization=self.discretization, curves=curves,
                            notes=tuple(notes), notion=self._notion(), pld_error=err)
 

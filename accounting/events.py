@@ -107,7 +107,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -174,6 +174,12 @@ class PrivacyEvent:
     kind: ClassVar[str] = "event"
     #: the guarantee notion the event's (epsilon, delta) refers to
     notion: ClassVar[str] = "approximate"
+    if TYPE_CHECKING:
+        # every concrete event declares these as its last fields (with defaults, after its
+        # own parameters): declared here for the type checker only, so that the dataclass
+        # field order of the subclasses is theirs
+        neighbour: Neighbour
+        label: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "neighbour", Neighbour.parse(self.neighbour))
@@ -393,14 +399,15 @@ class DiscreteGaussian(PrivacyEvent):
                 "the zCDP conversion of rho = sensitivity^2 / (2 sigma^2)")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
         if self.dimension == 1:
             return PLDView(PLD(_dg_law(self.sigma, self.sensitivity, h)), "exact")
-        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)), "(eps, delta) pair")
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, _derived_delta(self), h)),
+                       "(eps, delta) pair")
 
 
 @lru_cache(maxsize=32)
@@ -514,7 +521,7 @@ class PolyaSum(PrivacyEvent):
         return math.fsum(e.epsilon for e in self.levels)
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def _derived_delta(self) -> float:
         """(1 + e^{eps*}) tv, rounded up, at most 1 (log space: no overflow at any eps*)."""
@@ -526,7 +533,7 @@ class PolyaSum(PrivacyEvent):
     def hiding_mass(self) -> float:
         """tau' = (1 + e^{eps*}) tv, the release's delta: the infinity mass charged per
         release (see the class notes)."""
-        return self.delta
+        return _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -590,7 +597,7 @@ class ShuffledLDP(PrivacyEvent):
                 f"eps0={self.eps0!r}, d={self.d!r}")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -643,7 +650,7 @@ class ShuffledKRR(PrivacyEvent):
                 f"eps0={self.eps0!r}")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -684,7 +691,7 @@ class EpsDelta(PrivacyEvent):
         return self.guarantee_notion
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView | None:
@@ -694,7 +701,7 @@ class EpsDelta(PrivacyEvent):
         if self.epsilon > 700:
             raise NoPLD(f"epsilon={self.epsilon:g} > 700: the (eps, delta) pair's e^eps "
                         "overflows double precision")
-        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)),
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, _derived_delta(self), h)),
                        "pure pair" if self.delta == 0 else "(eps, delta) pair")
 
     @classmethod
@@ -731,8 +738,9 @@ class Parallel(PrivacyEvent):
         tilt = _iv_tilt(tilt)
         if len(set(self.branches)) == 1:
             return self.branches[0].pld(h, tilt)
-        views = [e.pld(h, tilt) for e in self.branches]
-        if any(w is None for w in views):
+        maybe = [e.pld(h, tilt) for e in self.branches]
+        views = [w for w in maybe if w is not None]
+        if len(views) < len(maybe):
             return None
         plds = [w.pld for w in views]
         top = max(p.max_loss() for p in plds)
@@ -786,8 +794,9 @@ class Sequential(PrivacyEvent):
             tilt: float | None = None) -> PLDView | None:
         h = _iv_h(discretization)
         tilt = _iv_tilt(tilt)
-        views = [e.pld(h, tilt) for e in self.steps]
-        if any(w is None for w in views):
+        maybe = [e.pld(h, tilt) for e in self.steps]
+        views = [w for w in maybe if w is not None]
+        if len(views) < len(maybe):
             return None
         pld = views[0].pld
         for w in views[1:]:
@@ -897,6 +906,13 @@ def _iv_children(owner: PrivacyEvent, name: str, what: str) -> None:
         check_same_neighbour(owner.neighbour, e.neighbour, what)
         check_same_notion(items[0], e)
     object.__setattr__(owner, name, items)
+
+
+def _derived_delta(e: Any) -> float:
+    """``e.delta``, which :func:`_iv_pair` set on construction (refused if it is missing)."""
+    if e.delta is None:
+        raise ValueError(f"{type(e).kind} event: delta is not set, got delta=None")
+    return float(e.delta)
 
 
 def _iv_pair(e: Any, derive: Callable[..., float] | None = None) -> None:

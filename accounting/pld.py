@@ -488,8 +488,8 @@ def from_atoms(h: float, idx: np.ndarray, masses: np.ndarray, inf: float = 0.0, 
         raise NoPLD(f"the pair's losses span [{lo * h:.6g}, {hi * h:.6g}]: {hi - lo + 1} grid "
                     f"points at discretization {h:g}, more than {MAX_EVENT_POINTS}")
     probs = np.bincount(idx - lo, weights=m, minlength=hi - lo + 1)
-    err = np.bincount(idx - lo, weights=rel_err * m + abs_err, minlength=hi - lo + 1)
-    err *= 1 + (m.size + 8) * U
+    err = np.bincount(idx - lo, weights=rel_err * m + abs_err,
+                      minlength=hi - lo + 1).astype(float) * (1 + (m.size + 8) * U)
     out = _with_bounds(h, lo, probs, float(inf), float(inf_err), err)
     return replace(out, slack=float(slack)) if slack else out
 
@@ -775,9 +775,8 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     gb, rb = (ga, ra) if same else _stride(tb)
     g = math.gcd(ga, gb) if ga and gb else max(ga, gb, 1)
     g = max(g, 1)
-    ca, cb = ta[ra % g::g], (tb[rb % g::g] if not same else None)
-    if same:
-        cb = ca
+    ca = ta[ra % g::g]
+    cb = ca if same else tb[rb % g::g]
     r0 = ra % g + rb % g  # position (in the result) of the first lattice entry
     m_out = ca.size + cb.size - 1
     l0 = lower + r0

@@ -379,9 +379,10 @@ def summation_parameters(
     n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target, \
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
                                  neighbour, dropout, wrap_target, decoding)
+    nbr = Neighbour.parse(neighbour)  # already parsed by _iv_summation: typed here
     m = int(sum(sizes))
     n_min = _minimum_users(n, dropout)
-    budgets, sens, a, std = _level_noise(eps, gamma, sizes, neighbour, B)
+    budgets, sens, a, std = _level_noise(eps, gamma, sizes, nbr, B)
     shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
     t, q, low = _modulus(n, B, m, eps, budgets, sens, a, shape, wrap_target, decoding)
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
@@ -390,8 +391,8 @@ def summation_parameters(
     delta_mix, delta_sampler = delta_split(eps, delta, n, m)
     r = shares_needed(eps, delta_mix, m, q, n_min)
     bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
-    notes = _notes(n_min, t, wrap, neighbour)
-    g = _guarantee(delta, neighbour, budgets, sens, sizes, a, notes,
+    notes = _notes(n_min, t, wrap, nbr)
+    g = _guarantee(delta, nbr, budgets, sens, sizes, a, notes,
                    {"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
                     "rounding": rounding, "dropout": dropout})
     return SummationParameters(

@@ -107,6 +107,7 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
     notes = [f"every data set checked (m = 0..{n - 1} others holding the same bit as user 1); "
              f"binomial windows of +-9 sd, their left-out mass charged; grid rtol={rtol:g}"]
     eps_low = 0.0
+    found: int | None = None
     while math.exp(j * h) < eps0:
         lo, up, arg = _worst(n, eps0, math.exp(j * h), progress=progress)
         if up <= delta:
@@ -114,12 +115,11 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
             if below[0] > delta:
                 eps_low = math.exp((j - 1) * h)
                 notes.append(f"refuted one grid step below by m = {below[2]}")
+            found = j
             break
         j += 1
-    else:
-        j = None
-    valid = j is not None
-    eps_up, delta_out = (math.exp(j * h), delta) if valid else (eps0, 0.0)
+    valid = found is not None
+    eps_up, delta_out = (math.exp(found * h), delta) if found is not None else (eps0, 0.0)
     if not valid:
         notes.append(f"no epsilon below eps0 = {eps0:.6g} is certified at delta={delta:g}; "
                      f"falling back to the local guarantee ({eps0:.6g}, 0)")

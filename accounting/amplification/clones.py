@@ -305,6 +305,13 @@ def _numerical(n, eps0, delta, *, d, rtol, tail, reduction) -> ShuffleBound:
     )
 
 
+def _need_k(k: int | None) -> int:
+    """``k`` of a k-RR bound: refused when missing (``randomizer='krr'`` needs it)."""
+    if k is None:
+        raise ValueError("randomizer='krr' needs the domain size k, got k=None")
+    return k
+
+
 def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
                 randomizer: str = "general", k: int | None = None,
                 progress: Any = None, **kwargs) -> ShuffleBound:
@@ -348,7 +355,7 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     krr_kw = {key: val for key, val in kwargs.items() if key != "d"}
     exact_kw = {key: val for key, val in krr_kw.items() if key == "rtol"}
     if method == "krr-blanket":
-        return krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw)
+        return krr_shuffle_numerical(n, eps0, delta, k=_need_k(k), **krr_kw)
     if method == "binary-rr-exact":
         return binary_rr_shuffle_exact(n, eps0, delta, progress=progress, **exact_kw)
     bounds = [variation_ratio_numerical(n, eps0, delta, **kwargs),
@@ -358,7 +365,7 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     skipped = ""
     if randomizer == "krr":
         try:
-            bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw))
+            bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=_need_k(k), **krr_kw))
         except ValueError as exc:  # the exact k-RR grid is too large: the general bounds hold
             if "cells" not in str(exc):
                 raise
