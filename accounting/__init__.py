@@ -19,6 +19,7 @@ events          every released mechanism as a composable event with its dominati
                 its (epsilon, delta) derived from or verified against its parameters
 pld             privacy loss distributions whose numerical error is bounded and charged
 compose         the Accountant: basic, advanced and PLD composition
+dp_events       to/from dp_accounting's DpEvent (the ``interop`` extra)
 ledger          releases from report.json files / specs, and the budget ledger
 
 References
@@ -68,6 +69,8 @@ _LAZY = {
     "ShuffledKRR": "shuffledp.accounting.events",
     "ShuffledLDP": "shuffledp.accounting.events",
     "event_from_dict": "shuffledp.accounting.events",
+    "from_dp_event": "shuffledp.accounting.dp_events",
+    "to_dp_event": "shuffledp.accounting.dp_events",
     "Guarantee": "shuffledp.accounting.guarantee",
     "krr_dataset_divergence": "shuffledp.accounting.amplification.krr_lower",
     "krr_lower_epsilon": "shuffledp.accounting.amplification.krr_lower",
@@ -108,6 +111,8 @@ __all__ = [
     "ShuffledLDP",
     "compose",
     "event_from_dict",
+    "from_dp_event",
+    "to_dp_event",
     "DEFAULT_MAX_DELTA_OUT",
     "MAX_Q",
     "MAX_RECORD_BITS",
