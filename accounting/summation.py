@@ -205,25 +205,25 @@ class SummationParameters:
 
 
 # --------------------------------------------------------------------------- tails
-def dl_tail(a: float, t: int) -> float:
+def _dl_tail(a: float, t: int) -> float:
     """P(|Z| > t) for Z ~ DL(a): 2 a^{t+1} / (1 + a) (exact; 0 when a underflowed to 0)."""
     if a == 0.0:
         return 0.0
     return math.exp(math.log(2.0) + (t + 1) * math.log(a) - math.log1p(a))
 
 
-def noise_tail(a: float, t: int, shape: float = 1.0) -> float:
+def _noise_tail(a: float, t: int, shape: float = 1.0) -> float:
     """Upper bound on P(|X - Y| > t), X, Y iid NegBin(shape, a) (exact for shape = 1).
 
     shape = 1 is DL(a) (exact formula); otherwise 2 P(X > t) (union bound).
     """
     if shape == 1.0:
-        return dl_tail(a, t)
+        return _dl_tail(a, t)
     return min(1.0, 2.0 * float(nbinom.sf(t, shape, 1.0 - a)))
 
 
 def _headroom(a: float, log_a: float, shape: float, target: float, t_max: int) -> int:
-    """Smallest integer t >= 0 with noise_tail(a, t, shape) <= target; ValueError if > t_max.
+    """Smallest integer t >= 0 with _noise_tail(a, t, shape) <= target; ValueError if > t_max.
 
     ``log_a`` = ln a = -eps_i / Delta_i is passed exactly (ln of a rounded a is 0 once
     eps_i / Delta_i < 1e-16). The DL(a) tail 2 a^{t+1}/(1+a) is a lower bound of the tail
@@ -235,17 +235,17 @@ def _headroom(a: float, log_a: float, shape: float, target: float, t_max: int) -
     if not t_dl <= t_max:
         raise _HeadroomError(t_dl)
     t = max(0, math.ceil(t_dl))
-    if noise_tail(a, t, shape) > target:  # shape > 1: gallop, then bisect, up to t_max
+    if _noise_tail(a, t, shape) > target:  # shape > 1: gallop, then bisect, up to t_max
         lo, step = t, 1
-        while noise_tail(a, t, shape) > target:
+        while _noise_tail(a, t, shape) > target:
             if t >= t_max:
                 raise _HeadroomError(t_max + 1)
             lo, t = t, min(t_max, t + step)
             step *= 2
         while t - lo > 1:
             mid = (lo + t) // 2
-            lo, t = (lo, mid) if noise_tail(a, mid, shape) <= target else (mid, t)
-    while t > 0 and noise_tail(a, t - 1, shape) <= target:
+            lo, t = (lo, mid) if _noise_tail(a, mid, shape) <= target else (mid, t)
+    while t > 0 and _noise_tail(a, t - 1, shape) <= target:
         t -= 1
     return t
 
@@ -386,7 +386,7 @@ def summation_parameters(
     shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
     t, q, low = _modulus(n, B, m, eps, budgets, sens, a, shape, wrap_target, decoding)
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
-    wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
+    wrap = min(1.0, sum(mi * _noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
                                                                                strict=True)))
     delta_mix, delta_sampler = delta_split(eps, delta, n, m)
     r = shares_needed(eps, delta_mix, m, q, n_min)

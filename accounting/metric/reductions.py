@@ -11,7 +11,7 @@ reaches a given (eps, alpha, r, delta) is s = 3 ln(1/delta) / (eps/alpha - (1 + 
 
 Fact 5.1 (group privacy, Lemma A.2): a pair at distance d is protected with eps ceil(d/r);
 the delta factor is printed differently in Fact 5.1 and Table 1, see
-:func:`discrete_group_privacy`.
+:func:`_discrete_group_privacy`.
 
 References
 ----------
@@ -121,7 +121,7 @@ def reduction_samples(epsilon: float, alpha: float, r: float, delta: float) -> i
     return s
 
 
-def discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> tuple[
+def _discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> tuple[
         float, float]:
     """(eps k, delta') for a pair at d_EM distance d, k = ceil(d/r) ([Imola]_ Fact 5.1).
 

@@ -69,7 +69,7 @@ def _K(alpha0: float, N: float, x0: float, delta: float) -> float:
     return 8.0 * root + 8.0 * math.exp(alpha0) / N
 
 
-def h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
+def _h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
     """h(N; x0, x1) of [Imola]_ Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
 
     Parameters
@@ -277,14 +277,14 @@ def emd_itemwise(
     )
 
 
-def alpha_sup_numeric(alpha0: float, m: int, delta: float, model: str = "local",
+def _alpha_sup_numeric(alpha0: float, m: int, delta: float, model: str = "local",
                       n: int | None = None, grid: int = 2000) -> float:
     """sup over a log grid of w in [1e-9, 1] of h(N; m, m w)/w (check of the closed form)."""
     alpha0, m, delta, model, n, N = _iv_itemwise(alpha0, m, delta, model, n)
     best = 0.0
     for k in range(grid + 1):
         w = 10.0 ** (-9.0 * k / grid)
-        best = max(best, h(N, m, m * w, alpha0, delta) / w)
+        best = max(best, _h(N, m, m * w, alpha0, delta) / w)
     return best
 
 
