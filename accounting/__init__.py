@@ -24,13 +24,12 @@ ledger          releases from report.json files / specs, and the budget ledger
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+   docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics" -- full entry in
+   docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
 """
 
 from shuffledp._lazy import lazy_names as _lazy_names

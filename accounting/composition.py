@@ -32,16 +32,15 @@ otherwise) and one notion.
 
 References
 ----------
-.. [DRV10] C. Dwork, G. N. Rothblum, S. Vadhan, "Boosting and Differential Privacy",
-   FOCS 2010, Thm III.3 (advanced composition).
-.. [KOV15] P. Kairouz, S. Oh, P. Viswanath, "The Composition Theorem for Differential
-   Privacy", ICML 2015, Thm 3.5.
-.. [KJH20] A. Koskela, J. Jaelkoe, A. Honkela, "Computing Tight Differential Privacy
-   Guarantees Using FFT", AISTATS 2020.
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018.
+.. [DRV10] Dwork et al. (2010), "Boosting and Differential Privacy", Thm III.3 -- full entry in
+   docs/references.md
+.. [KOV15] Kairouz et al. (2015), "The Composition Theorem for Differential Privacy", Thm 3.5 --
+   full entry in docs/references.md
+.. [KJH20] Koskela et al. (2020), "Computing Tight Differential Privacy Guarantees Using FFT" --
+   full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots" -- full entry in docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -77,25 +77,24 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
 
 References
 ----------
-.. [KOV15] P. Kairouz, S. Oh, P. Viswanath, "The Composition Theorem for Differential
-   Privacy", ICML 2015, Thm 2.1 (the (eps, delta) dominating pair), Thm 2.4, Thm 3.5.
-.. [ZDW22] Y. Zhu, J. Dong, Y.-X. Wang, "Optimal Accounting of Differential Privacy via
-   Characteristic Function", AISTATS 2022, Def. 7 and Thm 10 (dominating pairs compose).
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022, Alg. 1.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018 (privacy buckets; pessimistic rounding).
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Thm 4.2.
-.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones", FOCS 2021,
-   Lemma 3.3, Thm 3.1.
-.. [FMT23] V. Feldman, A. McMillan, K. Talwar, "Stronger Privacy Amplification by Shuffling
-   for Renyi and Approximate Differential Privacy", SODA 2023, Lemma 3.2.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020 (statistical distance to (eps, delta): delta = (1 + e^eps) tau).
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Thm 14 and Cor. 13.
+.. [KOV15] Kairouz et al. (2015), "The Composition Theorem for Differential Privacy", Thm 2.1, Thm
+   2.4, Thm 3.5 -- full entry in docs/references.md
+.. [ZDW22] Zhu et al. (2022), "Optimal Accounting of Differential Privacy via Characteristic
+   Function", Def. 7, Thm 10 -- full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots", Alg. 1 -- full entry in
+   docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics", Thm 4.2 -- full
+   entry in docs/references.md
+.. [FMT21] Feldman et al. (2021), "Hiding Among the Clones", Lemma 3.3, Thm 3.1 -- full entry in
+   docs/references.md
+.. [FMT23] Feldman et al. (2023), "Stronger Privacy Amplification by Shuffling for Renyi and
+   Approximate ...", Lemma 3.2 -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" -- full
+   entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for Differential Privacy", Thm 14, Cor. 13
+   -- full entry in docs/references.md
 .. [Blackwell53] D. Blackwell, "Equivalent Comparisons of Experiments", Ann. Math. Statist.
    24(2), 1953 (a dichotomy dominates another for every hockey-stick divergence iff the
    other is a post-processing of it).

@@ -37,14 +37,14 @@ class Neighbour(StrEnum):
 
     References
     ----------
-    .. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the
-       Multi-Message Shuffle Model", CCS 2020. arXiv:2002.00817.
-    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-    .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-       User-Level" (preprint).
-    .. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
-       arXiv:1910.03553.
+    .. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" --
+       full entry in docs/references.md
+    .. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+       docs/references.md
+    .. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full
+       entry in docs/references.md
+    .. [Suresh19] Suresh (2019), "Differentially private anonymized histograms" -- full entry in
+       docs/references.md
     """
 
     ADD_REMOVE = "add/remove one user"

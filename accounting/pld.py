@@ -66,12 +66,12 @@ by ``TAIL`` (at +infinity, and at the lowest point).
 
 References
 ----------
-.. [KJH20] A. Koskela, J. Jaelkoe, A. Honkela, "Computing Tight Differential Privacy
-   Guarantees Using FFT", AISTATS 2020.
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022, Alg. 1.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018.
+.. [KJH20] Koskela et al. (2020), "Computing Tight Differential Privacy Guarantees Using FFT" --
+   full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots", Alg. 1 -- full entry in
+   docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
 .. [Higham02] N. J. Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
    SIAM 2002, Sec. 3.1 (inner products), Lemma 3.5 (complex multiplication), Thm 24.2
    (the FFT).

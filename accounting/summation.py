@@ -39,13 +39,12 @@ What is fixed here (with the slips of the App. F text corrected, see docs/errata
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+   docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics" -- full entry in
+   docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ over the window).
 
 References
 ----------
-.. [Warner65] S. L. Warner, "Randomized Response: A Survey Technique for Eliminating Evasive
-   Answer Bias", JASA 60(309), 1965.
+.. [Warner65] Warner (1965), "Randomized Response" -- full entry in docs/references.md
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ is their maximum.
 
 References
 ----------
-.. [BBGN19] B. Balle, J. Bell, A. Gascon, K. Nissim, "The Privacy Blanket of the Shuffle
-   Model", CRYPTO 2019 (k-RR in the shuffle model).
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

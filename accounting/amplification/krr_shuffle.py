@@ -44,10 +44,10 @@ a self-check returns an infinite upper estimate (never certifies).
 
 References
 ----------
-.. [BBGN19] B. Balle, J. Bell, A. Gascon, K. Nissim, "The Privacy Blanket of the Shuffle
-   Model", CRYPTO 2019, Sec. 3.
-.. [WPLW24] S. Wang et al., "Privacy Amplification via Shuffling: Unified, Simplified, and
-   Tightened", VLDB 2024 (arXiv:2304.05007).
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model", Sec. 3 -- full entry in
+   docs/references.md
+.. [WPLW24] Wang et al. (2024), "Privacy Amplification via Shuffling" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ the delta factor is printed differently in Fact 5.1 and Table 1, see
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

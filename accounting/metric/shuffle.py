@@ -37,12 +37,12 @@ Used here from [Imola]_: Alg. 2, Thm 4.3, Thm 4.4, eqs. (6)-(7).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [FDM19] N. Fernandes, M. Dras, A. McIver, "Generalised Differential Privacy for Text
-   Document Processing", POST 2019.
-.. [DRV10] C. Dwork, G. N. Rothblum, S. Vadhan, "Boosting and Differential Privacy",
-   FOCS 2010.
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
+.. [FDM19] Fernandes et al. (2019), "Generalised Differential Privacy for Text Document Processing"
+   -- full entry in docs/references.md
+.. [DRV10] Dwork et al. (2010), "Boosting and Differential Privacy" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
