@@ -75,14 +75,54 @@ SAMPLER_TV_MAX = 2.0 * (2.0**-POLYA_TAIL_BITS + (POLYA_MAX_TABLE + 2) * 2.0**-12
 
 
 def check_rounding(rounding: str) -> str:
-    """Validate a rounding rule name."""
+    """Validate a rounding rule name.
+
+    Parameters
+    ----------
+    rounding : str
+        "floor" or "largest_remainder" (the rules that keep a level's entries in [0, B]).
+
+    Returns
+    -------
+    str
+        ``rounding``, checked.
+
+    Raises
+    ------
+    ValueError
+        ``rounding`` is not one of :data:`ROUNDING_RULES`.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (scaling and rounding of the level vectors; see the module notes).
+    """
     if rounding not in ROUNDING_RULES:
         raise ValueError(f"rounding must be one of {ROUNDING_RULES}, got rounding={rounding!r}")
     return rounding
 
 
 def check_scale(B: int) -> int:
-    """Validate the integer scaling factor B >= 1."""
+    """Validate the integer scaling factor B >= 1.
+
+    Parameters
+    ----------
+    B : int
+        Scale of the level vectors before rounding (an integer >= 1).
+
+    Returns
+    -------
+    int
+        ``B``, checked.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``B`` is not an integer >= 1.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the scale B).
+    """
     return v.count("B", B, 1)
 
 
@@ -281,6 +321,33 @@ def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
 
     r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), with ln(e^eps + 1)
     evaluated as eps + log1p(e^{-eps}).
+
+    Parameters
+    ----------
+    epsilon : float
+        Epsilon of the summation (> 0).
+    delta : float
+        Delta left to split-and-mix, in (0, 1).
+    m : int
+        Coordinates summed (>= 1).
+    q : int
+        Modulus (>= 2).
+    n : int
+        Users whose messages are mixed (>= 2; the protocol passes n_min).
+
+    Returns
+    -------
+    int
+        The number r of additive shares per coordinate.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range.
+
+    References
+    ----------
+    [Ghazi23]_ App. F; [BBGN20]_ Cor. 6 and Lemma 5.2.
     """
     epsilon = v.positive("epsilon", epsilon)
     delta = v.probability("delta", delta)
@@ -301,8 +368,33 @@ def delta_split(epsilon: float, delta: float, n: int, m: int) -> tuple[float, fl
     ideal per draw (:mod:`shuffledp.encoders.noise.polya`; two draws per coordinate, at most n
     users, m coordinates). If a mechanism is (eps, delta_mix)-DP and another is within total
     variation tau of it on every input, the latter is (eps, delta_mix + (1 + e^eps) tau)-DP;
-    here tau <= 2 n m SAMPLER_TV_MAX by coupling. Raises ValueError if that part is not
-    below delta / 2.
+    here tau <= 2 n m SAMPLER_TV_MAX by coupling.
+
+    Parameters
+    ----------
+    epsilon : float
+        Epsilon of the release.
+    delta : float
+        Total delta of the release.
+    n : int
+        Users (each draws two Polya variates per coordinate).
+    m : int
+        Coordinates.
+
+    Returns
+    -------
+    tuple of float
+        (delta_mix, delta_sampler), summing to ``delta``.
+
+    Raises
+    ------
+    ValueError
+        The sampler's part (1 + e^eps) tau is not below delta / 2.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (split-and-mix delta); the total-variation charge is the one of
+    :class:`~shuffledp.accounting.events.PolyaSum` (see its notes).
     """
     tau = 2.0 * n * m * SAMPLER_TV_MAX
     delta_sampler = (1.0 + math.exp(min(float(epsilon), 700.0))) * tau
@@ -374,6 +466,23 @@ def summation_parameters(
     Returns
     -------
     SummationParameters
+        q, r, the level noise, the decoding window, the message sizes and the
+        :class:`~shuffledp.accounting.guarantee.Guarantee` (with its ``PolyaSum`` event).
+
+    Raises
+    ------
+    TypeError
+        ``level_sizes`` is not a sequence of integers, or an integer argument is not one.
+    ValueError
+        An argument is out of its range, both or neither of ``grid`` and ``level_sizes``
+        are given, n_min < 2, a level budget underflows, the noise needs a modulus above
+        2^32 (:data:`MAX_Q`) or a message above :data:`MAX_RECORD_BITS` bits, or the
+        sampler's part of delta is not below delta / 2 (:func:`delta_split`).
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Thm 3.1 and Sec. 4; [BBGN20]_ Cor. 6 and Lemma 5.2;
+    [Bagdasaryan22]_ Thm 4.2, eq. 4 and Sec. 4.
     """
     n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target, \
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
