@@ -168,7 +168,19 @@ class PLDView:
 
 @dataclass(frozen=True)
 class PrivacyEvent:
-    """Base of every event: the neighbour relation it is stated for, and a label."""
+    """Base of every event: the neighbour relation it is stated for, and a label.
+
+    Attributes
+    ----------
+    kind : str
+        The event's type name in :meth:`to_dict` records (a class attribute).
+    notion : str
+        The guarantee notion its (epsilon, delta) refers to (a class attribute).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "event"
     #: the guarantee notion the event's (epsilon, delta) refers to
@@ -222,7 +234,32 @@ class PrivacyEvent:
 
 def event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
     """Rebuild an event from :meth:`PrivacyEvent.to_dict` (validates and verifies like the
-    constructor: a record whose stated numbers its parameters do not prove is refused)."""
+    constructor: a record whose stated numbers its parameters do not prove is refused).
+
+    Parameters
+    ----------
+    data : Mapping
+        A record with a ``"type"`` key naming the event class and its fields (composite
+        events' ``levels``/``branches``/``steps`` as lists of such records).
+
+    Returns
+    -------
+    PrivacyEvent
+        The event, validated.
+
+    Raises
+    ------
+    ValueError
+        ``data`` is not a mapping with a known ``"type"``, has unknown fields, a composite
+        field that is not a list, or values its class refuses (including a stated pair its
+        parameters do not prove).
+    TypeError
+        A field has the wrong type for its class.
+
+    References
+    ----------
+    [ZDW22]_ Def. 7 (the dominating pair each event stands for).
+    """
     if not isinstance(data, Mapping) or "type" not in data:
         raise ValueError(f"an event must be a mapping with a 'type' key, got {data!r}")
     kind = data["type"]
@@ -255,6 +292,33 @@ def pld_from_curve(delta_at: Callable[[float], float], h: float, eps_top: float,
     evaluated on 0, h, 2h, ... up to the first point where it is <= ``floor`` or the first
     point >= ``eps_top`` -- including that point, where the estimate is the pair's infinity
     mass (it is *not* forced to 0) -- and is flat from there on.
+
+    Parameters
+    ----------
+    delta_at : callable
+        eps -> an upper estimate of the pair's hockey-stick curve at eps >= 0, in [0, 1].
+    h : float
+        Grid step of the losses.
+    eps_top : float
+        Upper bound on the finite losses.
+    floor : float
+        The curve is cut (flat) from the first point where it is <= ``floor``.
+    label : str
+        Names the pair in messages.
+
+    Returns
+    -------
+    PLD
+        The pessimistic PLD (Connect-the-Dots of the convex chain of the estimates).
+
+    Raises
+    ------
+    ValueError
+        An estimate is not a number in [0, 1].
+
+    References
+    ----------
+    [DGKKM22]_ Alg. 1.
     """
     return PLD(_pld.from_curve(delta_at, h, eps_top, floor=floor, label=label))
 
@@ -370,6 +434,23 @@ class DiscreteGaussian(PrivacyEvent):
     rho = Delta^2 / (2 sigma^2) ([CKS20]_ Thm 14, Cor. 13). ``delta=None`` derives it.
     A scalar query uses the exact pair in the PLD; otherwise the verified (epsilon, delta)
     pair.
+
+    Attributes
+    ----------
+    sigma : float
+        Scale of the discrete Gaussian (> 0).
+    sensitivity : int
+        l1-sensitivity Delta of the integer query (>= 1).
+    dimension : int
+        Number of coordinates (>= 1).
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived from the parameters at ``epsilon``).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "discrete_gaussian"
@@ -567,6 +648,25 @@ class ShuffledLDP(PrivacyEvent):
     delta at ``epsilon`` no larger than ``delta`` (``delta=None`` derives it). ``reduction``
     picks the dominating pair used for composition ("variation-ratio", the tighter, or
     "clones").
+
+    Attributes
+    ----------
+    n : int
+        Users (reports shuffled).
+    eps0 : float
+        Local epsilon (or alpha0) of each report.
+    d : float
+        Metric distance of the neighbouring inputs (1 for eps0-LDP).
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived).
+    reduction : {"variation-ratio", "clones"}
+        Dominating pair used for composition.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "shuffled_ldp"
@@ -615,6 +715,23 @@ class ShuffledKRR(PrivacyEvent):
     :mod:`shuffledp.accounting.amplification.binary_rr` (n <= 2e5; computed only when the
     cheaper bounds do not prove the pair). ``delta=None`` derives it. Composition uses the
     privacy-blanket pair (k >= 3) or the stronger-clone pair (k = 2), see the module notes.
+
+    Attributes
+    ----------
+    n : int
+        Users (reports shuffled).
+    k : int
+        Domain size of the randomized response (>= 2).
+    eps0 : float
+        Local epsilon of each report.
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "shuffled_krr"
@@ -669,6 +786,19 @@ class EpsDelta(PrivacyEvent):
     against): it enters every method as stated, so it must come from a proven guarantee.
     ``notion`` "approximate" composes by PLD through the [KOV15]_ pair; "metric_emd" and
     "discrete_emd" (d_EM-DP of [Imola]) compose by basic composition only (alpha adds up).
+
+    Attributes
+    ----------
+    epsilon : float
+        Stated epsilon (finite, >= 0).
+    delta : float
+        Stated delta, in [0, 1).
+    guarantee_notion : {"approximate", "metric_emd", "discrete_emd"}
+        The notion the pair refers to ("pure" is read as "approximate").
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "eps_delta"
@@ -712,7 +842,17 @@ class EpsDelta(PrivacyEvent):
 @_register
 @dataclass(frozen=True)
 class Parallel(PrivacyEvent):
-    """Events run on disjoint sets of users (one user's data reaches one branch)."""
+    """Events run on disjoint sets of users (one user's data reaches one branch).
+
+    Attributes
+    ----------
+    branches : tuple of PrivacyEvent
+        The events, one neighbour relation and one notion.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "parallel"
     branches: tuple[PrivacyEvent, ...] = ()
@@ -770,7 +910,17 @@ class Parallel(PrivacyEvent):
 class Sequential(PrivacyEvent):
     """Steps run one after the other on the same users (one release made of several
     mechanisms, e.g. PrivHist's steps or the federated tree's rounds); later steps may
-    depend on earlier outputs (adaptive composition)."""
+    depend on earlier outputs (adaptive composition).
+
+    Attributes
+    ----------
+    steps : tuple of PrivacyEvent
+        The events in order, one neighbour relation and one notion.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "sequential"
     steps: tuple[PrivacyEvent, ...] = ()
@@ -882,7 +1032,24 @@ def event_notion(e: PrivacyEvent) -> str:
 
 
 def check_same_neighbour(a: Neighbour, b: Neighbour, what: str = "events") -> None:
-    """Refuse to compose events stated for different neighbour relations."""
+    """Refuse to compose events stated for different neighbour relations.
+
+    Parameters
+    ----------
+    a, b : Neighbour
+        The relations of the two events.
+    what : str
+        What is composed, for the message.
+
+    Raises
+    ------
+    ValueError
+        ``a`` and ``b`` differ.
+
+    References
+    ----------
+    [ZDW22]_ Thm 10 (dominating pairs compose for one neighbour relation).
+    """
     if a is not b:
         raise ValueError(f"cannot compose {what} with different neighbour relations: "
                          f"{a.token!r} ({a.value}) and {b.token!r} ({b.value})")
@@ -953,7 +1120,39 @@ def polya_sum_event(level_epsilons: Sequence[float], sensitivities: Sequence[int
                     model: str = "shuffle") -> PolyaSum:
     """The :class:`PolyaSum` event of a release whose per-level noise sums to DL(e^{-eps_i /
     Delta_i}) and whose delta is (1 + e^eps) tau ([BBGN20]_; the sampler's and split-and-mix's
-    statistical distances), eps = sum eps_i: tv = delta / (1 + e^eps)."""
+    statistical distances), eps = sum eps_i: tv = delta / (1 + e^eps).
+
+    Parameters
+    ----------
+    level_epsilons : sequence of float
+        eps_i of each level.
+    sensitivities : sequence of int
+        l1-sensitivity Delta_i of each level.
+    dimensions : sequence of int
+        Cells m_i of each level.
+    delta : float
+        The release's delta, (1 + e^eps) tau.
+    neighbour : Neighbour or str
+        The relation the release is stated for.
+    model : str
+        "shuffle" or "central" (recorded on the event).
+
+    Returns
+    -------
+    PolyaSum
+        The release's event.
+
+    Raises
+    ------
+    ValueError
+        The sequences differ in length, ``neighbour`` is not a relation, or a level's
+        parameters are out of range (checked by :class:`DiscreteLaplace` and
+        :class:`PolyaSum`).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 (Polya differences sum to DL); [BBGN20]_ (split-and-mix).
+    """
     nb = Neighbour.parse(neighbour)
     levels = tuple(DiscreteLaplace(parameter=float(e) / int(s), sensitivity=int(s),
                                    dimension=int(m), neighbour=nb)
