@@ -416,6 +416,24 @@ def check_parallel_groups(spec: Mapping[str, Any], base: str | os.PathLike[str] 
       included, is the same users).
 
     Groups nested in groups are checked the same way.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The composition spec (its ``releases`` list; anything else is left to the spec
+        reader, :func:`shuffledp.accounting.ledger.accountant_from_spec`).
+    base : str or path-like
+        Directory the spec's report paths are relative to.
+
+    Raises
+    ------
+    ValueError
+        A ``parallel`` group shows that its branches share users (see above); the message
+        names the group.
+
+    References
+    ----------
+    [DRV10]_ (composition); parallel composition needs disjoint users, as above.
     """
     releases = spec.get("releases") if isinstance(spec, Mapping) else None
     if not isinstance(releases, list):
@@ -473,7 +491,36 @@ def check_parallel_groups(spec: Mapping[str, Any], base: str | os.PathLike[str] 
 
 def compose(events: list[tuple[PrivacyEvent, int]] | list[PrivacyEvent], delta: float, *,
             discretization: float = DEFAULT_DISCRETIZATION) -> Composition:
-    """Compose a list of events (or (event, times) pairs) and return epsilon(delta)."""
+    """Compose a list of events (or (event, times) pairs) and return epsilon(delta).
+
+    Parameters
+    ----------
+    events : list of PrivacyEvent or of (PrivacyEvent, int)
+        The releases, each run once or ``times`` times in sequence.
+    delta : float
+        Target delta, in (0, 1).
+    discretization : float
+        Grid step of the PLD composition (<= 0.1).
+
+    Returns
+    -------
+    Composition
+        The smallest certified epsilon at ``delta`` over basic, advanced and PLD
+        composition, with each method's answer.
+
+    Raises
+    ------
+    TypeError
+        An item is not a PrivacyEvent (or a pair with one).
+    ValueError
+        ``events`` is empty, the events' neighbour relations or notions differ, an argument
+        is out of range, or no method certifies a finite epsilon at ``delta``.
+
+    References
+    ----------
+    [DRV10]_ Thm III.3, [KOV15]_ Thm 3.5 (advanced composition); [KJH20]_, [DGKKM22]_
+    (PLD composition); [MM18]_.
+    """
     acc = Accountant(discretization)
     for item in events:
         if isinstance(item, tuple):
