@@ -78,6 +78,17 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
         ``epsilon_lower`` (one grid step below, when the search saw it) is refuted by the
         data set with the worst m. ``valid=False`` with (eps0, 0) when nothing below eps0 is
         certified.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1), ``rtol`` is out of range, or ``n`` > :data:`MAX_N`.
+
+    References
+    ----------
+    [Warner65]_ (randomized response); the exact worst case over every data set is this
+    module's computation (module notes).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     if n > MAX_N:

@@ -93,6 +93,15 @@ def krr_blanket_divergence(n: int, k: int, eps0: float, eps: float,
     Returns
     -------
     (lower, upper) : tuple of float
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``eps`` >= 0, ``k`` >= 2, ``tail`` in (0, 1)).
+
+    References
+    ----------
+    [BBGN19]_ Sec. 3 (the privacy blanket).
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
     k = _iv_k(k)
@@ -140,6 +149,10 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     ValueError
         Bad arguments (named), or a grid larger than :data:`MAX_CELLS` (n beyond about 1e6
         for k = 3, more for larger k): use the general bound.
+
+    References
+    ----------
+    [BBGN19]_ Sec. 3 (the privacy blanket pair).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = _iv_k(k)
