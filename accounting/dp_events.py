@@ -75,7 +75,7 @@ _MAX_EPS = 700.0
 def _dp() -> Any:
     try:
         import dp_accounting
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    except ImportError as exc:
         raise ImportError(_EXTRA) from exc
     return dp_accounting
 

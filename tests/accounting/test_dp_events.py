@@ -1,6 +1,7 @@
 """Interop with dp_accounting: our events to and from its DpEvent (accounting/dp_events.py)."""
 
 import math
+import sys
 
 import pytest
 
@@ -147,3 +148,11 @@ def test_argument_checks():
         to_dp_event(EpsDelta(epsilon=0.0, delta=0.0), unsupported="ignore")
     with pytest.raises(ValueError, match="empty Accountant"):
         to_dp_event(Accountant())
+
+
+def test_missing_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import fails
+    with pytest.raises(ImportError, match=r"shuffledp\[interop\]"):
+        to_dp_event(EpsDelta(epsilon=0.0, delta=0.0))
+    with pytest.raises(ImportError, match="interop"):
+        from_dp_event(object())
