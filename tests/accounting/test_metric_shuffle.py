@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shuffledp.accounting.metric.shuffle import _alpha_sup_numeric as alpha_sup_numeric
+from shuffledp.accounting.metric.shuffle import _h as h
 from shuffledp.accounting.metric.shuffle import (
-    alpha_sup_numeric,
     asymptotic_alpha0,
     composition_alpha,
     emd_itemwise,
     emd_itemwise_alpha0,
-    h,
     thm43_validity_limit,
 )
 
