@@ -450,9 +450,9 @@ def summation_parameters(
     neighbour : Neighbour or {"replace", "zero_out", "add_remove"}
         ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
         [BBGN20]_). ``zero_out``: one user's input replaced by nothing, the user still sends
-        her noise shares, n public (Delta_i = B). ``add_remove``: Delta_i = B; note that the
-        number of messages reveals the
-        number of users.
+        her noise shares, n public (Delta_i = B). ``add_remove`` is refused (``ValueError``):
+        the Polya shape 1/n_min depends on n, so one user more or less changes every user's
+        noise law.
     dropout : float, default :data:`DEFAULT_DROPOUT` (0.05)
         Declared dropout fraction in [0, 1); n_min = ceil((1 - dropout) n) must be >= 2.
         The noise is planned for n_min users ([Bagdasaryan22]_ Sec. 4), so a release with
@@ -638,6 +638,17 @@ def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, n
     if neighbour in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD):
         raise ValueError(
             f"neighbour must be one of {NEIGHBOURS}, got neighbour={neighbour.token!r}"
+        )
+    if neighbour is Neighbour.ADD_REMOVE:
+        # every user's Polya shape is 1/n_min with n_min planned from n: a neighbour with one
+        # user more or less changes the noise law of every coordinate, not only that user's
+        # contribution, so no add/remove guarantee follows from the per-level DL calibration
+        raise ValueError(
+            "neighbour='add_remove' is refused for the shuffle summation protocol: the noise "
+            "shape 1/n_min is planned from n, so adding or removing a user changes every "
+            "user's noise and the stated guarantee would not hold; use 'replace' or "
+            "'zero_out' (n public), or the federated release with a public population bound "
+            "(shuffledp federated --max-users) for add/remove"
         )
     decoding = v.choice("decoding", decoding, DECODINGS)
     dropout = v.probability("dropout", dropout, closed_low=True)

@@ -97,11 +97,17 @@ def test_r_formula_with_mpmath():
 
 def test_neighbour_and_rounding():
     a = summation_parameters(n=100, epsilon=1, delta=1e-6, B=30, level_sizes=[5],
-                             neighbour="add_remove", rounding="floor")
+                             neighbour="zero_out", rounding="floor")
     assert a.level_sensitivities == (30,)
     assert a.dl_parameters[0] == pytest.approx(math.exp(-1 / 30), rel=1e-15)
-    assert a.guarantee.neighbour == "add/remove one user"
-    assert any("reveals the number of users" in s for s in a.notes)
+
+
+def test_add_remove_is_refused():
+    # the Polya shape 1/n_min is planned from n: n and n + 1 users give every user another
+    # noise law, so the per-level DL calibration proves nothing under add/remove
+    with pytest.raises(ValueError, match="add_remove.*refused"):
+        summation_parameters(n=100, epsilon=1, delta=1e-6, B=30, level_sizes=[5],
+                             neighbour="add_remove")
 
 
 def test_dropout_over_provisioning():
