@@ -204,8 +204,14 @@ def _finite_or_none(x: float):
 def _alpha_delta(alpha0: float, m: int, N: int, delta: float) -> tuple[float, float]:
     K = _K(alpha0, N, m, delta)
     alpha = m * alpha0 * K / 2.0
-    log_dout = math.log(delta) + m * math.log1p(math.tanh(alpha0 / 2.0) * K)
-    # rounded up by one ulp: exp is within an ulp, and delta' must not be understated
+    log_delta = math.log(delta)
+    growth = m * math.log1p(math.tanh(alpha0 / 2.0) * K)
+    # delta' must not be understated. log_dout carries the rounding of log, sqrt, exp, tanh
+    # and log1p: an absolute error of a few ulps of its terms' magnitude, which exp turns into
+    # a relative error of the same size (at delta = 1e-300, |log delta| = 691: up to ~1e-13,
+    # far more than exp's own ulp). Add 16 ulps of the terms' magnitude, then round up.
+    slack = 16.0 * 2.0 ** -52 * (abs(log_delta) + abs(growth) + 1.0)
+    log_dout = log_delta + growth + slack
     dout = math.nextafter(math.exp(log_dout), math.inf) if log_dout < 700 else math.inf
     return alpha, dout
 
