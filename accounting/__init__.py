@@ -19,17 +19,17 @@ events          every released mechanism as a composable event with its dominati
                 its (epsilon, delta) derived from or verified against its parameters
 pld             privacy loss distributions whose numerical error is bounded and charged
 compose         the Accountant: basic, advanced and PLD composition
+dp_events       to/from dp_accounting's DpEvent (the ``interop`` extra)
 ledger          releases from report.json files / specs, and the budget ledger
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+   docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics" -- full entry in
+   docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
 """
 
 from shuffledp._lazy import lazy_names as _lazy_names
@@ -68,6 +68,8 @@ _LAZY = {
     "ShuffledKRR": "shuffledp.accounting.events",
     "ShuffledLDP": "shuffledp.accounting.events",
     "event_from_dict": "shuffledp.accounting.events",
+    "from_dp_event": "shuffledp.accounting.dp_events",
+    "to_dp_event": "shuffledp.accounting.dp_events",
     "Guarantee": "shuffledp.accounting.guarantee",
     "krr_dataset_divergence": "shuffledp.accounting.amplification.krr_lower",
     "krr_lower_epsilon": "shuffledp.accounting.amplification.krr_lower",
@@ -108,6 +110,8 @@ __all__ = [
     "ShuffledLDP",
     "compose",
     "event_from_dict",
+    "from_dp_event",
+    "to_dp_event",
     "DEFAULT_MAX_DELTA_OUT",
     "MAX_Q",
     "MAX_RECORD_BITS",

@@ -7,11 +7,10 @@ Noise <-> budget conversions and dropout over-provisioning of [Bagdasaryan22]_.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", Thm 3.1, Sec. 4 --
+   full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics", Sec. 4,
+   Sec. 5.3-5.4, eqs. 5, 7-9 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -44,10 +43,28 @@ def level_budgets(
     eps_i = eps * gamma^|i - start| / Z, Z = sum_{i=start}^{top} gamma^|i - start|, so the
     budgets sum to eps (basic composition, [Ghazi23]_ proof of Thm 3.1).
 
+    Parameters
+    ----------
+    epsilon : float
+        Total budget eps of the release (finite, > 0).
+    start, top : int
+        First and last measured level (0 <= start <= top).
+    gamma : float
+        Geometric decay of the budgets away from ``start`` (finite, > 0).
+
     Returns
     -------
     ndarray of shape (top - start + 1,)
         ``out[k]`` is the budget of level ``start + k``.
+
+    Raises
+    ------
+    ValueError
+        ``epsilon`` or ``gamma`` is not a finite number > 0, or not 0 <= start <= top.
+
+    References
+    ----------
+    [Ghazi23]_ Thm 3.1 (proof) and Sec. 4, "Implementation details".
     """
     eps = float(epsilon)
     if not (eps > 0 and math.isfinite(eps)):
@@ -77,6 +94,27 @@ def dl_std(epsilon: float, sensitivity: float = 1.0) -> float:
 
     The standard deviation of discrete Laplace noise that is eps-DP for l1-sensitivity Delta.
     Evaluated with expm1 so that small eps/Delta keeps full precision.
+
+    Parameters
+    ----------
+    epsilon : float
+        Pure epsilon of the noise (finite, > 0).
+    sensitivity : float
+        l1-sensitivity Delta of the query (finite, > 0).
+
+    Returns
+    -------
+    float
+        The noise's standard deviation sigma.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``epsilon`` or ``sensitivity`` is not a finite number > 0.
+
+    References
+    ----------
+    [Bagdasaryan22]_ eq. 5.
     """
     eps = v.positive("epsilon", epsilon)
     delta_s = v.positive("sensitivity", sensitivity)
@@ -91,6 +129,27 @@ def dl_epsilon_for_std(sigma: float, sensitivity: float = 1.0) -> float:
     Inverse of :func:`dl_std`. Evaluated in the cancellation-free form
     eps = Delta log1p((1 + sqrt(2 sigma^2 + 1)) / sigma^2), which is the same number
     because (sigma^2 + 1)^2 - (2 sigma^2 + 1) = sigma^4.
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation of the discrete Laplace noise (finite, > 0).
+    sensitivity : float
+        l1-sensitivity Delta of the query (finite, > 0).
+
+    Returns
+    -------
+    float
+        The pure epsilon of that noise for sensitivity Delta.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``sigma`` or ``sensitivity`` is not a finite number > 0.
+
+    References
+    ----------
+    [Bagdasaryan22]_ eq. 8.
     """
     s = v.positive("sigma", sigma)
     delta_s = v.positive("sensitivity", sensitivity)
@@ -117,6 +176,21 @@ def target_std(c: float, users: int, cells: int, s_max: int) -> float:
     Eq. 7 is printed with ceil(S_max / U); with U > S_max that factor is 1. The text motivates
     the factor by "noise variance accumulation when the number of users exceeds the limit on
     one shard", which would suggest ceil(U / S_max); we implement the equation as printed.
+
+    Returns
+    -------
+    float
+        The target standard deviation sigma~ of the sub-query's summed noise.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``c`` is not a finite number > 0, or ``users``, ``cells`` or ``s_max`` is not an
+        integer >= 1.
+
+    References
+    ----------
+    [Bagdasaryan22]_ eq. 7.
     """
     c = v.positive("c", c)
     for name, val in (("users", users), ("cells", cells), ("s_max", s_max)):
@@ -127,7 +201,31 @@ def target_std(c: float, users: int, cells: int, s_max: int) -> float:
 
 def next_query_epsilon(eps_remaining: float, eps_tilde: float, b: float) -> float:
     """eps = gamma(eps_rem, eps~) of [Bagdasaryan22]_ eq. 9: eps~ if b eps~ <= eps_rem, else
-    eps_rem."""
+    eps_rem.
+
+    Parameters
+    ----------
+    eps_remaining : float
+        Budget left, eps_rem (finite, > 0).
+    eps_tilde : float
+        Budget the next query asks for, eps~ (finite, > 0).
+    b : float
+        Safety factor b (finite, > 0): the full eps~ is spent only if b eps~ fits.
+
+    Returns
+    -------
+    float
+        The next query's epsilon.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is not a finite number > 0.
+
+    References
+    ----------
+    [Bagdasaryan22]_ eq. 9.
+    """
     rem = v.positive("eps_remaining", eps_remaining)
     et = v.positive("eps_tilde", eps_tilde)
     bb = v.positive("b", b)
@@ -141,6 +239,30 @@ def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
     ``dropout`` is the dropout *fraction* (the 0.95 in Alg. 1's constants is a slip for
     0.05, see docs/errata.md). Any n_min or more surviving users then sum to at least
     discrete Laplace noise.
+
+    Parameters
+    ----------
+    shard_size : int
+        Users S of the secure-aggregation shard (>= 1).
+    dropout : float
+        Fraction of users that may drop out, in [0, 1).
+
+    Returns
+    -------
+    float
+        The Polya shape 1 / n_min of each user's noise share.
+
+    Raises
+    ------
+    TypeError
+        ``dropout`` is not a number.
+    ValueError
+        ``shard_size`` is not an integer >= 1, ``dropout`` is not in [0, 1), or it leaves no
+        user (n_min < 1).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 4, "Handling dropouts".
     """
     if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) \
             or shard_size < 1:

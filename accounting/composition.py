@@ -32,16 +32,15 @@ otherwise) and one notion.
 
 References
 ----------
-.. [DRV10] C. Dwork, G. N. Rothblum, S. Vadhan, "Boosting and Differential Privacy",
-   FOCS 2010, Thm III.3 (advanced composition).
-.. [KOV15] P. Kairouz, S. Oh, P. Viswanath, "The Composition Theorem for Differential
-   Privacy", ICML 2015, Thm 3.5.
-.. [KJH20] A. Koskela, J. Jaelkoe, A. Honkela, "Computing Tight Differential Privacy
-   Guarantees Using FFT", AISTATS 2020.
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018.
+.. [DRV10] Dwork et al. (2010), "Boosting and Differential Privacy", Thm III.3 -- full entry in
+   docs/references.md
+.. [KOV15] Kairouz et al. (2015), "The Composition Theorem for Differential Privacy", Thm 3.5 --
+   full entry in docs/references.md
+.. [KJH20] Koskela et al. (2020), "Computing Tight Differential Privacy Guarantees Using FFT" --
+   full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots" -- full entry in docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -214,6 +213,11 @@ class Accountant:
         if not self._entries:
             raise ValueError("nothing to compose: the accountant holds no event")
 
+    def _neighbour(self) -> Neighbour:
+        """The neighbour relation of the events held (refused when there is none)."""
+        self._need()
+        return self._entries[0][0].neighbour
+
     def basic(self) -> tuple[float, float]:
         """(sum eps_j, min(1, sum delta_j)) over every release."""
         self._need()
@@ -269,6 +273,8 @@ class Accountant:
 
         if eps is not None:
             return chernoff_tilt(log_mgf, eps=eps)
+        if delta is None:
+            raise ValueError("_tilt needs eps or delta, got eps=None and delta=None")
         return chernoff_tilt(log_mgf, log_delta=math.log(delta))
 
     def _pld(self, *, eps: float | None = None, delta: float | None = None
@@ -347,7 +353,7 @@ class Accountant:
                 f"deltas add up to {basic[1]:.3g} and the PLD gives no finite epsilon{why}")
         method, eps = min(cands, key=lambda c: (c[1], METHODS.index(c[0])))
         return Composition(epsilon=eps, delta=delta, method=method, basic=basic, advanced=adv,
-                           pld=pld, releases=self.releases, neighbour=self.neighbour,
+                           pld=pld, releases=self.releases, neighbour=self._neighbour(),
                            discretization=self.discretization, curves=curves,
                            notes=tuple(notes), notion=self._notion(), pld_error=err)
 
@@ -377,7 +383,7 @@ class Accountant:
             cands.append(("basic", 1.0))
         method, d = min(cands, key=lambda c: (c[1], METHODS.index(c[0])))
         return Composition(epsilon=eps, delta=d, method=method, basic=basic, advanced=adv,
-                           pld=pld, releases=self.releases, neighbour=self.neighbour,
+                           pld=pld, releases=self.releases, neighbour=self._neighbour(),
                            discretization=self.discretization, curves=curves,
                            notes=tuple(notes), notion=self._notion(), pld_error=err)
 
@@ -410,6 +416,24 @@ def check_parallel_groups(spec: Mapping[str, Any], base: str | os.PathLike[str] 
       included, is the same users).
 
     Groups nested in groups are checked the same way.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The composition spec (its ``releases`` list; anything else is left to the spec
+        reader, :func:`shuffledp.accounting.ledger.accountant_from_spec`).
+    base : str or path-like
+        Directory the spec's report paths are relative to.
+
+    Raises
+    ------
+    ValueError
+        A ``parallel`` group shows that its branches share users (see above); the message
+        names the group.
+
+    References
+    ----------
+    [DRV10]_ (composition); parallel composition needs disjoint users, as above.
     """
     releases = spec.get("releases") if isinstance(spec, Mapping) else None
     if not isinstance(releases, list):
@@ -467,7 +491,36 @@ def check_parallel_groups(spec: Mapping[str, Any], base: str | os.PathLike[str] 
 
 def compose(events: list[tuple[PrivacyEvent, int]] | list[PrivacyEvent], delta: float, *,
             discretization: float = DEFAULT_DISCRETIZATION) -> Composition:
-    """Compose a list of events (or (event, times) pairs) and return epsilon(delta)."""
+    """Compose a list of events (or (event, times) pairs) and return epsilon(delta).
+
+    Parameters
+    ----------
+    events : list of PrivacyEvent or of (PrivacyEvent, int)
+        The releases, each run once or ``times`` times in sequence.
+    delta : float
+        Target delta, in (0, 1).
+    discretization : float
+        Grid step of the PLD composition (<= 0.1).
+
+    Returns
+    -------
+    Composition
+        The smallest certified epsilon at ``delta`` over basic, advanced and PLD
+        composition, with each method's answer.
+
+    Raises
+    ------
+    TypeError
+        An item is not a PrivacyEvent (or a pair with one).
+    ValueError
+        ``events`` is empty, the events' neighbour relations or notions differ, an argument
+        is out of range, or no method certifies a finite epsilon at ``delta``.
+
+    References
+    ----------
+    [DRV10]_ Thm III.3, [KOV15]_ Thm 3.5 (advanced composition); [KJH20]_, [DGKKM22]_
+    (PLD composition); [MM18]_.
+    """
     acc = Accountant(discretization)
     for item in events:
         if isinstance(item, tuple):

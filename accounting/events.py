@@ -77,25 +77,24 @@ Which pair each event uses (``curve`` in :meth:`PrivacyEvent.pld`):
 
 References
 ----------
-.. [KOV15] P. Kairouz, S. Oh, P. Viswanath, "The Composition Theorem for Differential
-   Privacy", ICML 2015, Thm 2.1 (the (eps, delta) dominating pair), Thm 2.4, Thm 3.5.
-.. [ZDW22] Y. Zhu, J. Dong, Y.-X. Wang, "Optimal Accounting of Differential Privacy via
-   Characteristic Function", AISTATS 2022, Def. 7 and Thm 10 (dominating pairs compose).
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022, Alg. 1.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018 (privacy buckets; pessimistic rounding).
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Thm 4.2.
-.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones", FOCS 2021,
-   Lemma 3.3, Thm 3.1.
-.. [FMT23] V. Feldman, A. McMillan, K. Talwar, "Stronger Privacy Amplification by Shuffling
-   for Renyi and Approximate Differential Privacy", SODA 2023, Lemma 3.2.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020 (statistical distance to (eps, delta): delta = (1 + e^eps) tau).
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Thm 14 and Cor. 13.
+.. [KOV15] Kairouz et al. (2015), "The Composition Theorem for Differential Privacy", Thm 2.1, Thm
+   2.4, Thm 3.5 -- full entry in docs/references.md
+.. [ZDW22] Zhu et al. (2022), "Optimal Accounting of Differential Privacy via Characteristic
+   Function", Def. 7, Thm 10 -- full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots", Alg. 1 -- full entry in
+   docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics", Thm 4.2 -- full
+   entry in docs/references.md
+.. [FMT21] Feldman et al. (2021), "Hiding Among the Clones", Lemma 3.3, Thm 3.1 -- full entry in
+   docs/references.md
+.. [FMT23] Feldman et al. (2023), "Stronger Privacy Amplification by Shuffling for Renyi and
+   Approximate ...", Lemma 3.2 -- full entry in docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" -- full
+   entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for Differential Privacy", Thm 14, Cor. 13
+   -- full entry in docs/references.md
 .. [Blackwell53] D. Blackwell, "Equivalent Comparisons of Experiments", Ann. Math. Statist.
    24(2), 1953 (a dichotomy dominates another for every hockey-stick divergence iff the
    other is a post-processing of it).
@@ -107,7 +106,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -169,11 +168,29 @@ class PLDView:
 
 @dataclass(frozen=True)
 class PrivacyEvent:
-    """Base of every event: the neighbour relation it is stated for, and a label."""
+    """Base of every event: the neighbour relation it is stated for, and a label.
+
+    Attributes
+    ----------
+    kind : str
+        The event's type name in :meth:`to_dict` records (a class attribute).
+    notion : str
+        The guarantee notion its (epsilon, delta) refers to (a class attribute).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "event"
     #: the guarantee notion the event's (epsilon, delta) refers to
     notion: ClassVar[str] = "approximate"
+    if TYPE_CHECKING:
+        # every concrete event declares these as its last fields (with defaults, after its
+        # own parameters): declared here for the type checker only, so that the dataclass
+        # field order of the subclasses is theirs
+        neighbour: Neighbour
+        label: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "neighbour", Neighbour.parse(self.neighbour))
@@ -217,7 +234,32 @@ class PrivacyEvent:
 
 def event_from_dict(data: Mapping[str, Any]) -> PrivacyEvent:
     """Rebuild an event from :meth:`PrivacyEvent.to_dict` (validates and verifies like the
-    constructor: a record whose stated numbers its parameters do not prove is refused)."""
+    constructor: a record whose stated numbers its parameters do not prove is refused).
+
+    Parameters
+    ----------
+    data : Mapping
+        A record with a ``"type"`` key naming the event class and its fields (composite
+        events' ``levels``/``branches``/``steps`` as lists of such records).
+
+    Returns
+    -------
+    PrivacyEvent
+        The event, validated.
+
+    Raises
+    ------
+    ValueError
+        ``data`` is not a mapping with a known ``"type"``, has unknown fields, a composite
+        field that is not a list, or values its class refuses (including a stated pair its
+        parameters do not prove).
+    TypeError
+        A field has the wrong type for its class.
+
+    References
+    ----------
+    [ZDW22]_ Def. 7 (the dominating pair each event stands for).
+    """
     if not isinstance(data, Mapping) or "type" not in data:
         raise ValueError(f"an event must be a mapping with a 'type' key, got {data!r}")
     kind = data["type"]
@@ -250,6 +292,33 @@ def pld_from_curve(delta_at: Callable[[float], float], h: float, eps_top: float,
     evaluated on 0, h, 2h, ... up to the first point where it is <= ``floor`` or the first
     point >= ``eps_top`` -- including that point, where the estimate is the pair's infinity
     mass (it is *not* forced to 0) -- and is flat from there on.
+
+    Parameters
+    ----------
+    delta_at : callable
+        eps -> an upper estimate of the pair's hockey-stick curve at eps >= 0, in [0, 1].
+    h : float
+        Grid step of the losses.
+    eps_top : float
+        Upper bound on the finite losses.
+    floor : float
+        The curve is cut (flat) from the first point where it is <= ``floor``.
+    label : str
+        Names the pair in messages.
+
+    Returns
+    -------
+    PLD
+        The pessimistic PLD (Connect-the-Dots of the convex chain of the estimates).
+
+    Raises
+    ------
+    ValueError
+        An estimate is not a number in [0, 1].
+
+    References
+    ----------
+    [DGKKM22]_ Alg. 1.
     """
     return PLD(_pld.from_curve(delta_at, h, eps_top, floor=floor, label=label))
 
@@ -365,6 +434,23 @@ class DiscreteGaussian(PrivacyEvent):
     rho = Delta^2 / (2 sigma^2) ([CKS20]_ Thm 14, Cor. 13). ``delta=None`` derives it.
     A scalar query uses the exact pair in the PLD; otherwise the verified (epsilon, delta)
     pair.
+
+    Attributes
+    ----------
+    sigma : float
+        Scale of the discrete Gaussian (> 0).
+    sensitivity : int
+        l1-sensitivity Delta of the integer query (>= 1).
+    dimension : int
+        Number of coordinates (>= 1).
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived from the parameters at ``epsilon``).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "discrete_gaussian"
@@ -393,14 +479,15 @@ class DiscreteGaussian(PrivacyEvent):
                 "the zCDP conversion of rho = sensitivity^2 / (2 sigma^2)")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
         h = _iv_h(discretization)
         if self.dimension == 1:
             return PLDView(PLD(_dg_law(self.sigma, self.sensitivity, h)), "exact")
-        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)), "(eps, delta) pair")
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, _derived_delta(self), h)),
+                       "(eps, delta) pair")
 
 
 @lru_cache(maxsize=32)
@@ -514,7 +601,7 @@ class PolyaSum(PrivacyEvent):
         return math.fsum(e.epsilon for e in self.levels)
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def _derived_delta(self) -> float:
         """(1 + e^{eps*}) tv, rounded up, at most 1 (log space: no overflow at any eps*)."""
@@ -526,7 +613,7 @@ class PolyaSum(PrivacyEvent):
     def hiding_mass(self) -> float:
         """tau' = (1 + e^{eps*}) tv, the release's delta: the infinity mass charged per
         release (see the class notes)."""
-        return self.delta
+        return _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -561,6 +648,25 @@ class ShuffledLDP(PrivacyEvent):
     delta at ``epsilon`` no larger than ``delta`` (``delta=None`` derives it). ``reduction``
     picks the dominating pair used for composition ("variation-ratio", the tighter, or
     "clones").
+
+    Attributes
+    ----------
+    n : int
+        Users (reports shuffled).
+    eps0 : float
+        Local epsilon (or alpha0) of each report.
+    d : float
+        Metric distance of the neighbouring inputs (1 for eps0-LDP).
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived).
+    reduction : {"variation-ratio", "clones"}
+        Dominating pair used for composition.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "shuffled_ldp"
@@ -590,7 +696,7 @@ class ShuffledLDP(PrivacyEvent):
                 f"eps0={self.eps0!r}, d={self.d!r}")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -609,6 +715,23 @@ class ShuffledKRR(PrivacyEvent):
     :mod:`shuffledp.accounting.amplification.binary_rr` (n <= 2e5; computed only when the
     cheaper bounds do not prove the pair). ``delta=None`` derives it. Composition uses the
     privacy-blanket pair (k >= 3) or the stronger-clone pair (k = 2), see the module notes.
+
+    Attributes
+    ----------
+    n : int
+        Users (reports shuffled).
+    k : int
+        Domain size of the randomized response (>= 2).
+    eps0 : float
+        Local epsilon of each report.
+    epsilon : float
+        The release's epsilon.
+    delta : float or None
+        The release's delta (None: derived).
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "shuffled_krr"
@@ -643,7 +766,7 @@ class ShuffledKRR(PrivacyEvent):
                 f"eps0={self.eps0!r}")
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView:
@@ -663,6 +786,19 @@ class EpsDelta(PrivacyEvent):
     against): it enters every method as stated, so it must come from a proven guarantee.
     ``notion`` "approximate" composes by PLD through the [KOV15]_ pair; "metric_emd" and
     "discrete_emd" (d_EM-DP of [Imola]) compose by basic composition only (alpha adds up).
+
+    Attributes
+    ----------
+    epsilon : float
+        Stated epsilon (finite, >= 0).
+    delta : float
+        Stated delta, in [0, 1).
+    guarantee_notion : {"approximate", "metric_emd", "discrete_emd"}
+        The notion the pair refers to ("pure" is read as "approximate").
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
     """
 
     kind: ClassVar[str] = "eps_delta"
@@ -684,7 +820,7 @@ class EpsDelta(PrivacyEvent):
         return self.guarantee_notion
 
     def certified(self) -> tuple[float, float]:
-        return self.epsilon, self.delta
+        return self.epsilon, _derived_delta(self)
 
     def pld(self, discretization: float = DEFAULT_DISCRETIZATION,
             tilt: float | None = None) -> PLDView | None:
@@ -694,7 +830,7 @@ class EpsDelta(PrivacyEvent):
         if self.epsilon > 700:
             raise NoPLD(f"epsilon={self.epsilon:g} > 700: the (eps, delta) pair's e^eps "
                         "overflows double precision")
-        return PLDView(PLD(_pld.pure_pair(self.epsilon, self.delta, h)),
+        return PLDView(PLD(_pld.pure_pair(self.epsilon, _derived_delta(self), h)),
                        "pure pair" if self.delta == 0 else "(eps, delta) pair")
 
     @classmethod
@@ -706,7 +842,17 @@ class EpsDelta(PrivacyEvent):
 @_register
 @dataclass(frozen=True)
 class Parallel(PrivacyEvent):
-    """Events run on disjoint sets of users (one user's data reaches one branch)."""
+    """Events run on disjoint sets of users (one user's data reaches one branch).
+
+    Attributes
+    ----------
+    branches : tuple of PrivacyEvent
+        The events, one neighbour relation and one notion.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "parallel"
     branches: tuple[PrivacyEvent, ...] = ()
@@ -731,8 +877,9 @@ class Parallel(PrivacyEvent):
         tilt = _iv_tilt(tilt)
         if len(set(self.branches)) == 1:
             return self.branches[0].pld(h, tilt)
-        views = [e.pld(h, tilt) for e in self.branches]
-        if any(w is None for w in views):
+        maybe = [e.pld(h, tilt) for e in self.branches]
+        views = [w for w in maybe if w is not None]
+        if len(views) < len(maybe):
             return None
         plds = [w.pld for w in views]
         top = max(p.max_loss() for p in plds)
@@ -763,7 +910,17 @@ class Parallel(PrivacyEvent):
 class Sequential(PrivacyEvent):
     """Steps run one after the other on the same users (one release made of several
     mechanisms, e.g. PrivHist's steps or the federated tree's rounds); later steps may
-    depend on earlier outputs (adaptive composition)."""
+    depend on earlier outputs (adaptive composition).
+
+    Attributes
+    ----------
+    steps : tuple of PrivacyEvent
+        The events in order, one neighbour relation and one notion.
+    neighbour : Neighbour
+        The neighbour relation the pair is stated for.
+    label : str
+        Free text naming the release.
+    """
 
     kind: ClassVar[str] = "sequential"
     steps: tuple[PrivacyEvent, ...] = ()
@@ -786,8 +943,9 @@ class Sequential(PrivacyEvent):
             tilt: float | None = None) -> PLDView | None:
         h = _iv_h(discretization)
         tilt = _iv_tilt(tilt)
-        views = [e.pld(h, tilt) for e in self.steps]
-        if any(w is None for w in views):
+        maybe = [e.pld(h, tilt) for e in self.steps]
+        views = [w for w in maybe if w is not None]
+        if len(views) < len(maybe):
             return None
         pld = views[0].pld
         for w in views[1:]:
@@ -874,7 +1032,24 @@ def event_notion(e: PrivacyEvent) -> str:
 
 
 def check_same_neighbour(a: Neighbour, b: Neighbour, what: str = "events") -> None:
-    """Refuse to compose events stated for different neighbour relations."""
+    """Refuse to compose events stated for different neighbour relations.
+
+    Parameters
+    ----------
+    a, b : Neighbour
+        The relations of the two events.
+    what : str
+        What is composed, for the message.
+
+    Raises
+    ------
+    ValueError
+        ``a`` and ``b`` differ.
+
+    References
+    ----------
+    [ZDW22]_ Thm 10 (dominating pairs compose for one neighbour relation).
+    """
     if a is not b:
         raise ValueError(f"cannot compose {what} with different neighbour relations: "
                          f"{a.token!r} ({a.value}) and {b.token!r} ({b.value})")
@@ -897,6 +1072,13 @@ def _iv_children(owner: PrivacyEvent, name: str, what: str) -> None:
         check_same_neighbour(owner.neighbour, e.neighbour, what)
         check_same_notion(items[0], e)
     object.__setattr__(owner, name, items)
+
+
+def _derived_delta(e: Any) -> float:
+    """``e.delta``, which :func:`_iv_pair` set on construction (refused if it is missing)."""
+    if e.delta is None:
+        raise ValueError(f"{type(e).kind} event: delta is not set, got delta=None")
+    return float(e.delta)
 
 
 def _iv_pair(e: Any, derive: Callable[..., float] | None = None) -> None:
@@ -938,7 +1120,39 @@ def polya_sum_event(level_epsilons: Sequence[float], sensitivities: Sequence[int
                     model: str = "shuffle") -> PolyaSum:
     """The :class:`PolyaSum` event of a release whose per-level noise sums to DL(e^{-eps_i /
     Delta_i}) and whose delta is (1 + e^eps) tau ([BBGN20]_; the sampler's and split-and-mix's
-    statistical distances), eps = sum eps_i: tv = delta / (1 + e^eps)."""
+    statistical distances), eps = sum eps_i: tv = delta / (1 + e^eps).
+
+    Parameters
+    ----------
+    level_epsilons : sequence of float
+        eps_i of each level.
+    sensitivities : sequence of int
+        l1-sensitivity Delta_i of each level.
+    dimensions : sequence of int
+        Cells m_i of each level.
+    delta : float
+        The release's delta, (1 + e^eps) tau.
+    neighbour : Neighbour or str
+        The relation the release is stated for.
+    model : str
+        "shuffle" or "central" (recorded on the event).
+
+    Returns
+    -------
+    PolyaSum
+        The release's event.
+
+    Raises
+    ------
+    ValueError
+        The sequences differ in length, ``neighbour`` is not a relation, or a level's
+        parameters are out of range (checked by :class:`DiscreteLaplace` and
+        :class:`PolyaSum`).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 (Polya differences sum to DL); [BBGN20]_ (split-and-mix).
+    """
     nb = Neighbour.parse(neighbour)
     levels = tuple(DiscreteLaplace(parameter=float(e) / int(s), sensitivity=int(s),
                                    dimension=int(m), neighbour=nb)

@@ -16,35 +16,37 @@ MODELS = ("central", "local", "shuffle", "distributed")
 class Neighbour(StrEnum):
     """The neighbouring relation a guarantee is stated for (one vocabulary for the toolkit).
 
-    ``ADD_REMOVE``
+    Attributes
+    ----------
+    ADD_REMOVE
         D' = D with one user added or removed (n is private).
-    ``REPLACE_ONE``
+    REPLACE_ONE
         D' = D with one user's input replaced by any other input (n public). The natural
         relation of the shuffle summation protocol of [BBGN20]_; the l1-sensitivity of a
         user's normalised level vector is 2.
-    ``ZERO_OUT``
+    ZERO_OUT
         D' = D with one user's input replaced by the empty contribution (the user still takes
         part, n public). Sensitivity 1 per level, like ADD_REMOVE; the shuffle protocol
         under ZERO_OUT converges to the central ADD_REMOVE mechanism at the
         same epsilon as B grows ([Ghazi23]_ App. F).
-    ``BOUNDED_EMD``
+    BOUNDED_EMD
         one user's m items change (m public), distance weighted by d_EM ([Imola]_ Sec. 3).
-    ``DISCRETE_EMD``
+    DISCRETE_EMD
         one user's dataset changes within d_EM <= r ([Imola]_ Def. 5.1-5.2).
-    ``SORTED_L1``
+    SORTED_L1
         anonymized histograms at sorted-l1 distance 1: one label's count changes by one
         ([Suresh19]_ Def. 1).
 
     References
     ----------
-    .. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the
-       Multi-Message Shuffle Model", CCS 2020. arXiv:2002.00817.
-    .. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-       N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-    .. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-       User-Level" (preprint).
-    .. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
-       arXiv:1910.03553.
+    .. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" --
+       full entry in docs/references.md
+    .. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+       docs/references.md
+    .. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full
+       entry in docs/references.md
+    .. [Suresh19] Suresh (2019), "Differentially private anonymized histograms" -- full entry in
+       docs/references.md
     """
 
     ADD_REMOVE = "add/remove one user"

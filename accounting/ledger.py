@@ -17,6 +17,11 @@ A spec is a JSON object::
 Paths in a spec are relative to the spec's directory. A ledger is a JSON object
 ``{"epsilon": E, "delta": D, "discretization": h, "releases": [{"event": ..., "label": ...,
 "time": ...}, ...]}``: the total (E, D) is set when the ledger is created.
+
+References
+----------
+.. [ZDW22] Zhu et al. (2022), "Optimal Accounting of Differential Privacy via Characteristic
+   Function", Def. 7, Thm 10 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -69,7 +74,30 @@ def event_of_report(report: Mapping[str, Any], source: str = "report") -> tuple[
                                                                                    str | None]:
     """The event of a release's report (``guarantee.event``), or, for a report written
     before events existed, an (epsilon, delta) event from its guarantee; the second value is
-    a note saying so (None when the report carried its event)."""
+    a note saying so (None when the report carried its event).
+
+    Parameters
+    ----------
+    report : Mapping
+        A parsed ``report.json`` (schema ``shuffledp-report/1``).
+    source : str
+        Names the report in messages and labels.
+
+    Returns
+    -------
+    tuple of (PrivacyEvent, str or None)
+        The release's event and the note.
+
+    Raises
+    ------
+    ValueError
+        The report is of another schema or a later version, has no ``guarantee`` object,
+        its guarantee lacks a field, or its event is refused (:func:`event_from_dict`).
+
+    References
+    ----------
+    [ZDW22]_ Def. 7 (the event stands for the release's dominating pair).
+    """
     if isinstance(report, Mapping):
         check_schema(report, REPORT_SCHEMA, source)
     g = report.get("guarantee") if isinstance(report, Mapping) else None
@@ -111,7 +139,36 @@ def _entry(item: Any, base: Path, notes: list[str]) -> tuple[PrivacyEvent, int]:
 def accountant_from_spec(spec: Mapping[str, Any], base: str | os.PathLike[str] = ".",
                          discretization: float | None = None
                          ) -> tuple[Accountant, list[str]]:
-    """An accountant holding a spec's releases, and the notes on how they were read."""
+    """An accountant holding a spec's releases, and the notes on how they were read.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The spec (module notes): a ``releases`` list, optionally ``discretization``.
+    base : str or path-like
+        Directory the spec's report paths are relative to.
+    discretization : float, optional
+        Grid step of the PLD composition (default: the spec's, else the accountant's).
+
+    Returns
+    -------
+    tuple of (Accountant, list of str)
+        The accountant and the notes (reports without an event, read as (eps, delta)).
+
+    Raises
+    ------
+    ValueError
+        The spec or a release in it is malformed, a report is unreadable JSON or refused,
+        or the releases' neighbour relations or notions differ.
+    OSError
+        A report cannot be read.
+    TypeError
+        A release's ``count`` is not an integer.
+
+    References
+    ----------
+    [ZDW22]_ Thm 10 (the releases' pairs compose).
+    """
     if not isinstance(spec, Mapping) or not isinstance(spec.get("releases"), list):
         raise ValueError("a spec must be an object with a 'releases' list")
     h = discretization or spec.get("discretization", DEFAULT_DISCRETIZATION)
@@ -125,6 +182,32 @@ def accountant_from_spec(spec: Mapping[str, Any], base: str | os.PathLike[str] =
 
 def accountant_from_reports(paths: list[str], discretization: float = DEFAULT_DISCRETIZATION
                             ) -> tuple[Accountant, list[str]]:
+    """An accountant holding the releases of ``report.json`` files, composed in sequence.
+
+    Parameters
+    ----------
+    paths : list of str
+        The reports' paths.
+    discretization : float
+        Grid step of the PLD composition (<= 0.1).
+
+    Returns
+    -------
+    tuple of (Accountant, list of str)
+        The accountant and the notes (reports without an event, read as (eps, delta)).
+
+    Raises
+    ------
+    OSError
+        A report cannot be read.
+    ValueError
+        A report is not JSON, is of another schema, or its event is refused; or the
+        releases' neighbour relations or notions differ.
+
+    References
+    ----------
+    [ZDW22]_ Thm 10 (the releases' pairs compose).
+    """
     acc = Accountant(discretization)
     notes: list[str] = []
     for p in paths:
@@ -403,6 +486,28 @@ def convert_legacy_ledger(path: str | os.PathLike[str]) -> BudgetLedger:
     order (labels prefixed ``converted:``). Releases that the old format lost under
     concurrency cannot be recovered: count them by hand (their reports) if there were
     concurrent runs.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The old-format ledger file.
+
+    Returns
+    -------
+    BudgetLedger
+        The converted ledger, opened.
+
+    Raises
+    ------
+    ValueError
+        The file is not an old-format ledger, ``path.legacy`` exists already, or its total
+        or a release in it is refused.
+    OSError
+        The file cannot be read, locked or moved.
+
+    References
+    ----------
+    [ZDW22]_ Thm 10 (the converted releases are composed again as they are charged).
     """
     p = Path(path)
     with exclusive_lock(f"{p}.lock", what="budget ledger"):

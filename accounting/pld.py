@@ -66,12 +66,18 @@ by ``TAIL`` (at +infinity, and at the lowest point).
 
 References
 ----------
-.. [KJH20] A. Koskela, J. Jaelkoe, A. Honkela, "Computing Tight Differential Privacy
-   Guarantees Using FFT", AISTATS 2020.
-.. [DGKKM22] V. Doroshenko, B. Ghazi, P. Kamath, R. Kumar, P. Manurangsi, "Connect the Dots:
-   Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022, Alg. 1.
-.. [MM18] S. Meiser, E. Mohammadi, "Tight on Budget? Tight Bounds for r-Fold Approximate
-   Differential Privacy", CCS 2018.
+.. [KOV15] Kairouz et al. (2015), "The Composition Theorem for Differential Privacy", Thm 2.1
+   -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for Differential Privacy" -- full
+   entry in docs/references.md
+.. [ZDW22] Zhu et al. (2022), "Optimal Accounting of Differential Privacy via Characteristic
+   Function", Thm 10 -- full entry in docs/references.md
+.. [KJH20] Koskela et al. (2020), "Computing Tight Differential Privacy Guarantees Using FFT" --
+   full entry in docs/references.md
+.. [DGKKM22] Doroshenko et al. (2022), "Connect the Dots", Alg. 1 -- full entry in
+   docs/references.md
+.. [MM18] Meiser and Mohammadi (2018), "Tight on Budget? Tight Bounds for r-Fold Approximate
+   Differential ..." -- full entry in docs/references.md
 .. [Higham02] N. J. Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
    SIAM 2002, Sec. 3.1 (inner products), Lemma 3.5 (complex multiplication), Thm 24.2
    (the FFT).
@@ -144,7 +150,27 @@ def _log_geometric(q: float, m0: int, m1: int) -> float:
 
 def fft_kappa(n: int) -> float:
     """Relative l2 error bound of one floating-point FFT of length n ([Higham02]_ Thm 24.2,
-    twiddle factors accurate to u, times :data:`FFT_SAFETY`)."""
+    twiddle factors accurate to u, times :data:`FFT_SAFETY`).
+
+    Parameters
+    ----------
+    n : int
+        Transform length (a power of 2).
+
+    Returns
+    -------
+    float
+        kappa(n), the relative l2 error bound of the computed transform.
+
+    Raises
+    ------
+    ValueError
+        ``n`` < 1 (the logarithm of the length is undefined).
+
+    References
+    ----------
+    [Higham02]_ Thm 24.2.
+    """
     gamma4 = 4 * U / (1 - 4 * U)
     eta = U + gamma4 * (math.sqrt(2.0) + U)
     k = max(1.0, math.log2(n)) * eta
@@ -162,6 +188,27 @@ def fft_convolution_error(n: int, rho: float = 5 * U) -> float:
     ([Higham02]_ Lemma 3.5); the inverse transform (1/n F*) maps l2 errors down by sqrt(n)
     and adds kappa ||z||_2 with ||z||_2 <= ||x||_1 ||y||_2 (Young). Every l2 norm of an
     input is bounded by its l1 norm. The total is doubled for the constants' slack.
+
+    Parameters
+    ----------
+    n : int
+        Padded length of the transforms.
+    rho : float
+        Relative rounding of every input entry.
+
+    Returns
+    -------
+    float
+        beta(n).
+
+    Raises
+    ------
+    ValueError
+        ``n`` < 1 (through :func:`fft_kappa`).
+
+    References
+    ----------
+    [Higham02]_ Lemma 3.5 and Thm 24.2.
     """
     kap = fft_kappa(n)
     rn = math.sqrt(n)
@@ -478,7 +525,39 @@ def from_atoms(h: float, idx: np.ndarray, masses: np.ndarray, inf: float = 0.0, 
                rel_err: float = 16 * U, abs_err: np.ndarray | float = 0.0,
                inf_err: float = 0.0, slack: float = 0.0) -> LossPMF:
     """A law with ``masses`` at grid indices ``idx`` (merged), each within
-    ``rel_err * mass + abs_err`` of the exact value, plus ``inf`` at +infinity."""
+    ``rel_err * mass + abs_err`` of the exact value, plus ``inf`` at +infinity.
+
+    Parameters
+    ----------
+    h : float
+        Grid step of the losses.
+    idx : ndarray of int
+        Grid index of each atom (loss idx * h).
+    masses : ndarray of float
+        Mass of each atom (finite, >= 0).
+    inf : float
+        Mass at +infinity.
+    rel_err, abs_err, inf_err : float
+        Error of each mass (relative and absolute) and of ``inf``.
+    slack : float
+        Extra error charged to every delta.
+
+    Returns
+    -------
+    LossPMF
+        The law, with its error bound.
+
+    Raises
+    ------
+    ValueError
+        A mass is negative or not finite.
+    NoPLD
+        The atoms span more than :data:`MAX_EVENT_POINTS` grid points.
+
+    References
+    ----------
+    [DGKKM22]_ (pessimistic discretisation: losses rounded up to the grid).
+    """
     idx = np.asarray(idx, dtype=np.int64)
     m = np.asarray(masses, dtype=np.float64)
     if np.any(~np.isfinite(m)) or np.any(m < 0):
@@ -488,8 +567,8 @@ def from_atoms(h: float, idx: np.ndarray, masses: np.ndarray, inf: float = 0.0, 
         raise NoPLD(f"the pair's losses span [{lo * h:.6g}, {hi * h:.6g}]: {hi - lo + 1} grid "
                     f"points at discretization {h:g}, more than {MAX_EVENT_POINTS}")
     probs = np.bincount(idx - lo, weights=m, minlength=hi - lo + 1)
-    err = np.bincount(idx - lo, weights=rel_err * m + abs_err, minlength=hi - lo + 1)
-    err *= 1 + (m.size + 8) * U
+    err = np.bincount(idx - lo, weights=rel_err * m + abs_err,
+                      minlength=hi - lo + 1).astype(float) * (1 + (m.size + 8) * U)
     out = _with_bounds(h, lo, probs, float(inf), float(inf_err), err)
     return replace(out, slack=float(slack)) if slack else out
 
@@ -510,6 +589,30 @@ def discrete_laplace(t: float, sensitivity: int, h: float) -> LossPMF:
     With Z = clip(X, 0, Delta) (sufficient), the loss is t (Delta - 2 Z) and under DL(0)
     P(Z = 0) = 1/(1 + a), P(Z = z) = (1 - a) a^z / (1 + a) for 0 < z < Delta and
     P(Z = Delta) = a^Delta / (1 + a), a = e^{-t}.
+
+    Parameters
+    ----------
+    t : float
+        Parameter of the noise (> 0).
+    sensitivity : int
+        Shift Delta (>= 1).
+    h : float
+        Grid step.
+
+    Returns
+    -------
+    LossPMF
+        The pair's privacy loss law (it is symmetric).
+
+    Raises
+    ------
+    NoPLD
+        The losses span more than :data:`MAX_EVENT_POINTS` grid points.
+
+    References
+    ----------
+    [DGKKM22]_ (losses rounded up to the grid); the pair is the one of
+    :class:`~shuffledp.accounting.events.DiscreteLaplace`.
     """
     d = int(sensitivity)
     z = np.arange(d + 1)
@@ -524,7 +627,33 @@ def discrete_laplace(t: float, sensitivity: int, h: float) -> LossPMF:
 
 def pure_pair(eps: float, delta: float, h: float) -> LossPMF:
     """The (eps, delta) pair of Kairouz-Oh-Viswanath: loss +inf w.p. delta, eps w.p.
-    (1 - delta) e^eps/(1 + e^eps), -eps w.p. (1 - delta)/(1 + e^eps)."""
+    (1 - delta) e^eps/(1 + e^eps), -eps w.p. (1 - delta)/(1 + e^eps).
+
+    Parameters
+    ----------
+    eps : float
+        Epsilon (finite, >= 0; e^eps must not overflow).
+    delta : float
+        Delta, in [0, 1).
+    h : float
+        Grid step.
+
+    Returns
+    -------
+    LossPMF
+        The pair's privacy loss law.
+
+    Raises
+    ------
+    ValueError
+        A mass is not finite (e^eps overflows).
+    NoPLD
+        The losses span more than :data:`MAX_EVENT_POINTS` grid points.
+
+    References
+    ----------
+    [KOV15]_ Thm 2.1.
+    """
     hi = (1.0 - delta) / (1.0 + math.exp(-eps))
     lo = (1.0 - delta) * math.exp(-eps) / (1.0 + math.exp(-eps))
     idx, slack = _ceil_exact(np.array([1, -1]), Fraction(eps), h)
@@ -535,7 +664,31 @@ def pure_pair(eps: float, delta: float, h: float) -> LossPMF:
 def discrete_gaussian(sigma: float, sensitivity: int, h: float) -> LossPMF:
     """Exact pair (N_Z(0, sigma^2), N_Z(Delta, sigma^2)): loss (Delta^2 - 2 Delta x) /
     (2 sigma^2). The support |x| <= T is kept with e^{-T^2/(2 sigma^2)} below 1e-40; the
-    left-out tails (bounded, charged as error) go to +infinity and to the lowest kept loss."""
+    left-out tails (bounded, charged as error) go to +infinity and to the lowest kept loss.
+
+    Parameters
+    ----------
+    sigma : float
+        Scale of the discrete Gaussian (> 0).
+    sensitivity : int
+        Shift Delta (>= 1).
+    h : float
+        Grid step.
+
+    Returns
+    -------
+    LossPMF
+        The pair's privacy loss law.
+
+    Raises
+    ------
+    NoPLD
+        The kept support or the losses' span is too large for the grid.
+
+    References
+    ----------
+    [CKS20]_ (the discrete Gaussian); [DGKKM22]_ (losses rounded up to the grid).
+    """
     d = int(sensitivity)
     s2 = sigma * sigma
     T = int(math.ceil(sigma * math.sqrt(2 * math.log(1e40)))) + d + 1
@@ -575,6 +728,26 @@ def lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     over, which may put the chain a hair above one of them. Either way the chain is an
     upper estimate of every convex f with f(x_i) <= y_i: between two of its vertices v, w,
     f lies below its own chord, which lies below the chord of (x_v, y_v), (x_w, y_w).
+
+    Parameters
+    ----------
+    x, y : ndarray of float
+        The points, ``x`` increasing.
+
+    Returns
+    -------
+    ndarray of int
+        Indices of the chain's vertices (the first and last point included).
+
+    Raises
+    ------
+    ValueError
+        Not raised for valid input; arguments are not checked (an internal building
+        block: the callers in :mod:`shuffledp.accounting.events` validate them).
+
+    References
+    ----------
+    [DGKKM22]_ Alg. 1 (the convex chain the Connect-the-Dots PLD is built on).
     """
     out: list[int] = []
     for i in range(x.size):
@@ -621,8 +794,40 @@ def from_curve(delta_at: Callable[[float], float], h: float, eps_top: float, *,
 
     Error model: each computed mass is within 16 u alpha_v (|s_left| + |s_right|) of the
     exact one (the slopes are ratios of exact differences of the points with alpha
-    differences from expm1, accurate to a few ulps). Raises ValueError when an estimate is
-    not a number in [0, 1].
+    differences from expm1, accurate to a few ulps).
+
+    Parameters
+    ----------
+    delta_at : callable
+        eps -> an upper estimate of the curve at eps >= 0.
+    h : float
+        Grid step.
+    eps_top : float
+        Upper bound on the finite losses.
+    floor : float
+        The curve is cut (flat) from the first point where it is <= ``floor``.
+    label : str
+        Names the pair in messages.
+    max_points : int
+        Most grid points evaluated.
+    stride : int
+        Evaluate every ``stride``-th grid point (chords in between).
+
+    Returns
+    -------
+    LossPMF
+        The symmetric pessimistic law.
+
+    Raises
+    ------
+    ValueError
+        An estimate is not a number in [0, 1].
+    NoPLD
+        The curve needs more than ``max_points`` grid points.
+
+    References
+    ----------
+    [DGKKM22]_ Alg. 1.
     """
     top = max(1, math.ceil(eps_top / h - 1e-9))
     stride = max(1, int(stride))
@@ -743,6 +948,31 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     (lambda on the tracked grid and the tilt itself, and 1 for a mass); clipping to it can
     only reduce the error. The result is truncated where a Chernoff bound on the exact law
     leaves at most ``tail`` (see the module notes).
+
+    Parameters
+    ----------
+    a, b : LossPMF
+        The laws, on one grid.
+    tilt : float, optional
+        Exponential tilt lambda of the product.
+    tail : float
+        Mass a truncation may leave out (charged to the error).
+
+    Returns
+    -------
+    LossPMF
+        The law of the sum, with its error bound.
+
+    Raises
+    ------
+    ValueError
+        The laws are on different grids.
+    NoPLD
+        The result spans more grid points than the limit.
+
+    References
+    ----------
+    [KJH20]_ (FFT composition); [Higham02]_ Thm 24.2 (its error); [ZDW22]_ Thm 10.
     """
     if a.h != b.h:
         raise ValueError(f"cannot compose PLDs on different grids: {a.h} and {b.h}")
@@ -775,9 +1005,8 @@ def convolve(a: LossPMF, b: LossPMF, tilt: float | None = None, *,
     gb, rb = (ga, ra) if same else _stride(tb)
     g = math.gcd(ga, gb) if ga and gb else max(ga, gb, 1)
     g = max(g, 1)
-    ca, cb = ta[ra % g::g], (tb[rb % g::g] if not same else None)
-    if same:
-        cb = ca
+    ca = ta[ra % g::g]
+    cb = ca if same else tb[rb % g::g]
     r0 = ra % g + rb % g  # position (in the result) of the first lattice entry
     m_out = ca.size + cb.size - 1
     l0 = lower + r0
@@ -884,7 +1113,35 @@ def _truncate(c: LossPMF, tail: float) -> LossPMF:
 def self_compose(a: LossPMF, k: int, tilt: float | None = None, *,
                  tail: float = TAIL) -> LossPMF:
     """k-fold composition by repeated squaring (each product bounded as in
-    :func:`convolve`)."""
+    :func:`convolve`).
+
+    Parameters
+    ----------
+    a : LossPMF
+        The law.
+    k : int
+        Number of compositions (>= 1).
+    tilt : float, optional
+        Exponential tilt of the products.
+    tail : float
+        Mass each truncation may leave out.
+
+    Returns
+    -------
+    LossPMF
+        The law of the sum of k independent copies.
+
+    Raises
+    ------
+    ValueError
+        ``k`` < 1.
+    NoPLD
+        A product spans more grid points than the limit.
+
+    References
+    ----------
+    [KJH20]_; [ZDW22]_ Thm 10.
+    """
     if k < 1:
         raise ValueError(f"k must be >= 1, got k={k!r}")
     result: LossPMF | None = None
@@ -902,7 +1159,30 @@ def self_compose(a: LossPMF, k: int, tilt: float | None = None, *,
 
 def mix_infinity(a: LossPMF, tau: float) -> LossPMF:
     """The law of ((1 - tau) P + tau [top], (1 - tau) Q + tau [bottom]) (disjoint atoms):
-    finite masses scaled by (1 - tau), tau more at +infinity."""
+    finite masses scaled by (1 - tau), tau more at +infinity.
+
+    Parameters
+    ----------
+    a : LossPMF
+        The law of the pair (P, Q).
+    tau : float
+        Weight of the disjoint atoms, in [0, 1].
+
+    Returns
+    -------
+    LossPMF
+        The mixed law.
+
+    Raises
+    ------
+    ValueError
+        Not raised for valid input; arguments are not checked (an internal building
+        block: the callers in :mod:`shuffledp.accounting.events` validate them).
+
+    References
+    ----------
+    [KOV15]_ Thm 2.1 (the mass at infinity of an (eps, delta) pair).
+    """
     if tau <= 0:
         return a
     s = 1.0 - tau
@@ -921,7 +1201,15 @@ def mix_infinity(a: LossPMF, tau: float) -> LossPMF:
 # ----------------------------------------------------------------------------- a PLD
 @dataclass(frozen=True, eq=False)
 class PLD:
-    """A PLD in both directions (``add`` is None for a symmetric pair)."""
+    """A PLD in both directions (``add`` is None for a symmetric pair).
+
+    Attributes
+    ----------
+    remove : LossPMF
+        The law of the loss ln(P/Q) under P.
+    add : LossPMF or None
+        The other direction's, or None when the pair is symmetric.
+    """
 
     remove: LossPMF
     add: LossPMF | None = None
@@ -993,7 +1281,30 @@ def chernoff_tilt(log_mgf: Callable[[float], float], *, eps: float | None = None
     argmin log M(lambda) - lambda eps; for a target delta, argmin (log M(lambda) -
     log delta) / lambda (the eps it certifies). Powers of 2 in [1/64, 16], then a
     golden-section search within a factor 2 of the best (any tilt is valid; a good one keeps
-    the charged error small)."""
+    the charged error small).
+
+    Parameters
+    ----------
+    log_mgf : callable
+        lambda -> log M(lambda), the log moment generating function of the loss.
+    eps, log_delta : float, optional
+        The target: exactly one of epsilon or log delta.
+
+    Returns
+    -------
+    float
+        The tilt lambda.
+
+    Raises
+    ------
+    Exception
+        Only what ``log_mgf`` raises (a non-finite value of it is skipped, and 1.0 is
+        returned when every value is).
+
+    References
+    ----------
+    [MM18]_ (Chernoff bounds on composed privacy losses).
+    """
 
     def f(lam: float) -> float:
         lm = log_mgf(lam)

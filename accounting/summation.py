@@ -39,13 +39,12 @@ What is fixed here (with the slips of the App. F text corrected, see docs/errata
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
-.. [BBGN20] B. Balle, J. Bell, A. Gascon, K. Nissim, "Private Summation in the Multi-Message
-   Shuffle Model", CCS 2020. arXiv:2002.00817.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps" -- full entry in
+   docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards Sparse Federated Analytics" -- full entry in
+   docs/references.md
+.. [BBGN20] Balle et al. (2020), "Private Summation in the Multi-Message Shuffle Model" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -76,14 +75,54 @@ SAMPLER_TV_MAX = 2.0 * (2.0**-POLYA_TAIL_BITS + (POLYA_MAX_TABLE + 2) * 2.0**-12
 
 
 def check_rounding(rounding: str) -> str:
-    """Validate a rounding rule name."""
+    """Validate a rounding rule name.
+
+    Parameters
+    ----------
+    rounding : str
+        "floor" or "largest_remainder" (the rules that keep a level's entries in [0, B]).
+
+    Returns
+    -------
+    str
+        ``rounding``, checked.
+
+    Raises
+    ------
+    ValueError
+        ``rounding`` is not one of :data:`ROUNDING_RULES`.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (scaling and rounding of the level vectors; see the module notes).
+    """
     if rounding not in ROUNDING_RULES:
         raise ValueError(f"rounding must be one of {ROUNDING_RULES}, got rounding={rounding!r}")
     return rounding
 
 
 def check_scale(B: int) -> int:
-    """Validate the integer scaling factor B >= 1."""
+    """Validate the integer scaling factor B >= 1.
+
+    Parameters
+    ----------
+    B : int
+        Scale of the level vectors before rounding (an integer >= 1).
+
+    Returns
+    -------
+    int
+        ``B``, checked.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``B`` is not an integer >= 1.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the scale B).
+    """
     return v.count("B", B, 1)
 
 
@@ -205,25 +244,25 @@ class SummationParameters:
 
 
 # --------------------------------------------------------------------------- tails
-def dl_tail(a: float, t: int) -> float:
+def _dl_tail(a: float, t: int) -> float:
     """P(|Z| > t) for Z ~ DL(a): 2 a^{t+1} / (1 + a) (exact; 0 when a underflowed to 0)."""
     if a == 0.0:
         return 0.0
     return math.exp(math.log(2.0) + (t + 1) * math.log(a) - math.log1p(a))
 
 
-def noise_tail(a: float, t: int, shape: float = 1.0) -> float:
+def _noise_tail(a: float, t: int, shape: float = 1.0) -> float:
     """Upper bound on P(|X - Y| > t), X, Y iid NegBin(shape, a) (exact for shape = 1).
 
     shape = 1 is DL(a) (exact formula); otherwise 2 P(X > t) (union bound).
     """
     if shape == 1.0:
-        return dl_tail(a, t)
+        return _dl_tail(a, t)
     return min(1.0, 2.0 * float(nbinom.sf(t, shape, 1.0 - a)))
 
 
 def _headroom(a: float, log_a: float, shape: float, target: float, t_max: int) -> int:
-    """Smallest integer t >= 0 with noise_tail(a, t, shape) <= target; ValueError if > t_max.
+    """Smallest integer t >= 0 with _noise_tail(a, t, shape) <= target; ValueError if > t_max.
 
     ``log_a`` = ln a = -eps_i / Delta_i is passed exactly (ln of a rounded a is 0 once
     eps_i / Delta_i < 1e-16). The DL(a) tail 2 a^{t+1}/(1+a) is a lower bound of the tail
@@ -235,17 +274,17 @@ def _headroom(a: float, log_a: float, shape: float, target: float, t_max: int) -
     if not t_dl <= t_max:
         raise _HeadroomError(t_dl)
     t = max(0, math.ceil(t_dl))
-    if noise_tail(a, t, shape) > target:  # shape > 1: gallop, then bisect, up to t_max
+    if _noise_tail(a, t, shape) > target:  # shape > 1: gallop, then bisect, up to t_max
         lo, step = t, 1
-        while noise_tail(a, t, shape) > target:
+        while _noise_tail(a, t, shape) > target:
             if t >= t_max:
                 raise _HeadroomError(t_max + 1)
             lo, t = t, min(t_max, t + step)
             step *= 2
         while t - lo > 1:
             mid = (lo + t) // 2
-            lo, t = (lo, mid) if noise_tail(a, mid, shape) <= target else (mid, t)
-    while t > 0 and noise_tail(a, t - 1, shape) <= target:
+            lo, t = (lo, mid) if _noise_tail(a, mid, shape) <= target else (mid, t)
+    while t > 0 and _noise_tail(a, t - 1, shape) <= target:
         t -= 1
     return t
 
@@ -282,6 +321,33 @@ def shares_needed(epsilon: float, delta: float, m: int, q: int, n: int) -> int:
 
     r = ceil((2 ln(e^eps + 1) + 2 ln(m/delta) + ln q) / ln n + 1), with ln(e^eps + 1)
     evaluated as eps + log1p(e^{-eps}).
+
+    Parameters
+    ----------
+    epsilon : float
+        Epsilon of the summation (> 0).
+    delta : float
+        Delta left to split-and-mix, in (0, 1).
+    m : int
+        Coordinates summed (>= 1).
+    q : int
+        Modulus (>= 2).
+    n : int
+        Users whose messages are mixed (>= 2; the protocol passes n_min).
+
+    Returns
+    -------
+    int
+        The number r of additive shares per coordinate.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range.
+
+    References
+    ----------
+    [Ghazi23]_ App. F; [BBGN20]_ Cor. 6 and Lemma 5.2.
     """
     epsilon = v.positive("epsilon", epsilon)
     delta = v.probability("delta", delta)
@@ -302,8 +368,33 @@ def delta_split(epsilon: float, delta: float, n: int, m: int) -> tuple[float, fl
     ideal per draw (:mod:`shuffledp.encoders.noise.polya`; two draws per coordinate, at most n
     users, m coordinates). If a mechanism is (eps, delta_mix)-DP and another is within total
     variation tau of it on every input, the latter is (eps, delta_mix + (1 + e^eps) tau)-DP;
-    here tau <= 2 n m SAMPLER_TV_MAX by coupling. Raises ValueError if that part is not
-    below delta / 2.
+    here tau <= 2 n m SAMPLER_TV_MAX by coupling.
+
+    Parameters
+    ----------
+    epsilon : float
+        Epsilon of the release.
+    delta : float
+        Total delta of the release.
+    n : int
+        Users (each draws two Polya variates per coordinate).
+    m : int
+        Coordinates.
+
+    Returns
+    -------
+    tuple of float
+        (delta_mix, delta_sampler), summing to ``delta``.
+
+    Raises
+    ------
+    ValueError
+        The sampler's part (1 + e^eps) tau is not below delta / 2.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (split-and-mix delta); the total-variation charge is the one of
+    :class:`~shuffledp.accounting.events.PolyaSum` (see its notes).
     """
     tau = 2.0 * n * m * SAMPLER_TV_MAX
     delta_sampler = (1.0 + math.exp(min(float(epsilon), 700.0))) * tau
@@ -359,9 +450,9 @@ def summation_parameters(
     neighbour : Neighbour or {"replace", "zero_out", "add_remove"}
         ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
         [BBGN20]_). ``zero_out``: one user's input replaced by nothing, the user still sends
-        her noise shares, n public (Delta_i = B). ``add_remove``: Delta_i = B; note that the
-        number of messages reveals the
-        number of users.
+        her noise shares, n public (Delta_i = B). ``add_remove`` is refused (``ValueError``):
+        the Polya shape 1/n_min depends on n, so one user more or less changes every user's
+        noise law.
     dropout : float, default :data:`DEFAULT_DROPOUT` (0.05)
         Declared dropout fraction in [0, 1); n_min = ceil((1 - dropout) n) must be >= 2.
         The noise is planned for n_min users ([Bagdasaryan22]_ Sec. 4), so a release with
@@ -375,23 +466,41 @@ def summation_parameters(
     Returns
     -------
     SummationParameters
+        q, r, the level noise, the decoding window, the message sizes and the
+        :class:`~shuffledp.accounting.guarantee.Guarantee` (with its ``PolyaSum`` event).
+
+    Raises
+    ------
+    TypeError
+        ``level_sizes`` is not a sequence of integers, or an integer argument is not one.
+    ValueError
+        An argument is out of its range, both or neither of ``grid`` and ``level_sizes``
+        are given, n_min < 2, a level budget underflows, the noise needs a modulus above
+        2^32 (:data:`MAX_Q`) or a message above :data:`MAX_RECORD_BITS` bits, or the
+        sampler's part of delta is not below delta / 2 (:func:`delta_split`).
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Thm 3.1 and Sec. 4; [BBGN20]_ Cor. 6 and Lemma 5.2;
+    [Bagdasaryan22]_ Thm 4.2, eq. 4 and Sec. 4.
     """
     n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target, \
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
                                  neighbour, dropout, wrap_target, decoding)
+    nbr = Neighbour.parse(neighbour)  # already parsed by _iv_summation: typed here
     m = int(sum(sizes))
     n_min = _minimum_users(n, dropout)
-    budgets, sens, a, std = _level_noise(eps, gamma, sizes, neighbour, B)
+    budgets, sens, a, std = _level_noise(eps, gamma, sizes, nbr, B)
     shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
     t, q, low = _modulus(n, B, m, eps, budgets, sens, a, shape, wrap_target, decoding)
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
-    wrap = min(1.0, sum(mi * noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
+    wrap = min(1.0, sum(mi * _noise_tail(ai, margin, shape) for mi, ai in zip(sizes, a,
                                                                                strict=True)))
     delta_mix, delta_sampler = delta_split(eps, delta, n, m)
     r = shares_needed(eps, delta_mix, m, q, n_min)
     bits_msg = (m * q - 1).bit_length()  # ceil(log2(m q))
-    notes = _notes(n_min, t, wrap, neighbour)
-    g = _guarantee(delta, neighbour, budgets, sens, sizes, a, notes,
+    notes = _notes(n_min, t, wrap, nbr)
+    g = _guarantee(delta, nbr, budgets, sens, sizes, a, notes,
                    {"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
                     "rounding": rounding, "dropout": dropout})
     return SummationParameters(
@@ -529,6 +638,17 @@ def _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding, n
     if neighbour in (Neighbour.BOUNDED_EMD, Neighbour.DISCRETE_EMD):
         raise ValueError(
             f"neighbour must be one of {NEIGHBOURS}, got neighbour={neighbour.token!r}"
+        )
+    if neighbour is Neighbour.ADD_REMOVE:
+        # every user's Polya shape is 1/n_min with n_min planned from n: a neighbour with one
+        # user more or less changes the noise law of every coordinate, not only that user's
+        # contribution, so no add/remove guarantee follows from the per-level DL calibration
+        raise ValueError(
+            "neighbour='add_remove' is refused for the shuffle summation protocol: the noise "
+            "shape 1/n_min is planned from n, so adding or removing a user changes every "
+            "user's noise and the stated guarantee would not hold; use 'replace' or "
+            "'zero_out' (n public), or the federated release with a public population bound "
+            "(shuffledp federated --max-users) for add/remove"
         )
     decoding = v.choice("decoding", decoding, DECODINGS)
     dropout = v.probability("dropout", dropout, closed_low=True)

@@ -19,8 +19,8 @@ curve increases with d), which is the delta of an (alpha, delta)-bounded d_EM-DP
 
 References
 ----------
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020. arXiv:2004.00010.
+.. [CKS20] Canonne et al. (2020), "The Discrete Gaussian for Differential Privacy", Thm 14,
+   Cor. 13 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -43,7 +43,29 @@ def _log_delta(log_am1: float, eps: float, rho: float) -> float:
 
 
 def zcdp_delta(epsilon: float, rho: float) -> float:
-    """delta such that rho-zCDP implies (epsilon, delta)-DP ([CKS20]_ Cor. 13), rounded up."""
+    """delta such that rho-zCDP implies (epsilon, delta)-DP ([CKS20]_ Cor. 13), rounded up.
+
+    Parameters
+    ----------
+    epsilon : float
+        Target epsilon (>= 0).
+    rho : float
+        zCDP parameter (>= 0; 0 gives delta = 0).
+
+    Returns
+    -------
+    float
+        An upper bound on the smallest delta, at most 1.
+
+    Raises
+    ------
+    ValueError
+        ``epsilon`` or ``rho`` is not a number or is negative.
+
+    References
+    ----------
+    [CKS20]_ Cor. 13.
+    """
     eps = v.real("epsilon", epsilon)
     rho = v.real("rho", rho)
     if rho < 0 or eps < 0:
@@ -61,7 +83,33 @@ def zcdp_delta(epsilon: float, rho: float) -> float:
 
 def metric_gaussian_delta(alpha: float, lipschitz: float, sigma2: float,
                           grid: int = 256) -> float:
-    """sup_{0 < d <= 1} delta(alpha d, rho_1 d^2), rho_1 = lipschitz^2 / (2 sigma2)."""
+    """sup_{0 < d <= 1} delta(alpha d, rho_1 d^2), rho_1 = lipschitz^2 / (2 sigma2).
+
+    Parameters
+    ----------
+    alpha : float
+        Metric privacy parameter alpha (>= 0).
+    lipschitz : float
+        Lipschitz constant L of the query in integer units per unit of d_EM.
+    sigma2 : float
+        Variance parameter sigma^2 of the discrete Gaussian (> 0).
+    grid : int
+        Points of the grid over d in (0, 1] (the maximum is taken on it and at d = 1).
+
+    Returns
+    -------
+    float
+        The delta of the (alpha, delta)-bounded d_EM-DP guarantee.
+
+    Raises
+    ------
+    ValueError
+        ``lipschitz`` is not a number, ``sigma2`` is not > 0, or ``alpha`` is negative.
+
+    References
+    ----------
+    [CKS20]_ Thm 14 and Cor. 13 (module notes: the metric version).
+    """
     rho1 = v.real("lipschitz", lipschitz) ** 2 / (2.0 * v.positive("sigma2", sigma2))
     ds = np.linspace(1.0 / grid, 1.0, grid)
     return max(zcdp_delta(alpha * d, rho1 * d * d) for d in ds)
@@ -70,8 +118,30 @@ def metric_gaussian_delta(alpha: float, lipschitz: float, sigma2: float,
 def metric_gaussian_sigma2(alpha: float, delta: float, lipschitz: float) -> Fraction:
     """The smallest dyadic sigma^2 (2^-20 relative steps) meeting (alpha, delta) on d in (0, 1].
 
-    The result is a Fraction, ready for the exact sampler; raises ValueError if no sigma^2
-    below 2^100 lipschitz^2 works.
+    The result is a Fraction, ready for the exact sampler.
+
+    Parameters
+    ----------
+    alpha : float
+        Metric privacy parameter (> 0).
+    delta : float
+        Target delta, in (0, 1).
+    lipschitz : float
+        Lipschitz constant L of the query (> 0).
+
+    Returns
+    -------
+    fractions.Fraction
+        sigma^2, with :func:`metric_gaussian_delta` <= ``delta`` on the fine grid.
+
+    Raises
+    ------
+    ValueError
+        An argument is out of range, or no sigma^2 below 2^100 lipschitz^2 works.
+
+    References
+    ----------
+    [CKS20]_ Thm 14 and Cor. 13.
     """
     alpha = v.positive("alpha", alpha)
     delta = v.probability("delta", delta)

@@ -135,3 +135,15 @@ def test_no_references_to_a_private_issue_tracker():
     bad = [f"{line}: {ref}" for line in out.splitlines() if (ROOT / line).is_file()
            for ref in tracker_references((ROOT / line).read_text(errors="replace"))]
     assert not bad, "\n".join(bad)
+
+
+def test_every_cited_key_is_in_the_bibliography():
+    # docs/references.md is the one bibliography: a module's short entry points there
+    listed = set(re.findall(r"^- \*\*\[([^\]]+)\]\*\*", (ROOT / "docs" / "references.md")
+                            .read_text(), re.MULTILINE))
+    missing = sorted({f"{path.relative_to(ROOT)}: [{key}]" for path in tracked_python_files()
+                      if path.relative_to(ROOT).parts[0] in ("shuffledp", "encoders",
+                                                             "analyzers", "accounting")
+                      for key in DEFINED.findall(path.read_text())
+                      if key not in listed})
+    assert not missing, "\n".join(missing)

@@ -17,7 +17,7 @@ from shuffledp.analyzers.privhist import (
     sorted_l1,
     write_frequency_list,
 )
-from shuffledp.analyzers.privhist.mechanism import low_privacy, split_parameters
+from shuffledp.analyzers.privhist.mechanism import _low_privacy, _split_parameters
 from shuffledp.randomness import SecureRandom
 
 
@@ -109,9 +109,9 @@ def test_budget_splits():
 
 
 def test_split_parameters():
-    assert split_parameters(100, 2.0, 1.0) == (10, math.ceil(2 * (math.log(100) + 1)))
-    assert split_parameters(101, 2.0, 1.0)[0] == 11
-    assert split_parameters(100, 0.25, 0.1)[0] == 5
+    assert _split_parameters(100, 2.0, 1.0) == (10, math.ceil(2 * (math.log(100) + 1)))
+    assert _split_parameters(101, 2.0, 1.0)[0] == 11
+    assert _split_parameters(100, 0.25, 0.1)[0] == 5
 
 
 def _zipf(n_labels, a, seed):
@@ -154,7 +154,7 @@ def test_low_privacy_removes_the_fake_labels():
 
     h = AnonHistogram.from_counts([1, 1, 2, 3, 3, 4, 9, 20])
     for T, M in [(2, 3), (3, 1), (4, 5)]:
-        assert low_privacy(split_histogram(h, T, M, 0), T, M) == h
+        assert _low_privacy(split_histogram(h, T, M, 0), T, M) == h
 
 
 def test_default_is_lean_split_with_the_public_regime_rule():

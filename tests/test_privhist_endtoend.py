@@ -1,7 +1,7 @@
 """End-to-end exact privacy check of PrivHist steps 1-4 together ([Suresh19]_).
 
 The noise-adding steps map h to (N, H^cs, H^cl): N = max(n + Z_a, 0) (step 1), then, with
-(T, M) = split_parameters(N) public functions of N, the split with M fake labels and the Z_b
+(T, M) = _split_parameters(N) public functions of N, the split with M fake labels and the Z_b
 move (step 2) and the geometric noise on the low cumulative prevalences and high counts
 (steps 3-4). The joint pmf factorises exactly,
 
@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from shuffledp.analyzers.privhist import AnonHistogram, sorted_l1, split_histogram
-from shuffledp.analyzers.privhist.mechanism import budget_split, split_parameters
+from shuffledp.analyzers.privhist.mechanism import _split_parameters, budget_split
 from shuffledp.encoders.noise.laplace import dl_rational
 
 ZMAX = 60
@@ -132,7 +132,7 @@ def joint_worst(h1, h2, eps=EPS, n_max=14) -> float:
             if N == 0:
                 worst = max(worst, abs(ln))
                 continue
-            TM = split_parameters(N, eps, e2)
+            TM = _split_parameters(N, eps, e2)
             if TM not in cache:
                 cache[TM] = split_signed_worst(h1, h2, *TM, r2)
             up, down = cache[TM]
@@ -174,7 +174,7 @@ def test_app_c_split_case_end_to_end():
     h1, h2 = hist([T, n - T]), hist([T + 1, n - T - 1])
     assert sorted_l1(h1, h2) == 2
     _, e2, _ = budget_split(EPS, "paper")
-    assert split_parameters(n, EPS, e2)[0] == T
+    assert _split_parameters(n, EPS, e2)[0] == T
     worst = joint_worst(h1, h2)
     r2 = float(rate(e2))
     assert r2 * (1 + 1e-6) < worst <= 2 * r2 * (1 + 1e-9)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from shuffledp.analyzers.privhist import AnonHistogram, sorted_l1, split_histogram
-from shuffledp.analyzers.privhist.mechanism import boundaries, smoothed_queries
+from shuffledp.analyzers.privhist.mechanism import _boundaries, _smoothed_queries
 
 EPS2 = 0.7
 ZMAX = 60
@@ -191,9 +191,9 @@ def test_high_privacy_query_moves_one_coordinate_by_one(N):
     for _trial in range(6):
         T = int(rng.integers(1, 4))
         noisy_high = rng.integers(1, 3 * N, size=int(rng.integers(0, 5)))
-        S = boundaries(N, T, 0.2, noisy_high)
+        S = _boundaries(N, T, 0.2, noisy_high)
         for a, b in PAIRS:
-            d = np.subtract(smoothed_queries(a, S, N), smoothed_queries(b, S, N))
+            d = np.subtract(_smoothed_queries(a, S, N), _smoothed_queries(b, S, N))
             capped = max(a.counts.max(initial=0), b.counts.max(initial=0)) > 2 * N
             assert np.abs(d).sum() == (0 if capped and not d.any() else 1)
 
@@ -211,11 +211,11 @@ def _log_pmf_total(Np: int, n: int, eps1: float) -> float:
 @pytest.mark.slow
 def test_steps_1_to_4_jointly_on_tiny_neighbours():
     """The release (N', H^cs, H^cl) of PrivHist's low-privacy branch, with T and M computed
-    from N' as the mechanism does (:func:`split_parameters`): for every neighbouring pair with
+    from N' as the mechanism does (:func:`_split_parameters`): for every neighbouring pair with
     n <= 4 and every N' in 0..8, log P(N', out | h1) - log P(N', out | h2) is at most
     eps1 + eps2, exactly (the conditional part by :func:`worst_log_ratio`), and the bound is
     attained. Truncation: N' <= 8 (every (T, M) those N' produce)."""
-    from shuffledp.analyzers.privhist.mechanism import budget_split, split_parameters
+    from shuffledp.analyzers.privhist.mechanism import _split_parameters, budget_split
 
     eps = 2.0  # low-privacy branch; the paper split gives eps1 = eps2 = 1
     e1, e2, _ = budget_split(eps, "paper")
@@ -228,7 +228,7 @@ def test_steps_1_to_4_jointly_on_tiny_neighbours():
             if Np == 0:
                 total = lr_n  # N' = 0 releases the empty histogram: nothing else
             else:
-                T, M = split_parameters(Np, eps, e2)
+                T, M = _split_parameters(Np, eps, e2)
                 key = (id(a), id(b), T, M)
                 if key not in cache:
                     cache[key] = worst_log_ratio(a, b, T, M, eps=e2, recheck=1)

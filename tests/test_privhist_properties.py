@@ -123,3 +123,28 @@ def test_good_toulmin_and_miller_madow_formulas():
     assert coverage_unbiased(h, 7, 30) == pytest.approx((4 + sgt_unseen(h, 7, 30 / 7 - 1)) / 30)
     p = np.array([3, 1, 1, 2]) / 7
     assert entropy_miller_madow(h, 7) == pytest.approx(-(p * np.log(p)).sum() + 3 / 14)
+
+
+def test_property_helpers_check_their_input():
+    from shuffledp.analyzers.privhist.linear import miller_madow_entropy, sgt_unseen, sgt_weights
+    from shuffledp.analyzers.privhist.properties import (
+        distance_to_uniformity,
+        entropy,
+        support_coverage,
+    )
+
+    with pytest.raises(ValueError, match="n must be"):
+        entropy(MIXED, 0)
+    with pytest.raises(ValueError, match="m must be"):
+        support_coverage(MIXED, 4, 0)
+    with pytest.raises(ValueError, match="k must be"):
+        distance_to_uniformity(MIXED, 4, 0)
+    with pytest.raises(TypeError, match="h must be an AnonHistogram"):
+        entropy([1, 2], 3)
+    with pytest.raises(ValueError, match="n must be"):
+        miller_madow_entropy(MIXED, 0)
+    with pytest.raises(ValueError, match="t must be"):
+        sgt_weights(np.array([1, 2]), 4, -0.5)
+    with pytest.raises(TypeError, match="h must be an AnonHistogram"):
+        sgt_unseen([1], 4, 1.0)
+    assert entropy(MIXED, 4) == pytest.approx(1.5 * math.log(2))

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuffledp.analyzers.heatmap.reconstruct import (
-    effective_start,
+    _effective_start,
     reconstruct,
     reconstruct_details,
 )
@@ -43,7 +43,7 @@ def test_exact_recovery_of_k_sparse_with_zero_noise(width, height, k, seed):
     rng = np.random.default_rng(seed)
     s = sparse_input(g, k, rng)
     for w in (k, k + 3, 20):
-        start = effective_start(g, w)
+        start = _effective_start(g, w)
         est = reconstruct(level_counts(g, s, start), g, start, w)
         np.testing.assert_allclose(est, s, atol=1e-7)
 
@@ -94,7 +94,7 @@ def test_reduced_lp_equals_full_lp(spec, w, seed, tie_break):
     g = Grid.parse(spec)
     rng = np.random.default_rng(seed)
     s = sparse_input(g, 6, rng)
-    start = effective_start(g, w)
+    start = _effective_start(g, w)
     counts = [c + rng.laplace(0, 0.4, c.shape) for c in level_counts(g, s, start)]
     res = reconstruct_details(counts, g, start, w, tie_break=tie_break)
     opt, _, m, y = full_lp(g, counts, start, res.selected)
@@ -107,7 +107,7 @@ def test_reduced_lp_equals_full_lp(spec, w, seed, tie_break):
 def test_variable_count_is_order_w_levels_not_pixels():
     g = Grid(1024, 1024)
     rng = np.random.default_rng(5)
-    start = effective_start(g, 20)
+    start = _effective_start(g, 20)
     zero = np.zeros((1024, 1024))
     counts = [c + rng.laplace(0, 1, c.shape) for c in level_counts(g, zero, start)]
     res = reconstruct_details(counts, g, start, 20)

@@ -12,16 +12,15 @@
 
 References
 ----------
-.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones: A Simple and
-   Nearly Optimal Analysis of Privacy Amplification by Shuffling", FOCS 2021.
-.. [FMT23] V. Feldman, A. McMillan, K. Talwar, "Stronger Privacy Amplification by Shuffling
-   for Renyi and Approximate Differential Privacy", SODA 2023.
-.. [WPLW24] S. Wang et al., "Privacy Amplification via Shuffling: Unified, Simplified, and
-   Tightened", VLDB 2024 (arXiv:2304.05007).
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [BBGN19] B. Balle, J. Bell, A. Gascon, K. Nissim, "The Privacy Blanket of the Shuffle
-   Model", CRYPTO 2019, Sec. 3.
+.. [FMT21] Feldman et al. (2021), "Hiding Among the Clones" -- full entry in docs/references.md
+.. [FMT23] Feldman et al. (2023), "Stronger Privacy Amplification by Shuffling for Renyi and
+   Approximate ..." -- full entry in docs/references.md
+.. [WPLW24] Wang et al. (2024), "Privacy Amplification via Shuffling" -- full entry in
+   docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model", Sec. 3 -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ over the window).
 
 References
 ----------
-.. [Warner65] S. L. Warner, "Randomized Response: A Survey Technique for Eliminating Evasive
-   Answer Bias", JASA 60(309), 1965.
+.. [Warner65] Warner (1965), "Randomized Response" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -79,6 +78,17 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
         ``epsilon_lower`` (one grid step below, when the search saw it) is refuted by the
         data set with the worst m. ``valid=False`` with (eps0, 0) when nothing below eps0 is
         certified.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1), ``rtol`` is out of range, or ``n`` > :data:`MAX_N`.
+
+    References
+    ----------
+    [Warner65]_ (randomized response); the exact worst case over every data set is this
+    module's computation (module notes).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     if n > MAX_N:
@@ -107,6 +117,7 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
     notes = [f"every data set checked (m = 0..{n - 1} others holding the same bit as user 1); "
              f"binomial windows of +-9 sd, their left-out mass charged; grid rtol={rtol:g}"]
     eps_low = 0.0
+    found: int | None = None
     while math.exp(j * h) < eps0:
         lo, up, arg = _worst(n, eps0, math.exp(j * h), progress=progress)
         if up <= delta:
@@ -114,12 +125,11 @@ def binary_rr_shuffle_exact(n: int, eps0: float, delta: float, *,
             if below[0] > delta:
                 eps_low = math.exp((j - 1) * h)
                 notes.append(f"refuted one grid step below by m = {below[2]}")
+            found = j
             break
         j += 1
-    else:
-        j = None
-    valid = j is not None
-    eps_up, delta_out = (math.exp(j * h), delta) if valid else (eps0, 0.0)
+    valid = found is not None
+    eps_up, delta_out = (math.exp(found * h), delta) if found is not None else (eps0, 0.0)
     if not valid:
         notes.append(f"no epsilon below eps0 = {eps0:.6g} is certified at delta={delta:g}; "
                      f"falling back to the local guarantee ({eps0:.6g}, 0)")

@@ -56,14 +56,15 @@ certified bounds.
 
 References
 ----------
-.. [FMT23] V. Feldman, A. McMillan, K. Talwar, "Stronger Privacy Amplification by Shuffling
-   for Renyi and Approximate Differential Privacy", SODA 2023.
-.. [WPLW24] S. Wang et al., "Privacy Amplification via Shuffling: Unified, Simplified, and
-   Tightened", VLDB 2024 (arXiv:2304.05007).
-.. [FMT21] V. Feldman, A. McMillan, K. Talwar, "Hiding Among the Clones: A Simple and
-   Nearly Optimal Analysis of Privacy Amplification by Shuffling", FOCS 2021.
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [FMT23] Feldman et al. (2023), "Stronger Privacy Amplification by Shuffling for Renyi and
+   Approximate ..." -- full entry in docs/references.md
+.. [WPLW24] Wang et al. (2024), "Privacy Amplification via Shuffling" -- full entry in
+   docs/references.md
+.. [FMT21] Feldman et al. (2021), "Hiding Among the Clones" -- full entry in docs/references.md
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model" -- full entry in
+   docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -120,6 +121,16 @@ def clones_closed_form(n: int, eps0: float, delta: float) -> ShuffleBound:
     ShuffleBound
         ``epsilon = min(eps0, formula)`` when eps0 <= ln(n / (16 ln(2/delta))); otherwise
         ``valid=False`` and ``epsilon = eps0`` (no amplification is claimed).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1).
+
+    References
+    ----------
+    [Imola]_ Lemma B.1; [FMT21]_ Thm 3.1.
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     raw = clones_formula(n, eps0, delta)
@@ -170,6 +181,17 @@ def reduction_divergence(
     (lower, upper) : tuple of float
         lower <= D_{e^eps}(P || Q) <= upper (up to the stated floating-point allowance);
         ``upper`` is ``inf`` when a self-check of the numerics fails.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``eps`` >= 0, ``d`` in (0, 1], ``tail`` in (0, 1),
+        ``reduction`` one of the two pairs).
+
+    References
+    ----------
+    [FMT21]_ Lemma 3.3 (clones); [FMT23]_ Lemma 3.2 and [WPLW24]_ Lemma 4.5
+    (variation-ratio); [Imola]_ App. B.4.2 (d < 1).
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
     eps = v.real("eps", eps)
@@ -228,6 +250,16 @@ def clones_numerical(
     -----
     The reduction is [FMT21]_ Lemma 3.3; its metric version is [Imola]_ App. B.4.2,
     Lemma B.2. :func:`variation_ratio_numerical` is never looser.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1). or ``d``, ``rtol`` or ``tail`` is out of its range.
+
+    References
+    ----------
+    [FMT21]_ Lemma 3.3; [Imola]_ App. B.4.2, Lemma B.2.
     """
     return _numerical(n, eps0, delta, d=d, rtol=rtol, tail=tail, reduction="clones")
 
@@ -270,6 +302,26 @@ def variation_ratio_numerical(
     [FMT23]_ Lemma 3.2 (the stronger-clone reduction); [WPLW24]_ Lemma 4.5 (the
     variation-ratio reduction) and Thm 4.8 (its divergence), with the parameters of its
     tables for general LDP and general metric-DP mechanisms.
+
+    Parameters
+    ----------
+    n, eps0, delta, d, rtol, tail
+        As :func:`clones_numerical`.
+
+    Returns
+    -------
+    ShuffleBound
+        As :func:`clones_numerical`, with ``method="variation-ratio"``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1). or ``d``, ``rtol`` or ``tail`` is out of its range.
+
+    References
+    ----------
+    [FMT23]_ Lemma 3.2; [WPLW24]_ Lemma 4.5 and Thm 4.8.
     """
     return _numerical(n, eps0, delta, d=d, rtol=rtol, tail=tail, reduction="variation-ratio")
 
@@ -305,6 +357,13 @@ def _numerical(n, eps0, delta, *, d, rtol, tail, reduction) -> ShuffleBound:
     )
 
 
+def _need_k(k: int | None) -> int:
+    """``k`` of a k-RR bound: refused when missing (``randomizer='krr'`` needs it)."""
+    if k is None:
+        raise ValueError("randomizer='krr' needs the domain size k, got k=None")
+    return k
+
+
 def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
                 randomizer: str = "general", k: int | None = None,
                 progress: Any = None, **kwargs) -> ShuffleBound:
@@ -323,6 +382,46 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     callable ``(done, total)``) follows binary RR's check of every data set. Keyword arguments
     (``d``, ``rtol``, ``tail``) go to the numerical methods; ``d`` != 1 is not available in
     closed form nor for k-RR.
+
+    Parameters
+    ----------
+    n : int
+        Number of users (reports).
+    eps0 : float
+        Local epsilon (or alpha0) of each report, in (0, 700].
+    delta : float
+        In (0, 1).
+    method : str
+        Which bound (above): "tightest", "variation-ratio", "numerical", "closed-form",
+        "krr-blanket" or "binary-rr-exact".
+    randomizer : {"general", "krr"}
+        What is known about the local randomizer.
+    k : int, optional
+        Domain size of k-RR (with ``randomizer="krr"`` only).
+    progress : callable, optional
+        ``(done, total)`` callback of binary RR's exact check.
+    **kwargs
+        ``d``, ``rtol``, ``tail`` for the numerical methods.
+
+    Returns
+    -------
+    ShuffleBound
+        The certified (epsilon, delta) with the method used, its notes and the guarantee.
+
+    Raises
+    ------
+    TypeError
+        ``method="closed-form"`` with extra keyword arguments, or an argument of the wrong
+        type.
+    ValueError
+        An argument is out of its range, or ``method`` and ``randomizer``/``k`` do not go
+        together (``krr-blanket`` needs k-RR, ``binary-rr-exact`` needs k = 2, ``d`` != 1
+        with k-RR, ``k`` without k-RR).
+
+    References
+    ----------
+    [FMT21]_ Thm 3.1 and Lemma 3.3; [FMT23]_ Lemma 3.2; [WPLW24]_ Lemma 4.5; [BBGN19]_
+    (k-RR blanket).
     """
 
     method = v.choice("method", method, METHODS)
@@ -348,7 +447,7 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     krr_kw = {key: val for key, val in kwargs.items() if key != "d"}
     exact_kw = {key: val for key, val in krr_kw.items() if key == "rtol"}
     if method == "krr-blanket":
-        return krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw)
+        return krr_shuffle_numerical(n, eps0, delta, k=_need_k(k), **krr_kw)
     if method == "binary-rr-exact":
         return binary_rr_shuffle_exact(n, eps0, delta, progress=progress, **exact_kw)
     bounds = [variation_ratio_numerical(n, eps0, delta, **kwargs),
@@ -358,7 +457,7 @@ def shuffle_ldp(n: int, eps0: float, delta: float, method: str = "tightest", *,
     skipped = ""
     if randomizer == "krr":
         try:
-            bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=k, **krr_kw))
+            bounds.insert(0, krr_shuffle_numerical(n, eps0, delta, k=_need_k(k), **krr_kw))
         except ValueError as exc:  # the exact k-RR grid is too large: the general bounds hold
             if "cells" not in str(exc):
                 raise
@@ -410,6 +509,30 @@ def clones_eps0_for_target(
     ValueError
         If even eps0 = target_epsilon fails (cannot happen: the bound never exceeds eps0) or
         arguments are invalid; the message names the argument and value.
+
+    Parameters
+    ----------
+    n : int
+        Number of users (>= 1).
+    target_epsilon : float
+        The shuffled epsilon to reach (> 0).
+    delta : float
+        In (0, 1).
+    rtol : float
+        Relative step of the eps0 grid.
+    eps0_max : float
+        Largest eps0 searched (<= 700).
+    method : {"numerical", "variation-ratio"}
+        Which bound.
+
+    Returns
+    -------
+    LocalParameter
+        eps0 and the bound at it.
+
+    References
+    ----------
+    [FMT21]_ Lemma 3.3; [FMT23]_ Lemma 3.2; [WPLW24]_ Lemma 4.5.
     """
     n = v.count("n", n, 1)
     target = v.positive("target_epsilon", target_epsilon)

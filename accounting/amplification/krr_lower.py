@@ -27,8 +27,8 @@ is their maximum.
 
 References
 ----------
-.. [BBGN19] B. Balle, J. Bell, A. Gascon, K. Nissim, "The Privacy Blanket of the Shuffle
-   Model", CRYPTO 2019 (k-RR in the shuffle model).
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -146,6 +146,21 @@ def krr_dataset_divergence(n: int, k: int, eps0: float, eps: float, *,
     family : {"x0", "third"}
     tail : float
         Mass of c ~ Binomial left out.
+
+    Returns
+    -------
+    (lower, upper) : tuple of float
+        A bracket of the larger of the two directions' divergences.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range, ``family="third"`` with k != 3, or e^(eps0 + eps)
+        overflows.
+
+    References
+    ----------
+    [BBGN19]_ (shuffled k-RR); the data-set families are this module's (module notes).
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
     k = _iv_k(k)
@@ -171,6 +186,34 @@ def krr_lower_epsilon(n: int, eps0: float, delta: float, *, k: int,
 
     No valid shuffle bound for k-RR (and, for k = 2, for any eps0-LDP randomizer) certifies an
     epsilon at or below it. Returns (0.0, "") if even tiny epsilons are not refuted.
+
+    Parameters
+    ----------
+    n : int
+        Users, >= 1.
+    eps0 : float
+        Local epsilon, in (0, 700].
+    delta : float
+        In (0, 1).
+    k : int
+        k-RR domain size, >= 2.
+    rtol : float
+        Relative step of the epsilon grid.
+
+    Returns
+    -------
+    tuple of (float, str)
+        The refuted epsilon and the family ("x0" or "third") that refutes it.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` is not an integer in [1, 2^53], ``eps0`` not in (0, 700] or ``delta`` not in
+        (0, 1), or ``k`` or ``rtol`` is out of range.
+
+    References
+    ----------
+    [BBGN19]_ (shuffled k-RR; lower bounds complement its upper bounds).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = _iv_k(k)

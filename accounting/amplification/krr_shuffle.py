@@ -44,10 +44,10 @@ a self-check returns an infinite upper estimate (never certifies).
 
 References
 ----------
-.. [BBGN19] B. Balle, J. Bell, A. Gascon, K. Nissim, "The Privacy Blanket of the Shuffle
-   Model", CRYPTO 2019, Sec. 3.
-.. [WPLW24] S. Wang et al., "Privacy Amplification via Shuffling: Unified, Simplified, and
-   Tightened", VLDB 2024 (arXiv:2304.05007).
+.. [BBGN19] Balle et al. (2019), "The Privacy Blanket of the Shuffle Model", Sec. 3 -- full entry in
+   docs/references.md
+.. [WPLW24] Wang et al. (2024), "Privacy Amplification via Shuffling" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -93,6 +93,15 @@ def krr_blanket_divergence(n: int, k: int, eps0: float, eps: float,
     Returns
     -------
     (lower, upper) : tuple of float
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``eps`` >= 0, ``k`` >= 2, ``tail`` in (0, 1)).
+
+    References
+    ----------
+    [BBGN19]_ Sec. 3 (the privacy blanket).
     """
     n, eps0, _ = _iv_shuffle(n, eps0, 0.5)
     k = _iv_k(k)
@@ -140,6 +149,10 @@ def krr_shuffle_numerical(n: int, eps0: float, delta: float, *, k: int,
     ValueError
         Bad arguments (named), or a grid larger than :data:`MAX_CELLS` (n beyond about 1e6
         for k = 3, more for larger k): use the general bound.
+
+    References
+    ----------
+    [BBGN19]_ Sec. 3 (the privacy blanket pair).
     """
     n, eps0, delta = _iv_shuffle(n, eps0, delta)
     k = _iv_k(k)

@@ -11,12 +11,12 @@ reaches a given (eps, alpha, r, delta) is s = 3 ln(1/delta) / (eps/alpha - (1 + 
 
 Fact 5.1 (group privacy, Lemma A.2): a pair at distance d is protected with eps ceil(d/r);
 the delta factor is printed differently in Fact 5.1 and Table 1, see
-:func:`discrete_group_privacy`.
+:func:`_discrete_group_privacy`.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -86,6 +86,21 @@ def reduction_alpha(epsilon: float, r: float, s: int, delta: float,
     delta : float
         In (0, 1/2) (the output has 2 delta).
     model : {"local", "central"}
+
+    Returns
+    -------
+    ReductionBound
+        alpha, with the parameters and the output's guarantee.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``r`` in (0, 1], ``delta`` in (0, 1/2), ``s`` an
+        integer >= 1, ``model`` "local" or "central").
+
+    References
+    ----------
+    [Imola]_ Thm 5.3.
     """
     eps, r, s, delta, model = _iv(epsilon, "epsilon", r, s, delta, model)
     alpha = eps / _denominator(r, s, delta)
@@ -94,7 +109,35 @@ def reduction_alpha(epsilon: float, r: float, s: int, delta: float,
 
 def reduction_epsilon(alpha: float, r: float, s: int, delta: float,
                       model: str = "local") -> ReductionBound:
-    """Inverse of :func:`reduction_alpha`: eps = alpha ((1 + sqrt 2) r + (3/s) ln(1/delta))."""
+    """Inverse of :func:`reduction_alpha`: eps = alpha ((1 + sqrt 2) r + (3/s) ln(1/delta)).
+
+    Parameters
+    ----------
+    alpha : float
+        alpha of the bounded mechanism (> 0).
+    r : float
+        Distance threshold in (0, 1].
+    s : int
+        Samples per user (>= 1).
+    delta : float
+        In (0, 1/2) (the output has 2 delta).
+    model : {"local", "central"}
+
+    Returns
+    -------
+    ReductionBound
+        eps of the (eps, 2 delta, r)-discrete d_EM-DP guarantee, with the parameters.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``r`` in (0, 1], ``delta`` in (0, 1/2), ``s`` an
+        integer >= 1, ``model`` "local" or "central").
+
+    References
+    ----------
+    [Imola]_ Thm 5.3.
+    """
     alpha, r, s, delta, model = _iv(alpha, "alpha", r, s, delta, model)
     eps = alpha * _denominator(r, s, delta)
     return _result(eps, alpha, r, s, delta, model)
@@ -104,6 +147,32 @@ def reduction_samples(epsilon: float, alpha: float, r: float, delta: float) -> i
     """Smallest s with reduction_alpha(eps, r, s, delta).alpha >= alpha.
 
     s = ceil(3 ln(1/delta) / (eps/alpha - (1 + sqrt 2) r)); requires eps/alpha > (1+sqrt 2) r.
+
+    Parameters
+    ----------
+    epsilon : float
+        Target eps (> 0).
+    alpha : float
+        alpha of the bounded mechanism (> 0).
+    r : float
+        Distance threshold in (0, 1].
+    delta : float
+        In (0, 1/2).
+
+    Returns
+    -------
+    int
+        The number of samples s per user.
+
+    Raises
+    ------
+    ValueError
+        An argument is out of its range, or eps/alpha <= (1 + sqrt 2) r (no s reaches
+        ``alpha``).
+
+    References
+    ----------
+    [Imola]_ Thm 5.3.
     """
     eps = v.positive("epsilon", epsilon)
     alpha = v.positive("alpha", alpha)
@@ -121,7 +190,7 @@ def reduction_samples(epsilon: float, alpha: float, r: float, delta: float) -> i
     return s
 
 
-def discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> tuple[
+def _discrete_group_privacy(epsilon: float, delta: float, r: float, d: float) -> tuple[
         float, float]:
     """(eps k, delta') for a pair at d_EM distance d, k = ceil(d/r) ([Imola]_ Fact 5.1).
 

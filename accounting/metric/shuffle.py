@@ -37,12 +37,12 @@ Used here from [Imola]_: Alg. 2, Thm 4.3, Thm 4.4, eqs. (6)-(7).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [FDM19] N. Fernandes, M. Dras, A. McIver, "Generalised Differential Privacy for Text
-   Document Processing", POST 2019.
-.. [DRV10] C. Dwork, G. N. Rothblum, S. Vadhan, "Boosting and Differential Privacy",
-   FOCS 2010.
+.. [Imola] Imola et al. (preprint), "Metric Differential Privacy at the User-Level" -- full entry in
+   docs/references.md
+.. [FDM19] Fernandes et al. (2019), "Generalised Differential Privacy for Text Document Processing"
+   -- full entry in docs/references.md
+.. [DRV10] Dwork et al. (2010), "Boosting and Differential Privacy" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _K(alpha0: float, N: float, x0: float, delta: float) -> float:
     return 8.0 * root + 8.0 * math.exp(alpha0) / N
 
 
-def h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
+def _h(N: int, x0: float, x1: float, alpha0: float, delta: float) -> float:
     """h(N; x0, x1) of [Imola]_ Thm 4.3/4.4 (privacy loss for ||v||_0 = x0, ||v||_1 = x1).
 
     Parameters
@@ -104,8 +104,25 @@ def thm43_validity_limit(N: int, delta: float) -> float:
     (the direct form overflows 4N/delta and fails for delta below ~1e-308). A value <= 0
     means that no alpha0 > 0 qualifies (N <= 16 ln(4N/delta)); callers then refuse.
 
-    Notes
-    -----
+    Parameters
+    ----------
+    N : int
+        Items shuffled together (>= 1): m (local) or m n (central).
+    delta : float
+        delta of Thm 4.3, in (0, 1).
+
+    Returns
+    -------
+    float
+        The limit on alpha0 (may be <= 0).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``N`` is not an integer >= 1 or ``delta`` is not in (0, 1).
+
+    References
+    ----------
     [Imola]_ Thm 4.3.
     """
     N = v.count("N", N, 1)
@@ -187,8 +204,14 @@ def _finite_or_none(x: float):
 def _alpha_delta(alpha0: float, m: int, N: int, delta: float) -> tuple[float, float]:
     K = _K(alpha0, N, m, delta)
     alpha = m * alpha0 * K / 2.0
-    log_dout = math.log(delta) + m * math.log1p(math.tanh(alpha0 / 2.0) * K)
-    # rounded up by one ulp: exp is within an ulp, and delta' must not be understated
+    log_delta = math.log(delta)
+    growth = m * math.log1p(math.tanh(alpha0 / 2.0) * K)
+    # delta' must not be understated. log_dout carries the rounding of log, sqrt, exp, tanh
+    # and log1p: an absolute error of a few ulps of its terms' magnitude, which exp turns into
+    # a relative error of the same size (at delta = 1e-300, |log delta| = 691: up to ~1e-13,
+    # far more than exp's own ulp). Add 16 ulps of the terms' magnitude, then round up.
+    slack = 16.0 * 2.0 ** -52 * (abs(log_delta) + abs(growth) + 1.0)
+    log_dout = log_delta + growth + slack
     dout = math.nextafter(math.exp(log_dout), math.inf) if log_dout < 700 else math.inf
     return alpha, dout
 
@@ -242,6 +265,17 @@ def emd_itemwise(
     Returns
     -------
     ItemwiseBound
+        alpha and delta', their validity, notes and (when valid) the guarantee.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range (``alpha0`` in (0, 700], ``model`` "local" or
+        "central", ``n`` required for "central"); with ``strict``, the bound is not valid.
+
+    References
+    ----------
+    [Imola]_ Thm 4.3 and Thm 4.4.
     """
     alpha0, m, delta, model, n, N = _iv_itemwise(alpha0, m, delta, model, n)
     cap = v.probability("max_delta_out", max_delta_out, closed_high=True)
@@ -277,14 +311,14 @@ def emd_itemwise(
     )
 
 
-def alpha_sup_numeric(alpha0: float, m: int, delta: float, model: str = "local",
+def _alpha_sup_numeric(alpha0: float, m: int, delta: float, model: str = "local",
                       n: int | None = None, grid: int = 2000) -> float:
     """sup over a log grid of w in [1e-9, 1] of h(N; m, m w)/w (check of the closed form)."""
     alpha0, m, delta, model, n, N = _iv_itemwise(alpha0, m, delta, model, n)
     best = 0.0
     for k in range(grid + 1):
         w = 10.0 ** (-9.0 * k / grid)
-        best = max(best, h(N, m, m * w, alpha0, delta) / w)
+        best = max(best, _h(N, m, m * w, alpha0, delta) / w)
     return best
 
 
@@ -352,11 +386,37 @@ def emd_itemwise_alpha0(
     condition is strict) and the bracket is checked before bisecting. The returned bound is
     valid (never vacuous).
 
+    Parameters
+    ----------
+    target_alpha : float
+        The alpha the release must reach (> 0).
+    m : int
+        Items per user.
+    delta : float
+        delta of Thm 4.3, in (0, 1).
+    model : {"local", "central"}
+    n : int, optional
+        Number of users (required for "central").
+    max_delta_out : float
+        Largest delta' accepted, in (0, 1].
+    rtol : float
+        Relative width of the final bisection bracket.
+
+    Returns
+    -------
+    ItemwiseInverse
+        alpha0 and the bound :func:`emd_itemwise` gives for it.
+
     Raises
     ------
     ValueError
-        If no alpha0 > 0 satisfies the constraints (the Thm 4.3 condition has no room, or
-        max_delta_out <= delta); the message names the best reachable value.
+        If an argument is out of range, or no alpha0 > 0 satisfies the constraints (the
+        Thm 4.3 condition has no room, or max_delta_out <= delta); the message names the
+        best reachable value.
+
+    References
+    ----------
+    [Imola]_ Thm 4.3 and Thm 4.4.
     """
     target = v.positive("target_alpha", target_alpha)
     _, m, delta, model, n, N = _iv_itemwise(1.0, m, delta, model, n)
@@ -425,6 +485,32 @@ def asymptotic_alpha0(alpha: float, m: int, delta: float, model: str = "local",
     alpha0 = s / (32 L) if s <= 32 L; 2 ln(s / (16 L)) if 32 L < s < m (local) or m sqrt(n)
     (central); nan otherwise (outside the stated ranges). These are asymptotic
     recommendations: check them with :func:`emd_itemwise`.
+
+    Parameters
+    ----------
+    alpha : float
+        Target alpha (> 0).
+    m : int
+        Items per user.
+    delta : float
+        In (0, 1).
+    model : {"local", "central"}
+    n : int, optional
+        Number of users (required for "central").
+
+    Returns
+    -------
+    float
+        The suggested alpha0, or nan outside the stated ranges.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range.
+
+    References
+    ----------
+    [Imola]_ eqs. (6) and (7).
     """
     alpha = v.positive("alpha", alpha)
     _, m, delta, model, n, _N = _iv_itemwise(1.0, m, delta, model, n)
@@ -464,7 +550,31 @@ class CompositionBound:
 
 
 def composition_alpha(alpha0: float, m: int, delta: float) -> CompositionBound:
-    """Basic and advanced composition baselines (see :class:`CompositionBound`)."""
+    """Basic and advanced composition baselines (see :class:`CompositionBound`).
+
+    Parameters
+    ----------
+    alpha0 : float
+        d_X-DP parameter of the item randomizer, in (0, 700].
+    m : int
+        Items per user (>= 1).
+    delta : float
+        delta of advanced composition, in (0, 1).
+
+    Returns
+    -------
+    CompositionBound
+        m alpha0 (basic) and the advanced-composition alphas.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is out of its range.
+
+    References
+    ----------
+    [DRV10]_ Thm III.3 (advanced composition), the baseline of [Imola]_ Sec. 4.
+    """
     alpha0 = _iv_alpha0(alpha0)
     m = v.count("m", m, 1)
     delta = v.probability("delta", delta)

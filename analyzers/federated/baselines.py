@@ -17,14 +17,14 @@ All return a normalised density on the 2^L x 2^L grid (negative counts clipped).
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan et al., "Towards Sparse Federated Analytics: Location
-   Heatmaps under Distributed Differential Privacy with Secure Aggregation", PoPETs 2022.
-.. [Cormode12] G. Cormode, C. Procopiuc, D. Srivastava, E. Shen, T. Yu, "Differentially
-   Private Spatial Decompositions", ICDE 2012 (geometric budget).
-.. [Hay10] M. Hay, V. Rastogi, G. Miklau, D. Suciu, "Boosting the Accuracy of Differentially
-   Private Histograms Through Consistency", VLDB 2010.
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics" -- full entry in
+   docs/references.md
+.. [Cormode12] Cormode et al. (2012), "Differentially private spatial decompositions" (geometric
+   budget) -- full entry in docs/references.md
+.. [Hay10] Hay et al. (2010), "Boosting accuracy through consistency" -- full entry in
+   docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete distribution estimation under local privacy" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -40,13 +40,57 @@ from shuffledp.randomness import RngLike, SecureRandom, noise_source, word_sourc
 
 
 def normalise_density(d: np.ndarray) -> np.ndarray:
-    """Negative entries clipped to 0, then normalised to sum 1 (uniform if all are 0)."""
+    """Negative entries clipped to 0, then normalised to sum 1 (uniform if all are 0).
+
+    Parameters
+    ----------
+    d : numpy.ndarray
+        A noisy density or count array of any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        Float array of the same shape, non-negative, summing to 1.
+
+    Raises
+    ------
+    TypeError
+        If ``d`` is not numeric (from numpy).
+
+    References
+    ----------
+    [Bagdasaryan22]_ App. A (estimates compared as normalised densities).
+    """
     d = np.maximum(d, 0).astype(float)
     return d / d.sum() if d.sum() > 0 else np.full(d.shape, 1.0 / d.size)
 
 
 def geometric_budget(epsilon: float, depth: int) -> np.ndarray:
-    """eps_l = eps 2^{l/3} / sum_j 2^{j/3} for levels l = 0..L ([Cormode12]_)."""
+    """eps_l = eps 2^{l/3} / sum_j 2^{j/3} for levels l = 0..L ([Cormode12]_).
+
+    Parameters
+    ----------
+    epsilon : float
+        Total budget, > 0.
+    depth : int
+        L: the levels are 0..L.
+
+    Returns
+    -------
+    numpy.ndarray
+        The L + 1 per-level budgets, summing to ``epsilon``.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive and finite.
+
+    References
+    ----------
+    [Cormode12]_ (geometric budget across the levels of a spatial decomposition).
+    """
     w = 2.0 ** (np.arange(depth + 1) / 3.0)
     return v.positive("epsilon", epsilon) * w / w.sum()
 
@@ -63,10 +107,32 @@ def tree_least_squares(levels: list[np.ndarray], variances: list[float]) -> np.n
     per-cell noise variance. Bottom-up: z_v = (y_v / var_v + S_v / V_v) / (1/var_v + 1/V_v)
     with S_v, V_v the sums of the children's z and variances; top-down: each child gets
     its z plus its variance share of the parent's correction ([Hay10]_ with weights).
+
+    Parameters
+    ----------
+    levels : list of numpy.ndarray
+        ``levels[l]`` of shape (2^l, 2^l), l = 0..L: the noisy counts of level l.
+    variances : list of float
+        ``variances[l]`` > 0: the per-cell noise variance of level l.
+
+    Returns
+    -------
+    numpy.ndarray, shape (2^L, 2^L)
+        The consistent (weighted least-squares) leaf estimates.
+
+    Raises
+    ------
+    ValueError
+        If the shapes of consecutive levels are not (2^l, 2^l) and (2^{l+1}, 2^{l+1}) (from
+        numpy's reshape and broadcasting); the variances are not checked.
+
+    References
+    ----------
+    [Hay10]_ (consistency by least squares on the hierarchy), with per-level weights.
     """
     L = len(levels) - 1
-    z = [None] * (L + 1)
-    var = [None] * (L + 1)
+    z: list[np.ndarray] = [np.empty(0)] * (L + 1)
+    var: list[np.ndarray] = [np.empty(0)] * (L + 1)
     z[L] = levels[L].astype(float)
     var[L] = np.full(levels[L].shape, float(variances[L]))
     for lvl in range(L - 1, -1, -1):
@@ -85,7 +151,36 @@ def tree_least_squares(levels: list[np.ndarray], variances: list[float]) -> np.n
 def central_tree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
                            rng: RngLike | SecureRandom = None) -> np.ndarray:
     """The flat histogram with central noise: exact discrete Laplace (sensitivity 1) added
-    once per cell to the true counts ([Bagdasaryan22]_ Sec. 6, central DP)."""
+    once per cell to the true counts ([Bagdasaryan22]_ Sec. 6, central DP).
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's cell (row, column) on the 2^depth x 2^depth grid.
+    depth : int
+        L in [1, 12].
+    epsilon : float
+        > 0: each user changes one count by 1.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure noise. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    numpy.ndarray, shape (2^depth, 2^depth)
+        The noisy counts, clipped at 0 and normalised (:func:`normalise_density`).
+
+    Raises
+    ------
+    TypeError
+        If ``depth`` is not an integer or ``epsilon`` not a real number.
+    ValueError
+        If ``depth`` is outside [1, 12], ``epsilon`` is not positive, or a cell index is
+        negative (from :func:`numpy.bincount`).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 6 (the central-DP baseline).
+    """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
     cells = np.asarray(rows) * side + np.asarray(cols)
     counts = np.bincount(cells, minlength=side * side)
@@ -96,7 +191,37 @@ def central_tree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
 def local_rr_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
                        rng: RngLike | SecureRandom = None) -> np.ndarray:
     """eps-LDP k-randomised response of every user's cell over k = 4^L cells, exact integer
-    weights (w_in = floor(2^24 e^eps), w_out = 2^24), debiased (v - q) / (p - q)."""
+    weights (w_in = floor(2^24 e^eps), w_out = 2^24), debiased (v - q) / (p - q).
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's cell (row, column) on the 2^depth x 2^depth grid.
+    depth : int
+        L in [1, 12].
+    epsilon : float
+        The local budget, > 0.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure randomness. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    numpy.ndarray, shape (2^depth, 2^depth)
+        The debiased frequency estimate, clipped at 0 and normalised.
+
+    Raises
+    ------
+    TypeError
+        If ``depth`` is not an integer or ``epsilon`` not a real number.
+    ValueError
+        If ``depth`` is outside [1, 12], ``epsilon`` is not positive, or so large that the
+        integer weights overflow the exact sampler (total >= 2^62).
+
+    References
+    ----------
+    [KOV16]_ (k-randomised response and its debiasing); [Bagdasaryan22]_ Sec. 6 (the local
+    baseline).
+    """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
     k = side * side
     x = np.asarray(rows) * side + np.asarray(cols)

@@ -30,9 +30,8 @@ large research sweeps. The default and every private release use real secure agg
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Alg. 1, Thm 4.2, Sec. 4.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Alg. 1, Thm
+   4.2, Sec. 4 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -93,13 +92,60 @@ class FederatedHistogram:
 
 def sampler_delta(epsilon: float, draws: int) -> float:
     """delta charged to the Polya tables: (1 + e^eps) draws SAMPLER_TV_MAX (a mechanism within
-    total variation tau of an eps-DP one is (eps, (1 + e^eps) tau)-DP)."""
+    total variation tau of an eps-DP one is (eps, (1 + e^eps) tau)-DP).
+
+    Parameters
+    ----------
+    epsilon : float
+        The round's epsilon, > 0 (e^eps is capped at e^700).
+    draws : int
+        Number of Polya draws made (>= 1).
+
+    Returns
+    -------
+    float
+        (1 + e^eps) draws SAMPLER_TV_MAX (not capped at 1).
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number or ``draws`` not an integer.
+    ValueError
+        If ``epsilon`` is not positive and finite or ``draws`` < 1.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 4 (the Polya noise of the distributed discrete Laplace); the
+    statistical-distance-to-(eps, delta) step is that of Balle et al., CCS 2020.
+    """
     eps = v.positive("epsilon", epsilon)
     return (1.0 + math.exp(min(eps, 700.0))) * v.count("draws", draws) * SAMPLER_TV_MAX
 
 
 def decode_centred(sums: np.ndarray, modulus: int) -> np.ndarray:
-    """The centred representative in (-m/2, m/2] of each modular sum (int64)."""
+    """The centred representative in (-m/2, m/2] of each modular sum (int64).
+
+    Parameters
+    ----------
+    sums : numpy.ndarray
+        Sums mod ``modulus``, in [0, modulus).
+    modulus : int
+        The modulus m of the secure aggregation.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Each sum s as s (if s <= m // 2) or s - m.
+
+    Raises
+    ------
+    OverflowError
+        If a sum does not fit in int64 (from numpy); the range [0, m) is not checked.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1 (the server decodes the modular sum).
+    """
     s = np.asarray(sums, dtype=np.int64)
     return np.where(s > modulus // 2, s - modulus, s)
 
@@ -131,12 +177,53 @@ def federated_release(
 
     ``model="central"``: one DL(a) per entry added by a trusted server to the exact sum of
     the participants; its law does not depend on n, so no share charge (``share`` refused).
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        The decoded noisy counts.
+    shards : list of dict
+        Per-shard descriptions (see :func:`public_shards` for what may be published).
+    epsilon : float
+        The round's epsilon, > 0.
+    neighbour : Neighbour or str
+        The neighbour relation of the guarantee.
+    draws : int
+        Polya draws made in all (>= 1); under add/remove the public bound.
+    parameters : dict
+        The mechanism's parameters; must hold ``length`` and ``sensitivity``.
+    seeded : bool
+        True when the randomness was seeded (a reproducible evaluation, noted as such).
+    share : AddRemoveNoise, optional
+        Required with ``neighbour`` add/remove and ``model="distributed"``; refused otherwise.
+    model : {"distributed", "central"}
+        Who adds the noise.
+
+    Returns
+    -------
+    FederatedHistogram
+        ``counts``, ``shards`` and the (epsilon, delta) guarantee with its accounting event.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number or ``draws`` not an integer.
+    ValueError
+        On a bad ``epsilon``, ``draws``, ``neighbour`` or ``model``; on a missing ``share``
+        under distributed add/remove, a ``share`` that spends more than ``epsilon``, or a
+        ``share`` given where none applies.
+    KeyError
+        If ``parameters`` lacks ``sensitivity`` or ``length`` (outside distributed add/remove).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Alg. 1, Thm 4.2, Sec. 4.
     """
     eps = v.positive("epsilon", epsilon)
     nb = Neighbour.parse(neighbour)
     model = v.choice("model", model, ("distributed", "central"))
     tv_delta = sampler_delta(eps, draws)
-    notes = (SEEDED_NOTE,) if seeded else ()
+    notes: tuple[str, ...] = (SEEDED_NOTE,) if seeded else ()
     if nb is Neighbour.ADD_REMOVE and model == "distributed":
         if share is None:
             raise ValueError("an add/remove federated release needs the charge of the joining "
@@ -176,7 +263,27 @@ def federated_release(
 
 def public_shards(hist: FederatedHistogram) -> list[dict]:
     """The per-shard entries a release may publish: all of them when n is public
-    (replace-one, zero-out), without :data:`PRIVATE_SHARD_KEYS` under add/remove."""
+    (replace-one, zero-out), without :data:`PRIVATE_SHARD_KEYS` under add/remove.
+
+    Parameters
+    ----------
+    hist : FederatedHistogram
+        A release of :func:`federated_release`.
+
+    Returns
+    -------
+    list of dict
+        Copies of the shard entries, with :data:`PRIVATE_SHARD_KEYS` removed under add/remove.
+
+    Raises
+    ------
+    AttributeError
+        If ``hist`` has no ``guarantee`` or ``shards`` (not a FederatedHistogram).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 4 (under add/remove the number of participants is private).
+    """
     if hist.guarantee.neighbour is not Neighbour.ADD_REMOVE:
         return [dict(s) for s in hist.shards]
     return [{k: x for k, x in s.items() if k not in PRIVATE_SHARD_KEYS} for s in hist.shards]

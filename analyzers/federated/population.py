@@ -65,16 +65,16 @@ them.
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Def. 4.1, Thm 4.2, Sec. 4.
-.. [vEH14] T. van Erven, P. Harremoes, "Renyi Divergence and Kullback-Leibler Divergence",
-   IEEE Trans. Inf. Theory 60(7), 2014, Thm 9 (data processing), Thm 28 (additivity).
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Prop. 12 (Renyi DP to approximate DP). arXiv:2004.00010.
-.. [Mironov17] I. Mironov, "Renyi Differential Privacy", CSF 2017, Prop. 1 (composition).
-.. [Wendel48] J. G. Wendel, "Note on the gamma function", Amer. Math. Monthly 55(9), 1948:
-   Gamma(x + h) <= x^h Gamma(x) for x > 0, 0 <= h <= 1.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Def. 4.1, Thm
+   4.2, Sec. 4 -- full entry in docs/references.md
+.. [vEH14] van Erven and Harremoes (2014), "Renyi divergence and KL divergence", Thm 9 (data
+   processing), Thm 28 (additivity) -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Prop. 12 (Renyi DP to approximate
+   DP) -- full entry in docs/references.md
+.. [Mironov17] Mironov (2017), "Renyi differential privacy", Prop. 1 (composition) -- full entry in
+   docs/references.md
+.. [Wendel48] Wendel (1948), "Note on the gamma function", Gamma(x + h) <= x^h Gamma(x) for x > 0,
+   0 <= h <= 1 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -170,7 +170,32 @@ class ShardPlan:
 def gamma_share_rdp(alpha: float, n_min: int) -> float:
     """Closed-form bound on the order-alpha Renyi divergence (both directions, the larger) of
     Polya(1, a) against Polya(1 + 1/n_min, a), for every a: that of Gamma(1) and Gamma(1 + h),
-    h = 1/n_min, of one scale (module docstring); inf when alpha >= 1 + n_min."""
+    h = 1/n_min, of one scale (module docstring); inf when alpha >= 1 + n_min.
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+
+    Returns
+    -------
+    float
+        The bound (>= 0, with a floating-point slack), or ``inf``.
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1 or ``n_min`` < 1.
+
+    References
+    ----------
+    [vEH14]_ Thm 9 (data processing: the Polya variables are a Poisson mixture of the Gamma
+    ones); [Wendel48]_ (the Gamma-function ratio bound).
+    """
     al = _alpha(alpha)
     h = 1.0 / v.count("n_min", n_min)
     up = (gammaln(1.0 + al * h) - al * gammaln(1.0 + h)) / (al - 1.0)
@@ -207,7 +232,34 @@ def _terms_needed(al: float, h: float, a: float) -> int:
 def series_share_rdp(alpha: float, n_min: int, a: float) -> float:
     """Bound on the order-alpha Renyi divergence (both directions, the larger) of Polya(1, a)
     against Polya(1 + 1/n_min, a) by the series over the pmfs, with proven tail bounds;
-    inf when it would need more than 2^18 terms (then use :func:`gamma_share_rdp`)."""
+    inf when it would need more than 2^18 terms (then use :func:`gamma_share_rdp`).
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+    a : float
+        The Polya parameter, in (0, 1).
+
+    Returns
+    -------
+    float
+        The bound (>= 0, with a floating-point slack), or ``inf``.
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` or ``a`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1, ``n_min`` < 1 or ``a`` is not in (0, 1).
+
+    References
+    ----------
+    [Wendel48]_ (the tail bound rho_k <= C (k + 1)^h); [Bagdasaryan22]_ Sec. 4 (the Polya
+    shares).
+    """
     al = _alpha(alpha)
     h = 1.0 / v.count("n_min", n_min)
     a = v.probability("a", a)
@@ -249,7 +301,33 @@ def _renyi_sum(log_p: np.ndarray, expo: np.ndarray, log_tail: float, p_tail: flo
 def share_rdp(alpha: float, n_min: int, a: float) -> float:
     """The smaller of :func:`series_share_rdp` and :func:`gamma_share_rdp`: per cell and per
     Polya variable, an upper bound on both directions' order-alpha Renyi divergence between
-    the noise of n_min and of n_min + 1 clients' shares."""
+    the noise of n_min and of n_min + 1 clients' shares.
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order, > 1.
+    n_min : int
+        Fewest clients whose shares make up the noise, >= 1.
+    a : float
+        The Polya parameter, in (0, 1).
+
+    Returns
+    -------
+    float
+        min(:func:`series_share_rdp`, :func:`gamma_share_rdp`).
+
+    Raises
+    ------
+    TypeError
+        If ``alpha`` or ``a`` is not a real number or ``n_min`` not an integer.
+    ValueError
+        If ``alpha`` <= 1, ``n_min`` < 1 or ``a`` is not in (0, 1).
+
+    References
+    ----------
+    [vEH14]_ Thm 9; [Wendel48]_; [Bagdasaryan22]_ Sec. 4.
+    """
     return min(series_share_rdp(alpha, n_min, a), gamma_share_rdp(alpha, n_min))
 
 
@@ -388,14 +466,15 @@ def add_remove_noise(epsilon: float, delta: float, l1_bound: int, n_min: int,
     # towards eps: any feasible point is sound, the search only buys accuracy
     lo = eps - share(eps)[0] * 1.01
     if not ok(lo):
-        lo = next((eps * f for f in (0.5, 0.25, 0.1, 0.03, 0.01) if ok(eps * f)), None)
-        if lo is None:
+        coarser = next((eps * f for f in (0.5, 0.25, 0.1, 0.03, 0.01) if ok(eps * f)), None)
+        if coarser is None:
             s = share(eps * 0.01)[0]
             raise FederatedRefused(
                 f"add/remove: the joining user's own noise share costs eps_share >= {s:.4g} "
                 f"with n_min={n_min} survivors per shard over {d} cells, more than "
                 f"epsilon={epsilon!r} can pay; raise max_users or shard_size (a larger "
                 "n_min), lower the dropout, or use neighbour='zero_out' (participants public)")
+        lo = coarser
     hi = eps
     for _ in range(7):
         mid = 0.5 * (lo + hi)

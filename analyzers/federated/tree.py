@@ -33,9 +33,8 @@ histogram, spread uniformly over each node's owned pixels and normalised.
 
 References
 ----------
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4), Sec. 5, Alg. 2, eqs. 7-9.
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Sec. 5, Alg. 2,
+   eqs. 7-9 -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -57,7 +56,19 @@ THEOREM = ("Bagdasaryan et al., PoPETs 2022, Alg. 2: adaptive hierarchical histo
 
 @dataclass
 class PartitionTree:
-    """Nodes (level, row, col) of a quaternary partition of a 2^depth x 2^depth grid."""
+    """Nodes (level, row, col) of a quaternary partition of a 2^depth x 2^depth grid.
+
+    Parameters
+    ----------
+    depth : int
+        L: the grid is 2^L x 2^L.
+    nodes : set of (level, row, col), default {(0, 0, 0)}
+        The nodes of the partition (the root alone at first).
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 5, Alg. 2 (the adaptive quaternary partition).
+    """
 
     depth: int
     nodes: set = field(default_factory=lambda: {(0, 0, 0)})
@@ -156,7 +167,38 @@ def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printe
     """sigma~ of [Bagdasaryan22]_ eq. 7: ``"printed"`` is
     :func:`shuffledp.accounting.budget.target_std`, c (U/T) sqrt(ceil(S_max/U));
     ``"shards"`` is the text's meaning, the per-shard target when k = ceil(U/S_max) shards'
-    noise adds up: c (U/T) / sqrt(k). The two agree when U = S_max."""
+    noise adds up: c (U/T) / sqrt(k). The two agree when U = S_max.
+
+    Parameters
+    ----------
+    c : float
+        The constant c of eq. 7, > 0.
+    users : int
+        U, the number of users, >= 1.
+    cells : int
+        T, the number of cells (leaves), >= 1.
+    s_max : int
+        S_max, the largest shard, >= 1.
+    form : {"printed", "shards"}
+        Which reading of eq. 7.
+
+    Returns
+    -------
+    float
+        The target noise standard deviation sigma~.
+
+    Raises
+    ------
+    TypeError
+        If ``c`` is not a real number.
+    ValueError
+        If ``c`` is not positive, ``users``, ``cells`` or ``s_max`` is not an integer >= 1, or
+        ``form`` is not one of the two.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 5, eq. 7.
+    """
     base = target_std(c, users, cells, s_max)
     if v.choice("form", form, ("printed", "shards")) == "printed":
         return base
@@ -164,7 +206,27 @@ def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printe
 
 
 def mse(estimate: np.ndarray, truth: np.ndarray) -> float:
-    """Mean squared error of two normalised densities ([Bagdasaryan22]_ App. A)."""
+    """Mean squared error of two normalised densities ([Bagdasaryan22]_ App. A).
+
+    Parameters
+    ----------
+    estimate, truth : numpy.ndarray
+        Two normalised densities of the same (or broadcastable) shape.
+
+    Returns
+    -------
+    float
+        The mean of the squared differences.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not broadcast (from numpy).
+
+    References
+    ----------
+    [Bagdasaryan22]_ App. A.
+    """
     return float(np.mean((np.asarray(estimate) - np.asarray(truth)) ** 2))
 
 

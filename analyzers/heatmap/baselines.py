@@ -9,10 +9,9 @@ cells after noising and zeroes the rest (Sec. 4, "Baselines"; Fig. 1-3 use t = 0
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [LXD+19] A. Liu, L. Xia, A. Duchowski, R. Bailey, K. Holmqvist, E. Jain, "Differential
-   Privacy for Eye-Tracking Data", ETRA 2019.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [LXD+19] Liu et al. (2019), "DP for eye-tracking data" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -76,6 +75,20 @@ def laplace_baseline(
     HeatmapRelease
         ``raw`` is ``s_hat`` in user-mass units, ``estimate`` its normalisation, with a pure
         central guarantee and the mechanism's parameters.
+
+    Raises
+    ------
+    TypeError
+        If ``aggregate`` is not a numeric array or ``epsilon``/``top_percent`` not a real
+        number.
+    ValueError
+        If ``aggregate`` is not 2-D, non-negative and finite, ``epsilon`` is not positive, or
+        ``top_percent`` is not in (0, 100].
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (the Laplace and top-t% baselines); [LXD+19]_ (Laplace noise on
+    eye-tracking heatmaps).
     """
     agg, eps, top = _iv_laplace(aggregate, epsilon, top_percent)
     gen = np.random.default_rng(rng)

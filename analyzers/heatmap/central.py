@@ -23,13 +23,11 @@ Randomness: ``rng=None`` draws every noise word from the cryptographically secur
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-N. Valliappan,
-   "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP" -- full entry in
+   docs/references.md
+.. [Mironov12] Mironov (2012), "Least significant bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -76,13 +74,35 @@ def _iv(users: Any, epsilon: float, w: int, gamma: float, neighbour: Any,
 
 
 def measured_levels(grid: Grid, w: int) -> tuple[int, int]:
-    """(start, top) of the measured levels for ``grid`` and ``w`` (:meth:`Grid.measured_levels`)."""
+    """(start, top) of the measured levels for ``grid`` and ``w`` (:meth:`Grid.measured_levels`).
+
+    Parameters
+    ----------
+    grid : Grid
+        The pixel grid (depth L).
+    w : int
+        Children kept per level by Reconstruct, >= 1.
+
+    Returns
+    -------
+    tuple of int
+        (start, top) = (min(floor(log2 sqrt(w)), L), L).
+
+    Raises
+    ------
+    ValueError
+        If ``w`` is not an integer >= 1 (:func:`shuffledp.grid.start_level`).
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 1 (the levels measured start at floor(log2 sqrt(w))).
+    """
     return grid.measured_levels(w)
 
 
 def noisy_counts(
     users: UserDistributions,
-    budgets: Sequence[float],
+    budgets: Sequence[float] | np.ndarray,
     start: int,
     *,
     neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
@@ -93,6 +113,38 @@ def noisy_counts(
 
     Integer level sums of the users' vectors rounded at ``resolution`` R, plus exact
     DL noise calibrated to eps_i and the neighbour relation's sensitivity, divided by R.
+
+    Parameters
+    ----------
+    users : UserDistributions
+        Each user's distribution over the grid's pixels.
+    budgets : sequence of float
+        eps_i for the levels ``start..L`` (one per level, as from
+        :func:`shuffledp.accounting.budget.level_budgets`).
+    start : int
+        First measured level.
+    neighbour : Neighbour or str, default ADD_REMOVE
+        Sets the level sensitivity.
+    resolution : int, default 2^20
+        R: the users' level vectors are rounded to multiples of 1/R.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure noise. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One noisy count array per level ``start..L``, in user-mass units.
+
+    Raises
+    ------
+    ValueError
+        If ``budgets`` does not hold one budget per level, ``n_users * resolution`` reaches
+        2^53 (the exact float sum would round), or ``neighbour`` is unknown.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 1, l. 4-7; [CKS20]_ (exact discrete Laplace sampling, without the
+    floating-point attack of [Mironov12]_).
     """
     nb = Neighbour.parse(neighbour)
     grid = users.grid
@@ -147,6 +199,18 @@ def central_heatmap(
     HeatmapRelease
         ``estimate`` = s_hat / ||s_hat||_1 on the full grid with a pure central guarantee
         under ``neighbour``.
+
+    Raises
+    ------
+    TypeError
+        If ``users`` is not a UserDistributions, or a number argument has the wrong type.
+    ValueError
+        If ``epsilon`` or ``gamma`` is not positive, ``w`` < 1, ``resolution`` is not a power
+        of two in [1, 2^40], ``neighbour`` is unknown, or ``n_users * resolution`` >= 2^53.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 1-2, Thm 3.1.
     """
     nb = _iv(users, epsilon, w, gamma, neighbour, resolution)
     grid = users.grid

@@ -21,10 +21,10 @@ Conventions
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [BJO+19] Z. Bylinskii, T. Judd, A. Oliva, A. Torralba, F. Durand, "What Do Different
-   Evaluation Metrics Tell Us About Saliency Models?", IEEE TPAMI 41(3):740-757, 2019.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [BJO+19] Bylinskii et al. (2019), "Evaluation metrics for saliency models" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -162,6 +162,10 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     RuntimeError
         With ``method="pot"``, if POT's solver stops before the optimum (``"auto"`` then
         solves the problem with our network simplex instead).
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 2.1 (the l1 EMD on the unit square); [BJO+19]_ (EMD as a saliency metric).
     """
     if method not in EMD_METHODS:
         raise ValueError(f"method must be one of {EMD_METHODS}, got method={method!r}")
@@ -195,6 +199,27 @@ def sim(p: Any, q: Any) -> float:
 
     ``P`` and ``Q`` are ``p`` and ``q`` normalised to sum 1; SIM is 1 - total variation
     distance, in [0, 1], 1 iff the distributions are equal ([Ghazi23]_ App. B). Symmetric.
+
+    Parameters
+    ----------
+    p, q : array_like, same shape
+        Non-negative, finite, positive total; each is normalised to sum 1.
+
+    Returns
+    -------
+    float
+        SIM in [0, 1].
+
+    Raises
+    ------
+    TypeError
+        If ``p`` or ``q`` is not a numeric array.
+    ValueError
+        On a shape mismatch, NaN/infinite or negative entries, or a zero total.
+
+    References
+    ----------
+    [BJO+19]_ (SIM); [Ghazi23]_ App. B.
     """
     a, b = _iv_pair(p, q)
     return float(np.minimum(a, b).sum())
@@ -206,6 +231,27 @@ def cc(p: Any, q: Any) -> float:
     :math:`\mathrm{CC} = \mathrm{cov}(P, Q) / (\sigma(P)\, \sigma(Q))` over all pixels, in
     [-1, 1]. Symmetric and scale-invariant. If exactly one map is constant the correlation
     is undefined and 0.0 is returned; two constant maps (identical once normalised) give 1.0.
+
+    Parameters
+    ----------
+    p, q : array_like, same shape
+        Non-negative, finite, positive total; each is normalised to sum 1.
+
+    Returns
+    -------
+    float
+        CC in [-1, 1].
+
+    Raises
+    ------
+    TypeError
+        If ``p`` or ``q`` is not a numeric array.
+    ValueError
+        On a shape mismatch, NaN/infinite or negative entries, or a zero total.
+
+    References
+    ----------
+    [BJO+19]_ (CC); [Ghazi23]_ Sec. 4.
     """
     a, b = _iv_pair(p, q)
     a = a.ravel() - a.mean()
@@ -234,6 +280,32 @@ def kl(truth: Any, estimate: Any, *, eps: float = KL_EPS) -> float:
     benchmark). The regulariser keeps the value finite where the estimate is zero; such a
     pixel costs ``Q_i log(Q_i / eps)`` (at most ``36 Q_i``), so KL punishes missing mass
     hard. Natural logarithm. Not symmetric: the ground truth goes first.
+
+    Parameters
+    ----------
+    truth : array_like
+        The ground truth Q: non-negative, finite, positive total (normalised to sum 1).
+    estimate : array_like, same shape as ``truth``
+        The estimate P, same conditions.
+    eps : float, default KL_EPS
+        The regulariser epsilon, finite and >= 0.
+
+    Returns
+    -------
+    float
+        KL(truth || estimate) in nats.
+
+    Raises
+    ------
+    TypeError
+        If ``truth`` or ``estimate`` is not a numeric array.
+    ValueError
+        On a shape mismatch, NaN/infinite or negative entries, a zero total, or an ``eps``
+        that is negative or not finite.
+
+    References
+    ----------
+    [BJO+19]_ (KL with the MIT benchmark's regulariser); [Ghazi23]_ Sec. 4.
     """
     q_, p_ = _iv_pair(truth, estimate, names=("truth", "estimate"))
     e = float(eps)
@@ -247,13 +319,57 @@ def kl(truth: Any, estimate: Any, *, eps: float = KL_EPS) -> float:
 
 
 def mse(p: Any, q: Any) -> float:
-    r"""Mean squared error :math:`\frac{1}{N} \sum_i (P_i - Q_i)^2` of the normalised maps."""
+    r"""Mean squared error :math:`\frac{1}{N} \sum_i (P_i - Q_i)^2` of the normalised maps.
+
+    Parameters
+    ----------
+    p, q : array_like, same shape
+        Non-negative, finite, positive total; each is normalised to sum 1.
+
+    Returns
+    -------
+    float
+        The mean over the N pixels of the squared difference.
+
+    Raises
+    ------
+    TypeError
+        If ``p`` or ``q`` is not a numeric array.
+    ValueError
+        On a shape mismatch, NaN/infinite or negative entries, or a zero total.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (the evaluation; MSE is added for convenience, not a metric of the paper).
+    """
     a, b = _iv_pair(p, q)
     return float(np.mean((a - b) ** 2))
 
 
 def l1(p: Any, q: Any) -> float:
-    r"""l1 distance :math:`\sum_i |P_i - Q_i|` of the normalised maps (twice the TV distance)."""
+    r"""l1 distance :math:`\sum_i |P_i - Q_i|` of the normalised maps (twice the TV distance).
+
+    Parameters
+    ----------
+    p, q : array_like, same shape
+        Non-negative, finite, positive total; each is normalised to sum 1.
+
+    Returns
+    -------
+    float
+        The l1 distance, in [0, 2].
+
+    Raises
+    ------
+    TypeError
+        If ``p`` or ``q`` is not a numeric array.
+    ValueError
+        On a shape mismatch, NaN/infinite or negative entries, or a zero total.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (the evaluation; l1 is added for convenience, not a metric of the paper).
+    """
     a, b = _iv_pair(p, q)
     return float(np.abs(a - b).sum())
 
@@ -283,6 +399,19 @@ def all_metrics(truth: Any, estimate: Any, grid: Grid | None = None, *,
     dict
         ``{"emd", "kl", "cc", "sim", "mse", "l1"}`` as floats; ``kl`` is
         KL(truth || estimate). Lower is better for emd, kl, mse and l1; higher for cc and sim.
+
+    Raises
+    ------
+    TypeError
+        If ``truth`` or ``estimate`` is not a numeric array, or (with ``emd=True``) ``grid``
+        is not a Grid.
+    ValueError
+        On a shape mismatch (with each other or with ``grid``), NaN/infinite or negative
+        entries, or a zero total.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (EMD, KL, CC, SIM); [BJO+19]_ (the saliency metrics).
     """
     q_, p_ = _iv_pair(truth, estimate, names=("truth", "estimate"))
     return {

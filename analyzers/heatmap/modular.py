@@ -70,11 +70,10 @@ sums again (the same batch, or the same users re-shuffled) are answered as a rep
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
-.. [Bagdasaryan22] E. Bagdasaryan, P. Kairouz, S. Mellem, A. Gascon, K. Bonawitz, D. Estrin,
-   M. Gruteser, "Towards Sparse Federated Analytics: Location Heatmaps under Distributed
-   Differential Privacy with Secure Aggregation", PoPETs 2022(4). arXiv:2111.02356.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+.. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -173,6 +172,33 @@ class ModularAccumulator:
     share >= q) are counted in :attr:`rejected` and never summed. Large record chunks are
     split over ``threads`` threads (numba kernels release the GIL), each with private O(m)
     accumulators, merged exactly.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The round's parameters (m coordinates, modulus q, share width).
+    threads : int, optional
+        Threads for large record chunks (default: ``os.cpu_count()``).
+
+    Attributes
+    ----------
+    sums : numpy.ndarray of int64, shape (m,)
+        The running sums mod q.
+    counts : numpy.ndarray of int64, shape (m,)
+        Messages summed per coordinate.
+    unusable : numpy.ndarray of int64, shape (m,)
+        Messages that could not be used, per coordinate.
+    rejected, unplaceable, messages : int
+        Malformed messages, those without a valid coordinate, and all messages seen.
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a ProtocolParams.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the analyzer sums the shares mod q).
     """
 
     def __init__(self, params: ProtocolParams, threads: int | None = None) -> None:
@@ -341,13 +367,57 @@ class ModularAccumulator:
 
 
 def decode_centred(sums: np.ndarray, params: ProtocolParams) -> np.ndarray:
-    """Centred representative ((s + decode_low) mod q) - decode_low, int64 (exact)."""
+    """Centred representative ((s + decode_low) mod q) - decode_low, int64 (exact).
+
+    Parameters
+    ----------
+    sums : numpy.ndarray
+        Sums mod q.
+    params : ProtocolParams
+        Supplies q and ``decode_low``.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Each sum's representative in [-decode_low, q - decode_low).
+
+    Raises
+    ------
+    AttributeError
+        If ``params`` is not a ProtocolParams.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (decoding the modular sum).
+    """
     s = np.asarray(sums, dtype=np.int64)
     return (s + params.decode_low) % params.q - params.decode_low
 
 
 def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.ndarray]:
-    """Decoded noisy level counts in user-mass units: centred sums / B, one array per level."""
+    """Decoded noisy level counts in user-mass units: centred sums / B, one array per level.
+
+    Parameters
+    ----------
+    sums : numpy.ndarray
+        The m sums mod q, in the coordinate order of the levels ``params.start..L``.
+    params : ProtocolParams
+        Supplies q, ``decode_low``, B, the grid and the start level.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One noisy count array per measured level.
+
+    Raises
+    ------
+    ValueError
+        If ``sums`` does not hold one sum per coordinate of the measured levels.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Alg. 2 (the counts handed to Reconstruct).
+    """
     z = decode_centred(sums, params).astype(float) / params.B
     return unflatten(params.grid, z, params.start)
 
@@ -358,6 +428,22 @@ def check_participation(params: ProtocolParams, n_users: int) -> None:
     With fewer than n_min users the Polya noise sums to less than the discrete Laplace the
     guarantee rests on ([Bagdasaryan22]_ Sec. 4, dropouts); with more than n the headroom of
     q is not guaranteed.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        Supplies n and n_min.
+    n_users : int
+        Users who contributed.
+
+    Raises
+    ------
+    ReleaseRefused
+        If ``n_users`` < n_min or > n.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 4 (dropouts); [Ghazi23]_ App. F.
     """
     n_users = int(n_users)
     if n_users < params.n_min:
@@ -377,9 +463,28 @@ def guarantee(params: ProtocolParams) -> Guarantee:
 
     The accounting record's guarantee (:mod:`shuffledp.accounting.summation`) when the
     parameters came from it; otherwise (explicitly built parameters) an equivalent record.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The round's parameters.
+
+    Returns
+    -------
+    Guarantee
+        The (eps, delta) shuffle-model record.
+
+    Raises
+    ------
+    AttributeError
+        If ``params`` is not a ProtocolParams.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the shuffle-model guarantee of the protocol).
     """
     summ = params.summation
-    if summ is not None and getattr(summ, "guarantee", None) is not None:
+    if summ is not None and summ.guarantee is not None:
         return summ.guarantee
     return Guarantee(
         notion="approximate",
@@ -416,12 +521,42 @@ def analyze(
     to the users that remain.
 
     Raises :class:`ReleaseRefused` on too few users or a failed count check.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The round's parameters.
+    acc : ModularAccumulator
+        The sums of the mixed batch.
+    n_users : int
+        Users forwarded (the mixed batch's header).
+    n_dropped : int, default 0
+        Users dropped before the shuffler, for the figures.
+    extra_protocol : dict, optional
+        Extra entries for the release's ``protocol`` figures.
+
+    Returns
+    -------
+    HeatmapRelease
+        The normalised estimate, the raw counts, the guarantee and the figures.
+
+    Raises
+    ------
+    ValueError
+        If the parameters no longer support the guarantee they claim
+        (:meth:`ProtocolParams.check_supported`).
+    ReleaseRefused
+        On too few or too many users, or a failed count check.
+
+    References
+    ----------
+    [Ghazi23]_ App. F and Alg. 2 (Reconstruct).
     """
-    sums, n_sum, k = checked_sums(params, acc, n_users)
+    sums, n_sum, k = _checked_sums(params, acc, n_users)
     return _release(params, acc, sums, n_sum, k, n_dropped, extra_protocol)
 
 
-def checked_sums(params: ProtocolParams, acc: ModularAccumulator,
+def _checked_sums(params: ProtocolParams, acc: ModularAccumulator,
                  n_users: int) -> tuple[np.ndarray, int, int]:
     """(sums mod q, users summed, whole batches left out) once every check passed.
 
@@ -482,7 +617,21 @@ DEFAULT_CHUNK = 1 << 14  # records per decryption task (~1.9 MB encrypted, ~0.5 
 
 @dataclass
 class MixedBatchResult:
-    """What the analyzer read: header, exact sums, and what it could not count."""
+    """What the analyzer read: header, exact sums, and what it could not count.
+
+    Attributes
+    ----------
+    header : Header
+        The mixed batch's wire header.
+    accumulator : ModularAccumulator
+        The exact sums mod q and the counts per coordinate.
+    n_failed : int
+        Messages that did not authenticate.
+    n_out_of_range : int
+        Messages with a coordinate >= m or a share >= q.
+    authenticated : bool
+        Whether the batch's tag was verified.
+    """
 
     header: Header
     accumulator: ModularAccumulator
@@ -584,6 +733,10 @@ def accumulate_mixed(
         tag that does not verify. Nothing read may be used then.
     ValueError, TypeError
         Bad arguments (key, mac_key, workers, chunk_records).
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the analyzer's input: the shuffled messages).
     """
     if not isinstance(params, ProtocolParams):
         raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
@@ -658,10 +811,14 @@ def release_mixed(
         The round was released already with other sums.
     shuffledp.analyzers.heatmap.release_ledger.LedgerError
         The ledger does not verify or cannot be written.
+
+    References
+    ----------
+    [Ghazi23]_ App. F.
     """
     book = as_ledger(ledger)
     res = accumulate_mixed(params, source, key=key, mac_key=mac_key, workers=workers)
-    sums, n_sum, k = checked_sums(params, res.accumulator, res.header.n_users)
+    sums, n_sum, k = _checked_sums(params, res.accumulator, res.header.n_users)
     digest = sums_digest(params.digest, n_sum, sums)
     book.check(params.round_id, digest)  # fail fast; decided again under the lock
     index, _, repeat = book.record(round_id=params.round_id, digest=params.digest,

@@ -34,8 +34,8 @@ both on population-weighted data from several regions and on SNAP-format check-i
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -171,6 +171,42 @@ def reconstruct_details(
     evenly over its pixels or on its centre pixel. Both attain the same LP optimum.
     ``tie_break`` ("measured", default, or "solver") says which minimiser of the LP is
     returned (module notes, "Which minimiser").
+
+    Parameters
+    ----------
+    counts : sequence of numpy.ndarray
+        ``counts[k]``: the noisy, unscaled counts of level start + k, shape
+        ``grid.level_shape(start + k)``, for every level ``start..grid.depth``.
+    grid : Grid
+        The pixel grid.
+    start : int
+        First measured level, in 0..grid.depth.
+    w : int
+        Children kept per level, >= 1.
+    placement : {"uniform", "centre"}
+        Where the mass of a left-out cell goes inside it.
+    tie_break : {"measured", "solver"}
+        Which minimiser of the LP is returned.
+
+    Returns
+    -------
+    ReconstructResult
+        ``estimate`` (height, width), the ``selected`` cells per level, the LP's size
+        ``n_variables`` and optimum ``lp_objective``, and the ``tie_break`` used.
+
+    Raises
+    ------
+    TypeError
+        If ``grid`` is not a Grid or ``start`` not an integer.
+    ValueError
+        On an unknown ``placement`` or ``tie_break``, ``w`` < 1, ``start`` outside the grid's
+        levels, a wrong number or shape of ``counts``, or NaN/infinite counts.
+    RuntimeError
+        If the HiGHS LP solver fails.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 2 and Sec. 4 (the reduced LP).
     """
     if placement not in ("uniform", "centre"):
         raise ValueError(f"placement must be 'uniform' or 'centre', got placement={placement!r}")
@@ -273,7 +309,8 @@ def _reduced_lp(counts: list[np.ndarray], sides: np.ndarray, shapes: list[tuple[
     rr, cc = np.divmod(var_cell, np.array([shapes[k][1] for k in var_level]))
     own = np.zeros(n_var, dtype=np.int64)
     own[n_lo:] = 1
-    a_rows, a_cols = [], []
+    row_parts: list[np.ndarray] = []
+    col_parts: list[np.ndarray] = []
     for k in range(n_meas):
         has = var_level + own > k
         shift = var_level[has] - k
@@ -281,10 +318,10 @@ def _reduced_lp(counts: list[np.ndarray], sides: np.ndarray, shapes: list[tuple[
         rows = row_lookup[k][anc]
         if (rows < 0).any():  # pragma: no cover - structural invariant
             raise AssertionError("a variable's ancestor is not selected")
-        a_rows.append(rows)
-        a_cols.append(np.flatnonzero(has))
-    a_rows = np.concatenate(a_rows)
-    a_cols = np.concatenate(a_cols)
+        row_parts.append(rows)
+        col_parts.append(np.flatnonzero(has))
+    a_rows = np.concatenate(row_parts)
+    a_cols = np.concatenate(col_parts)
     pa = scipy.sparse.csr_matrix(
         (row_side[a_rows], (a_rows, a_cols)), shape=(n_rows, n_var)
     )  # (P s)|_S as a function of x
@@ -351,12 +388,26 @@ def reconstruct(
     -------
     ndarray, shape (height, width)
         The non-negative minimiser s_hat of ||y_hat - P s||_1 (not normalised).
+
+    Raises
+    ------
+    TypeError
+        If ``grid`` is not a Grid or ``start`` not an integer.
+    ValueError
+        On an unknown ``placement`` or ``tie_break``, ``w`` < 1, ``start`` outside the grid's
+        levels, a wrong number or shape of ``counts``, or NaN/infinite counts.
+    RuntimeError
+        If the HiGHS LP solver fails.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 2 and Sec. 4 (the reduced LP with O(wL) variables).
     """
     return reconstruct_details(counts, grid, start, w, placement=placement,
                                tie_break=tie_break).estimate
 
 
-def effective_start(grid: Grid, w: int) -> int:
+def _effective_start(grid: Grid, w: int) -> int:
     """floor(log2 sqrt(w)) capped at the grid's leaf level (:meth:`Grid.measured_levels`)."""
     return grid.measured_levels(w)[0]
 

@@ -1,4 +1,10 @@
-"""The record every heatmap release carries: estimate, guarantee and parameters."""
+"""The record every heatmap release carries: estimate, guarantee and parameters.
+
+References
+----------
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
+"""
 
 from __future__ import annotations
 
@@ -111,7 +117,27 @@ class HeatmapRelease:
 
 
 def normalise(raw: np.ndarray) -> np.ndarray:
-    """s / ||s||_1 for a non-negative array; the uniform distribution if s is all zero."""
+    """s / ||s||_1 for a non-negative array; the uniform distribution if s is all zero.
+
+    Parameters
+    ----------
+    raw : array_like
+        A non-negative array (not checked; negative entries are kept as they are).
+
+    Returns
+    -------
+    numpy.ndarray
+        Float array of the same shape summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If ``raw`` cannot be converted to a float array (from numpy).
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 1 (the output s_hat / ||s_hat||_1).
+    """
     raw = np.asarray(raw, dtype=float)
     total = raw.sum()
     if total > 0:

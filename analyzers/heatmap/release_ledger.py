@@ -32,6 +32,11 @@ ledger uses too): JSON lines, each entry hash-chained to the one before, its hea
 lock, so two analyzers racing on one round cannot both record it; a ledger that does not
 verify (an entry edited or deleted, the ledger truncated) refuses every release until it is
 repaired (fail closed).
+
+References
+----------
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -73,6 +78,23 @@ def sums_digest(digest: bytes, n_users: int, sums: np.ndarray) -> str:
         Users whose messages are in the sums.
     sums : ndarray
         The sums mod q per coordinate.
+
+    Returns
+    -------
+    str
+        The 64-character hex digest.
+
+    Raises
+    ------
+    TypeError
+        If ``digest`` is not bytes-like or ``sums`` not numeric.
+    OverflowError
+        If ``n_users`` is negative or does not fit in 8 bytes.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the guarantee covers one release per round; the digest tells a repeat
+    of that release from a new one).
     """
     h = hashlib.sha256(b"shuffledp release sums\x00")
     h.update(bytes(digest))
@@ -193,7 +215,27 @@ PROCESS_LEDGER = ReleaseLedger(None)
 
 
 def as_ledger(ledger: ReleaseLedger | str | os.PathLike[str] | None) -> ReleaseLedger:
-    """A :class:`ReleaseLedger` from a ledger, a path, or None (this process's ledger)."""
+    """A :class:`ReleaseLedger` from a ledger, a path, or None (this process's ledger).
+
+    Parameters
+    ----------
+    ledger : ReleaseLedger, path-like or None
+        A ledger, the path of a ledger file, or None for :data:`PROCESS_LEDGER`.
+
+    Returns
+    -------
+    ReleaseLedger
+        ``ledger`` itself, a ledger on the path, or the process's ledger.
+
+    Raises
+    ------
+    TypeError
+        If ``ledger`` is none of these.
+
+    References
+    ----------
+    [Ghazi23]_ App. F (the guarantee covers one release per round).
+    """
     if ledger is None:
         return PROCESS_LEDGER
     if isinstance(ledger, ReleaseLedger):

@@ -21,8 +21,8 @@ dense (HW x HW) kernel.
 
 References
 ----------
-.. [Ghazi23] B. Ghazi, J. He, K. Kohlhoff, R. Kumar, P. Manurangsi, V. Navalpakkam,
-   N. Valliappan, "Differentially Private Heatmaps", AAAI 2023. arXiv:2211.13454.
+.. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
     ndarray, shape (height, width)
         ``H[r, c] = sum_{r', c'} K(r - r', c - c') p[r', c'] / Z(r', c')``; non-negative with
         ``H.sum() == p.sum()`` up to rounding.
+
+    Raises
+    ------
+    TypeError
+        If ``p`` is not a numeric array or ``sigma`` not a real number.
+    ValueError
+        If ``p`` is not 2-D, non-negative and finite, or ``sigma`` is negative or not finite.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 2.3 (the heatmap H_p^sigma and its normalisation Z).
     """
     arr = _iv_map("p", p)
     try:
@@ -101,6 +112,30 @@ def auto_bandwidth(height: int, width: int, n_hat: float, epsilon: float) -> flo
     released (noisy) count, e.g. ``HeatmapRelease.raw.sum()``, so using it is
     post-processing. Chosen on the built-in synthetic mixture at n in {200, 600, 2000} and
     eps = 1 (``python bench/heatmap_kl_sim.py``), not tuned on the data being released.
+
+    Parameters
+    ----------
+    height, width : int
+        The grid's shape.
+    n_hat : float
+        A released (noisy) user count; values below 1 count as 1.
+    epsilon : float
+        The release's epsilon.
+
+    Returns
+    -------
+    float
+        The bandwidth in pixels, in [1, max(1, max(height, width) / 8)].
+
+    Raises
+    ------
+    TypeError, ValueError
+        If an argument is not a number (from ``float``); the values are not checked.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 2.3 (the Gaussian filter); the rule itself is this package's, chosen with
+    ``bench/heatmap_kl_sim.py``, not the paper's.
     """
     side = float(max(height, width))
     load = max(float(n_hat), 1.0) * float(epsilon)
@@ -113,7 +148,30 @@ def auto_floor(n_hat: float, epsilon: float) -> float:
     small epsilon) leans towards the uniform map, which is all the Laplace baseline shows
     there, and a strong one keeps its detail. ``n_hat`` is a released count (post-processing).
     Chosen on the built-in mixture at n in {200, 2000}, eps in {0.1, 0.5, 1, 2}
-    (``python bench/heatmap_kl_sim.py``)."""
+    (``python bench/heatmap_kl_sim.py``).
+
+    Parameters
+    ----------
+    n_hat : float
+        A released (noisy) user count; values below 1 count as 1.
+    epsilon : float
+        The release's epsilon.
+
+    Returns
+    -------
+    float
+        The floor, in [SMOOTHING_FLOOR, 0.45].
+
+    Raises
+    ------
+    TypeError, ValueError
+        If an argument is not a number (from ``float``); the values are not checked.
+
+    References
+    ----------
+    [Ghazi23]_ Sec. 4 (the Laplace baseline it is compared with); the rule itself is this
+    package's, chosen with ``bench/heatmap_kl_sim.py``, not the paper's.
+    """
     load = max(float(n_hat), 1.0) * float(epsilon)
     return float(min(max(4.0 / np.sqrt(load), SMOOTHING_FLOOR), 0.45))
 
@@ -148,6 +206,19 @@ def smooth_estimate(estimate: Any, bandwidth: float, *, weight: float = SMOOTHIN
     -------
     ndarray
         Non-negative, sums to 1, positive everywhere when ``floor > 0``.
+
+    Raises
+    ------
+    TypeError
+        If ``estimate`` is not a numeric array.
+    ValueError
+        If ``estimate`` is not 2-D, non-negative and finite with a positive total,
+        ``bandwidth`` is not finite and > 0, or ``weight``/``floor`` break
+        ``weight, floor >= 0, weight + floor < 1``.
+
+    References
+    ----------
+    [Ghazi23]_ Alg. 2 (Reconstruct, whose top-w output is sparse) and Sec. 2.3 (the filter).
     """
     a = _iv_map("estimate", estimate)
     total = a.sum()
@@ -228,6 +299,20 @@ def render_png(
     -------
     pathlib.Path
         The path written.
+
+    Raises
+    ------
+    ValueError
+        If ``panels`` is empty or not a sequence of (title, 2-D non-negative finite array)
+        pairs, ``min_size`` is not an integer >= 1, or ``origin`` is unknown.
+    TypeError
+        If a panel's array is not numeric.
+    OSError
+        If the file cannot be written.
+
+    References
+    ----------
+    [Ghazi23]_ Fig. 1-2 (true, baseline and private heatmaps side by side).
     """
     from PIL import Image, ImageDraw
 

@@ -36,10 +36,10 @@ mass 1.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [KOV16] P. Kairouz, K. Bonawitz, D. Ramage, "Discrete Distribution Estimation under
-   Local Privacy", ICML 2016 (k-randomised response).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
+.. [KOV16] Kairouz et al. (2016), "Discrete distribution estimation under local privacy"
+   (k-randomised response) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -128,6 +128,32 @@ def product_emd(s: int, t: int, r: float, p: Any, q: Any) -> float:
     module docstring), the tree case of
     :func:`shuffledp.encoders.metric.transport.transport_cost`; p and q may be signed (an
     unbiased estimate) but must have the same sum up to 1e-9.
+
+    Parameters
+    ----------
+    s, t : int
+        Clusters and items per cluster (>= 1); the domain has k = s t items.
+    r : float
+        Weight of the within-cluster distance, in (0, 1].
+    p, q : array_like, shape (s t,)
+        Finite vectors of equal total (may be signed).
+
+    Returns
+    -------
+    float
+        d_EM(p, q).
+
+    Raises
+    ------
+    TypeError
+        If ``s`` or ``t`` is not an integer or ``r`` not a real number.
+    ValueError
+        If ``s`` or ``t`` < 1, ``r`` is outside (0, 1], ``p`` or ``q`` is not a finite vector
+        of shape (s t,), or their totals differ by more than 1e-9.
+
+    References
+    ----------
+    [Imola]_ Sec. 6 (the product metric on B x C of the frequency-estimation experiments).
     """
     s, t = v.count("s", s), v.count("t", t)
     r = v.interval("r", r, 0.0, 1.0, open_high=False)
@@ -206,6 +232,17 @@ def freq_est_local(
     ValueError
         Bad input, both or neither of alpha0 / target_alpha, or a Thm 4.4 bound that is not
         valid (refused).
+
+    Returns
+    -------
+    FreqRelease
+        The debiased frequency estimate with its (alpha, delta') d_EM-DP guarantee, the Thm 4.4
+        bound, and the baseline's release when ``baseline`` is given.
+
+    References
+    ----------
+    [Imola]_ Alg. 4, Thm 4.4, Thm 6.6 (local) and Cor. 6.8 (central); [KOV16]_ (the k-RR
+    baseline).
     """
     if (alpha0 is None) == (target_alpha is None):
         raise ValueError(f"give exactly one of alpha0 and target_alpha, got alpha0={alpha0!r}, "
@@ -220,7 +257,7 @@ def freq_est_local(
     r = v.interval("r", r, 0.0, 1.0, open_high=False)
     items = as_user_items(users, s * t)
     n, m = items.shape
-    if target_alpha is not None:
+    if alpha0 is None:  # then target_alpha is given (exactly one of the two, checked above)
         target_alpha = v.positive("target_alpha", target_alpha)
         alpha0 = emd_itemwise_alpha0(target_alpha, m, delta, model,
                                      n if model == "central" else None,
@@ -273,6 +310,39 @@ def choose_freq_mechanism(n: int, m: int, s: int, t: int, r: float, delta: float
     dict
         ``choice`` ("gkrr" or "hadamard"), ``predicted_emd`` (mean d_EM error of each on the
         synthetic data), ``rule`` (in words).
+
+    Parameters
+    ----------
+    n, m : int
+        Users and items per user.
+    s, t : int
+        Clusters and items per cluster (>= 1).
+    r : float
+        Weight of the within-cluster distance, in (0, 1].
+    delta : float
+        delta of Thm 4.3, in (0, 1).
+    model : {"local", "central"}
+        Who shuffles; ``"central"`` always chooses GKRR.
+    alpha0, target_alpha : float, optional
+        As in :func:`freq_est_local`: exactly one of them.
+    baseline_epsilon : float, optional
+        epsilon of the Hadamard-response candidate (default alpha r).
+    max_delta_out : float, default 1e-3
+        Largest acceptable delta'.
+    reps : int, optional
+        Simulations per candidate (>= 1).
+
+    Raises
+    ------
+    TypeError
+        If a count is not an integer or a parameter not a real number.
+    ValueError
+        On bad parameters (as :func:`freq_est_local`), or a Thm 4.4 bound that is not valid for
+        the simulated GKRR release.
+
+    References
+    ----------
+    [Imola]_ Alg. 4, Thm 6.6, Lemma 6.4, Cor. 6.8, Table 2(b).
     """
     model = v.choice("model", model, ("local", "central"))
     if model == "central":
@@ -291,9 +361,11 @@ def choose_freq_mechanism(n: int, m: int, s: int, t: int, r: float, delta: float
                              target_alpha=target_alpha, baseline_epsilon=baseline_epsilon,
                              baseline="hadamard", max_delta_out=max_delta_out, rng=gen)
         errs["gkrr"].append(product_emd(s, t, r, rel.estimate, truth))
+        if rel.baseline is None:  # pragma: no cover - baseline="hadamard" always attaches one
+            raise AssertionError("freq_est_local(baseline='hadamard') returned no baseline")
         errs["hadamard"].append(product_emd(s, t, r, rel.baseline.estimate, truth))
     pred = {name: float(np.mean(e)) for name, e in errs.items()}
-    return {"choice": min(pred, key=pred.get), "predicted_emd": pred,
+    return {"choice": min(pred, key=pred.__getitem__), "predicted_emd": pred,
             "rule": f"smaller mean d_EM error over {reps} simulations on public synthetic "
                     f"data of the same shape (n={n}, m={m}, k={k}; home cluster Zipf(1), "
                     "90% of items in it), seeded by the public parameters"}

@@ -25,10 +25,9 @@ its complement.
 
 References
 ----------
-.. [ASZ19] J. Acharya, Z. Sun, H. Zhang, "Hadamard Response: Estimating Distributions
-   Privately, Efficiently, and with Little Communication", AISTATS 2019.
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [ASZ19] Acharya et al. (2019), "Hadamard response" -- full entry in docs/references.md
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -71,13 +70,63 @@ def _parity(a: np.ndarray) -> np.ndarray:
 
 
 def hadamard_weights(epsilon: float) -> tuple[int, int]:
-    """(w_in, w_out) = (floor(2^24 e^eps), 2^24): realised epsilon ln(w_in/w_out) <= eps."""
+    """(w_in, w_out) = (floor(2^24 e^eps), 2^24): realised epsilon ln(w_in/w_out) <= eps.
+
+    Parameters
+    ----------
+    epsilon : float
+        The budget, > 0.
+
+    Returns
+    -------
+    tuple of int
+        (w_in, w_out).
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive and finite.
+
+    References
+    ----------
+    [ASZ19]_ (Hadamard response); the integer weights make the sampler exact.
+    """
     return rr_weights(epsilon, _W_OUT)
 
 
 def hadamard_sample(x: np.ndarray, K: int, epsilon: float,
                     rng: RngLike | SecureRandom = None) -> np.ndarray:
-    """One epsilon-Hadamard-response report in [0, K) per item x (0 <= x < K - 1)."""
+    """One epsilon-Hadamard-response report in [0, K) per item x (0 <= x < K - 1).
+
+    Parameters
+    ----------
+    x : numpy.ndarray of int
+        Items, 0 <= x < K - 1 (not checked).
+    K : int
+        A power of two larger than the domain size.
+    epsilon : float
+        The budget, > 0.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure randomness. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        One report in [0, K) per item.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive, or K (w_in + w_out) / 2 reaches 2^62.
+
+    References
+    ----------
+    [ASZ19]_ (Hadamard response: report in C_x with probability e^eps / (1 + e^eps)).
+    """
     w_in, w_out = hadamard_weights(epsilon)
     half = K // 2
     total = half * (w_in + w_out)
@@ -116,6 +165,19 @@ def user_level_hadamard(users: Any, k: int, epsilon: float,
     BaselineRelease
         ``estimate`` the closed-form unbiased estimate of K~, ``reports`` the histogram of
         the n reports over [0, K), ``epsilon`` the realised ln(w_in / w_out).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` does not hold integers, ``k`` is not an integer or ``epsilon`` not a real
+        number.
+    ValueError
+        If ``users`` is ragged, empty or holds items outside 0..k-1, ``k`` < 2, ``epsilon`` is
+        not positive, or the exact sampler would overflow.
+
+    References
+    ----------
+    [ASZ19]_ (Hadamard response); [Imola]_ Lemma 6.4 (user-level DP of one sampled item).
     """
     items, k, eps = iv_user_level(users, k, epsilon)
     n, m = items.shape

@@ -21,8 +21,8 @@ numpy Generator is given for a research run, in which case the release carries t
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -95,6 +95,30 @@ def as_user_items(users: Any, k: int) -> np.ndarray:
 
     Raises ValueError naming ``users`` for ragged input (bounded d_EM-DP needs equal sizes),
     items outside 0..k-1, or an empty input.
+
+    Parameters
+    ----------
+    users : array_like, shape (n, m), or sequence of sequences
+        Each user's item indices.
+    k : int
+        Domain size.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, m)
+        The users' items.
+
+    Raises
+    ------
+    TypeError
+        If the items are not integers.
+    ValueError
+        For ragged input (bounded d_EM-DP needs equal sizes), an empty input, or items outside
+        0..k-1.
+
+    References
+    ----------
+    [Imola]_ Sec. 3 (bounded d_EM-DP: every user holds m items, m public).
     """
     if isinstance(users, np.ndarray):
         arr = users
@@ -120,7 +144,7 @@ def as_user_items(users: Any, k: int) -> np.ndarray:
 
 def _shuffle(values: np.ndarray, rng: RngLike | SecureRandom) -> None:
     """Shuffle a 1-D array in place: secure unless ``rng`` is a seed or a Generator."""
-    if not is_seeded(rng):
+    if rng is None or isinstance(rng, SecureRandom):
         secure_shuffle(values, rng)
     else:
         as_generator(rng).shuffle(values)
@@ -157,6 +181,16 @@ def priv_emd_itemwise(
     ValueError
         Bad input, or a bound that is not valid (the Thm 4.3 condition fails or delta' is
         vacuous); the message carries the accountant's notes.
+
+    Returns
+    -------
+    ItemwiseRelease
+        The shuffled item outputs (one array in the central model, one row per user in the
+        local model) with the Thm 4.4 (alpha, delta') guarantee and bound.
+
+    References
+    ----------
+    [Imola]_ Alg. 2, Thm 4.3, Thm 4.4.
     """
     if not isinstance(mechanism, ItemMechanism):
         raise TypeError(f"mechanism must be an ItemMechanism, got mechanism={mechanism!r:.60}")
@@ -164,7 +198,8 @@ def priv_emd_itemwise(
     items = as_user_items(users, mechanism.space.k)
     n, m = items.shape
     seeded = is_seeded(rng)
-    if seeded:  # one research stream for the item noise and the shuffle, not two copies
+    if rng is not None and not isinstance(rng, SecureRandom):
+        # seeded: one research stream for the item noise and the shuffle, not two copies
         rng = as_generator(rng)
     bound = emd_itemwise(mechanism.alpha0, m, delta, model, n if model == "central" else None,
                          max_delta_out=max_delta_out)
@@ -180,6 +215,8 @@ def priv_emd_itemwise(
         for row in out:
             _shuffle(row, rng)
     notes = (SEEDED_NOTE,) if seeded else ()
+    if bound.guarantee is None:  # pragma: no cover - emd_itemwise always attaches one
+        raise AssertionError("emd_itemwise returned a bound without a guarantee")
     g = dataclasses.replace(
         bound.guarantee,
         parameters={**bound.guarantee.parameters, "mechanism": mechanism.name,

@@ -35,12 +35,11 @@ use the bounded reduction of [Imola]_ Sec. 5 first.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint).
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level" -- full entry in
+   docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP" -- full entry in
+   docs/references.md
+.. [Mironov12] Mironov (2012), "Least significant bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -172,9 +171,34 @@ def lipschitz_constant(space: MetricSpace, table: Any,
 
     Integer tables (exact differences below 2^53) give the exact ratio rounded up by a
     relative 2^-48; float tables the float ratio rounded up the same way.
+
+    Parameters
+    ----------
+    space : MetricSpace
+        The items' metric space (k points).
+    table : array_like, shape (k,) or (k, d)
+        f's value at each point, finite.
+    norm : {1, 2}
+        The norm p of the differences.
+
+    Returns
+    -------
+    tuple
+        (L, (x, x')): the constant, rounded up, and a pair attaining it.
+
+    Raises
+    ------
+    TypeError
+        If ``table`` is not numeric.
+    ValueError
+        If ``table`` has the wrong shape or non-finite entries, or ``norm`` is not 1 or 2.
+
+    References
+    ----------
+    [Imola]_ Thm 4.1 (the query's sensitivity is the Lipschitz constant of f).
     """
     tab = _as_table(table, space.k)
-    v.choice("norm", str(norm), ("1", "2"))
+    norm = int(v.choice("norm", str(norm), ("1", "2")))  # "1" is the l1 norm too, not l2
     d = np.asarray(space.distances)
     best, arg = 0.0, (0, 0)
     for lo in range(0, space.k, _ROWS):
@@ -192,7 +216,34 @@ def default_resolution(noise_scale: float, lipschitz: float = 0.0,
                        min_distance: float = 1.0) -> int:
     """The smallest power of two R with 1/(2R) <= noise_scale / QUANT_MARGIN and
     1 / (R l d_min) <= 2^-10 (rounding f inflates its Lipschitz constant by at most
-    1 / d_min, i.e. the noise by 1 / (R l d_min) relative); 2^30 for a constant query."""
+    1 / d_min, i.e. the noise by 1 / (R l d_min) relative); 2^30 for a constant query.
+
+    Parameters
+    ----------
+    noise_scale : float
+        The noise scale in the query's units; <= 0 for a constant query.
+    lipschitz : float, default 0
+        The Lipschitz constant l of f (0: no second condition).
+    min_distance : float, default 1
+        d_min, the smallest distance between two points.
+
+    Returns
+    -------
+    int
+        R, a power of two.
+
+    Raises
+    ------
+    ValueError
+        If the arguments make the required R infinite or NaN (from :func:`math.log2`); the
+        values are not otherwise checked.
+
+    References
+    ----------
+    [Imola]_ Alg. 1 (PrivEMDLinear); the rounding to multiples of 1/R lets the noise be the
+    exact integer sampler of [CKS20]_ instead of the floating-point Laplace [Mironov12]_
+    attacks.
+    """
     if noise_scale <= 0:
         return 1 << 30
     need = QUANT_MARGIN / (2.0 * noise_scale)
@@ -251,6 +302,17 @@ def priv_emd_linear(
     ValueError
         Bad input, f not ``lipschitz``-Lipschitz, or integer sums / noise that would not
         fit the exact integer arithmetic (lower ``resolution``).
+
+    Returns
+    -------
+    LinearRelease
+        The noisy query values with the (alpha, 0)- or (alpha, delta)-bounded d_EM-DP
+        guarantee, the resolution, sensitivity, noise parameters and error scales.
+
+    References
+    ----------
+    [Imola]_ Alg. 1, Thm 4.1, Lemma 4.2; [CKS20]_ Thm 14, Cor. 13 (the discrete Gaussian
+    variant); [Mironov12]_ (why the noise is exact).
     """
     if not isinstance(space, MetricSpace):
         raise TypeError(f"space must be a MetricSpace, got space={space!r:.60}")
@@ -299,7 +361,8 @@ def priv_emd_linear(
         noisy = sums + discrete_laplace_for(alpha, sens, sums.size, rng).reshape(sums.shape)
         scale_q = t / s / divisor / R
     else:
-        sigma2 = metric_gaussian_sigma2(alpha, delta, sens)
+        # noise == "gaussian": delta was checked to be a probability above
+        sigma2 = metric_gaussian_sigma2(alpha, cast(float, delta), sens)
         z = discrete_gaussian_exact(sigma2, sums.size, rng).reshape(sums.shape)
         noisy, scale_q = sums + z, math.sqrt(sigma2) / divisor / R
     values = noisy / (divisor * R)
@@ -328,6 +391,37 @@ def user_level_linear(users: Any, k: int, f: Any, epsilon: float, model: str = "
     max ||f(x) - f(x')||_1, and any two datasets of size m are at d_EM <= 1, so the
     (epsilon, 0)-bounded d_EM-DP release is epsilon-DP against replacing a user's whole
     dataset. Exact discrete Laplace noise as in :func:`priv_emd_linear`.
+
+    Parameters
+    ----------
+    users : array_like, shape (n, m)
+        Item indices 0..k-1 of each user's dataset.
+    k : int
+        Domain size, >= 2.
+    f : array_like, shape (k,) or (k, d)
+        The linear query's values.
+    epsilon : float
+        The user-level budget, > 0.
+    model : {"local", "central"}
+        Who adds the noise.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure noise. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    LinearRelease
+        As :func:`priv_emd_linear`, with a pure replace-one guarantee.
+
+    Raises
+    ------
+    TypeError
+        If ``k`` is not an integer, ``f`` or ``users`` not numeric/integer.
+    ValueError
+        On bad input as in :func:`priv_emd_linear`.
+
+    References
+    ----------
+    [Imola]_ Sec. 6 (the user-level baselines).
     """
     k = v.count("k", k, 2)
     discrete = MetricSpace(np.ones((k, k)) - np.eye(k), name=f"discrete {k}", scale=1.0)
@@ -348,7 +442,34 @@ def _sums(items: np.ndarray, F: np.ndarray, model: str) -> np.ndarray:
 
 
 def query_value(users: Any, space: MetricSpace, f: Any) -> np.ndarray:
-    """The non-private answer: mean over all users' items of f (float64, shape (d,))."""
+    """The non-private answer: mean over all users' items of f (float64, shape (d,)).
+
+    Parameters
+    ----------
+    users : array_like, shape (n, m)
+        Item indices of each user's dataset.
+    space : MetricSpace
+        The items' metric space (k points).
+    f : array_like, shape (k,) or (k, d)
+        The query's values.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d,)
+        The mean of f over all users' items.
+
+    Raises
+    ------
+    TypeError
+        If ``users`` does not hold integers or ``f`` is not numeric.
+    ValueError
+        If ``users`` is ragged, empty or outside 0..k-1, or ``f`` has the wrong shape or
+        non-finite values.
+
+    References
+    ----------
+    [Imola]_ Alg. 1 (the linear query PrivEMDLinear answers).
+    """
     items = as_user_items(users, space.k)
     return _as_table(f, space.k)[items.ravel()].mean(axis=0)
 

@@ -18,8 +18,8 @@ numpy Generator (research).
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint). Alg. 3, Thm 5.3, Def. 5.1-5.2.
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level", Alg. 3, Thm 5.3, Def. 5.1-5.2 --
+   full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -63,6 +63,32 @@ def sample_with_replacement(datasets: Sequence[Any], s: int,
     """(n, s) items: s uniform draws with replacement from each user's dataset ([Imola]_ Alg. 3).
 
     ``datasets[j]`` is a non-empty 1-d sequence of item indices (any sizes).
+
+    Parameters
+    ----------
+    datasets : sequence of array_like
+        Each user's items: a non-empty 1-d integer array (at most 2^32 items).
+    s : int
+        Draws per user, >= 1.
+    rng : None, SecureRandom, int or Generator
+        ``None``: secure randomness. A seed or Generator: reproducible evaluation.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, s)
+        The draws, one row per user.
+
+    Raises
+    ------
+    TypeError
+        If ``s`` is not an integer.
+    ValueError
+        If ``s`` < 1, ``datasets`` is empty, or a dataset is not a non-empty 1-d integer array
+        or holds more than 2^32 items.
+
+    References
+    ----------
+    [Imola]_ Alg. 3 (BoundedEMDReduction's sampling step).
     """
     s = v.count("s", s)
     rows = []
@@ -118,9 +144,21 @@ def bounded_emd_reduction(
 
     Raises
     ------
+    TypeError
+        If ``mechanism`` is not callable.
     ValueError
         Bad input, or a mechanism whose release is not a bounded d_EM-DP guarantee or whose
         delta exceeds ``delta``.
+
+    Returns
+    -------
+    ReductionRelease
+        The inner mechanism's release, the dataset sizes, the Thm 5.3 bound and the discrete
+        d_EM-DP guarantee (epsilon of Thm 5.3, 2 delta).
+
+    References
+    ----------
+    [Imola]_ Alg. 3, Thm 5.3, Def. 5.1-5.2.
     """
     if not callable(mechanism):
         raise TypeError(f"mechanism must be callable, got mechanism={mechanism!r:.60}")
@@ -133,6 +171,8 @@ def bounded_emd_reduction(
     if g.delta > delta:
         raise ValueError(f"the mechanism's delta={g.delta!r} exceeds delta={delta!r}")
     bound = reduction_epsilon(g.epsilon, r, s, delta, g.model)
+    if bound.guarantee is None:  # pragma: no cover - reduction_epsilon always attaches one
+        raise AssertionError("reduction_epsilon returned a bound without a guarantee")
     sizes = np.array([np.asarray(d).size for d in datasets], dtype=np.int64)
     out = Guarantee(
         notion=bound.guarantee.notion, model=g.model, epsilon=bound.epsilon,

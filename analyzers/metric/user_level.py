@@ -4,8 +4,8 @@ Hadamard response is in :mod:`shuffledp.analyzers.metric.hadamard_response`.
 
 References
 ----------
-.. [Imola] J. Imola, A. Roy Chowdhury, K. Chaudhuri, "Metric Differential Privacy at the
-   User-Level" (preprint), Sec. 6 (the user-level baselines).
+.. [Imola] Imola et al. (preprint), "Metric DP at the user-level", Sec. 6 (the user-level
+   baselines) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -82,6 +82,19 @@ def user_level_krr(users: Any, k: int, epsilon: float,
     BaselineRelease
         The unbiased estimate (v - q) / (p - q) with p, q the exact k-RR probabilities of
         the integer weights, and an epsilon-DP local guarantee (replace one user).
+
+    Raises
+    ------
+    TypeError
+        If ``users`` does not hold integers, ``k`` is not an integer or ``epsilon`` not a real
+        number.
+    ValueError
+        If ``users`` is ragged, empty or holds items outside 0..k-1, ``k`` < 2, or ``epsilon``
+        is not positive.
+
+    References
+    ----------
+    [Imola]_ Sec. 6 (the user-level baselines, Lemma 6.4).
     """
     items, k, eps = iv_user_level(users, k, epsilon)
     n, m = items.shape

@@ -2,8 +2,8 @@
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019.
-   arXiv:1910.03553.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms" -- full entry in
+   docs/references.md
 """
 
 from shuffledp.analyzers.privhist.baselines import prevalence_baseline, sorted_count_baseline

@@ -29,12 +29,12 @@ the release is (eps1 + eps2)-DP by basic composition, eps1 = 0 when the length i
 
 References
 ----------
-.. [Hay09] M. Hay, C. Li, G. Miklau, D. Jensen, "Accurate Estimation of the Degree
-   Distribution of Private Networks", ICDM 2009 (noisy sorted degrees + isotonic regression).
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Def. 1, Lemma 1, Sec. 4.1, App. C.1.3. arXiv:1910.03553.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Alg. 2. arXiv:2004.00010.
+.. [Hay09] Hay et al. (2009), "Degree distribution of private networks" (noisy sorted degrees +
+   isotonic regression) -- full entry in docs/references.md
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Def. 1, Lemma 1, Sec.
+   4.1, App. C.1.3 -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Alg. 2 -- full entry in
+   docs/references.md
 """
 
 from __future__ import annotations
@@ -101,13 +101,57 @@ def _release(hist: AnonHistogram, N: int | None, e1: float, e2: float, sensitivi
 
 
 def padded_sorted_counts(h: AnonHistogram, length: int) -> np.ndarray:
-    """(n_(1), ..., n_(K)): the sorted counts cut or zero-padded to ``length`` = K."""
+    """(n_(1), ..., n_(K)): the sorted counts cut or zero-padded to ``length`` = K.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    length : int
+        K, >= 0.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (K,)
+        The counts in decreasing order, cut or zero-padded.
+
+    Raises
+    ------
+    ValueError
+        If ``length`` is negative (from numpy).
+
+    References
+    ----------
+    [Hay09]_ (noisy sorted degrees); [Suresh19]_ Def. 1, Lemma 1 (l1-sensitivity 1).
+    """
     s = h.sorted_counts()[:length]
     return np.concatenate([s, np.zeros(length - s.size, dtype=np.int64)])
 
 
 def clipped_prevalences(h: AnonHistogram, cap: int) -> np.ndarray:
-    """(phi_1, ..., phi_C) with every count above ``cap`` = C counted at C."""
+    """(phi_1, ..., phi_C) with every count above ``cap`` = C counted at C.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    cap : int
+        C, >= 1.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (C,)
+        phi_1..phi_C, counts above C counted at C.
+
+    Raises
+    ------
+    ValueError
+        If ``cap`` is negative (from numpy).
+
+    References
+    ----------
+    [Suresh19]_ Sec. 4.1 (noisy prevalences, l1-sensitivity 2).
+    """
     out = np.zeros(cap, dtype=np.int64)
     np.add.at(out, np.minimum(h.counts, cap) - 1, h.prevalences)
     return out
@@ -139,6 +183,19 @@ def sorted_count_baseline(
     -------
     PrivHistRelease
         (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Hay09]_, [Suresh19]_ Def. 1).
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or a number argument has the wrong type.
+    ValueError
+        If ``epsilon`` is not positive, ``length`` is outside [1, 2^26], or the length derived
+        from the noisy total exceeds 2^26.
+
+    References
+    ----------
+    [Hay09]_ (noisy sorted counts + isotonic regression); [Suresh19]_ Def. 1, Lemma 1;
+    [CKS20]_ Alg. 2 (exact discrete Laplace).
     """
     h = as_histogram("h", h)
     seeded = is_seeded(rng)
@@ -178,6 +235,18 @@ def prevalence_baseline(
     -------
     PrivHistRelease
         (eps1 + eps2)-DP under :attr:`Neighbour.SORTED_L1` ([Suresh19]_ Sec. 4.1).
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or a number argument has the wrong type.
+    ValueError
+        If ``epsilon`` is not positive, ``cap`` is outside [1, 2^26], or the cap derived from
+        the noisy total exceeds 2^26.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 4.1, App. C.1.3; [CKS20]_ Alg. 2 (exact discrete Laplace).
     """
     h = as_histogram("h", h)
     seeded = is_seeded(rng)

@@ -14,8 +14,8 @@ distance is 1 ([Suresh19]_ Def. 1): one label's count differs by one.
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Lemma 1, Def. 1, eq. (3). arXiv:1910.03553.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Lemma 1, Def. 1, eq.
+   (3) -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -149,6 +149,25 @@ def sorted_l1(h1: AnonHistogram, h2: AnonHistogram) -> int:
     Runs on the prevalence forms: the sorted-count sequences are run-length encoded, the
     runs are cut at the union of their boundaries and each piece contributes
     length * |difference|. Time O(len(h1) + len(h2)).
+
+    Parameters
+    ----------
+    h1, h2 : AnonHistogram
+        The two histograms.
+
+    Returns
+    -------
+    int
+        The sorted l1 distance (exact).
+
+    Raises
+    ------
+    TypeError
+        If ``h1`` or ``h2`` is not an AnonHistogram.
+
+    References
+    ----------
+    [Suresh19]_ eq. (3) (the sorted l1 distance) and Lemma 1.
     """
     for name, h in (("h1", h1), ("h2", h2)):
         if not isinstance(h, AnonHistogram):
@@ -196,6 +215,28 @@ def parse_frequency_list(lines: Iterable[str], source: str = "input") -> AnonHis
 
     Blank lines and lines starting with ``#`` are skipped; the two forms may be mixed and
     repeated counts are added up. Errors name ``source`` and the 1-based line number.
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The lines of the list.
+    source : str, default "input"
+        Name of the input, for the error messages.
+
+    Returns
+    -------
+    AnonHistogram
+        The histogram.
+
+    Raises
+    ------
+    ValueError
+        On a malformed line, a count or prevalence outside [1, 2^52], or a list with no count
+        line.
+
+    References
+    ----------
+    [Suresh19]_ Def. 1 (the anonymized histogram in prevalence form).
     """
     acc: dict[int, int] = {}
     for lineno, raw in enumerate(lines, start=1):
@@ -206,14 +247,36 @@ def parse_frequency_list(lines: Iterable[str], source: str = "input") -> AnonHis
         acc[r] = acc.get(r, 0) + phi
     if not acc:
         raise ValueError(f"{source}: the frequency list is empty (no count lines)")
-    r = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
-    phi = np.fromiter(acc.values(), dtype=np.int64, count=len(acc))
-    order = np.argsort(r)
-    return AnonHistogram._trusted(r[order], phi[order])
+    counts = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
+    prevalences = np.fromiter(acc.values(), dtype=np.int64, count=len(acc))
+    order = np.argsort(counts)
+    return AnonHistogram._trusted(counts[order], prevalences[order])
 
 
 def load_frequency_list(path: str | os.PathLike[str]) -> AnonHistogram:
-    """Read a frequency list file (see :func:`parse_frequency_list`)."""
+    """Read a frequency list file (see :func:`parse_frequency_list`).
+
+    Parameters
+    ----------
+    path : path-like
+        The file, UTF-8 text.
+
+    Returns
+    -------
+    AnonHistogram
+        The histogram.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read.
+    ValueError
+        If it is not UTF-8 or not a valid frequency list (:func:`parse_frequency_list`).
+
+    References
+    ----------
+    [Suresh19]_ Def. 1.
+    """
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as fh:
@@ -223,14 +286,55 @@ def load_frequency_list(path: str | os.PathLike[str]) -> AnonHistogram:
 
 
 def write_frequency_list(h: AnonHistogram, path: str | os.PathLike[str]) -> None:
-    """Write ``h`` as ``count,prevalence`` lines (readable by :func:`load_frequency_list`)."""
+    """Write ``h`` as ``count,prevalence`` lines (readable by :func:`load_frequency_list`).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    path : path-like
+        The file to write (replaced if it exists).
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written.
+    AttributeError
+        If ``h`` is not an AnonHistogram.
+
+    References
+    ----------
+    [Suresh19]_ Def. 1 (prevalence form: one ``count,prevalence`` line per distinct count).
+    """
     with open(os.fspath(path), "w", encoding="utf-8") as fh:
         for r, phi in zip(h.counts, h.prevalences):
             fh.write(f"{int(r)},{int(phi)}\n")
 
 
 def as_histogram(name: str, value: Any) -> AnonHistogram:
-    """``value`` if it is an AnonHistogram, else a TypeError naming ``name``."""
+    """``value`` if it is an AnonHistogram, else a TypeError naming ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The argument's name, for the message.
+    value : object
+        The value to check.
+
+    Returns
+    -------
+    AnonHistogram
+        ``value``.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not an AnonHistogram.
+
+    References
+    ----------
+    [Suresh19]_ Def. 1.
+    """
     if not isinstance(value, AnonHistogram):
         raise TypeError(
             f"{name} must be an AnonHistogram (AnonHistogram.from_counts / from_prevalences), "

@@ -15,14 +15,13 @@ Counts in H above N are clipped to N (as the plug-in estimators do).
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Sec. 3.2, Corollary 1. arXiv:1910.03553.
-.. [Miller55] G. A. Miller, "Note on the bias of information estimates", Information Theory
-   in Psychology, 1955.
-.. [OSW16] A. Orlitsky, A. T. Suresh, Y. Wu, "Optimal prediction of the number of unseen
-   species", PNAS 2016, Thm 2 (Poisson-smoothed Good-Toulmin).
-.. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
-   Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Sec. 3.2, Corollary 1
+   -- full entry in docs/references.md
+.. [Miller55] Miller (1955), "Bias of information estimates" -- full entry in docs/references.md
+.. [OSW16] Orlitsky et al. (2016), "Optimal prediction of the number of unseen species", Thm 2
+   (Poisson-smoothed Good-Toulmin) -- full entry in docs/references.md
+.. [Acharya17] Acharya et al. (2017), "Unified maximum likelihood for symmetric properties" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -63,14 +62,70 @@ class LinearEstimates:
 
 
 def miller_madow_entropy(h: AnonHistogram, n: int) -> float:
-    """Miller-Madow entropy (nats) of ``h`` with total ``n`` ([Miller55]_)."""
+    """Miller-Madow entropy (nats) of ``h`` with total ``n`` ([Miller55]_).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram (counts above ``n`` are clipped to ``n``).
+    n : int
+        Its total, >= 1.
+
+    Returns
+    -------
+    float
+        The plug-in entropy plus (support - 1) / (2 n); 0.0 for an empty histogram.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n`` not an integer.
+    ValueError
+        If ``n`` < 1.
+
+    References
+    ----------
+    [Miller55]_ (the bias correction); [Suresh19]_ Sec. 3.2, Corollary 1 (linear estimators
+    on a private histogram).
+    """
+    h = as_histogram("h", h)
+    n = v.count("n", n)
     r = np.minimum(h.counts, n).astype(float)
     plug = float(np.sum(h.prevalences * (r / n) * np.log(n / r)))
     return plug + (h.support - 1) / (2 * n) if h.support else 0.0
 
 
 def sgt_weights(counts: np.ndarray, n: int, t: float) -> np.ndarray:
-    """-(-t)^i P(L >= i) for each count i, L ~ Poisson(r(n, t)) (all ones for t <= 1)."""
+    """-(-t)^i P(L >= i) for each count i, L ~ Poisson(r(n, t)) (all ones for t <= 1).
+
+    Parameters
+    ----------
+    counts : numpy.ndarray
+        The counts i (>= 1).
+    n : int
+        The sample size, >= 1.
+    t : float
+        The extrapolation ratio, >= 0.
+
+    Returns
+    -------
+    numpy.ndarray of float
+        The weight of each count.
+
+    Raises
+    ------
+    TypeError
+        If ``n`` is not an integer or ``t`` not a real number.
+    ValueError
+        If ``n`` < 1 or ``t`` < 0.
+
+    References
+    ----------
+    [OSW16]_ Thm 2 (Poisson-smoothed Good-Toulmin; the unsmoothed weights -(-t)^i are Good
+    and Toulmin's, 1956).
+    """
+    n = v.count("n", n)
+    t = v.interval("t", t, 0.0, math.inf, open_low=False)
     i = np.asarray(counts, dtype=float)
     sign = np.where(i % 2 == 1, 1.0, -1.0)
     if t <= 1:
@@ -81,7 +136,34 @@ def sgt_weights(counts: np.ndarray, n: int, t: float) -> np.ndarray:
 
 
 def sgt_unseen(h: AnonHistogram, n: int, t: float) -> float:
-    """Smoothed Good-Toulmin estimate of the labels new in n t further samples ([OSW16]_)."""
+    """Smoothed Good-Toulmin estimate of the labels new in n t further samples ([OSW16]_).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+    t : float
+        The extrapolation ratio, >= 0.
+
+    Returns
+    -------
+    float
+        The estimated number of new labels.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram, ``n`` not an integer or ``t`` not a real number.
+    ValueError
+        If ``n`` < 1 or ``t`` < 0.
+
+    References
+    ----------
+    [OSW16]_ Thm 2.
+    """
+    h = as_histogram("h", h)
     counts = np.minimum(h.counts, n)
     return float(np.sum(h.prevalences * sgt_weights(counts, n, t)))
 
@@ -101,6 +183,17 @@ def linear_estimates(h: AnonHistogram, n: int, *, m: int | None = None) -> Linea
     Returns
     -------
     LinearEstimates
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n``/``m`` not an integer.
+    ValueError
+        If ``n`` < 0, ``n`` = 0 with a non-empty ``h``, or ``m`` < ``n``.
+
+    References
+    ----------
+    [Miller55]_; [OSW16]_ Thm 2; [Suresh19]_ Sec. 3.2, Corollary 1.
     """
     h = as_histogram("h", h)
     n = v.count("n", n, 0)
@@ -120,6 +213,31 @@ def compare_linear(h: AnonHistogram, release: PrivHistRelease, *,
     """{"private": estimates from (H, N), "non_private": from (h, n)}, m = m_factor * total.
 
     Evaluation only (the non-private values see the data without noise).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The true histogram.
+    release : PrivHistRelease
+        A private release of ``h``.
+    m_factor : float, default 2
+        Coverage sample size as a multiple of the total, >= 1.
+
+    Returns
+    -------
+    dict
+        ``{"private": ..., "non_private": ...}``, each :meth:`LinearEstimates.to_dict`.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``release`` not a PrivHistRelease.
+    ValueError
+        If ``m_factor`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2, Corollary 1 (the private estimates are within the sorted-l1 error).
     """
     h = as_histogram("h", h)
     if not isinstance(release, PrivHistRelease):

@@ -39,13 +39,12 @@ release is (eps1 + eps2 [+ eps3])-DP under the relation of [Suresh19]_ Def. 1
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019:
-   algorithm boxes PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy; App. C (privacy),
-   App. C.1.3 (budget split), App. D (T, M, T', q). arXiv:1910.03553.
-.. [CKS20] C. L. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
-   Privacy", NeurIPS 2020, Alg. 2. arXiv:2004.00010.
-.. [Mironov12] I. Mironov, "On Significance of the Least Significant Bits for Differential
-   Privacy", CCS 2012.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", algorithm boxes
+   PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy; App. C (privacy), App. C.1.3 (budget
+   split), App. D (T, M, T', q) -- full entry in docs/references.md
+.. [CKS20] Canonne et al. (2020), "The discrete Gaussian for DP", Alg. 2 -- full entry in
+   docs/references.md
+.. [Mironov12] Mironov (2012), "Least significant bits for DP" -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -104,6 +103,32 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     remark, eps1 = eps/10 and the rest to eps2 (eps > 1, eps3 unused) or split evenly between
     eps2 and eps3 (eps <= 1). A 3-tuple is used as given: eps1, eps2 > 0, eps3 >= 0 (> 0 when
     eps <= 1) and eps1 + eps2 + eps3 <= eps.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total budget, > 0.
+    split : {"lean", "paper", "practical"} or (eps1, eps2, eps3)
+        The rule, or the three budgets.
+    high : bool, optional
+        Whether PrivHist-HighPrivacy runs (default: epsilon <= 1).
+
+    Returns
+    -------
+    tuple of float
+        (eps1, eps2, eps3): for N, the split, and the high-privacy step (0 when unused).
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` or a budget of a tuple ``split`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive, ``split`` is an unknown name or not a 3-tuple, a
+        budget is out of range, or the three sum to more than ``epsilon``.
+
+    References
+    ----------
+    [Suresh19]_ PrivHist box and App. C.1.3 (budget split).
     """
     eps = v.positive("epsilon", epsilon)
     high = eps <= 1 if high is None else bool(high)
@@ -132,7 +157,7 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     return e1, e2, e3
 
 
-def split_parameters(N: int, epsilon: float, eps2: float) -> tuple[int, int]:
+def _split_parameters(N: int, epsilon: float, eps2: float) -> tuple[int, int]:
     """(T, M) of PrivHist step 2: T = ceil(sqrt(N min(eps, 1))), M = ceil(max(2 ln(N e^eps2),
     1) / eps2)."""
     N = v.count("N", N, 1)
@@ -167,6 +192,33 @@ def split_histogram(h: AnonHistogram, T: int, M: int, z_b: int) -> SplitHistogra
 
     M fake labels at T and at T + 1, then phi^b_{T+1} = phi^a_{T+1} + Z_b and
     phi^b_T = phi^a_T - Z_b (the corrected step 2(b)); cut at T.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    T : int
+        The split count, >= 1.
+    M : int
+        Fake labels added at T and T + 1, >= 0.
+    z_b : int
+        The noise Z_b of step 2(b).
+
+    Returns
+    -------
+    SplitHistograms
+        (H^cs, H^cl): the cumulative prevalences of counts 1..T and the sorted counts above T.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not a histogram or ``T``/``M`` not an integer.
+    ValueError
+        If ``T`` < 1 or ``M`` < 0.
+
+    References
+    ----------
+    [Suresh19]_ PrivHist steps 2(a)-(c), App. D (T, M).
     """
     h = as_histogram("h", h)
     T = v.count("T", T, 1)
@@ -191,13 +243,39 @@ def split_histogram(h: AnonHistogram, T: int, M: int, z_b: int) -> SplitHistogra
 
 
 def geometric(epsilon: float, size: int, rng: Any) -> np.ndarray:
-    """``size`` i.i.d. G(e^-eps) variables (exact DL, sensitivity 1)."""
+    """``size`` i.i.d. G(e^-eps) variables (exact DL, sensitivity 1).
+
+    Parameters
+    ----------
+    epsilon : float
+        The budget, > 0.
+    size : int
+        Number of variables, >= 0.
+    rng : SecureRandom or numpy.random.Generator
+        The randomness source (from :func:`shuffledp.randomness.noise_source`).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (size,)
+        The noise.
+
+    Raises
+    ------
+    TypeError
+        If ``epsilon`` is not a real number.
+    ValueError
+        If ``epsilon`` is not positive.
+
+    References
+    ----------
+    [Suresh19]_ (the geometric mechanism of PrivHist); [CKS20]_ Alg. 2 (exact sampling).
+    """
     if size == 0:
         return np.zeros(0, dtype=np.int64)
     return discrete_laplace_for(epsilon, 1, int(size), rng)
 
 
-def noisy_split(h: AnonHistogram, T: int, M: int, eps2: float, rng: Any) -> SplitHistograms:
+def _noisy_split(h: AnonHistogram, T: int, M: int, eps2: float, rng: Any) -> SplitHistograms:
     """Steps 2-4 of PrivHist: (H^cs, H^cl), eps2-DP given (T, M) ([Suresh19]_ Lemma 8)."""
     z_b = int(geometric(eps2, 1, rng)[0])
     part = split_histogram(h, T, M, z_b)
@@ -233,7 +311,7 @@ def _add(h1: AnonHistogram, h2: AnonHistogram) -> AnonHistogram:
                                           np.concatenate([h1.prevalences, h2.prevalences]))
 
 
-def low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
+def _low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
     """PrivHist-LowPrivacy (L1-L4): post-processing of the noisy split."""
     mono = isotonic_regression(noisy.low_cumulative.astype(float), increasing=False).x
     cum = np.round(np.maximum(mono, 0)).astype(np.int64)
@@ -247,7 +325,7 @@ def low_privacy(noisy: SplitHistograms, T: int, M: int) -> AnonHistogram:
 # ----------------------------------------------------------------------------- high privacy
 
 
-def high_thresholds(N: int, eps3: float) -> tuple[int, float]:
+def _high_thresholds(N: int, eps3: float) -> tuple[int, float]:
     """(T', q) of PrivHist-HighPrivacy H2(a): T' = ceil(10 sqrt(N / eps3) / 3),
     q = max(ln(1/eps3), 1) / sqrt(N eps3) (the ``max`` keeps q > 0 at eps3 = 1)."""
     t_prime = math.ceil(10 * math.sqrt(N / eps3) / 3)
@@ -255,9 +333,9 @@ def high_thresholds(N: int, eps3: float) -> tuple[int, float]:
     return t_prime, q
 
 
-def boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarray:
+def _boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarray:
     """The boundary set S of H2 (sorted, within [1, 2N]); a function of public values only."""
-    t_prime, q = high_thresholds(N, eps3)
+    t_prime, q = _high_thresholds(N, eps3)
     i_max = max(0, math.floor(math.log(max(t_prime / T, 1.0)) / math.log1p(q)))
     grid = np.floor(T * np.exp(np.arange(i_max + 1) * math.log1p(q))).astype(np.int64)
     big = high_noisy[high_noisy >= t_prime]
@@ -265,7 +343,7 @@ def boundaries(N: int, T: int, eps3: float, high_noisy: np.ndarray) -> np.ndarra
     return np.unique(np.clip(s, 1, 2 * N)).astype(np.int64)
 
 
-def smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
+def _smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
     """The integers Q_i = d_i phi^v_{s_i+} of H1 + H3 (exact Python ints).
 
     Counts above 2N are moved to 2N (H1); a label of count j in (s_{i-1}, s_i] adds
@@ -284,12 +362,12 @@ def smoothed_queries(h: AnonHistogram, S: np.ndarray, N: int) -> list[int]:
     return [int(a) * int(b) + int(c) for a, b, c in zip(d, tails, partial)]
 
 
-def high_privacy(h: AnonHistogram, high_noisy: np.ndarray, T: int, N: int, eps3: float,
+def _high_privacy(h: AnonHistogram, high_noisy: np.ndarray, T: int, N: int, eps3: float,
                  resolution: int, rng: Any) -> tuple[AnonHistogram, int]:
     """PrivHist-HighPrivacy (H1-H6); eps3-DP given (N, H^cl). Returns (histogram, |S|)."""
-    S = boundaries(N, T, eps3, high_noisy)
+    S = _boundaries(N, T, eps3, high_noisy)
     d = np.diff(np.concatenate([[0], S]))
-    Q = smoothed_queries(h, S, N)
+    Q = _smoothed_queries(h, S, N)
     noise = discrete_laplace_for(eps3, resolution, S.size, rng)
     w = np.array([(resolution * q + int(z)) / (resolution * int(di))
                   for q, z, di in zip(Q, noise, d)])
@@ -326,7 +404,7 @@ class PrivHistRelease:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
 
 
-def privhist_steps(spent: list[float]) -> Sequential:
+def _privhist_steps(spent: list[float]) -> Sequential:
     """PrivHist's steps as one event: N by the geometric mechanism (DL, sensitivity 1: its
     exact pair), the split (steps 2-4, eps2-DP given N, [Suresh19]_ Lemma 8) and, in the
     high-privacy regime, H4 (eps3-DP, Lemma 9) as pure events; ``spent`` holds the effective
@@ -388,6 +466,19 @@ def privhist(
     Returns
     -------
     PrivHistRelease
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not a histogram or a number argument has the wrong type.
+    ValueError
+        If ``epsilon`` is not positive, ``split`` or ``regime`` is unknown or out of range
+        (:func:`budget_split`), or ``resolution`` is not a power of two in [1, 2^40].
+
+    References
+    ----------
+    [Suresh19]_ PrivHist, PrivHist-LowPrivacy, PrivHist-HighPrivacy, App. C (privacy), App. D;
+    [CKS20]_ Alg. 2 (exact discrete Laplace, not the floating-point one [Mironov12]_ attacks).
     """
     h = as_histogram("h", h)
     eps = v.positive("epsilon", epsilon)
@@ -424,17 +515,17 @@ def privhist(
     if N == 0:
         out = AnonHistogram.empty()
     else:
-        T, M = split_parameters(N, eps, e2)
-        noisy = noisy_split(h, T, M, e2, src)
+        T, M = _split_parameters(N, eps, e2)
+        noisy = _noisy_split(h, T, M, e2, src)
         params.update(T=T, M=M)
         if high:
-            out, n_s = high_privacy(h, noisy.high_counts, T, N, e3, R, src)
+            out, n_s = _high_privacy(h, noisy.high_counts, T, N, e3, R, src)
             params.update(resolution=R, n_boundaries=n_s)
         else:
-            out = low_privacy(noisy, T, M)
+            out = _low_privacy(noisy, T, M)
     if high:
         spent.append(_effective(e3, R))
-    steps = privhist_steps(spent)
+    steps = _privhist_steps(spent)
     params["epsilon_effective"] = Accountant().compose(steps).basic()[0]
     guarantee = Guarantee(
         notion="pure", model="central", epsilon=e1 + e2 + (e3 if high else 0.0),

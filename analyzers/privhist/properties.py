@@ -31,14 +31,12 @@ These are not the sample-optimal estimators of [Acharya17]_ (profile maximum lik
 
 References
 ----------
-.. [Suresh19] A. T. Suresh, "Differentially private anonymized histograms", NeurIPS 2019,
-   Sec. 3.2, Corollary 1. arXiv:1910.03553.
-.. [Miller55] G. A. Miller, "Note on the bias of information estimates", in Information
-   Theory in Psychology, 1955.
-.. [GT56] I. J. Good, G. H. Toulmin, "The number of new species, and the increase in
-   population coverage, when a sample is increased", Biometrika 43, 1956.
-.. [Acharya17] J. Acharya, H. Das, A. Orlitsky, A. T. Suresh, "A Unified Maximum Likelihood
-   Approach for Estimating Symmetric Properties of Discrete Distributions", ICML 2017.
+.. [Suresh19] Suresh (2019), "Differentially private anonymized histograms", Sec. 3.2, Corollary 1
+   -- full entry in docs/references.md
+.. [Miller55] Miller (1955), "Bias of information estimates" -- full entry in docs/references.md
+.. [GT56] Good and Toulmin (1956), "The number of new species" -- full entry in docs/references.md
+.. [Acharya17] Acharya et al. (2017), "Unified maximum likelihood for symmetric properties" -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -62,6 +60,27 @@ class PropertyEstimates:
     ``support_size`` and ``distance_to_uniformity`` are None when no support bound k is given;
     ``entropy_miller_madow`` and ``support_coverage_unbiased`` are the bias-corrected linear
     estimators.
+
+    Attributes
+    ----------
+    n : int
+        The total used.
+    k : int or None
+        The public support bound, if given.
+    m : int
+        The support coverage's sample size.
+    entropy : float
+        Plug-in entropy, nats.
+    support_size : float or None
+        Labels seen / k.
+    support_coverage : float
+        Plug-in support coverage at m samples, divided by m.
+    distance_to_uniformity : float or None
+        l1 distance to the uniform distribution on k labels.
+    entropy_miller_madow : float
+        Miller-Madow entropy, nats.
+    support_coverage_unbiased : float or None
+        Unbiased (m <= n) or smoothed Good-Toulmin (m > n) support coverage.
     """
 
     n: int
@@ -83,13 +102,65 @@ def _probabilities(h: AnonHistogram, n: int) -> np.ndarray:
 
 
 def entropy(h: AnonHistogram, n: int) -> float:
-    """Plug-in entropy sum_r phi_r p_r ln(1/p_r) in nats, p_r = min(r/n, 1)."""
+    """Plug-in entropy sum_r phi_r p_r ln(1/p_r) in nats, p_r = min(r/n, 1).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+
+    Returns
+    -------
+    float
+        The plug-in entropy in nats.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n`` not an integer.
+    ValueError
+        If ``n`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2 (plug-in estimates from a private histogram); [Acharya17]_.
+    """
+    h, n = as_histogram("h", h), v.count("n", n)
     p = _probabilities(h, n)
     return float(np.sum(h.prevalences * -(p * np.log(p))))
 
 
 def support_coverage(h: AnonHistogram, n: int, m: int) -> float:
-    """(1/m) sum_r phi_r (1 - (1 - p_r)^m), p_r = min(r/n, 1)."""
+    """(1/m) sum_r phi_r (1 - (1 - p_r)^m), p_r = min(r/n, 1).
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+    m : int
+        The number of samples, >= 1.
+
+    Returns
+    -------
+    float
+        The plug-in expected fraction of distinct labels in m samples.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n``/``m`` not an integer.
+    ValueError
+        If ``n`` or ``m`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2; [Acharya17]_ (support coverage as a symmetric property).
+    """
+    h, n, m = as_histogram("h", h), v.count("n", n), v.count("m", m)
     p = _probabilities(h, n)
     below = p < 1
     unseen = np.where(below, np.exp(m * np.log1p(-np.where(below, p, 0.0))), 0.0)
@@ -97,14 +168,65 @@ def support_coverage(h: AnonHistogram, n: int, m: int) -> float:
 
 
 def distance_to_uniformity(h: AnonHistogram, n: int, k: int) -> float:
-    """sum_r phi_r |p_r - 1/k| + max(k - S, 0)/k, p_r = min(r/n, 1), S labels seen."""
+    """sum_r phi_r |p_r - 1/k| + max(k - S, 0)/k, p_r = min(r/n, 1), S labels seen.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+    k : int
+        The support bound, >= 1.
+
+    Returns
+    -------
+    float
+        The plug-in l1 distance to the uniform distribution on k labels.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n``/``k`` not an integer.
+    ValueError
+        If ``n`` or ``k`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2; [Acharya17]_ (distance to uniformity).
+    """
+    h, n, k = as_histogram("h", h), v.count("n", n), v.count("k", k)
     p = _probabilities(h, n)
     return float(np.sum(h.prevalences * np.abs(p - 1.0 / k)) + max(k - h.support, 0) / k)
 
 
 def entropy_miller_madow(h: AnonHistogram, n: int) -> float:
     """Plug-in entropy + (S - 1) / (2n) in nats ([Miller55]_), S = labels seen (0 if empty);
-    :func:`shuffledp.analyzers.privhist.linear.miller_madow_entropy`."""
+    :func:`shuffledp.analyzers.privhist.linear.miller_madow_entropy`.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+
+    Returns
+    -------
+    float
+        The Miller-Madow entropy in nats.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n`` not an integer.
+    ValueError
+        If ``n`` < 1.
+
+    References
+    ----------
+    [Miller55]_; [Suresh19]_ Sec. 3.2, Corollary 1.
+    """
 
     return miller_madow_entropy(as_histogram("h", h), v.count("n", n))
 
@@ -112,6 +234,31 @@ def entropy_miller_madow(h: AnonHistogram, n: int) -> float:
 def coverage_unbiased(h: AnonHistogram, n: int, m: int) -> float:
     """Support coverage at m samples: exactly unbiased for m <= n; for m > n the (smoothed,
     t > 1) Good-Toulmin extrapolation of :func:`shuffledp.analyzers.privhist.linear.sgt_unseen`.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The histogram.
+    n : int
+        Its total, >= 1.
+    m : int
+        The number of samples, >= 1.
+
+    Returns
+    -------
+    float
+        The estimated expected fraction of distinct labels in m samples.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n``/``m`` not an integer.
+    ValueError
+        If ``n`` or ``m`` < 1.
+
+    References
+    ----------
+    [GT56]_ (Good-Toulmin extrapolation); [Suresh19]_ Sec. 3.2, Corollary 1.
     """
 
     h = as_histogram("h", h)
@@ -149,6 +296,17 @@ def estimate_properties(h: AnonHistogram, n: int, *, k: int | None = None,
     Returns
     -------
     PropertyEstimates
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram or ``n``/``k``/``m`` not an integer.
+    ValueError
+        If ``n`` < 0, ``n`` = 0 with a non-empty ``h``, or ``k``/``m`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2, Corollary 1; [Acharya17]_; [Miller55]_; [GT56]_.
     """
     h = as_histogram("h", h)
     n = v.count("n", n, 0)
@@ -174,6 +332,34 @@ def compare_properties(h: AnonHistogram, release: PrivHistRelease, *, k: int | N
     """{"private": f_dp(H, N), "non_private": f(h, n)} (m defaults to each one's total).
 
     The non-private values depend on the data without noise: evaluation only.
+
+    Parameters
+    ----------
+    h : AnonHistogram
+        The true histogram.
+    release : PrivHistRelease
+        A private release of ``h``.
+    k : int, optional
+        Public support bound (see :func:`estimate_properties`).
+    m : int, optional
+        Support coverage's sample size (default: each one's total).
+
+    Returns
+    -------
+    dict
+        ``{"private": ..., "non_private": ...}``, each :meth:`PropertyEstimates.to_dict`.
+
+    Raises
+    ------
+    TypeError
+        If ``h`` is not an AnonHistogram, ``release`` not a PrivHistRelease, or ``k``/``m`` not
+        an integer.
+    ValueError
+        If ``k`` or ``m`` < 1.
+
+    References
+    ----------
+    [Suresh19]_ Sec. 3.2, Corollary 1.
     """
     h = as_histogram("h", h)
     if not isinstance(release, PrivHistRelease):

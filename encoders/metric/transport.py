@@ -133,6 +133,11 @@ class GridL1:
 
     Cell (r, c) is point ``r width + c``; the cost of (r, c) -> (r', c') is
     ``|r - r'| + |c - c'|``. Callers rescale (the heatmap EMD divides by the longer side).
+
+    Parameters
+    ----------
+    height, width : int
+        The grid's rows and columns, integers >= 1 (a ``ValueError`` names the other).
     """
 
     height: int

@@ -19,8 +19,9 @@ naming the kind, the format version, the algorithm and the key's id) and every c
 checks the kind it reads, so ``encode --analyzer-pub mac.key`` is refused naming both. Both
 secret files are created with mode 0600 from the start and never overwritten without
 ``--force``. ``encode --analyzer-pub`` encrypts every message to the analyzer;
-``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format v2,
-:mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its report
+``shuffle --mac-key`` expects encrypted batches and writes the mixed batch (wire format 4,
+:mod:`shuffledp.protocol.wire`: header, permuted records, HMAC-SHA256 tag over both) with its
+report
 (``<out>.report.json``); ``analyze --key --mac-key`` verifies the tag, decrypts, checks the
 counts (:mod:`shuffledp.analyzers.heatmap.modular`, the toolkit's one decrypt-then-count loop) and
 writes
@@ -657,7 +658,7 @@ def _load_shuffler_report(path: str, header: Any, explicit: bool) -> dict | None
 def _check_mixed_header(p: Any, h: Any, size: int) -> None:
     """The header is a mixed batch of these parameters and this run, no larger than n users
     can send (:func:`shuffledp.protocol.wire.check_header`, the analyzer's own check), whose
-    file length is exactly header + records + 32-byte tag (wire format v2)."""
+    file length is exactly header + records + 32-byte tag (wire formats 2 to 4)."""
     from shuffledp.protocol.wire import (
         HEADER_SIZE,
         KIND_MIXED,

@@ -25,7 +25,7 @@ from shuffledp.accounting.budget import (
 )
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.metric.reductions import (
-    discrete_group_privacy,
+    _discrete_group_privacy,
     reduction_alpha,
     reduction_epsilon,
     reduction_samples,
@@ -55,11 +55,11 @@ def test_reduction_samples_minimal():
 
 
 def test_group_privacy():
-    e, d = discrete_group_privacy(0.5, 1e-6, 0.1, 0.25)
+    e, d = _discrete_group_privacy(0.5, 1e-6, 0.1, 0.25)
     assert e == 1.5
     assert d == pytest.approx(1e-6 * max(math.exp(3), math.exp(1.5),
                                          1 + math.exp(0.5) + math.exp(1.0)))
-    assert discrete_group_privacy(0.5, 1e-6, 0.1, 0.1)[0] == 0.5
+    assert _discrete_group_privacy(0.5, 1e-6, 0.1, 0.1)[0] == 0.5
 
 
 def test_reduction_validation_messages():
@@ -76,7 +76,7 @@ def test_reduction_validation_messages():
     with pytest.raises(ValueError, match=r"model must be one of .*got model='x'"):
         reduction_alpha(1.0, 0.1, 10, 1e-6, "x")
     with pytest.raises(ValueError, match=r"d must be in \[0, 1\], got d=2"):
-        discrete_group_privacy(1.0, 1e-6, 0.1, 2)
+        _discrete_group_privacy(1.0, 1e-6, 0.1, 2)
 
 
 # ---------------------------------------------------------- [Bagdasaryan22] conversions

@@ -9,8 +9,8 @@ from scipy.stats import nbinom
 
 from shuffledp.accounting.budget import level_budgets
 from shuffledp.accounting.summation import (
-    dl_tail,
-    noise_tail,
+    _dl_tail,
+    _noise_tail,
     shares_needed,
     summation_parameters,
 )
@@ -48,9 +48,9 @@ def test_headroom_is_minimal_and_wrap_bounded():
     p = summation_parameters(n=200, epsilon=1, delta=1e-6, B=100, level_sizes=[4, 16, 64],
                              dropout=0.0)
     per = p.wrap_target / p.m
-    tails = [dl_tail(a, p.headroom) for a in p.dl_parameters]
+    tails = [_dl_tail(a, p.headroom) for a in p.dl_parameters]
     assert max(tails) <= per
-    assert max(dl_tail(a, p.headroom - 1) for a in p.dl_parameters) > per
+    assert max(_dl_tail(a, p.headroom - 1) for a in p.dl_parameters) > per
     assert p.wrap_probability <= p.wrap_target
     assert p.wrap_probability == pytest.approx(
         sum(mi * t for mi, t in zip(p.level_sizes, tails, strict=True)), rel=1e-12)
@@ -61,15 +61,15 @@ def test_dl_tail_matches_pmf_sum():
     a, t = 0.97, 25
     pmf = lambda k: (1 - mp.mpf(a)) / (1 + mp.mpf(a)) * mp.mpf(a) ** abs(k)  # noqa: E731
     ref = 1 - mp.fsum(pmf(k) for k in range(-t, t + 1))
-    assert dl_tail(a, t) == pytest.approx(float(ref), rel=1e-12)
-    assert noise_tail(a, t, 1.0) == dl_tail(a, t)
+    assert _dl_tail(a, t) == pytest.approx(float(ref), rel=1e-12)
+    assert _noise_tail(a, t, 1.0) == _dl_tail(a, t)
     # shape > 1: union bound 2 P(X > t) >= exact tail of X - Y
     x = np.arange(0, 2000)
     px = nbinom.pmf(x, 1.3, 1 - a)
     diff = np.convolve(px, px[::-1])
     ks = np.arange(-1999, 2000)
     exact = diff[np.abs(ks) > t].sum()
-    assert noise_tail(a, t, 1.3) >= exact
+    assert _noise_tail(a, t, 1.3) >= exact
 
 
 def test_full_mass_cell_and_extreme_noise_decode():
@@ -97,11 +97,17 @@ def test_r_formula_with_mpmath():
 
 def test_neighbour_and_rounding():
     a = summation_parameters(n=100, epsilon=1, delta=1e-6, B=30, level_sizes=[5],
-                             neighbour="add_remove", rounding="floor")
+                             neighbour="zero_out", rounding="floor")
     assert a.level_sensitivities == (30,)
     assert a.dl_parameters[0] == pytest.approx(math.exp(-1 / 30), rel=1e-15)
-    assert a.guarantee.neighbour == "add/remove one user"
-    assert any("reveals the number of users" in s for s in a.notes)
+
+
+def test_add_remove_is_refused():
+    # the Polya shape 1/n_min is planned from n: n and n + 1 users give every user another
+    # noise law, so the per-level DL calibration proves nothing under add/remove
+    with pytest.raises(ValueError, match="add_remove.*refused"):
+        summation_parameters(n=100, epsilon=1, delta=1e-6, B=30, level_sizes=[5],
+                             neighbour="add_remove")
 
 
 def test_dropout_over_provisioning():
@@ -224,8 +230,8 @@ def test_headroom_minimal_with_dropout(dropout):
                              dropout=dropout)
     shape, per = p.n / p.n_min, p.wrap_target / p.m
     assert shape > 1
-    assert all(noise_tail(a, p.headroom, shape) <= per for a in p.dl_parameters)
-    assert any(noise_tail(a, p.headroom - 1, shape) > per for a in p.dl_parameters)
+    assert all(_noise_tail(a, p.headroom, shape) <= per for a in p.dl_parameters)
+    assert any(_noise_tail(a, p.headroom - 1, shape) > per for a in p.dl_parameters)
 
 
 def test_shares_needed_tiny_delta():

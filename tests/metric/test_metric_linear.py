@@ -61,6 +61,15 @@ def test_lipschitz_constant_of_distance_to_a_point_is_one():
         assert ell == pytest.approx(1.0, rel=1e-12) and ell >= 1.0
 
 
+def test_lipschitz_constant_norm_given_as_a_string_is_that_norm():
+    # norm="1" passed the check but used to fall through to the l2 norm
+    space = grid_space(2, 2)
+    table = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    for norm in (1, 2):
+        assert lipschitz_constant(space, table, str(norm)) == lipschitz_constant(space, table, norm)
+    assert lipschitz_constant(space, table, "1")[0] > lipschitz_constant(space, table, 2)[0]
+
+
 def _cities(seed=0, k=40):
     g = np.random.default_rng(seed)
     lat = g.uniform(25, 49, k)
