@@ -55,6 +55,7 @@ from shuffledp.safe_io import (
     check_schema,
     exclusive_lock,
     read_regular_text,
+    replace_file,
 )
 
 #: largest JSON file read (reports and specs)
@@ -517,7 +518,7 @@ def convert_legacy_ledger(path: str | os.PathLike[str]) -> BudgetLedger:
         old = Path(f"{p}.legacy")
         if old.exists():
             raise ValueError(f"{str(old)!r} exists already: move it away first")
-        os.replace(p, old)
+        replace_file(p, old, durable=True)
     led = BudgetLedger(p, v.positive("epsilon", data["epsilon"]),
                        v.probability("delta", data["delta"]),
                        v.positive("discretization",

@@ -19,6 +19,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
+from shuffledp.safe_io import atomic_path
 from shuffledp.sweep.config import (
     METRICS,
     PARAMETERS,
@@ -209,11 +210,9 @@ def _band_panel(ax: Any, summary: dict[str, list], param: str, metric: str) -> N
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.png")
     try:
-        fig.savefig(tmp, dpi=100, bbox_inches="tight")
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100, bbox_inches="tight")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return path
