@@ -25,7 +25,6 @@ HOME = {"shuffledp/safe_io.py"}
 
 #: (file, call) pairs still to be switched to safe_io; shrink to empty
 ALLOWED = {
-    ("shuffledp/serve/common.py", "os.replace"),          # durable_write -> write_atomic
     ("shuffledp/serve/shuffler_service.py", "os.rename"),  # _store -> replace_file
     ("shuffledp/cli/metric.py", "csv.reader"),            # load_user_items -> read_rows
     ("shuffledp/sweep/store.py", "csv.DictReader"),       # done_keys -> read_rows

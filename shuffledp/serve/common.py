@@ -48,6 +48,8 @@ from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
+from shuffledp.safe_io import write_atomic
+
 PROBLEM_TYPE = "urn:shuffledp:problem:"
 PROBLEM_MEDIA = "application/problem+json"
 
@@ -357,8 +359,9 @@ def _write_all(fd: int, data: bytes) -> None:
 def durable_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so that it survives a crash once this returns.
 
-    A fresh temporary file (``O_EXCL``) next to ``path``, fsynced, renamed over ``path``, then
-    the directory fsynced (the rename itself is durable only after that). On any error the
+    :func:`shuffledp.safe_io.write_atomic` with ``durable=True``: a fresh temporary file
+    (``O_EXCL``) next to ``path``, fsynced, renamed over ``path``, then the directory fsynced
+    (the rename itself is durable only after that). On any error the
     temporary file is removed and ``path`` is unchanged.
 
     Parameters
@@ -375,21 +378,7 @@ def durable_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     OSError
         The write, the sync or the rename failed (``path`` unchanged).
     """
-    folder = Path(path).parent
-    tmp = folder / f".{Path(path).name}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(folder)
+    write_atomic(path, data, mode=mode, durable=True)
 
 
 def create_durable(path: Path, data: bytes, *, mode: int = 0o600) -> None:
