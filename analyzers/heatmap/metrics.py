@@ -121,23 +121,25 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
     Grids with a single row or column use the closed form ``sum |cumsum(p - q)|``.
 
     Cost, ``python bench/emd_timing.py`` on the shared 2-core development machine (load
-    average 10-13 during the run, so seconds are upper bounds; ratios are per repeat, in the
-    same run). "Sparse": two 1,000-point synthetic aggregates (median of 3 seeds),
-    "filtered": the same after the Gaussian filter, every pixel non-zero; "POT" is
-    ``ot.emd2`` on the supports of ``p`` and ``q``, cost matrix included. The first call in a
-    fresh environment also pays ~3 s of numba compilation, cached on disk afterwards.
+    average ~12 during the run, so seconds are upper bounds; ratios are medians of per-repeat
+    ratios in the same run, +-15% between runs). "Sparse": two 1,000-point synthetic
+    aggregates (median of 3 seeds), "filtered": the same after the Gaussian filter, every
+    pixel non-zero; "POT" is ``ot.emd2`` on the supports of ``p`` and ``q``, cost matrix
+    included. The first call in a fresh environment also pays ~3 s of numba compilation,
+    cached on disk afterwards.
 
-    ========  ============  =============  ==============  ==========================
-    grid      auto / POT,   grid flow /    filtered: auto  filtered: POT on supports
-              sparse        POT, sparse    (grid flow)     of (p - q)+ and (p - q)-
-    ========  ============  =============  ==============  ==========================
-    64x64     0.45          0.52           0.04 s          46 s (16.7M arcs)
-    128x128   1.02          1.5            0.5 s           not run (268M arcs)
-    256x256   1.12          7.3            3.9 s           not run (4.3e9 arcs)
-    ========  ============  =============  ==============  ==========================
+    ========  ============  =============  ==============  ===========================
+    grid      auto / POT,   grid flow /    filtered: auto  filtered: POT on supports of
+              sparse        POT, sparse    (grid flow)     (p - q)+ and (p - q)-
+    ========  ============  =============  ==============  ===========================
+    64x64     0.39          0.55           0.05 s          6 s (4.2M arcs; ratio 0.008)
+    128x128   1.01          1.5            0.25 s          not run (67M arcs)
+    256x256   1.05          7.8            2.0 s           not run (1.1e9 arcs)
+    ========  ============  =============  ==============  ===========================
 
-    On sparse maps "auto" is POT on the supports, so its ratio is 1 up to the cost of
-    building the cost matrix (~2%) and the run's noise; from the centre comb instead of the
+    On the sparse 128x128 and 256x256 maps "auto" is POT on the supports, so its ratio is 1
+    up to the cost of building the cost matrix (~2%) and the run's noise (on 64x64 it is the
+    grid flow); from the centre comb instead of the
     multiscale start the filtered 256x256 grid flow took 8-10x longer.
 
     Parameters

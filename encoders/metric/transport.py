@@ -136,8 +136,9 @@ MASS_TOL = 1e-9
 #: an arc enters the basis when its reduced cost is below -PRICING_TOL max(cost)
 PRICING_TOL = 1e-12
 
-__all__ = ["METHODS", "POT_ITER_PER_NODE", "POT_MIN_ARCS", "SUPPORT_ARCS_FACTOR",
-           "SUPPORT_DIFF_FACTOR", "SUPPORT_MAX_ARCS", "GridL1", "TreeMetric", "transport_cost"]
+__all__ = ["METHODS", "MULTISCALE_MIN_SIDE", "POT_ITER_PER_NODE", "POT_MIN_ARCS",
+           "SUPPORT_ARCS_FACTOR", "SUPPORT_DIFF_FACTOR", "SUPPORT_MAX_ARCS", "GridL1",
+           "TreeMetric", "transport_cost"]
 
 
 # ----------------------------------------------------------------------------- structured costs
