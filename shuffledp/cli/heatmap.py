@@ -428,9 +428,10 @@ def _heatmap_metrics(metric_set: str, grid: Any, sigma: float, h_truth: np.ndarr
     for name in names:
         if name not in heatmaps:
             heatmaps[name] = gaussian_heatmap(baselines[name].estimate, sigma)
-    # the exact EMD solves release the GIL (numba nogil): two at a time on two cores
+    # the exact EMD solves release the GIL (numba nogil): one thread per heatmap, up to the
+    # cores (--metrics full: every baseline's EMD at once on a machine with the cores)
     with progress_bar(len(names), "metrics", "heatmap", quiet) as bar, \
-            ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+            ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:
         def one(name: str) -> dict[str, Any]:
             with_emd = metric_set == "full" or name in ("ours", "laplace")
             m = all_metrics(h_truth, heatmaps[name], grid, emd=with_emd)
