@@ -2,19 +2,22 @@
 
 Data with a controlled sparsity k: k distinct pixels drawn uniformly from a side x side grid
 (data seed fixed per k), n users each holding one point on one of the k pixels (uniformly),
-so the aggregate has about min(k, n) occupied cells. For every (eps n, k) both central
-mechanisms run with independent noise (replace-one neighbours, n public, w = 20 for the
-sparse one as ``shuffledp heatmap`` runs it) and the exact EMD between the normalised true
-aggregate and each raw estimate (no Gaussian filter: the quantity Thm 3.1 and Thm D.1
-bound) is averaged over the runs, with a 95% interval (mean +- 1.96 sd / sqrt(runs)).
+so the aggregate has about min(k, n) occupied cells. For every (eps n, k) the central
+mechanisms run with independent noise (replace-one neighbours, n public): the sparse one with
+w = 20 (as ``shuffledp heatmap`` runs it) and, for k <= 1024, with w = max(20, k) (Thm 3.1's
+w = O(k)), and the dense one; the exact EMD between the normalised true aggregate and each
+raw estimate (no Gaussian filter: the quantity Thm 3.1 and Thm D.1 bound) is averaged over
+the runs, with a 95% interval (mean +- 1.96 sd / sqrt(runs)).
 
-Theory: the sparse error grows as sqrt(k) / (eps n), the dense one is O~(1 / sqrt(eps n))
-whatever k, so dense should win once k exceeds about eps n (up to logarithms). The table
-shows where each wins; the last part calibrates the constant ``DENSE_CROSSOVER`` (kappa) of
-:func:`shuffledp.analyzers.heatmap.dense.choose_algorithm` (dense iff kappa sqrt(k) b / n >
-the dense bound) as the kappa, on a log grid, whose choices agree with the measured winner
-on the most cells (ties: the geometric middle of the best range), and prints the agreement
-of the shipped constant.
+Theory: with w = O(k) the sparse error grows as sqrt(k) / (eps n), the dense one is
+O~(1 / sqrt(eps n)) whatever k, so dense should win once k exceeds about eps n (up to
+logarithms); with a fixed w = 20 the sparse algorithm also pays for approximating k > w
+cells by w. The table shows where each wins; the last part calibrates the constant
+``DENSE_CROSSOVER`` (kappa) of :func:`shuffledp.analyzers.heatmap.dense.choose_algorithm`
+(dense iff kappa x sparse_error_bound(k, w = 20) > dense_error_bound) as the kappa, on a log
+grid, whose choices agree with the measured winner (sparse w = 20 vs dense) on the most cells
+(ties: the geometric middle of the best range), and prints the agreement of the shipped
+constant.
 
 ``--timing`` measures the projection's two exact solvers (the package's network simplex and
 SciPy's HiGHS) on noisy level sums of 32x32 to 128x128 cells and prints HiGHS / simplex.
@@ -62,16 +65,26 @@ def users_k_sparse(grid: Grid, n: int, k: int, seed: int) -> UserDistributions:
     return UserDistributions.from_pixels(grid, np.arange(n), pix)
 
 
-def one(task: tuple[int, int, float, int, int]) -> tuple[int, float, int, float, float]:
-    """(n, eps, k, EMD sparse, EMD dense) of one run."""
+#: the sparse algorithm also runs with w = k (Thm 3.1's w = O(k)) up to this k (its LP has
+#: O(w L) variables)
+W_EQUALS_K_MAX = 1024
+
+
+def one(task: tuple[int, int, float, int, int]) -> tuple[int, float, int, float, float, float]:
+    """(n, eps, k, EMD sparse w = 20, EMD dense, EMD sparse w = max(20, k) or NaN)."""
     side, n, eps, k, run = task
     grid = Grid(side, side)
     users = users_k_sparse(grid, n, k, seed=1000 + k)
     truth = users.aggregate()
-    seeds = np.random.SeedSequence([n, int(eps * 1000), k, run]).spawn(2)
+    seeds = np.random.SeedSequence([n, int(eps * 1000), k, run]).spawn(3)
     sp = central_heatmap(users, eps, neighbour=NEIGHBOUR, rng=np.random.default_rng(seeds[0]))
     de = dense_heatmap(users, eps, neighbour=NEIGHBOUR, rng=np.random.default_rng(seeds[1]))
-    return n, eps, k, emd(truth, sp.estimate, grid), emd(truth, de.estimate, grid)
+    e_wk = float("nan")
+    if k <= W_EQUALS_K_MAX:
+        wk = central_heatmap(users, eps, w=max(20, k), neighbour=NEIGHBOUR,
+                             rng=np.random.default_rng(seeds[2]))
+        e_wk = emd(truth, wk.estimate, grid)
+    return n, eps, k, emd(truth, sp.estimate, grid), emd(truth, de.estimate, grid), e_wk
 
 
 def interval(x: list[float]) -> tuple[float, float]:
@@ -85,37 +98,46 @@ def crossover_table(side: int, settings: list[tuple[int, float]], ks: list[int],
     tasks = [(side, n, eps, k, r) for n, eps in settings for k in ks for r in range(runs)]
     results: dict = {}
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for n, eps, k, es, ed in pool.map(one, tasks, chunksize=1):
-            results.setdefault((n, eps, k), ([], []))
-            results[(n, eps, k)][0].append(es)
-            results[(n, eps, k)][1].append(ed)
+        for n, eps, k, es, ed, ewk in pool.map(one, tasks, chunksize=1):
+            results.setdefault((n, eps, k), ([], [], []))
+            for store, val in zip(results[(n, eps, k)], (es, ed, ewk), strict=True):
+                store.append(val)
     grid = Grid(side, side)
     print(f"\n== EMD to the true aggregate (raw, normalised), mean +- 95% half-width over "
-          f"{runs} runs; {side}x{side} grid, replace-one, sparse w = 20 ==")
+          f"{runs} runs; {side}x{side} grid, replace-one ==")
     print(f"{'n':>6s} {'eps':>5s} {'eps n':>7s} {'k':>6s} {'k/(eps n)':>9s} "
-          f"{'sparse':>17s} {'dense':>17s} {'winner':>7s} {'l*':>3s}")
+          f"{'sparse w=20':>17s} {'dense':>17s} {'winner':>7s} {'sparse w=max(20,k)':>19s} "
+          f"{'winner':>7s} {'l*':>3s}")
     for n, eps in settings:
         for k in ks:
             s_m, s_h = interval(results[(n, eps, k)][0])
             d_m, d_h = interval(results[(n, eps, k)][1])
-            clear = abs(s_m - d_m) > s_h + d_h
-            win = ("dense" if d_m < s_m else "sparse") + ("" if clear else "?")
+            w_m, w_h = interval(results[(n, eps, k)][2])
+            wk = "-" if math.isnan(w_m) else f"{w_m:9.5f}+-{w_h:.5f}"
             print(f"{n:6d} {eps:5g} {eps * n:7g} {k:6d} {k / (eps * n):9.3g} "
-                  f"{s_m:9.5f}+-{s_h:.5f} {d_m:9.5f}+-{d_h:.5f} {win:>7s} "
+                  f"{s_m:9.5f}+-{s_h:.5f} {d_m:9.5f}+-{d_h:.5f} "
+                  f"{winner(s_m, s_h, d_m, d_h):>7s} {wk:>19s} "
+                  f"{'-' if math.isnan(w_m) else winner(w_m, w_h, d_m, d_h):>7s} "
                   f"{dense_level(grid, n, eps):3d}")
         print()
     print("winner with '?': the two intervals overlap")
     return results
 
 
+def winner(s_m: float, s_h: float, d_m: float, d_h: float) -> str:
+    clear = abs(s_m - d_m) > s_h + d_h
+    return ("dense" if d_m < s_m else "sparse") + ("" if clear else "?")
+
+
 def calibrate(side: int, results: dict) -> None:
-    """The kappa whose rule agrees with the measured winners on most cells."""
+    """The kappa whose rule (with the CLI's w = 20) agrees with the measured winners
+    (sparse w = 20 against dense) on most cells."""
     grid = Grid(side, side)
     cells = []
-    for (n, eps, k), (es, ed) in results.items():
+    for (n, eps, k), (es, ed, _) in results.items():
         s_m, d_m = float(np.mean(es)), float(np.mean(ed))
-        ratio = dense_error_bound(grid, n, eps, NEIGHBOUR) / sparse_error_bound(k, n, eps,
-                                                                                NEIGHBOUR)
+        ratio = dense_error_bound(grid, n, eps, NEIGHBOUR) / sparse_error_bound(
+            k, n, eps, NEIGHBOUR, w=20)
         cells.append((ratio, d_m < s_m))  # dense iff kappa > ratio
 
     def agree(kappa: float) -> int:
@@ -126,7 +148,8 @@ def calibrate(side: int, results: dict) -> None:
     best = scores.max()
     chosen = grid_k[scores == best]
     kappa = float(math.exp((math.log(chosen[0]) + math.log(chosen[-1])) / 2))
-    print(f"\n== calibration of DENSE_CROSSOVER (dense iff kappa sqrt(k) b/n > dense bound) ==")
+    print("\n== calibration of DENSE_CROSSOVER (dense iff kappa x sparse bound(k, w = 20) > "
+          "dense bound) ==")
     print(f"best agreement {best}/{len(cells)} for kappa in [{chosen[0]:.3g}, {chosen[-1]:.3g}]"
           f"; geometric middle {kappa:.3g}")
     print(f"shipped DENSE_CROSSOVER = {DENSE_CROSSOVER:g}: agreement "

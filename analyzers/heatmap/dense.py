@@ -101,7 +101,8 @@ PROJECTION_METHODS = ("network_simplex", "highs")
 #: what ``--algorithm`` accepts
 ALGORITHMS = ("sparse", "dense", "auto")
 #: kappa of :func:`choose_algorithm`: dense is chosen when
-#: kappa * sparse_error_bound(k) > dense_error_bound, calibrated by bench/dense_vs_sparse.py
+#: kappa * sparse_error_bound(k, w=w) > dense_error_bound, calibrated by
+#: ``python bench/dense_vs_sparse.py``
 DENSE_CROSSOVER = 1.0
 
 
@@ -292,6 +293,15 @@ def _spread(coarse: np.ndarray, grid: Grid, level: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the mechanism
+def _level_sums(users: UserDistributions, level: int, resolution: int) -> np.ndarray:
+    """The exact integer sum over users of round(R P_level p_j) (largest remainder: each
+    user's vector sums to R), flat, int64."""
+    m = users.grid.level_size(level)
+    _, coord, value = level_entries(users, level, resolution, "largest_remainder")
+    first = coord < m  # level l* is the first block of levels l*..L
+    return np.bincount(coord[first], weights=value[first], minlength=m).astype(np.int64)
+
+
 def _public_n(users: UserDistributions, nb: Neighbour, n_public: Any) -> int:
     if n_public is not None:
         return v.count("n_public", n_public)
@@ -384,9 +394,7 @@ def dense_heatmap(
         raise ValueError(f"n_users * resolution = {users.n_users * r} must stay below 2^53")
     shape = grid.level_shape(lev)
     m = shape[0] * shape[1]
-    _, coord, value = level_entries(users, lev, r, "largest_remainder")
-    first = coord < m  # level l* is the first block of levels l*..L
-    sums = np.bincount(coord[first], weights=value[first], minlength=m).astype(np.int64)
+    sums = _level_sums(users, lev, r)
     sens = nb.level_sensitivity(r)
     noise = discrete_laplace_for(epsilon, sens, m, rng)
     noisy = ((sums + noise) / r).reshape(shape)
@@ -485,8 +493,16 @@ def _pool(a: np.ndarray) -> np.ndarray:
 
 
 def sparse_error_bound(k: int, n: int, epsilon: float,
-                       neighbour: Neighbour | str = Neighbour.ADD_REMOVE) -> float:
-    """sqrt(k) b / n, the rate of Thm 3.1 on k-sparse data without its constant.
+                       neighbour: Neighbour | str = Neighbour.ADD_REMOVE, *,
+                       w: int | None = None) -> float:
+    """The two terms of Thm 3.1 for k-sparse data, with their constants set to 1.
+
+    With ``w=None`` (Reconstruct keeps w proportional to k, the theorem's choice): the noise
+    term sqrt(k) b / n. With a fixed ``w`` (as ``shuffledp heatmap --w`` runs it): the noise
+    term sqrt(w) b / n plus, when k > w, the approximation term of the worst k-sparse data
+    (k points spread evenly, so the best w-sparse approximation moves the mass of the k - w
+    points it drops to the nearest of w cells of side 1/sqrt(w), mean l1 distance
+    1 / (2 sqrt(w))): (1 - w/k) / (2 sqrt(w)). b = Delta / eps.
 
     Parameters
     ----------
@@ -498,11 +514,13 @@ def sparse_error_bound(k: int, n: int, epsilon: float,
         > 0.
     neighbour : Neighbour or str, default ADD_REMOVE
         Sets b = Delta / eps.
+    w : int, optional
+        Children kept per level by Reconstruct, >= 1.
 
     Returns
     -------
     float
-        sqrt(k) Delta / (eps n).
+        The bound on the normalised EMD error, up to the theorem's constant.
 
     Raises
     ------
@@ -511,11 +529,17 @@ def sparse_error_bound(k: int, n: int, epsilon: float,
 
     References
     ----------
-    [Ghazi23]_ Thm 3.1 (O(sqrt(k) / (lambda eps n))), Thm C.1 (its matching lower bound).
+    [Ghazi23]_ Thm 3.1 (lambda-approximation with additive O(sqrt(k) / (lambda eps n)) and
+    w = O(k / lambda^2)), Thm C.1 (its matching lower bound).
     """
     k = v.count("k", k)
     n = v.count("n", n)
-    return math.sqrt(k) * _noise_scale(epsilon, neighbour) / n
+    b = _noise_scale(epsilon, neighbour)
+    if w is None:
+        return math.sqrt(k) * b / n
+    w = v.count("w", w)
+    tail = max(0.0, 1.0 - w / k) / (2.0 * math.sqrt(w))
+    return math.sqrt(w) * b / n + tail
 
 
 @dataclass(frozen=True)
@@ -527,10 +551,12 @@ class AlgorithmChoice:
     algorithm : str
         "sparse" or "dense".
     sparse_bound, dense_bound : float
-        :func:`sparse_error_bound` times :data:`DENSE_CROSSOVER`, and
+        :func:`sparse_error_bound` (with the w used) times :data:`DENSE_CROSSOVER`, and
         :func:`dense_error_bound`.
     k : int
         The sparsity prior used (the number of pixels when none was given).
+    w : int or None
+        The sparse algorithm's w the bound assumed.
     n_public : int
     reason : str
         One line for the report.
@@ -540,19 +566,23 @@ class AlgorithmChoice:
     sparse_bound: float
     dense_bound: float
     k: int
+    w: int | None
     n_public: int
     reason: str
 
 
 def choose_algorithm(grid: Grid, n_public: int, epsilon: float, *, k: int | None = None,
+                     w: int | None = 20,
                      neighbour: Neighbour | str = Neighbour.ADD_REMOVE) -> AlgorithmChoice:
     """Sparse (Alg. 1-2) or dense (App. D.1), from the two bounds' crossover; no privacy cost.
 
-    Dense iff ``DENSE_CROSSOVER * sparse_error_bound(k, n, eps) > dense_error_bound(grid, n,
-    eps)``: the sparse error grows as sqrt(k) / (eps n), the dense one as
-    log(eps n) / sqrt(eps n), so dense wins once k exceeds about (log(eps n))^2 eps n.
-    Every input is public (``n_public``, ``epsilon``, the grid, the prior ``k``), so the
-    choice reveals nothing about the data.
+    Dense iff ``DENSE_CROSSOVER * sparse_error_bound(k, n, eps, w=w) >
+    dense_error_bound(grid, n, eps)``. With w proportional to k the sparse error grows as
+    sqrt(k) / (eps n) and the dense one is log(eps n) / sqrt(eps n), so dense wins once k
+    exceeds about (log(eps n))^2 eps n; with a fixed w (the CLI's) the sparse algorithm also
+    pays the approximation of k > w cells by w, and dense wins from k of a few w once eps n
+    is large enough. Every input is public (``n_public``, ``epsilon``, the grid, ``w``, the
+    prior ``k``), so the choice reveals nothing about the data.
 
     Parameters
     ----------
@@ -564,6 +594,8 @@ def choose_algorithm(grid: Grid, n_public: int, epsilon: float, *, k: int | None
     k : int, optional
         Public prior on the sparsity (occupied cells of the aggregate); default the number of
         pixels (no sparsity assumed).
+    w : int or None, default 20
+        The sparse algorithm's w (None: w proportional to k, the theorem's choice).
     neighbour : Neighbour or str, default ADD_REMOVE
         Sets the sensitivity of both bounds.
 
@@ -585,10 +617,12 @@ def choose_algorithm(grid: Grid, n_public: int, epsilon: float, *, k: int | None
         raise TypeError(f"grid must be a shuffledp.Grid, got grid={grid!r}")
     n = v.count("n_public", n_public)
     kk = grid.n_pixels if k is None else v.count("k", k)
-    sb = DENSE_CROSSOVER * sparse_error_bound(kk, n, epsilon, neighbour)
+    w = None if w is None else v.count("w", w)
+    sb = DENSE_CROSSOVER * sparse_error_bound(kk, n, epsilon, neighbour, w=w)
     db = dense_error_bound(grid, n, epsilon, neighbour)
     algo = "dense" if sb > db else "sparse"
     prior = "no sparsity prior: k = pixels" if k is None else f"sparsity prior k = {kk}"
-    reason = (f"{algo}: kappa sqrt(k) b / n = {sb:.3g} vs dense bound {db:.3g} "
-              f"(n = {n}, epsilon = {epsilon:g}, {prior}, kappa = {DENSE_CROSSOVER:g})")
-    return AlgorithmChoice(algo, float(sb), float(db), int(kk), n, reason)
+    reason = (f"{algo}: kappa x sparse bound = {sb:.3g} vs dense bound {db:.3g} "
+              f"(n = {n}, epsilon = {epsilon:g}, {prior}, w = {w}, "
+              f"kappa = {DENSE_CROSSOVER:g})")
+    return AlgorithmChoice(algo, float(sb), float(db), int(kk), w, n, reason)
