@@ -212,21 +212,29 @@ def test_error_is_within_the_explicit_bound_and_falls_with_eps_n():
 
 # ----------------------------------------------------------------------------- auto
 def test_auto_rule_crosses_over_in_k_from_public_numbers_only():
+    """choose_algorithm takes no data: its choice is the inequality of the two public bounds,
+    and as k grows it switches once, from sparse to dense."""
     grid, n, eps = Grid(128, 128), 1000, 1.0
-    choices = [choose_algorithm(grid, n, eps, k=k, neighbour="replace").algorithm
-               for k in (1, 16, 256, 4096, 16384)]
-    assert choices[0] == "sparse" and choices[-1] == "dense"
-    assert choices == sorted(choices, key=("sparse", "dense").index)  # one crossover
-    # the crossover is where kappa sqrt(k) b / n meets the dense bound
     db = dense_error_bound(grid, n, eps, "replace")
+    seen = []
+    for k in [1, 2, 5, 10, 20, 25, 30, 40, 60, 100, 1000, 16384]:
+        c = choose_algorithm(grid, n, eps, k=k, w=20, neighbour="replace")
+        sb = DENSE_CROSSOVER * sparse_error_bound(k, n, eps, "replace", w=20)
+        assert c.algorithm == ("dense" if sb > db else "sparse")
+        assert c.dense_bound == pytest.approx(db) and c.sparse_bound == pytest.approx(sb)
+        seen.append(c.algorithm)
+    assert seen[0] == "sparse" and seen[-1] == "dense"
+    assert seen == sorted(seen, key=("sparse", "dense").index)  # one crossover
+    # w proportional to k (Thm 3.1): crossover where kappa sqrt(k) b / n meets the dense bound
     k_star = (db * n / (2 / eps) / DENSE_CROSSOVER) ** 2
-    lo, hi = math.floor(k_star * 0.99), math.ceil(k_star * 1.01)
-    assert choose_algorithm(grid, n, eps, k=max(lo, 1), neighbour="replace").algorithm \
-        == "sparse"
-    assert choose_algorithm(grid, n, eps, k=hi, neighbour="replace").algorithm == "dense"
+    for k, algo in ((math.floor(k_star * 0.99), "sparse"), (math.ceil(k_star * 1.01), "dense")):
+        assert choose_algorithm(grid, n, eps, k=max(k, 1), w=None,
+                                neighbour="replace").algorithm == algo
     assert sparse_error_bound(4, 10, 1.0) == pytest.approx(0.2)
+    assert sparse_error_bound(80, 10, 1.0, w=20) == pytest.approx(
+        math.sqrt(20) / 10 + 0.75 / (2 * math.sqrt(20)))
     c = choose_algorithm(grid, n, eps)
-    assert c.k == grid.n_pixels and "no sparsity prior" in c.reason
+    assert c.k == grid.n_pixels and "no sparsity prior" in c.reason and c.w == 20
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -58,7 +58,7 @@ EVALUATION_LABEL = ("evaluation, not a private release: shows the true (non-priv
 @click.option("--data-seed", type=SEED, default=None,
               help="Generate another synthetic data set from this seed (not the noise's).")
 @grid_option(default="256")
-@click.option("--epsilon", "epsilons", type=POSITIVE, multiple=True, default=(1.0, 5.0),
+@click.option("--epsilon", "epsilon", type=POSITIVE, multiple=True, default=(1.0, 5.0),
               show_default=True, help="One row per epsilon (repeatable; Fig. 3: 1 and 5).")
 @w_option()
 @click.option("--top-percent", "top_percent", type=PERCENT, default=0.01, show_default=True,
@@ -70,7 +70,7 @@ EVALUATION_LABEL = ("evaluation, not a private release: shows the true (non-priv
 @out_dir_option(default="out")
 @click.option("--quiet", is_flag=True, help="No progress messages.")
 @allow_large_option
-def figure(number, input_path, fmt, bbox, n, data_seed, grid, epsilons, w, top_percent, sigma,
+def figure(number, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, top_percent, sigma,
            seed, out_dir, quiet, allow_large) -> None:
     """Draw a figure of Ghazi et al. (AAAI 2023) on any input (an evaluation, not a release).
 
@@ -83,6 +83,7 @@ def figure(number, input_path, fmt, bbox, n, data_seed, grid, epsilons, w, top_p
 
     from shuffledp.cli.heatmap import _check_input_options, _count_points, _load_table
 
+    epsilons = tuple(epsilon)  # one row each
     box = _check_input_options(input_path, fmt, bbox, None)
     n_points = _count_points(input_path, n)
     refuse_if_large(f"figure {number} on --grid {grid}",
