@@ -42,16 +42,20 @@ sqrt(2 |c| ) Delta / eps (|c| the number of level-l* cells inside c), which is
 error is O~(1 / sqrt(eps n)) (Thm D.1), matched by Cor. D.2 up to the logarithm.
 :func:`dense_error_bound` evaluates this bound exactly for any grid.
 
-Which algorithm. The sparse algorithm (Alg. 1-2, Thm 3.1) has error O(sqrt(k) / (eps n))
-on k-sparse data, the dense one O~(1 / sqrt(eps n)) whatever the data; the dense one wins
-once k exceeds about eps n (times logarithms). :func:`choose_algorithm` decides from public
+Which algorithm. The sparse algorithm (Alg. 1-2, Thm 3.1, with w proportional to k) has
+error O(sqrt(k) / (eps n)) on k-sparse data, the dense one O~(1 / sqrt(eps n)) whatever the
+data; the dense one wins once k exceeds about eps n (times logarithms). With the fixed
+w = 20 the CLI uses, the sparse algorithm also pays for approximating k > w occupied cells
+by w, and the dense one wins from k of a few w once eps n is large enough (measured:
+``python bench/dense_vs_sparse.py``). :func:`choose_algorithm` decides from public
 quantities only (a public n, eps, the grid, w and a public sparsity prior k), so it costs no
-privacy; its constant :data:`DENSE_CROSSOVER` is calibrated by ``bench/dense_vs_sparse.py``.
+privacy; its constant :data:`DENSE_CROSSOVER` is calibrated by that bench.
 
 Departures from the text of App. D.1 (listed in docs/errata.md): the snap is written
 "to the closest point in t" and "P_t p_i", and the optimisation "over R^{G_t}": both mean
-the level-l* lattice G_{Delta*}; the snap's cost is at most n / Delta* = sqrt(n / eps) on the
-sum (not "sqrt(eps n)"); Lap(1/eps) per cell is the add/remove (and zero-out) calibration,
+the level-l* lattice G_{Delta*}; the snap's cost is at most 2 n / Delta* on the sum
+(2 sqrt(n / eps) at Delta* = sqrt(eps n), at most 4 sqrt(n / eps) with l* rounded down; not
+"sqrt(eps n)"); Lap(1/eps) per cell is the add/remove (and zero-out) calibration,
 replace-one needs Lap(2/eps); l* must be an integer (floor here, so Delta* <= sqrt(eps n)).
 
 References
