@@ -111,7 +111,6 @@ from shuffledp.protocol.wire import (
     check_header,
     iter_records,
     read_header,
-    unpack_records,
 )
 from shuffledp.pyramid import unflatten
 
@@ -139,6 +138,30 @@ def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - c
     bad = 0
     for i in range(rec.size):
         v = np.uint64(rec[i])
+        a = v >> sb
+        w = v & mask
+        if a >= mm or w >= qq:
+            bad += 1
+            continue
+        acc[a] += np.int64(w)
+        cnt[a] += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_raw(raw, rb, share_bits, m, q, acc, cnt):  # pragma: no cover - compiled
+    """:func:`_accumulate_packed` on raw little-endian ``rb``-byte records (no unpacking)."""
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    mm = np.uint64(m)
+    qq = np.uint64(q)
+    bad = 0
+    n = raw.size // rb
+    for i in range(n):
+        v = np.uint64(0)
+        o = i * rb
+        for c in range(rb - 1, -1, -1):
+            v = (v << np.uint64(8)) | np.uint64(raw[o + c])
         a = v >> sb
         w = v & mask
         if a >= mm or w >= qq:
@@ -226,24 +249,48 @@ class ModularAccumulator:
         if rec.dtype not in (np.uint32, np.uint64) and rec.dtype.kind != "u":
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
-        k = self.threads if rec.size >= (1 << 22) else 1
+        bad = self._run(lambda part, su, co: _accumulate_packed(part, p.share_bits, p.m, p.q,
+                                                                su, co), rec, 1)
+        self.messages += rec.size
+        return bad
+
+    def add_raw(self, raw: np.ndarray | bytes, record_bytes: int) -> int:
+        """Add raw little-endian ``record_bytes``-byte plaintext records (as on the wire);
+        the same sums as :meth:`add_records` on the unpacked integers. Returns the rejected.
+        """
+        rb = int(record_bytes)
+        if not (1 <= rb <= 8):
+            raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={rb}")
+        buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) \
+            else np.ascontiguousarray(raw).view(np.uint8).ravel()
+        if buf.size % rb:
+            raise ValueError(f"not a whole number of {rb}-byte records: {buf.size} bytes")
+        p = self.params
+        bad = self._run(lambda part, su, co: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
+                                                             su, co), buf, rb)
+        self.messages += buf.size // rb
+        return bad
+
+    def _run(self, kernel, data: np.ndarray, unit: int) -> int:
+        """Run ``kernel(part, sums, counts)`` over ``data`` (``unit`` items per record) on
+        the accumulator's threads, each with private O(m) sums, merged exactly."""
+        p = self.params
+        n = data.size // unit
+        k = self.threads if n >= (1 << 22) else 1
         if k == 1:
-            bad = int(_accumulate_packed(rec, p.share_bits, p.m, p.q, self.sums, self.counts))
+            bad = int(kernel(data, self.sums, self.counts))
         else:
             # nogil kernels on k threads, each with private O(m) accumulators, then merged
-            parts = np.array_split(rec, k)
+            edges = np.linspace(0, n, k + 1).astype(np.int64) * unit
+            parts = [data[edges[i] : edges[i + 1]] for i in range(k)]
             local = [(np.zeros(p.m, np.int64), np.zeros(p.m, np.int64)) for _ in parts]
             with ThreadPoolExecutor(k) as ex:
-                bads = list(ex.map(
-                    lambda i: _accumulate_packed(parts[i], p.share_bits, p.m, p.q, *local[i]),
-                    range(k),
-                ))
+                bads = list(ex.map(lambda i: kernel(parts[i], *local[i]), range(k)))
             bad = int(sum(bads))
             for su, co in local:
                 self.sums += su % p.q
                 self.counts += co
         self.rejected += bad
-        self.messages += rec.size
         self._fold()
         return bad
 
@@ -715,8 +762,8 @@ def accumulate_mixed(
         The key shared with the shuffler; required when the batch's tag is keyed, and a
         batch with an unkeyed tag is refused when it is given.
     workers : int, optional
-        Processes for decryption (default: ``os.cpu_count()``); used only when the batch
-        holds more than one chunk.
+        Processes for decryption, threads for plaintext sums (default: ``os.cpu_count()``);
+        decryption uses a pool only when the batch holds more than one chunk.
     chunk_records : int
         Records per chunk (and per decryption task).
 
@@ -748,12 +795,14 @@ def accumulate_mixed(
     try:
         h = read_header(fh)
         check_header(params, h, KIND_MIXED if k is None else KIND_MIXED_ENC)
-        acc = ModularAccumulator(params)
-        chunks = iter_records(fh, h, chunk_records, mac_key)
+        acc = ModularAccumulator(params, threads=nw)
+        # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
+        chunks = iter_records(fh, h, chunk_records if k is not None
+                              else max(chunk_records, 1 << 22), mac_key)
         failed = 0
         if k is None:
             for c in chunks:
-                acc.add_records(unpack_records(c, h.record_bytes))
+                acc.add_raw(c, h.record_bytes)
         else:
             use = nw if h.n_records > chunk_records else 1
             for c, s, f in _decrypted_chunks(params, chunks, k, use):
