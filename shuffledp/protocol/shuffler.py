@@ -536,7 +536,7 @@ class Shuffler:
         slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
         bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, b.k, slots)
         for i in np.flatnonzero(np.diff(bounds)):
-            b.append(int(i), memoryview(slots[bounds[i] : bounds[i + 1]]).cast("B"))
+            b.append(int(i), slots[bounds[i] : bounds[i + 1]].data.cast("B"))
         b.maybe_flush()
 
     def missing(self, k: int) -> None:
@@ -620,7 +620,7 @@ class Shuffler:
                     perm = secure_permutation(rows.shape[0], self.source)
                     out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
                     _gather_rows(rows, perm, self._rb, out)
-                    w.write(memoryview(out).cast("B"))
+                    w.write(out.tobytes())
                     del rows, perm, out
             return w.header
         finally:
