@@ -111,6 +111,7 @@ from shuffledp.protocol.wire import (
     check_header,
     iter_records,
     read_header,
+    unpack_records,
 )
 from shuffledp.pyramid import unflatten
 
@@ -138,30 +139,6 @@ def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - c
     bad = 0
     for i in range(rec.size):
         v = np.uint64(rec[i])
-        a = v >> sb
-        w = v & mask
-        if a >= mm or w >= qq:
-            bad += 1
-            continue
-        acc[a] += np.int64(w)
-        cnt[a] += 1
-    return bad
-
-
-@numba.njit(cache=True, nogil=True)
-def _accumulate_raw(raw, rb, share_bits, m, q, acc, cnt):  # pragma: no cover - compiled
-    """:func:`_accumulate_packed` on raw little-endian ``rb``-byte records (no unpacking)."""
-    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
-    sb = np.uint64(share_bits)
-    mm = np.uint64(m)
-    qq = np.uint64(q)
-    bad = 0
-    n = raw.size // rb
-    for i in range(n):
-        v = np.uint64(0)
-        o = i * rb
-        for c in range(rb - 1, -1, -1):
-            v = (v << np.uint64(8)) | np.uint64(raw[o + c])
         a = v >> sb
         w = v & mask
         if a >= mm or w >= qq:
@@ -252,23 +229,6 @@ class ModularAccumulator:
         bad = self._run(lambda part, su, co: _accumulate_packed(part, p.share_bits, p.m, p.q,
                                                                 su, co), rec, 1)
         self.messages += rec.size
-        return bad
-
-    def add_raw(self, raw: np.ndarray | bytes, record_bytes: int) -> int:
-        """Add raw little-endian ``record_bytes``-byte plaintext records (as on the wire);
-        the same sums as :meth:`add_records` on the unpacked integers. Returns the rejected.
-        """
-        rb = int(record_bytes)
-        if not (1 <= rb <= 8):
-            raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={rb}")
-        buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) \
-            else np.ascontiguousarray(raw).view(np.uint8).ravel()
-        if buf.size % rb:
-            raise ValueError(f"not a whole number of {rb}-byte records: {buf.size} bytes")
-        p = self.params
-        bad = self._run(lambda part, su, co: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
-                                                             su, co), buf, rb)
-        self.messages += buf.size // rb
         return bad
 
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
@@ -802,7 +762,7 @@ def accumulate_mixed(
         failed = 0
         if k is None:
             for c in chunks:
-                acc.add_raw(c, h.record_bytes)
+                acc.add_records(unpack_records(c, h.record_bytes))
         else:
             use = nw if h.n_records > chunk_records else 1
             for c, s, f in _decrypted_chunks(params, chunks, k, use):

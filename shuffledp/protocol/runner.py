@@ -30,13 +30,14 @@ References
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import BinaryIO, cast
 
 import numpy as np
@@ -237,13 +238,46 @@ def user_batches(
     """
     k = check_workers(workers)
     streams = _streams(rng)
+    ids = (int(j) for j in participants)
+    if analyzer_public is not None and k > 1:
+        # one HPKE seal per message holds the GIL: encrypt on k processes, in order
+        yield from _ordered_map_processes((params, users, streams, analyzer_public), ids, k)
+        return
     get_src = (lambda: source) if (source is not None and k == 1) else _thread_source()
 
     def one(j: int) -> bytes:
         sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
         return frame_messages(params, messages(params, sh), analyzer_public)
 
-    yield from _ordered_map(one, (int(j) for j in participants), k)
+    yield from _ordered_map(one, ids, k)
+
+
+_BATCH_STATE: dict = {}
+
+
+def _init_batch_worker(state: tuple) -> None:
+    _BATCH_STATE["state"] = state
+
+
+def _batch_in_worker(j: int) -> bytes:
+    params, users, streams, public = _BATCH_STATE["state"]
+    sh = encode_shares(params, users, np.array([j]), streams, SecureRandom())[0]
+    return frame_messages(params, messages(params, sh), public)
+
+
+def _ordered_map_processes(state: tuple, ids: Iterable[int], workers: int) -> Iterator[bytes]:
+    """Users' encrypted batches on ``workers`` processes, in order, 2 per process pending."""
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                      else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_batch_worker,
+                             initargs=(state,)) as ex:
+        pending: deque = deque()
+        for j in ids:
+            pending.append(ex.submit(_batch_in_worker, j))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 @dataclasses.dataclass(frozen=True)
