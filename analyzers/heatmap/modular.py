@@ -92,6 +92,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.analyzers.federated.histogram import decode_centred
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
 from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger, as_ledger, sums_digest
@@ -373,34 +374,6 @@ class ModularAccumulator:
         return self.sums % p.q
 
 
-def decode_centred(sums: np.ndarray, params: ProtocolParams) -> np.ndarray:
-    """Centred representative ((s + decode_low) mod q) - decode_low, int64 (exact).
-
-    Parameters
-    ----------
-    sums : numpy.ndarray
-        Sums mod q.
-    params : ProtocolParams
-        Supplies q and ``decode_low``.
-
-    Returns
-    -------
-    numpy.ndarray of int64
-        Each sum's representative in [-decode_low, q - decode_low).
-
-    Raises
-    ------
-    AttributeError
-        If ``params`` is not a ProtocolParams.
-
-    References
-    ----------
-    [Ghazi23]_ App. F (decoding the modular sum).
-    """
-    s = np.asarray(sums, dtype=np.int64)
-    return (s + params.decode_low) % params.q - params.decode_low
-
-
 def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.ndarray]:
     """Decoded noisy level counts in user-mass units: centred sums / B, one array per level.
 
@@ -425,7 +398,7 @@ def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.
     ----------
     [Ghazi23]_ App. F, Alg. 2 (the counts handed to Reconstruct).
     """
-    z = decode_centred(sums, params).astype(float) / params.B
+    z = decode_centred(sums, params.q, params.decode_low).astype(float) / params.B
     return unflatten(params.grid, z, params.start)
 
 
