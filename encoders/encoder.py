@@ -342,7 +342,10 @@ def _share_kernel(vm, q, t, buf, out):  # pragma: no cover - compiled
                 w = p >> np.uint64(32)
                 out[u, b, a] = w
                 acc += w
-            out[u, r - 1, a] = (np.uint64(vm[u, a]) + q - acc % q) % q
+            # one division per coordinate: the last share is (vm - acc) mod q, vm < q
+            sm = acc % q
+            v = np.uint64(vm[u, a])
+            out[u, r - 1, a] = v - sm if v >= sm else v + q - sm
     return pos
 
 
@@ -366,8 +369,11 @@ def _share_sum_kernel(vm, q, t, rm1, buf, acc):  # pragma: no cover - compiled
                 if (p & mask) >= t:
                     break
             s += p >> np.uint64(32)
-        last = (np.uint64(vm[a]) + q - s % q) % q
-        acc[a] = np.int64((np.uint64(acc[a]) + s + last) % q)
+        # one division per coordinate; acc is reduced mod q by the caller
+        sm = s % q
+        v = np.uint64(vm[a])
+        last = v - sm if v >= sm else v + q - sm
+        acc[a] += np.int64(s + last)
     return pos
 
 
@@ -416,7 +422,10 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
     mean_rej = need * t / 2.0**32
     size = need + int(mean_rej + 8.0 * mean_rej**0.5) + 64
     buf = np.empty(size, dtype=np.uint32)
+    acc %= q  # each user adds < r q < 2^38 below; reduced again after every 2^20 users
     for j in range(k):
+        if j and j % (1 << 20) == 0:
+            acc %= q
         while True:  # a redraw (buffer ran out) has probability far below 1e-15
             trial = acc.copy() if t else acc  # q a power of two: no rejection, no redraw
             source.fill_uint32(buf)
@@ -424,6 +433,7 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
                 if trial is not acc:
                     acc[:] = trial
                 break
+    acc %= q
     return k * r * m
 
 
@@ -557,8 +567,8 @@ def _noisy_rows(params: ProtocolParams, users: UserDistributions, select: np.nda
     if isinstance(rng, UserStreams):
         ids = np.arange(n_sel) if select is None else np.asarray(select, dtype=np.int64)
         sec = secure if secure is not None or rng.seeded else SecureRandom()
-        for j in range(n_sel):
-            out[j] += d.draw(rng.stream(int(ids[j]), sec))  # type: ignore[arg-type]
+        for j in range(n_sel):  # each stream is drawn once: ask for all its words at once
+            out[j] += d.draw(rng.stream(int(ids[j]), sec), 1.5)  # type: ignore[arg-type]
     else:
         src = noise_source(rng, secure)
         for j in range(n_sel):

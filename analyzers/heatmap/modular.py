@@ -132,7 +132,9 @@ class ReleaseRefused(Refused, RuntimeError):
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - compiled
+def _accumulate_packed(rec, share_bits, m, q, both):  # pragma: no cover - compiled
+    """Sum packed records into ``both[a] = (sum of shares, count)``: the sum and the count of
+    a coordinate share a cache line, so each message costs one random access, not two."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
@@ -145,8 +147,8 @@ def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - c
         if a >= mm or w >= qq:
             bad += 1
             continue
-        acc[a] += np.int64(w)
-        cnt[a] += 1
+        both[a, 0] += np.int64(w)
+        both[a, 1] += 1
     return bad
 
 
@@ -227,30 +229,31 @@ class ModularAccumulator:
         if rec.dtype not in (np.uint32, np.uint64) and rec.dtype.kind != "u":
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
-        bad = self._run(lambda part, su, co: _accumulate_packed(part, p.share_bits, p.m, p.q,
-                                                                su, co), rec, 1)
+        bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
+                                                              both), rec, 1)
         self.messages += rec.size
         return bad
 
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
-        """Run ``kernel(part, sums, counts)`` over ``data`` (``unit`` items per record) on
-        the accumulator's threads, each with private O(m) sums, merged exactly."""
+        """Run ``kernel(part, both)`` over ``data`` (``unit`` items per record) on the
+        accumulator's threads, each into a private (m, 2) array of (sums, counts) (exact:
+        a part of fewer than 2^30 records sums below 2^62), merged mod q."""
         p = self.params
         n = data.size // unit
         k = self.threads if n >= (1 << 22) else 1
-        if k == 1:
-            bad = int(kernel(data, self.sums, self.counts))
-        else:
-            # nogil kernels on k threads, each with private O(m) accumulators, then merged
-            edges = np.linspace(0, n, k + 1).astype(np.int64) * unit
-            parts = [data[edges[i] : edges[i + 1]] for i in range(k)]
-            local = [(np.zeros(p.m, np.int64), np.zeros(p.m, np.int64)) for _ in parts]
-            with ThreadPoolExecutor(k) as ex:
-                bads = list(ex.map(lambda i: kernel(parts[i], *local[i]), range(k)))
-            bad = int(sum(bads))
-            for su, co in local:
-                self.sums += su % p.q
-                self.counts += co
+        n_parts = max(k, -(-n // (1 << 29)))
+        edges = np.linspace(0, n, n_parts + 1).astype(np.int64) * unit
+
+        def one(i: int) -> tuple[int, np.ndarray]:
+            both = np.zeros((p.m, 2), np.int64)
+            return int(kernel(data[edges[i] : edges[i + 1]], both)), both
+
+        bad = 0
+        with ThreadPoolExecutor(k) as ex:  # nogil kernels on k threads, then merged
+            for b, both in ex.map(one, range(n_parts)):
+                bad += b
+                self.sums += both[:, 0] % p.q
+                self.counts += both[:, 1]
         self.rejected += bad
         self._fold()
         return bad

@@ -229,10 +229,14 @@ class _DifferenceDraws:
         self.t_lo = np.concatenate([t.lo for t in tables])
         self.which2 = np.concatenate([which, which])
 
-    def draw(self, rng: RngLike | SecureRandom) -> np.ndarray:
+    def draw(self, rng: RngLike | SecureRandom, words_per_sample: float = 1.1) -> np.ndarray:
+        """One vector, as ``polya_difference(shape, a, size, rng)``. A larger
+        ``words_per_sample`` asks for more words at once (fewer kernel restarts) and leaves
+        more unread: use it only on a stream drawn once (one user's own stream)."""
         out = np.empty(self.which2.size, dtype=np.int64)
         run_stream_kernel(_table_kernel, out.size, word_source(rng), out, self.which2,
-                          self.offs, self.sizes, self.t_hi, self.t_lo, words_per_sample=1.1)
+                          self.offs, self.sizes, self.t_hi, self.t_lo,
+                          words_per_sample=words_per_sample)
         return out[: self.size] - out[self.size :]
 
 
