@@ -116,9 +116,12 @@ def main() -> None:
           f"~{task_mb:.0f} MB per task (no share array held)")
     print(f"  per-worker cost measured here: {rate / 1e6:.1f} M messages/s "
           f"({1e9 / rate:.1f} ns/message)")
+    print(f"  (assumes the cost per message measured here at r={p.r} holds at r={p7.r}; the "
+          f"per-coordinate noise is a larger share of a user's work at smaller r)")
     print(f"  on {cores} workers (efficiency {eff_w:.2f} measured): "
-          f"{m7 / (rate * cores * eff_w) / 3600:.1f} h; on 16 workers at efficiency 0.9: "
-          f"{m7 / (rate * 16 * 0.9) / 3600:.1f} h")
+          f"{m7 / (rate * cores * eff_w) / 3600:.1f} h; on 16 workers at that efficiency: "
+          f"{m7 / (rate * 16 * eff_w) / 3600:.1f} h, at efficiency 1: "
+          f"{m7 / (rate * 16) / 3600:.1f} h")
 
 
 if __name__ == "__main__":

@@ -125,8 +125,21 @@ def main() -> None:
             t_one = min(t_one, _best(one, repeat=1))
         e_par = 2 * cores * mpu / t_par
         e_sum = 2 * mpu / t_one
+        bufs = [np.empty(2 * mpu, dtype=np.uint32) for _ in range(cores)]
+
+        def ks_par():
+            with ThreadPoolExecutor(cores) as ex:
+                list(ex.map(lambda i: srcs[i].fill_uint32(bufs[i]), range(cores)))
+        t_kp = t_k1 = np.inf
+        for _ in range(3):
+            t_kp = min(t_kp, _best(ks_par, repeat=1))
+            t_k1 = min(t_k1, _best(lambda: srcs[0].fill_uint32(bufs[0]), repeat=1))
+        avail = cores * t_k1 / t_kp
+        print(f"keystream, {cores} threads          : {avail:.2f} x one thread: the speed-up "
+              f"this machine gives {cores} threads now   [reference]")
         print(f"encoder (sums), {cores} threads      : {e_par / 1e6:8.1f} M messages/s = "
-              f"{e_par / e_sum:.2f} x one thread (ideal {cores})")
+              f"{e_par / e_sum:.2f} x one thread (ideal {cores}; {e_par / e_sum / avail:.2f} "
+              f"of what the machine gives)")
 
     sh = encode_shares(p, users, np.arange(min(args.n, 10)), streams, src)
     rec = np.concatenate([messages(p, s) for s in sh])
