@@ -267,6 +267,11 @@ def graph_seed(context: bytes, n: int, k: int, min_clients: int) -> bytes:
     -------
     bytes
         32 bytes.
+
+    Raises
+    ------
+    struct.error
+        A count outside [0, 2^32) (the caller's counts are checked before).
     """
     return hashlib.sha256(b"shuffledp secagg+ graph" + bytes(context)
                           + struct.pack("<III", n, k, min_clients)).digest()
@@ -358,6 +363,13 @@ def complete_graph(n: int, min_clients: int | None = None) -> CommunicationGraph
     Returns
     -------
     CommunicationGraph
+
+    Raises
+    ------
+    ValueError
+        ``n`` < 2 or ``min_clients`` outside [0, n].
+    TypeError
+        A count is not an integer.
     """
     n = v.count("n", n, 2)
     mc = 0 if min_clients is None else v.bounded_count("min_clients", min_clients, 0, n)

@@ -478,6 +478,14 @@ class SecAggServer:
         return check
 
 
+def _verifier(bound: bytes, v: int, kind: int, check: bytes) -> Callable[[int], bool]:
+    """The commitment check of client v's b (kind 0) or s_sk (kind 1)."""
+    if kind == 0:
+        return lambda b: commit_b(b, bound, v) == check
+    return lambda s_sk: raw_public(X25519PrivateKey.from_private_bytes(
+        s_sk.to_bytes(32, "little"))) == check
+
+
 def unmask_jobs(bound: bytes, length: int, modulus: int, threshold: int,
                 jobs: list) -> tuple[np.ndarray, list]:
     """Rebuild secrets from their shares and total the masks they remove (sparse unmasking).
@@ -501,17 +509,17 @@ def unmask_jobs(bound: bytes, length: int, modulus: int, threshold: int,
     results : list of (v, kind, error, wrong, certain)
         Per job: '' or why the secret could not be rebuilt, the share points off the accepted
         polynomial and whether that naming is certain (:class:`shamir.Reconstruction`).
+
+    Raises
+    ------
+    ValueError
+        A malformed job (a share point repeated, a key that is not 32 bytes); the server
+        builds the jobs from validated messages.
     """
     removed = np.zeros(length, dtype=np.int64)
-    out = []
+    out: list[tuple[int, int, str, tuple[int, ...], bool]] = []
     for v, kind, pts, check, peers in jobs:
-        if kind == 0:
-            def verify(b: int, v=v, check=check) -> bool:
-                return commit_b(b, bound, v) == check
-        else:
-            def verify(s_sk: int, check=check) -> bool:
-                key = X25519PrivateKey.from_private_bytes(s_sk.to_bytes(32, "little"))
-                return raw_public(key) == check
+        verify = _verifier(bound, v, kind, check)
         try:
             rec = shamir.checked_reconstruct(pts, threshold, verify)
         except shamir.ShareError as e:

@@ -33,16 +33,38 @@ _STEPS = (lambda c, _: c.advertise(), SecAggClient.share_keys, SecAggClient.mask
 
 def run_round(clients: dict[int, SecAggClient], r: int,
               incoming: dict[int, bytes]) -> dict[int, tuple[str, Any, float]]:
-    """Each client's answer to round ``r``: (``"ok"``, bytes, seconds) or (``"refused"``,
-    why, seconds); clients not in ``incoming`` do nothing."""
+    """Each addressed client's answer to round ``r``.
+
+    Parameters
+    ----------
+    clients : dict
+        Client id -> :class:`~.client.SecAggClient`.
+    r : int
+        The round, 0..3.
+    incoming : dict
+        Client id -> the server's message for it (b"" in round 0); other clients do nothing.
+
+    Returns
+    -------
+    dict
+        Client id -> (``"ok"``, its message bytes, seconds) or (``"refused"``, why, seconds):
+        seconds the CPU time of its step (``time.process_time``: what the client spends,
+        whatever else the machine runs). A refusal (:class:`~.client.SecAggRefused` or a
+        malformed server message) is the client leaving the run.
+
+    Raises
+    ------
+    KeyError
+        ``incoming`` names a client not in ``clients``.
+    """
     out: dict[int, tuple[str, Any, float]] = {}
     for i, data in incoming.items():
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         try:
             res: tuple[str, Any] = ("ok", _STEPS[r](clients[i], data))
         except (SecAggRefused, MessageError) as e:  # the client leaves the run
             res = ("refused", str(e))
-        out[i] = (res[0], res[1], time.perf_counter() - t0)
+        out[i] = (res[0], res[1], time.process_time() - t0)
     return out
 
 
@@ -55,7 +77,9 @@ def _serve(conn, block: dict[int, np.ndarray], modulus: int, threshold: int, ses
         if cmd[0] == "round":
             conn.send(run_round(clients, cmd[1], cmd[2]))
         elif cmd[0] == "unmask":
-            conn.send(unmask_jobs(*cmd[1]))
+            t0 = time.process_time()
+            res = unmask_jobs(*cmd[1])
+            conn.send((res, time.process_time() - t0))
         else:
             conn.close()
             return
@@ -82,12 +106,14 @@ class ClientPool:
                  graph: CommunicationGraph | None, workers: int) -> None:
         # fork: the workers inherit the loaded modules (no re-import, no __main__ guard
         # needed in the caller's script); spawn where fork does not exist
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx: Any = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         n = len(vectors)
         cuts = np.linspace(0, n, workers + 1).astype(int)
         self.owner = np.repeat(np.arange(workers), np.diff(cuts))
         self._conns = []
         self._procs = []
+        #: CPU seconds the workers spent on the last :meth:`unmask`
+        self.unmask_cpu = 0.0
         for w in range(workers):
             parent, child = ctx.Pipe()
             block = {i: vectors[i] for i in range(cuts[w], cuts[w + 1])}
@@ -126,8 +152,10 @@ class ClientPool:
             conn.send(("unmask", (bound, length, modulus, threshold, chunk)))
         removed = np.zeros(length, dtype=np.int64)
         results: list = []
+        self.unmask_cpu = 0.0
         for conn in self._conns:
-            part, res = self._recv(conn)
+            (part, res), cpu = self._recv(conn)
+            self.unmask_cpu += cpu
             removed = (removed + part) % modulus
             results.extend(res)
         return removed, results
@@ -153,7 +181,13 @@ class ClientPool:
 
 
 def default_workers() -> int:
-    """The cores this process may use (``os.sched_getaffinity`` where available)."""
+    """The cores this process may use.
+
+    Returns
+    -------
+    int
+        ``len(os.sched_getaffinity(0))`` where available, else ``os.cpu_count()`` (at least 1).
+    """
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not on Linux
