@@ -273,3 +273,19 @@ def test_secure_sum_refuses_bad_graph_options():
         secure_sum(X, M, graph="sparse", graph_seed=b"x")
     with pytest.raises(TypeError, match="workers"):
         secure_sum(X, M, workers=1.5)
+
+
+def test_federated_sum_gives_the_same_release_on_both_graphs():
+    from shuffledp.protocol.federated import federated_sum
+
+    g = np.random.default_rng(8)
+    vecs = [np.bincount([int(c)], minlength=5) for c in g.integers(0, 5, 80)]
+    out = {agg: federated_sum(vecs, 1, 1.0, shard_size=40, dropout=0.1, neighbour="zero_out",
+                              dropped=np.r_[np.zeros(78, bool), True, True],
+                              aggregation=agg, rng=3)
+           for agg in ("secagg", "secagg_complete", "plain")}
+    assert np.array_equal(out["secagg"].counts, out["plain"].counts)
+    assert np.array_equal(out["secagg_complete"].counts, out["plain"].counts)
+    shards = out["secagg"].shards
+    assert {s["secagg_graph"] for s in shards} == {"sparse"}
+    assert all(s["secagg_degree"] < 39 for s in shards)
