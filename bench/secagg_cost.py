@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> None:
             if (graph == "complete" and n <= a.max_complete) or (graph == "sparse"
                                                                  and n <= a.max_n):
                 rows.append(measure(n, a.length, graph))
+                r = rows[-1]
+                print(f"  measured n={n} {graph}: k={r['k']} t={r['t']} client "
+                      f"{r['client']:.4f} s CPU, server {r['server']:.2f} s CPU, wall "
+                      f"{r['wall']:.1f} s, exact {r['exact']}", flush=True)
     meas = {gname: [r for r in rows if r["graph"] == gname] for gname in ("complete", "sparse")}
     for n in grid:
         if n > a.max_complete and len(meas["complete"]) >= 2:
