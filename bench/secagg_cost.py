@@ -82,7 +82,8 @@ def fit(rows: list[dict], x_of, n_new: int, graph: str) -> dict:
     x = x_of(n_new)
     p = sparse_parameters(n_new, 0.1) if graph == "sparse" else None
     return {"n": n_new, "graph": graph, "k": p.k if p else n_new - 1,
-            "t": p.threshold if p else 0, "client": float(c[0] + c[1] * x),
+            "t": p.threshold if p else max(2, n_new - 2 * round(DROP * n_new)),
+            "client": float(c[0] + c[1] * x),
             "server": float((s[0] + s[1] * x) * n_new), "up": float("nan"),
             "wall": float("nan"), "exact": None, "fit": True, "workers": 0}
 
