@@ -13,7 +13,8 @@ For every eps in {0.1, 0.2, 0.5, 1, 2, 5, 10} and n in {50, 100, 200, 500, 1000,
 10000} it runs ``--trials`` (default 12) independent draws of data and noise, and prints the
 mean and the 95% normal interval of EMD, KL, CC and SIM ([Ghazi23]_ Sec. 4, on heatmaps after
 the Gaussian filter of Sec. 2.3 with ``--sigma`` px on both sides) for: ours (the smoothed
-release), ours ``--smoothing none`` (Reconstruct's output), the Laplace baseline and its
+release), ours ``--smoothing none`` (Reconstruct's output), the default it replaced (a fixed
+mix with a Gaussian-smoothed copy and a uniform floor, ``previous``), the Laplace baseline and its
 top-1% / top-0.1% variants, all central under add/remove (the baselines' relation; ours uses
 the same). Then, per point, the EMD ratio smoothed / unsmoothed (target <= 1.05) and every
 (metric, baseline) where ours does not win on the mean. The spike part also prints the share
@@ -51,7 +52,7 @@ from shuffledp.users import UserDistributions
 
 EPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 NS = (50, 100, 200, 500, 1000, 2000, 5000, 10000)
-METHODS = ("ours", "ours none", "laplace", "top_1%", "top_0.1%")
+METHODS = ("ours", "ours none", "previous", "laplace", "top_1%", "top_0.1%")
 KEYS = ("emd", "kl", "cc", "sim")
 HIGHER = {"cc", "sim"}
 
@@ -71,6 +72,19 @@ def elongated_density(side: int, rng: np.random.Generator, k: int = 6) -> np.nda
         g = np.exp(-0.5 * ((u / s) ** 2 + (v / (s / 12)) ** 2))
         img += g / g.sum() / (i + 1)
     return img / img.sum()
+
+
+def previous_default(rel) -> np.ndarray:
+    """The default this release replaced, for comparison: ``(1 - 0.5 - f) a + 0.5 H_a^bw +
+    f / N`` with bandwidth ``side / sqrt(n_hat eps)`` clipped to [1, side / 8] and floor
+    ``f = 4 / sqrt(n_hat eps)`` clipped to [0.02, 0.45], n_hat the released total."""
+    side = max(rel.grid.width, rel.grid.height)
+    load = max(float(rel.raw.sum()), 1.0) * rel.guarantee.epsilon
+    bw = min(max(side / np.sqrt(load), 1.0), max(side / 8.0, 1.0))
+    floor = min(max(4.0 / np.sqrt(load), 0.02), 0.45)
+    a = rel.estimate / rel.estimate.sum()
+    out = (0.5 - floor) * a + 0.5 * gaussian_heatmap(a, bw) + floor / a.size
+    return out / out.sum()
 
 
 def make_users(kind: str, side: int, n: int, seed: int) -> UserDistributions:
@@ -108,6 +122,7 @@ def one_point(args: tuple) -> tuple:
         rel = central_heatmap(users, eps, neighbour="add_remove", rng=seed + 1)
         sm = rel.smoothed()
         ests = {"ours": sm.estimate, "ours none": rel.estimate,
+                "previous": previous_default(rel),
                 "laplace": laplace_baseline(agg, eps, rng=seed + 2).estimate,
                 "top_1%": laplace_baseline(agg, eps, rng=seed + 2, top_percent=1.0).estimate,
                 "top_0.1%": laplace_baseline(agg, eps, rng=seed + 2,
@@ -128,13 +143,21 @@ def ci(a: np.ndarray) -> tuple[float, float]:
     return float(a.mean()), float(half)
 
 
-def report(kind: str, eps: float, n: int, res: dict, within: list, losses: list) -> None:
+def report(kind: str, eps: float, n: int, res: dict, within: list, losses: list,
+           regressions: list) -> None:
     print(f"\n{kind}  eps={eps:g}  n={n}")
     print(f"  {'method':10s}" + "".join(f"{k.upper():>18s}" for k in KEYS))
     for m in METHODS:
         cells = [ci(res[m][:, j]) for j in range(len(KEYS))]
         print(f"  {m:10s}" + "".join(f"{mu:10.4f} +/-{h:6.4f}" for mu, h in cells))
     ratio = res["ours"][:, 0].mean() / res["ours none"][:, 0].mean()
+    worse = [k for j, k in enumerate(KEYS)
+             if ((res["ours"][:, j].mean() < res["previous"][:, j].mean()) if k in HIGHER
+                 else (res["ours"][:, j].mean() > res["previous"][:, j].mean()))]
+    print("  against the previous default: " + ("better on all four" if not worse
+                                                 else "worse on " + ", ".join(worse)))
+    if worse:
+        regressions.append((kind, eps, n, worse))
     lost = []
     for b in ("laplace", "top_1%", "top_0.1%"):
         for j, k in enumerate(KEYS):
@@ -180,9 +203,14 @@ def main() -> None:
           f"heatmap filter sigma = 2 px per 256 px of side; central, add/remove; means with "
           f"95% normal intervals")
     losses: list = []
+    regressions: list = []
     with ProcessPoolExecutor(a.workers) as pool:
         for kind, e, n, res, within in pool.map(one_point, jobs):
-            report(kind, e, n, res, within, losses)
+            report(kind, e, n, res, within, losses, regressions)
+    print(f"\n== against the previous default: worse on some metric at {len(regressions)} of "
+          f"{len(jobs)} points ==")
+    for kind, e, n, worse in regressions:
+        print(f"  {kind} eps={e:g} n={n}: worse on " + ", ".join(worse))
     print(f"\n== summary: {len(losses)} of {len(jobs)} points miss a target ==")
     for kind, e, n, ratio, lost in losses:
         print(f"  {kind} eps={e:g} n={n}: EMD ratio {ratio:.3f}; loses " + "; ".join(lost))
