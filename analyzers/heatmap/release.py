@@ -18,6 +18,7 @@ import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.analyzers.heatmap.smoothing import (
+    BACKGROUND,
     CONFIDENCE,
     THRESHOLD,
     level_sums,
@@ -135,11 +136,13 @@ class HeatmapRelease:
         est = pyramid_density(counts, self.grid, int(start), scales)
         params = {**self.parameters, "smoothing": {
             "method": "pyramid_density", "source": source, "threshold": THRESHOLD,
-            "confidence": CONFIDENCE, "noise_scales": scales,
+            "confidence": CONFIDENCE, "background": BACKGROUND, "noise_scales": scales,
             "rule": "top down from the start level: a parent's mass goes to its children in "
                     "proportion to max(y - threshold * b, 0), mixed with the even split with "
                     "weight S^2 / (S^2 + (confidence * b)^2) on the counts (S: the sum of "
-                    "the thresholded children, b: the level's noise scale)"}}
+                    "the thresholded children, b: the level's noise scale); then mixed with "
+                    "the start level's counts spread over their cells with weight "
+                    "min(1/2, background * relative noise of the released total)"}}
         return dataclasses.replace(self, estimate=est, parameters=params)
 
     def to_report(self) -> dict[str, Any]:

@@ -20,13 +20,19 @@ reads it off them, top down, one split per level:
   shows mass that the children's counts do not resolve (``S`` about the noise or zero) it is
   spread evenly over the parent cell;
 
+* background: the result is mixed with the start level's own picture, ``(max(y, 0) + b_0)``
+  spread evenly over each start cell, with weight ``f = min(1/2, h sqrt(2 N_0) b_0 / T)``
+  (``h`` = :data:`BACKGROUND`): ``sqrt(2 N_0) b_0 / T`` is the relative noise of the released
+  total, so a release that is mostly noise leans on its coarse picture (KL charges every unit
+  of true mass the estimate misses) and a strong one keeps its detail;
+
 with ``b`` the Laplace scale of that level's count noise in user units (sensitivity /
 eps_i), ``t`` = :data:`THRESHOLD` and ``k`` = :data:`CONFIDENCE`. Every split keeps a
-parent's mass, so the result is a non-negative density with the released total, positive on
-every pixel (``lam < 1``). It is a function of the release alone: post-processing, no
-privacy cost. Nothing in it depends on the data being released other than through the
-released counts; ``t = 2`` and ``k = 1`` were chosen once on population-weighted synthetic
-data (``python bench/smoothing_grid.py``), not per release.
+parent's mass, so the result is a density, positive on every pixel (``lam < 1``, and the
+background is positive). It is a function of the release alone: post-processing, no privacy
+cost. Nothing in it depends on the data being released other than through the released
+counts; ``t = 2``, ``k = 1`` and ``h = 1/2`` were chosen once on population-weighted
+synthetic data (``python bench/smoothing_grid.py``), not per release.
 
 What it costs and buys (``python bench/smoothing_grid.py``: population-weighted and elongated
 clusters and a one-pixel spike, 64x64, 12 trials per point, metrics on Gaussian-filtered
@@ -54,12 +60,14 @@ import numpy as np
 
 from shuffledp.grid import Grid
 
-__all__ = ["CONFIDENCE", "THRESHOLD", "level_sums", "pyramid_density"]
+__all__ = ["BACKGROUND", "CONFIDENCE", "THRESHOLD", "level_sums", "pyramid_density"]
 
 #: t: a child's noisy count counts towards its share only above t noise scales
 THRESHOLD: float = 2.0
 #: k: the measured shares of a split weigh S^2 / (S^2 + (k b)^2)
 CONFIDENCE: float = 1.0
+#: h: the start level's picture weighs min(1/2, h sqrt(2 N_0) b_0 / T)
+BACKGROUND: float = 0.5
 
 
 def _iv(counts: Sequence[Any], grid: Grid, start: int,
@@ -107,11 +115,12 @@ def _split(mass: np.ndarray, y: np.ndarray, b: float, threshold: float,
 
 def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
                     noise_scales: Sequence[float], *, threshold: float = THRESHOLD,
-                    confidence: float = CONFIDENCE) -> np.ndarray:
+                    confidence: float = CONFIDENCE,
+                    background: float = BACKGROUND) -> np.ndarray:
     """A positive density over the grid's pixels read off noisy level counts, top down.
 
-    The rule is the module's (root split, then one soft-thresholded, confidence-weighted
-    split per level); the result sums to 1.
+    The rule is the module's (root split, one soft-thresholded, confidence-weighted split per
+    level, then the background mix); the result sums to 1.
 
     Parameters
     ----------
@@ -126,8 +135,8 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
     noise_scales : sequence of float
         ``b`` per level: the Laplace scale of that level's count noise in user units
         (l1-sensitivity of one user's level vector divided by the level's epsilon), > 0.
-    threshold, confidence : float
-        ``t`` and ``k`` of the module notes, finite and >= 0 (``confidence`` > 0).
+    threshold, confidence, background : float
+        ``t``, ``k`` and ``h`` of the module notes, finite and >= 0 (``confidence`` > 0).
 
     Returns
     -------
@@ -140,8 +149,8 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
         If ``grid`` is not a Grid.
     ValueError
         On a wrong number or shape of ``counts``, NaN/infinite counts, ``start`` outside the
-        grid's levels, ``noise_scales`` not one positive number per level, or ``threshold``
-        / ``confidence`` out of range.
+        grid's levels, ``noise_scales`` not one positive number per level, or ``threshold``,
+        ``confidence`` or ``background`` out of range.
 
     References
     ----------
@@ -155,6 +164,9 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
         raise ValueError(f"threshold must be finite and >= 0, got threshold={threshold!r}")
     if not (np.isfinite(k) and k > 0):
         raise ValueError(f"confidence must be finite and > 0, got confidence={confidence!r}")
+    h = float(background)
+    if not (np.isfinite(h) and h >= 0):
+        raise ValueError(f"background must be finite and >= 0, got background={background!r}")
     y0 = levels[0]
     total = float(y0.sum())
     pos = np.maximum(y0, 0.0)
@@ -164,7 +176,21 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
     mass = lam0 * shares + (1.0 - lam0) / y0.size
     for y, b in zip(levels[1:], scales[1:], strict=True):
         mass = _split(mass, y, float(b), t, k)
-    return mass / mass.sum()
+    dens = mass / mass.sum()
+    noise = float(np.sqrt(2.0 * y0.size) * scales[0])
+    f = min(0.5, h * noise / total) if total > 0 else 0.5
+    return (1.0 - f) * dens + f * _background(pos + scales[0], grid, start)
+
+
+def _background(weights: np.ndarray, grid: Grid, start: int) -> np.ndarray:
+    """``weights`` (one per start cell) normalised and spread evenly over each cell's pixels."""
+    shift = grid.depth - start
+    rows = (np.arange(grid.height) >> shift)[:, None]
+    cols = (np.arange(grid.width) >> shift)[None, :]
+    cell = (rows * weights.shape[1] + cols).ravel()
+    n_pix = np.bincount(cell, minlength=weights.size)
+    w = weights.ravel() / weights.sum()
+    return (w[cell] / n_pix[cell]).reshape(grid.height, grid.width)
 
 
 def level_sums(raw: Any, grid: Grid, start: int) -> list[np.ndarray]:
