@@ -21,9 +21,9 @@ def test_a_one_pixel_spike_stays_within_one_pixel():
     """200 users in one pixel of 256x256, eps = 1 (central, add/remove): the mean over 6
     releases of the smoothed estimate's share within 1 px (the 3x3 block) is >= 0.70.
 
-    Measured over 240 seeds: one release keeps 0.848 on average (sd 0.065, 2.5% of single
-    releases fall below 0.70); the mean of 6 is below 0.70 with probability about 1e-8 by
-    the normal approximation (0.148 / (0.065 / sqrt 6) = 5.6 sd), so a false failure on a
+    Measured over 240 seeds: one release keeps 0.810 on average (sd 0.061, 5.8% of single
+    releases fall below 0.70); the mean of 6 is below 0.70 with probability about 5e-6 by
+    the normal approximation (0.110 / (0.061 / sqrt 6) = 4.4 sd), so a false failure on a
     fresh seed is that rare. Reconstruct's output keeps 0.807 on average."""
     side, n = 256, 200
     grid = Grid(side, side)
@@ -43,9 +43,9 @@ def test_smoothing_keeps_the_emd_of_reconstruct():
     Reconstruct's output, on the means of 8 releases.
 
     Measured over 40 seeds: the per-release ratio is 0.92 on average (sd 0.12); the ratio of
-    the means of 4 releases ranged 0.84-1.00 over 10 disjoint sets (sd about 0.05), so with 8
-    (sd about 0.035) a fresh seed set exceeds 1.05 with probability about 1e-4 (3.8 sd, normal
-    approximation)."""
+    the means of 4 releases has sd 0.05 over 10 disjoint sets, and of 8 ranged 0.87-0.96 over
+    5, so a fresh set of 8 (sd about 0.035) exceeds 1.05 with probability about 1e-4 (3.7 sd,
+    normal approximation)."""
     grid = Grid(64, 64)
     users = datasets.synthetic_mixture(n_users=200, rng=0).to_users(grid)
     truth = gaussian_heatmap(normalise(users.aggregate()), 0.5)
