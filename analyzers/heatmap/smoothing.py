@@ -36,14 +36,14 @@ synthetic data (``python bench/smoothing_grid.py``), not per release.
 
 What it costs and buys (``python bench/smoothing_grid.py``: population-weighted and elongated
 clusters and a one-pixel spike, 64x64, 12 trials per point, metrics on Gaussian-filtered
-heatmaps, [Ghazi23]_ Sec. 2.3 and 4; docs/errata.md has the table): on the clustered data its
-EMD is 0.15-1.09x that of Reconstruct's output (above 1.05x at 5 of 112 points, never above
-1.09x) and its KL 2-10x lower; 200 users who share one pixel keep 85% of the estimate (mean of
-240 releases at eps = 1 on 256x256; 2.5% of releases below 70%) within one pixel. Where it
-still loses: a spike at eps <= 0.5 (a child 3.5 noise scales above its siblings is spread,
-EMD up to 1.5x Reconstruct's), and dense data at pixel resolution (thousands of users on 64x64,
-where the Laplace baseline's per-pixel noise is about ten times smaller than the leaf level's
-share of the budget allows: CC, SIM and KL go to the baseline).
+heatmaps, [Ghazi23]_ Sec. 2.3 and 4; docs/errata.md has the figures): on the clustered data
+its EMD is 0.15-1.09x that of Reconstruct's output (above 1.05x at 6 of 112 points) and its
+KL 2-10x lower; 200 users who share one pixel keep 81% of the estimate within one pixel (mean
+of 240 releases at eps = 1 on 256x256). Where it still loses: a spike's EMD (1.05-1.6x
+Reconstruct's at eps <= 5: the background share, and at eps <= 0.5 a child only a few noise
+scales above its siblings is spread), and dense data at pixel resolution (thousands of users
+on 64x64, where the Laplace baseline's per-pixel noise is about ten times smaller than the
+leaf level's share of the budget allows: CC, SIM and KL go to the baseline).
 
 References
 ----------
