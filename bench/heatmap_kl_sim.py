@@ -6,7 +6,8 @@ Reconstruct output (``--smoothing none``) wins CC and EMD but loses KL (~10 agai
 Reconstruct keeps the top-w cells per level, so the estimate is a few spikes and zero over
 most of the grid, and every unit of true mass falling where the filtered estimate is below
 the KL regulariser costs ~30 nats. The Laplace baseline is nearly uniform (the uniform map's
-KL is printed alongside). ``smooth_estimate`` (the ``--smoothing auto`` default) fixes it.
+KL is printed alongside). The ``--smoothing auto`` default
+(:func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density`) fixes it.
 
 Prints mean metrics over data seeds x noise seeds for: ours (Alg. 2 as is), ours smoothed,
 the Laplace baseline and its top-t% variants, and the uniform map. Exact EMD takes seconds per
@@ -47,12 +48,11 @@ def main() -> None:
         agg = users.aggregate()
         ht = gaussian_heatmap(normalise(agg), a.sigma)
         for s in range(a.noise_seeds):
-            rel = central_heatmap(users, a.epsilon, rng=1000 * ds + s)
+            rel = central_heatmap(users, a.epsilon, neighbour="add_remove", rng=1000 * ds + s)
             sm = rel.smoothed()
             ests = {
                 "ours (Alg. 2 as is)": rel.estimate,
-                f"ours smoothed (bw {sm.parameters['smoothing']['bandwidth_px']:.1f} px)":
-                    sm.estimate,
+                "ours smoothed": sm.estimate,
                 "Laplace": laplace_baseline(agg, a.epsilon, rng=s).estimate,
                 "Laplace top 1%": laplace_baseline(agg, a.epsilon, rng=s,
                                                    top_percent=1.0).estimate,
@@ -62,10 +62,10 @@ def main() -> None:
             }
             for name, e in ests.items():
                 m = all_metrics(ht, gaussian_heatmap(e, a.sigma), grid, emd=not a.no_emd)
-                key = name.split(" (bw")[0]
-                rows.setdefault(key, []).append(m)
+                rows.setdefault(name, []).append(m)
     print(f"n={a.n}, eps={a.epsilon}, {a.grid}x{a.grid}, sigma={a.sigma} px, "
-          f"{a.data_seeds} data x {a.noise_seeds} noise seeds; mean of each metric")
+          f"{a.data_seeds} data x {a.noise_seeds} noise seeds; every line central under "
+          f"add/remove (like for like); mean of each metric")
     print(f"{'':22s}{'EMD':>8s}{'KL':>8s}{'CC':>8s}{'SIM':>8s}")
     for name, ms in rows.items():
         vals = [np.mean([m[k] for m in ms]) if ms[0][k] is not None else np.nan

@@ -129,22 +129,33 @@ def test_render_png_errors(tmp_path):
         render_png(tmp_path / "x.png", [("a", np.ones((2, 2)))], min_size=0)
 
 
-def test_smooth_estimate_is_a_positive_distribution_keeping_the_spikes():
-    from shuffledp.analyzers.heatmap.render import auto_bandwidth, smooth_estimate
+def test_pyramid_density_follows_strong_counts_and_spreads_weak_ones():
+    from shuffledp.analyzers.heatmap.smoothing import level_sums, pyramid_density
+    from shuffledp.grid import Grid
 
-    a = np.zeros((32, 32))
-    a[3, 4], a[20, 25] = 2.0, 1.0
-    s = smooth_estimate(a, 3.0)
-    assert s.sum() == pytest.approx(1.0) and (s > 0).all()
-    assert s[3, 4] > s[20, 25] > s[10, 10]
-    with pytest.raises(ValueError, match="bandwidth"):
-        smooth_estimate(a, 0.0)
-    with pytest.raises(ValueError, match="weight"):
-        smooth_estimate(a, 1.0, weight=0.99, floor=0.02)
-    # public rule: wider at fewer users / smaller epsilon, clipped to [1, side / 8]
-    assert auto_bandwidth(256, 256, 200, 1.0) > auto_bandwidth(256, 256, 2000, 1.0)
-    assert auto_bandwidth(256, 256, 1, 0.01) == 32.0
-    assert auto_bandwidth(8, 8, 1e9, 10.0) == 1.0
+    grid = Grid(8, 8)
+    a = np.zeros((8, 8))
+    a[1, 2] = 100.0  # a spike far above the noise scale 1
+    d = pyramid_density(level_sums(a, grid, 1), grid, 1, [1.0, 1.0, 1.0])
+    assert d.sum() == pytest.approx(1.0) and (d > 0).all()
+    assert d[1, 2] > 0.97  # 1.4% goes to the background: 0.5 sqrt(8) / 100
+    # counts far below the noise scale: the even split everywhere
+    weak = pyramid_density(level_sums(a / 1e4, grid, 1), grid, 1, [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(weak, np.full((8, 8), 1 / 64), rtol=1e-2)
+    # a non-square grid with odd level shapes keeps every pixel and the total
+    g2 = Grid(5, 3)
+    b = np.arange(15.0).reshape(3, 5)
+    d2 = pyramid_density(level_sums(b, g2, 0), g2, 0, [1.0] * (g2.depth + 1))
+    assert d2.shape == (3, 5) and d2.sum() == pytest.approx(1.0) and (d2 > 0).all()
+    with pytest.raises(ValueError, match="noise_scales"):
+        pyramid_density(level_sums(a, grid, 1), grid, 1, [1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="counts must hold 3 levels"):
+        pyramid_density(level_sums(a, grid, 2), grid, 1, [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="threshold"):
+        pyramid_density(level_sums(a, grid, 1), grid, 1, [1.0] * 3, threshold=-1)
+    with pytest.raises(ValueError, match="level budgets"):
+        from shuffledp.analyzers.heatmap.baselines import laplace_baseline
+        laplace_baseline(a, 1.0, rng=0).smoothed()
 
 
 def test_smoothed_release_records_the_post_processing():

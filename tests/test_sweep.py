@@ -15,12 +15,14 @@ import scipy.stats
 from click.testing import CliRunner
 
 from shuffledp import sweep as sw
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.cli import main
 from shuffledp.grid import Grid
 from shuffledp.protocol.params import derive_params
 from shuffledp.sweep import run as sweep_run
 
 TINY = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0)
+ZERO_OUT = str(Neighbour.ZERO_OUT)
 
 
 def _rows(out):
@@ -233,6 +235,9 @@ def test_cli_refuses_before_running_anything(tmp_path, argv, hint):
     ("sigma", -0.5, "sigma must be a finite number >= 0, got sigma=-0.5"),
     ("grid", "8x8", "grid must be a Grid, got grid='8x8'"),
     ("rounding", "ceil", "rounding must be one of"),
+    ("neighbour", "bounded_emd", "neighbour must be one of"),
+    ("neighbour", "sideways", "neighbour"),
+    ("sigma_scales", "yes", "sigma_scales must be a bool"),
 ])
 def test_config_checks_its_fields(field, value, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -298,33 +303,76 @@ def test_dropout_users_really_drop(monkeypatch):
 
 
 def test_central_baselines_as_models(tmp_path):
-    models = ("central", "laplace", "top_1%", "top_0.1%")
-    recs = sw.run_sweep("epsilon", [1.0, 4.0], tmp_path, repeats=1, base=TINY, seed=2,
+    models = ("central", "laplace", "top_1%", "top_0.1%", "top_0.01%")
+    base = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=1.0, neighbour="add_remove")
+    recs = sw.run_sweep("epsilon", [1.0, 4.0], tmp_path, repeats=1, base=base, seed=2,
                         models=models)
-    assert sorted({r.model for r in recs}) == sorted(models) and len(recs) == 8
+    assert sorted({r.model for r in recs}) == sorted(models) and len(recs) == 10
     for r in recs:
         assert r.B is None and r.delta is None and r.bits_per_user is None
         assert r.guarantee_epsilon == r.epsilon and r.guarantee_delta == 0.0
-    assert {r.neighbour for r in recs if r.model != "central"} != {
-        r.neighbour for r in recs if r.model == "central"}  # add/remove vs replace-one
+    # like for like: the central release under the baselines' relation
+    assert {r.neighbour for r in recs} == {str(Neighbour.ADD_REMOVE)}
     with pytest.raises(ValueError, match="models must be one of .*got models='oracle'"):
         sw.plan("epsilon", [1.0], 1, TINY, models=("central", "oracle"))
+    # a baseline beside a replace-one (or zero-out) release is refused, naming the fix
+    for nb in ("replace", "zero_out"):
+        with pytest.raises(ValueError, match="add/remove only.*not be like for like"):
+            sw.plan("epsilon", [1.0], 1, sw.SweepConfig(neighbour=nb),
+                    models=("central", "laplace"))
+    assert sw.plan("epsilon", [1.0], 1, TINY, models=("laplace",))  # baselines alone: fine
+
+
+def test_every_preset_runs_its_models_under_one_stated_relation():
+    """Fig. 1/2: central and baselines add/remove; Fig. 12/13: shuffle and central zero-out;
+    the paper's settings (Sec. 4, App. E.1, App. F)."""
+    p = sw.PRESETS
+    assert p["1"]["values"] == [0.1, 0.5, 1, 2, 5, 10] and p["1"]["n"] == 200
+    assert p["1"]["full_grid"] == "256x256" and p["1"]["full_repeats"] == 60
+    assert p["2"]["values"] == [50, 100, 200, 300, 400, 500] and p["2"]["epsilon"] == 10.0
+    assert p["2-grid"]["values"] == ["64x64", "128x128", "256x256"]
+    assert p["2-grid"]["epsilon"] == 10.0 and p["13"]["full_grid"] == "320x240"
+    for name, fig in p.items():
+        models = fig.get("models", sw.DEFAULT_MODELS)
+        base = sw.SweepConfig(grid=Grid(16, 12), n=10, neighbour=fig["neighbour"])
+        runs = sw.plan(fig["param"], fig["values"][:1], 1, base, models)  # not refused
+        assert {r.config.neighbour for r in runs} == {fig["neighbour"]}, name
+        if any(m in sw.config.BASELINES for m in models):
+            assert fig["neighbour"] == "add_remove", name
+
+
+def test_sigma_scales_with_the_grid_in_the_presets(tmp_path):
+    base = sw.SweepConfig(grid=Grid(16, 12), n=10, sigma=2.0, sigma_scales=True,
+                          neighbour="add_remove")
+    recs = sw.run_sweep("grid", ["16x12", "32x24"], tmp_path, repeats=1, base=base, seed=1,
+                        models=("central",))
+    assert sorted(r.sigma for r in recs) == [2.0 * 16 / 256, 2.0 * 32 / 256]
+    assert all("sigma_scales" in r.key for r in recs)
+    assert "sigma_scales" not in sw.plan("n", [10], 1, TINY, ("central",))[0].key
+    assert "SIGMA" not in sw.SIGMA_NOTE and "2 px at 256x256" in sw.SIGMA_NOTE
 
 
 def test_cli_figure_1_runs_the_central_models(tmp_path):
     res = invoke("--figure", 1, "--grid", "16x12", "--n", 10, "--repeats", 1, "--no-plot",
-                 "--quiet", "--seed", 1, "--out", tmp_path)
+                 "--seed", 1, "--out", tmp_path)
     assert res.exit_code == 0, res.output
+    assert "neighbour relation: add_remove for ['central']" in res.output
+    assert "sigma = 2 px at 256x256" in res.output
     rows = _rows(tmp_path)
-    assert {r["model"] for r in rows} == {"central", "laplace", "top_1%", "top_0.1%"}
+    assert {r["model"] for r in rows} == {"central", "laplace", "top_1%", "top_0.1%",
+                                          "top_0.01%"}
+    assert {r["neighbour"] for r in rows} == {str(Neighbour.ADD_REMOVE)}
     assert sorted({float(r["epsilon"]) for r in rows}) == [0.1, 0.5, 1.0, 2.0, 5.0, 10.0]
     res = invoke("--figure", 2, "--grid", "16x12", "--repeats", 1, "--no-plot", "--quiet",
                  "--seed", 1, "--models", "central", "--out", tmp_path / "f2")
     assert res.exit_code == 0, res.output
     rows = _rows(tmp_path / "f2")
-    assert sorted({int(r["n"]) for r in rows}) == [50, 100, 200, 350, 500]
-    assert {float(r["epsilon"]) for r in rows} == {1.0} and {r["model"] for r in rows} == {
+    assert sorted({int(r["n"]) for r in rows}) == [50, 100, 200, 300, 400, 500]
+    assert {float(r["epsilon"]) for r in rows} == {10.0} and {r["model"] for r in rows} == {
         "central"}
+    res = invoke("--figure", "1", "--neighbour", "replace", "--grid", "16x12", "--n", 10,
+                 "--repeats", 1, "--no-plot", "--quiet", "--out", tmp_path / "bad")
+    assert res.exit_code == 2 and "like for like" in res.output
 
 
 def _write_users(path, n_users, points=3, seed=3):
@@ -416,8 +464,11 @@ def test_cli_figure_13_uses_floor_rounding(tmp_path):
     res = invoke("--figure", 13, "--grid", "16x12", "--n", 10, "--repeats", 1, "--no-plot",
                  "--quiet", "--seed", 1, "--out", tmp_path)
     assert res.exit_code == 0, res.output
-    keys = [r["key"] for r in _rows(tmp_path) if r["model"] == "shuffle"]
+    rows = _rows(tmp_path)
+    keys = [r["key"] for r in rows if r["model"] == "shuffle"]
     assert keys and all("rounding=floor" in k for k in keys)
+    # shuffle and its B = inf limit under one relation (like for like)
+    assert {r["neighbour"] for r in rows} == {ZERO_OUT}
 
 
 def test_cli_figure_1_smooths_the_central_release(tmp_path):

@@ -249,4 +249,4 @@ def central_heatmap(
             for i, e in zip(range(start, top + 1), effective, strict=True)),
             model="central", neighbour=nb),
     )
-    return HeatmapRelease(grid, normalise(raw), raw, guarantee, params)
+    return HeatmapRelease(grid, normalise(raw), raw, guarantee, params, levels=tuple(counts))

@@ -591,7 +591,8 @@ def _release(params: ProtocolParams, acc: ModularAccumulator, sums: np.ndarray, 
         "B": params.B,
         "rounding": params.rounding,
     }
-    return HeatmapRelease(params.grid, normalise(raw), raw, guarantee(params), parameters, figures)
+    return HeatmapRelease(params.grid, normalise(raw), raw, guarantee(params), parameters, figures,
+                          levels=tuple(counts))
 
 
 # --------------------------------------------------------------------------- the input

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.analyzers.heatmap.render import (
-    SMOOTHING_WEIGHT,
-    auto_bandwidth,
-    auto_floor,
-    smooth_estimate,
+from shuffledp.analyzers.heatmap.smoothing import (
+    BACKGROUND,
+    CONFIDENCE,
+    THRESHOLD,
+    level_sums,
+    pyramid_density,
 )
 from shuffledp.grid import Grid
 
@@ -44,6 +45,11 @@ class HeatmapRelease:
     protocol : Mapping
         Protocol figures for shuffle-model releases (B, q, r, m, messages and bits per user,
         n_users, n_dropped); empty for central releases.
+    levels : tuple of ndarray
+        The noisy level counts (user units) of the measured levels ``start_level..L`` that
+        Reconstruct ran on (released with the estimate: they are the mechanism's output);
+        empty for the baselines and for releases built without them. :meth:`smoothed` reads
+        its density off them.
     """
 
     grid: Grid
@@ -52,10 +58,13 @@ class HeatmapRelease:
     guarantee: Guarantee
     parameters: Mapping[str, Any] = field(default_factory=dict)
     protocol: Mapping[str, Any] = field(default_factory=dict)
+    levels: tuple[np.ndarray, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
         object.__setattr__(self, "protocol", MappingProxyType(dict(self.protocol)))
+        object.__setattr__(self, "levels", tuple(np.asarray(c, dtype=float)
+                                                 for c in self.levels))
 
     PRIVATE = "private"
     REPRODUCIBLE = "reproducible evaluation, not a private release"
@@ -63,26 +72,77 @@ class HeatmapRelease:
     #: written next to the estimate) says it is
     EVALUATION = "evaluation, not a private release"
 
-    def smoothed(self, bandwidth: float | None = None) -> HeatmapRelease:
-        """This release post-processed by
-        :func:`shuffledp.analyzers.heatmap.render.smooth_estimate` (no privacy cost: a function of
-        the release alone); the bandwidth defaults to
-        :func:`~shuffledp.analyzers.heatmap.render.auto_bandwidth` of the released total
-        ``raw.sum()`` and epsilon. ``parameters["smoothing"]`` records what was done; ``raw``
-        stays Reconstruct's s_hat."""
+    def noise_scales(self) -> list[float]:
+        """The Laplace scale of each measured level's count noise in user units:
+        ``Delta / eps_i`` with ``Delta`` the neighbour relation's level sensitivity of one user
+        (1, or 2 under replace-one) and ``eps_i`` the level budgets of ``parameters``
+        (``level_epsilons_effective`` when recorded, else ``level_epsilons``).
 
-        n_hat = float(np.asarray(self.raw).sum())
-        if bandwidth is None:
-            bandwidth = auto_bandwidth(self.grid.height, self.grid.width, n_hat,
-                                       self.guarantee.epsilon)
-        floor = auto_floor(n_hat, self.guarantee.epsilon)
-        est = smooth_estimate(self.estimate, bandwidth, floor=floor)
+        Returns
+        -------
+        list of float
+            One scale per measured level, ``start_level..top_level``.
+
+        Raises
+        ------
+        ValueError
+            If the release records no level budgets (a baseline) or its neighbour relation
+            has no l1 level sensitivity.
+
+        References
+        ----------
+        [Ghazi23]_ Alg. 1 (Laplace noise of scale 1/eps_i per level, add/remove).
+        """
+        eps = self.parameters.get("level_epsilons_effective",
+                                  self.parameters.get("level_epsilons"))
+        if not eps:
+            raise ValueError("this release records no level budgets (level_epsilons): only "
+                             "the pyramid mechanisms (central or shuffle) can be smoothed")
+        sens = self.guarantee.neighbour.level_sensitivity(1)
+        return [float(sens) / float(e) for e in eps]
+
+    def smoothed(self) -> HeatmapRelease:
+        """This release post-processed into the density that
+        :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density` reads off its noisy level
+        counts (no privacy cost: a function of the release alone).
+
+        ``levels`` are used when the release carries them; otherwise the level sums of
+        ``raw`` stand in for them. ``raw`` stays Reconstruct's s_hat (``--smoothing none``);
+        ``parameters["smoothing"]`` records the rule, its constants and the noise scales.
+
+        Returns
+        -------
+        HeatmapRelease
+            The same release with ``estimate`` replaced.
+
+        Raises
+        ------
+        ValueError
+            If the release records no level budgets or start level (a baseline).
+
+        References
+        ----------
+        [Ghazi23]_ Alg. 1-2 (the noisy pyramid and Reconstruct).
+        """
+        scales = self.noise_scales()
+        start = self.parameters.get("start_level")
+        if start is None:
+            raise ValueError("this release records no start_level: only the pyramid "
+                             "mechanisms (central or shuffle) can be smoothed")
+        source = "noisy level counts"
+        counts: Any = self.levels
+        if not counts:
+            counts, source = level_sums(self.raw, self.grid, int(start)), "level sums of raw"
+        est = pyramid_density(counts, self.grid, int(start), scales)
         params = {**self.parameters, "smoothing": {
-            "bandwidth_px": float(bandwidth), "weight": SMOOTHING_WEIGHT, "floor": floor,
-            "rule": "(1 - weight - floor) a + weight * GaussianFilter(a, bandwidth) + "
-                    "floor / N; bandwidth = max side / sqrt(released total * epsilon), "
-                    "clipped to [1, side / 8]; floor = 4 / sqrt(released total * epsilon), "
-                    "clipped to [0.02, 0.45]"}}
+            "method": "pyramid_density", "source": source, "threshold": THRESHOLD,
+            "confidence": CONFIDENCE, "background": BACKGROUND, "noise_scales": scales,
+            "rule": "top down from the start level: a parent's mass goes to its children in "
+                    "proportion to max(y - threshold * b, 0), mixed with the even split with "
+                    "weight S^2 / (S^2 + (confidence * b)^2) on the counts (S: the sum of "
+                    "the thresholded children, b: the level's noise scale); then mixed with "
+                    "the start level's counts spread over their cells with weight "
+                    "min(1/2, background * relative noise of the released total)"}}
         return dataclasses.replace(self, estimate=est, parameters=params)
 
     def to_report(self) -> dict[str, Any]:

@@ -287,10 +287,10 @@ def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
     """``--smoothing auto|none``: the release's post-processing
     (:meth:`~shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed`)."""
     kwargs.setdefault(
-        "help", "auto: mix the released estimate with a smoothed copy and a uniform floor "
-        "(post-processing, no privacy cost; bandwidth and floor from the released total and "
-        "epsilon), which keeps KL and SIM competitive at few users; none: Reconstruct's "
-        "output as is (Ghazi et al. Alg. 2).")
+        "help", "auto: the density read off the release's own noisy level counts, top "
+        "down (a cell's mass follows its children's counts where they stand out of the noise "
+        "and is spread evenly where they do not; post-processing, no privacy cost); none: "
+        "Reconstruct's output as is (Ghazi et al. Alg. 2).")
     return option("--smoothing", "smoothing", type=click.Choice(["auto", "none"]), default="auto",
                   show_default=True, **kwargs)
 

@@ -15,15 +15,23 @@ Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
 ``--figure 13``  every metric vs B in {1, 4, 16, 64, 256, 1024}, central as B = inf
                  ([Ghazi23]_ Fig. 13), with App. F's floor rounding (``--rounding
                  largest_remainder`` keeps every level at exactly B, and the trend in B
-                 vanishes); small default 80x60 grid, 10 repeats (about 10 s); ``--full``:
-                 the paper's 320x240 grid and 20 repeats.
+                 vanishes); shuffle and central both zero-out (like for like); small default
+                 80x60 grid, 10 repeats (about 10 s); ``--full``: the paper's 320x240 grid
+                 and 20 repeats.
 ``--figure 1``   every metric vs epsilon in {0.1, 0.5, 1, 2, 5, 10} for the central
-                 algorithm against the Laplace and top-1% / top-0.1% baselines
-                 ([Ghazi23]_ Sec. 4, Fig. 1-2 trends), n = 200; 64x64 grid and 3 repeats,
-                 ``--full``: 256x256 and 10 repeats.
-``--figure 2``   the same against n in {50, 100, 200, 350, 500} at epsilon = 1. Both release
+                 algorithm against the Laplace and top-1% / 0.1% / 0.01% baselines
+                 ([Ghazi23]_ Sec. 4, Fig. 1), n = 200, all add/remove; 64x64 grid and 3
+                 repeats, ``--full``: the paper's 256x256 and 60 runs.
+``--figure 2``   the same against n in {50, 100, 200, 300, 400, 500} at epsilon = 10 (Fig. 2
+                 and App. E.1), ``--full``: 256x256 and 10 runs; ``--figure 2-grid``: against
+                 the grid, Delta in {64, 128, 256}, at epsilon = 10 and n = 200. Both release
                  the central algorithm smoothed as ``shuffledp heatmap`` does
                  (``--smoothing none``: Reconstruct's output as is).
+
+Every preset states its neighbour relation (``--neighbour`` overrides it for the shuffle and
+central models; the baselines are add/remove only and a sweep mixing them with another
+relation is refused) and filters the heatmaps with sigma = 2 px per 256 px of side, scaled
+with the grid (``shuffledp.sweep.SIGMA_NOTE``: the paper does not state its sigma).
 
 ``--input FILE`` (``user_id,x,y[,weight]`` CSV, or ``--format snap --bbox ...`` check-ins)
 replaces the synthetic users: ``--n`` of the file's users are drawn (default: all of them).
@@ -69,22 +77,12 @@ from shuffledp.cli.common import (
 )
 
 PAPER = {"n": 50, "epsilon": 5.0, "delta": 1e-5, "grid": "320x240"}
-CENTRAL_BASELINES = ["central", "laplace", "top_1%", "top_0.1%"]
-FIGURES: dict[str, dict[str, Any]] = {
-    "1": {"param": "epsilon", "values": [0.1, 0.5, 1, 2, 5, 10], "repeats": 3,
-          "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "n": 200,
-          "models": CENTRAL_BASELINES, "smoothing": "auto"},
-    "2": {"param": "n", "values": [50, 100, 200, 350, 500], "repeats": 3,
-          "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "epsilon": 1.0,
-          "n": 200, "models": CENTRAL_BASELINES, "smoothing": "auto"},
-    "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 3,
-           "full_repeats": 20, "grid": "320x240", "full_grid": "320x240", "emd": False},
-    "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 10,
-           "full_repeats": 20, "grid": "80x60", "full_grid": "320x240", "rounding": "floor"},
-}
+#: the presets' names (their settings: shuffledp.sweep.config.PRESETS, read when the command
+#: runs so that --help stays fast)
+FIGURE_NAMES = ["1", "2", "2-grid", "12", "13"]
 DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3,
             "dropout": 0.0, "models": ["shuffle", "central"], "rounding": "largest_remainder",
-            "emd": True, "smoothing": "none"}
+            "emd": True, "smoothing": "none", "neighbour": "replace", "sigma_scales": False}
 
 
 def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +94,9 @@ def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str
             raise click.UsageError("give --param and --values, or a preset with --figure")
         base = dict(DEFAULTS)
     else:
-        fig = FIGURES[figure]
+        from shuffledp.sweep.config import PRESETS
+
+        fig = PRESETS[figure]
         for opt in ("param", "values"):
             if given[opt] is not None:
                 raise click.UsageError(f"--figure {figure} sets --{opt}; drop --{opt} "
@@ -105,7 +105,7 @@ def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str
                 "repeats": fig["full_repeats" if full else "repeats"],
                 "grid": fig["full_grid" if full else "grid"],
                 **{k: fig[k] for k in ("n", "epsilon", "models", "rounding", "emd",
-                                       "smoothing") if k in fig}}
+                                       "smoothing", "neighbour", "sigma_scales") if k in fig}}
     return {**base, **{k: x for k, x in given.items() if x is not None}}
 
 
@@ -122,9 +122,16 @@ def _values(text: Any) -> Any:
               help="Comma-separated values of --param, e.g. 1,16,256 or 64x48,128x96.")
 @click.option("--repeats", type=COUNT, default=None,
               help="Independent runs per point and model [default: 3; presets: see above].")
-@click.option("--figure", type=click.Choice(["1", "2", "12", "13"]), default=None,
-              help="Preset of Ghazi et al. (AAAI 2023): 1 = metrics vs epsilon and 2 = vs n "
-                   "(central vs baselines), 12 = bits per user vs B, 13 = metrics vs B.")
+@click.option("--figure", type=click.Choice(FIGURE_NAMES), default=None,
+              help="Preset of Ghazi et al. (AAAI 2023): 1 = metrics vs epsilon, 2 = vs n and "
+                   "2-grid = vs the grid at epsilon = 10 (central vs baselines, all add/remove), "
+                   "12 = bits per user vs B, 13 = metrics vs B (shuffle and central, both "
+                   "zero-out).")
+@click.option("--neighbour", type=click.Choice(["replace", "zero_out", "add_remove"]),
+              default=None,
+              help="Neighbour relation of the shuffle and central releases (one for both; "
+                   "the baselines are add/remove only) [default: replace; --figure 1/2: "
+                   "add_remove; --figure 12/13: zero_out].")
 @click.option("--models", default=None,
               help="Comma-separated models: shuffle, central, laplace, top_1%, top_0.1% "
                    "[default: shuffle,central; --figure 1/2: the central ones].")
@@ -141,7 +148,7 @@ def _values(text: Any) -> Any:
               help="Shuffle model: fraction of users who drop out, when not swept "
                    "[default: 0].")
 @click.option("--full", is_flag=True,
-              help="With --figure: the paper's size (320x240 grid, 20 repeats).")
+              help="With --figure: the paper's size (grid and number of runs, above).")
 @grid_option(default=None, help="Grid, N or WIDTHxHEIGHT [default: 80x60; --figure 12 and "
                                 "--full: 320x240].")
 @n_option(low=2, default=None, help="Users of the synthetic data set [default: 50].")
@@ -150,7 +157,9 @@ def _values(text: Any) -> Any:
 @B_option(default=None, help="Shuffle model: scaling factor B when not swept [default: 256].")
 @w_option()
 @click.option("--sigma", type=NONNEGATIVE, default=2.0, show_default=True,
-              help="Gaussian filter (pixels) before the metrics; 0 = raw distributions.")
+              help="Gaussian filter (pixels) before the metrics; 0 = raw distributions. "
+                   "Presets: pixels of a 256-pixel side, scaled with the grid (Ghazi et al. "
+                   "do not state theirs).")
 @click.option("--data-seed", type=SEED, default=2023, show_default=True,
               help="Seed of the built-in synthetic data set (not of the noise).")
 @click.option("--seed", type=SEED, default=None,
@@ -169,7 +178,8 @@ def _values(text: Any) -> Any:
 @click.option("--no-plot", is_flag=True, help="Write the CSV/JSON only.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def sweep(param, values, repeats, figure, models, rounding, smoothing, emd, dropout, full, grid,
+def sweep(param, values, repeats, figure, neighbour, models, rounding, smoothing, emd, dropout,
+          full, grid,
           n, epsilon, delta, B, w,
           sigma, data_seed, seed, input_path, fmt, bbox, out_dir, no_plot, quiet,
           allow_large) -> None:
@@ -188,13 +198,14 @@ def sweep(param, values, repeats, figure, models, rounding, smoothing, emd, drop
                                  "repeats": repeats, "grid": grid, "n": n,
                                  "epsilon": epsilon, "delta": delta, "B": B,
                                  "dropout": dropout, "models": _values(models),
-                                 "rounding": rounding, "emd": emd, "smoothing": smoothing})
+                                 "rounding": rounding, "emd": emd, "smoothing": smoothing,
+                                 "neighbour": neighbour})
     g = s["grid"]
     base = as_usage_error(
         sw.SweepConfig, grid=sw.parse_value("grid", g) if isinstance(g, str) else g,
         n=s["n"], epsilon=s["epsilon"], delta=s["delta"], B=s["B"], w=w, sigma=sigma,
         data_seed=data_seed, dropout=s["dropout"], rounding=s["rounding"], emd=s["emd"],
-        smoothing=s["smoothing"],
+        smoothing=s["smoothing"], neighbour=s["neighbour"], sigma_scales=s["sigma_scales"],
         input=input_path, input_format=fmt, bbox=box)
     try:
         sw.check_models(s["models"])
@@ -203,13 +214,21 @@ def sweep(param, values, repeats, figure, models, rounding, smoothing, emd, drop
     try:
         runs = sw.plan(s["param"], s["values"], s["repeats"], base, s["models"])
     except (ValueError, TypeError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--values") from None
+        hint = "--neighbour/--models" if "like for like" in str(exc) else "--values"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
     if n_input is not None:
         too_many = sorted({r.config.n for r in runs if r.config.n > n_input})
         if too_many:
             raise click.BadParameter(f"--input {input_path} has {n_input} users, fewer than "
                                      f"n={too_many[-1]}", param_hint="--n/--values")
     _check_sizes(runs, allow_large)
+    if not quiet:
+        mech = [m for m in s["models"] if m in ("shuffle", "central")]
+        rest = [m for m in s["models"] if m not in mech]
+        filt = sw.SIGMA_NOTE if base.sigma_scales else f"heatmap filter sigma = {sigma:g} px"
+        click.echo(f"neighbour relation: {base.neighbour} for {mech}"
+                   + (f", add_remove for the baselines {rest}" if rest else "")
+                   + f"; {filt}", err=True)
     bar = _Bar(quiet)
     records = sw.run_sweep(s["param"], s["values"], out_dir, repeats=s["repeats"], base=base,
                            seed=seed, models=s["models"], on_plan=bar.start,

@@ -343,7 +343,8 @@ def _release(rnd: _Round, acc: ModularAccumulator, n_fwd: int, n_dropped: int, p
     guarantee = release.guarantee
     if seeded:
         guarantee = dataclasses.replace(guarantee, notes=(*guarantee.notes, SEEDED_NOTE))
-    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out)
+    return HeatmapRelease(release.grid, release.estimate, release.raw, guarantee, parameters, out,
+                          levels=release.levels)
 
 
 def simulation_heatmap(

@@ -11,6 +11,8 @@ from shuffledp.sweep.config import (
     METRICS,
     MODELS,
     PARAMETERS,
+    PRESETS,
+    SIGMA_NOTE,
     Run,
     RunRecord,
     SweepConfig,
@@ -30,7 +32,8 @@ from shuffledp.sweep.store import (
 )
 
 __all__ = ["COLUMNS", "CSV_NAME", "DEFAULT_MODELS", "JSONL_NAME", "METRICS", "MODELS",
-           "PARAMETERS", "PLOT_HINT", "Run", "RunRecord", "SweepConfig", "append_record",
+           "PARAMETERS", "PLOT_HINT", "PRESETS", "SIGMA_NOTE", "Run", "RunRecord",
+           "SweepConfig", "append_record",
            "check_models",
            "done_keys", "load_input", "parse_value", "plan", "plot", "read_runs", "repair",
            "run_one", "run_sweep", "subsample_users", "summarise", "t_interval"]

@@ -19,20 +19,64 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.grid import Grid
 
 PARAMETERS = ("B", "epsilon", "n", "grid", "w", "dropout")
 
 #: every model a sweep can run: the shuffle protocol, the central Alg. 1-2, and the central
 #: baselines of [Ghazi23]_ Sec. 4 (Laplace per cell, and top-t% of the noisy cells)
-MODELS = ("shuffle", "central", "laplace", "top_1%", "top_0.1%")
+MODELS = ("shuffle", "central", "laplace", "top_1%", "top_0.1%", "top_0.01%")
 
 #: the models run when none are named: the shuffle protocol and its central B = inf limit
 DEFAULT_MODELS = ("shuffle", "central")
 
-_TOP = {"top_1%": 1.0, "top_0.1%": 0.1}
+_TOP = {"top_1%": 1.0, "top_0.1%": 0.1, "top_0.01%": 0.01}
+
+#: the central baselines of [Ghazi23]_ Sec. 4 (Laplace per cell and its top-t% variants):
+#: l1-sensitivity 1, so epsilon-DP under add/remove only
+BASELINES = ("laplace", *_TOP)
+
+#: the neighbour relation of the baselines (and so of every sweep that runs one)
+BASELINE_NEIGHBOUR = "add_remove"
 
 METRICS = ("emd", "kl", "cc", "sim", "mse", "l1")
+
+#: Why the presets filter with sigma = 2 px per 256 px of side (printed by ``shuffledp sweep``
+#: and the figure benches).
+SIGMA_NOTE = (
+    "heatmap filter sigma = 2 px at 256x256 (1/128 of the side, scaled with the grid: 0.5 px "
+    "at 64, 1 px at 128, 2.5 px at 320x240); Ghazi et al. do not state their sigma, this is "
+    "ours: about the width of the smallest clusters of the synthetic data (1-13 px at 256), "
+    "so the filter joins a user's nearby points without hiding the detail the metrics compare")
+
+#: The presets of ``shuffledp sweep --figure`` (Ghazi et al. 2023, Sec. 4 and App. F): the
+#: swept parameter and values, quick and paper sizes (``--full``), and the fixed parameters.
+#: Every preset names its neighbour relation and runs every model under it: Fig. 1 and 2
+#: compare the central release with the baselines, which are add/remove only, so the central
+#: release is add/remove too; Fig. 13 runs the shuffle protocol and its B = inf limit, the
+#: central release, both zero-out (the protocol's relation with level sensitivity B, the
+#: central one's 1: the limit the protocol converges to).
+PRESETS: dict[str, dict[str, Any]] = {
+    "1": {"param": "epsilon", "values": [0.1, 0.5, 1, 2, 5, 10], "repeats": 3,
+          "full_repeats": 60, "grid": "64x64", "full_grid": "256x256", "n": 200,
+          "models": ["central", "laplace", "top_1%", "top_0.1%", "top_0.01%"],
+          "smoothing": "auto", "neighbour": "add_remove", "sigma_scales": True},
+    "2": {"param": "n", "values": [50, 100, 200, 300, 400, 500], "repeats": 3,
+          "full_repeats": 10, "grid": "64x64", "full_grid": "256x256", "epsilon": 10.0,
+          "n": 200, "models": ["central", "laplace", "top_1%", "top_0.1%", "top_0.01%"],
+          "smoothing": "auto", "neighbour": "add_remove", "sigma_scales": True},
+    "2-grid": {"param": "grid", "values": ["64x64", "128x128", "256x256"], "repeats": 3,
+               "full_repeats": 10, "grid": "64x64", "full_grid": "64x64", "epsilon": 10.0,
+               "n": 200, "models": ["central", "laplace", "top_1%", "top_0.1%", "top_0.01%"],
+               "smoothing": "auto", "neighbour": "add_remove", "sigma_scales": True},
+    "12": {"param": "B", "values": [2**k for k in range(11)], "repeats": 3,
+           "full_repeats": 20, "grid": "320x240", "full_grid": "320x240", "emd": False,
+           "neighbour": "zero_out"},
+    "13": {"param": "B", "values": [1, 4, 16, 64, 256, 1024], "repeats": 10,
+           "full_repeats": 20, "grid": "80x60", "full_grid": "320x240", "rounding": "floor",
+           "neighbour": "zero_out", "sigma_scales": True},
+}
 
 
 @dataclass(frozen=True)
@@ -78,6 +122,15 @@ class SweepConfig:
         :meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed` (what
         ``shuffledp heatmap`` releases by default; ``--figure 1/2``); "none" keeps
         Reconstruct's output.
+    neighbour : {"replace", "zero_out", "add_remove"}
+        The neighbour relation of the shuffle and central releases (one relation for both,
+        so they are like for like). The baselines are add/remove only, so a sweep that runs
+        one needs ``"add_remove"`` (:func:`plan` refuses anything else); the shuffle protocol
+        supports ``"replace"`` and ``"zero_out"``.
+    sigma_scales : bool
+        ``sigma`` is in pixels of a 256-pixel side and scales with the grid's longer side
+        (``sigma * max(width, height) / 256`` px), so a grid sweep filters every grid alike
+        (``--figure 2``'s resolution part).
     """
 
     grid: Grid = field(default_factory=lambda: Grid(80, 60))
@@ -95,10 +148,17 @@ class SweepConfig:
     rounding: str = "largest_remainder"
     emd: bool = True
     smoothing: str = "none"
+    neighbour: str = "replace"
+    sigma_scales: bool = False
 
     def __post_init__(self) -> None:
         v.choice("rounding", self.rounding, ("largest_remainder", "floor"))
         v.choice("smoothing", self.smoothing, ("none", "auto"))
+        nb = Neighbour.parse(self.neighbour)
+        v.choice("neighbour", nb.token, ("replace", "zero_out", "add_remove"))
+        object.__setattr__(self, "neighbour", nb.token)
+        if not isinstance(self.sigma_scales, bool):
+            raise TypeError(f"sigma_scales must be a bool, got sigma_scales={self.sigma_scales!r}")
         if not isinstance(self.grid, Grid):
             raise TypeError(f"grid must be a Grid, got grid={self.grid!r}")
         object.__setattr__(self, "n", v.count("n", self.n, 2))
@@ -147,6 +207,8 @@ class RunRecord:
     dropout : float or None
         Dropout fraction (shuffle); None for the central models.
     sigma : float
+        The heatmap filter of this run in pixels (``SweepConfig.sigma`` scaled with the grid
+        when ``sigma_scales``).
     data_seed : int
     input : str or None
         The input file (None: the built-in synthetic users).
@@ -225,6 +287,15 @@ class Run:
     repeat: int
 
     @property
+    def sigma_px(self) -> float:
+        """The heatmap filter of this run in pixels (``sigma``, scaled with the grid when
+        ``sigma_scales``)."""
+        c = self.config
+        if c.sigma_scales:
+            return c.sigma * max(c.grid.width, c.grid.height) / 256.0
+        return c.sigma
+
+    @property
     def key(self) -> str:
         """The swept parameter, the parameters the model depends on, the repeat index."""
         c = self.config
@@ -233,8 +304,12 @@ class Run:
                  f"data_seed={c.data_seed}"]
         if c.input is not None:  # keys of built-in data sweeps stay as they were
             parts.append(f"input={c.input}:{c.input_format}:{c.bbox}")
+        if c.sigma_scales:
+            parts.append("sigma_scales")
         if c.smoothing != "none" and self.model in ("shuffle", "central"):
             parts.append(f"smoothing={c.smoothing}")
+        if c.neighbour != "replace" and self.model in ("shuffle", "central"):
+            parts.append(f"neighbour={c.neighbour}")  # keys of replace-one sweeps unchanged
         if self.model == "shuffle":
             parts[5:5] = [f"delta={c.delta!r}", f"B={c.B}"]
             if c.dropout:  # keys of sweeps without dropout stay as they were
@@ -359,13 +434,21 @@ def plan(param: str, values: Sequence[Any], repeats: int,
     Raises
     ------
     ValueError
-        If ``param``, a value, ``repeats`` or a model is out of range, or ``values`` is empty.
+        If ``param``, a value, ``repeats`` or a model is out of range, ``values`` is empty, or
+        the models mix a baseline (add/remove only) with the shuffle or central model under
+        another relation (not like for like).
     TypeError
         If ``values`` or ``models`` is not a list, or a count is not an integer.
     """
     param, parsed, repeats = _iv(param, values, repeats)
     models = check_models(models)
     base = base or SweepConfig()
+    mech = [m for m in models if m in ("shuffle", "central")]
+    if mech and any(m in BASELINES for m in models) and base.neighbour != BASELINE_NEIGHBOUR:
+        raise ValueError(
+            f"the baselines {[m for m in models if m in BASELINES]} are add/remove only; "
+            f"{mech} under neighbour={base.neighbour!r} would not be like for like: set "
+            f"neighbour='{BASELINE_NEIGHBOUR}' or drop the baselines")
     runs: dict[str, Run] = {}
     for value in parsed:
         config = dataclasses.replace(base, **{param: value})

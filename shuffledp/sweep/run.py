@@ -5,12 +5,12 @@
 ``repeats`` times with independent randomness, in the shuffle model
 (:func:`shuffledp.protocol.runner.shuffle_heatmap`, [Ghazi23]_ App. F) and in the central model
 (:func:`shuffledp.analyzers.heatmap.central.central_heatmap`, [Ghazi23]_ Alg. 1-2, under the same
-replace-one relation: the B = inf limit of Fig. 13) -- optionally also the central baselines of
-Sec. 4 (``models``, Fig. 1-2) -- and appends every run as one row of ``runs.csv`` and one line
-of ``runs.jsonl``: its parameters, guarantee, bits and bytes per user, timings and every metric
-of :func:`shuffledp.analyzers.heatmap.metrics.all_metrics`. Each row is flushed and fsynced as the
-run
-finishes.
+neighbour relation, ``SweepConfig.neighbour``: the B = inf limit of Fig. 13) -- optionally
+also the central baselines of Sec. 4 (``models``, Fig. 1-2, add/remove: :func:`plan` refuses
+them beside the other models under another relation) -- and appends every run as one row of
+``runs.csv`` and one line of ``runs.jsonl``: its parameters, guarantee, bits and bytes per
+user, timings and every metric of :func:`shuffledp.analyzers.heatmap.metrics.all_metrics`. Each
+row is flushed and fsynced as the run finishes.
 
 Resumable: every run has a key made of the swept parameter's name, the parameters its model
 depends on (the central model ignores ``B`` and ``delta``) and the repeat index; runs whose
@@ -193,17 +193,19 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         # runner.shuffle_heatmap, not an imported name: tests spy on the runner module
         rel = runner.shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w,
                                      rng=rng, dropout=c.dropout, rounding=c.rounding,
-                                     simulate_dropouts=math.floor(c.dropout * c.n))
+                                     simulate_dropouts=math.floor(c.dropout * c.n),
+                                     neighbour=c.neighbour)
     elif run.model == "central":
-        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
-    else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
+        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour=c.neighbour, rng=rng)
+    else:  # the Sec. 4 baselines: central, add/remove (plan() keeps them like for like)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
     if c.smoothing == "auto" and run.model in ("shuffle", "central"):
         rel = rel.smoothed()
     t1 = time.perf_counter()
     truth = normalise(aggregate)
-    if c.sigma > 0:
-        truth, est = gaussian_heatmap(truth, c.sigma), gaussian_heatmap(rel.estimate, c.sigma)
+    sigma = run.sigma_px
+    if sigma > 0:
+        truth, est = gaussian_heatmap(truth, sigma), gaussian_heatmap(rel.estimate, sigma)
     else:
         est = rel.estimate
     found = all_metrics(truth, est, c.grid, emd=c.emd)
@@ -214,7 +216,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         key=run.key, model=run.model, param=run.param, repeat=run.repeat, grid=str(c.grid),
         n=c.n, epsilon=c.epsilon, delta=c.delta if shuffle else None,
         B=c.B if shuffle else None, dropout=c.dropout if shuffle else None, w=c.w,
-        sigma=c.sigma, data_seed=c.data_seed, input=c.input,
+        sigma=sigma, data_seed=c.data_seed, input=c.input,
         seed=rng if isinstance(rng, int) else None, release=report["release"],
         guarantee_epsilon=float(rel.guarantee.epsilon),
         guarantee_delta=float(rel.guarantee.delta), neighbour=str(rel.guarantee.neighbour),
