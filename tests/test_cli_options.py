@@ -111,7 +111,8 @@ def test_one_spelling_per_concept():
         for opt in p.opts:
             dests[opt].add(p.name)
     assert {k: v for k, v in canonical.items() if len(v) > 1} == {}
-    assert {k: v for k, v in dests.items() if len(v) > 1} == {"--out": {"out_dir", "out_path"}}
+    assert {k: v for k, v in dests.items() if len(v) > 1} == {
+        "--out": {"out_dir", "out_path"}, "--input": {"input_path", "input_dir"}}
     assert spellings["epsilon"] == {("--epsilon",)}
     assert spellings["n"] == {("--n",)}
     assert spellings["out_dir"] == {("--out",)}

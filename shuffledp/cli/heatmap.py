@@ -36,6 +36,7 @@ from shuffledp.cli.common import (
     as_usage_error,
     delta_option,
     epsilon_option,
+    force_option,
     grid_option,
     heatmap_memory,
     n_option,
@@ -91,7 +92,9 @@ class _Progress:
 @epsilon_option(default=1.0)
 @w_option()
 @click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
-              show_default=True)
+              show_default=True,
+              help="central: Alg. 1 with the noise added once to the true sum; shuffle: the "
+                   "App. F summation protocol simulated end to end (--B, --delta).")
 @B_option(default=256, help="Shuffle model: scaling factor B.")
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True,
@@ -113,7 +116,8 @@ class _Progress:
 @click.option("--seed", type=SEED, default=None,
               help="Seed all noise (research: the report then says 'reproducible evaluation, "
                    "not a private release'); default: fresh OS entropy.")
-@out_dir_option(default="out")
+@out_dir_option(writes=("estimate.npy", "heatmap.png", "report.json"), default="out")
+@force_option()
 @click.option("--metrics", "metric_set", type=click.Choice(METRIC_SETS), default="fast",
               show_default=True,
               help="fast: KL, CC, SIM, MSE, L1 for all, exact EMD for ours and the Laplace "
@@ -148,7 +152,7 @@ class _Progress:
               help="Total delta of a new --budget-ledger.")
 @click.pass_context
 def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding,
-            delta, sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics,
+            delta, sigma, top_percent, neighbour, seed, out_dir, force, metric_set, no_metrics,
             smoothing, quiet, backend, scheduler, allow_large, evaluate=None, budget_ledger=None,
             budget_epsilon=None, budget_delta=None) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).

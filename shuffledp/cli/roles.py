@@ -4,11 +4,11 @@
 
     shuffledp setup   --grid 320x240 --n 50 --epsilon 5 --delta 1e-5 --B 256 --out run/
     shuffledp encode  --params run/params.json --analyzer-pub run/analyzer.pub \\
-                      --points user7.csv --out run/batches/u7.bin
+                      --input user7.csv --out run/batches/u7.bin
     shuffledp shuffle --params run/params.json --mac-key run/mac.key \\
-                      --in-dir run/batches --out run/mixed.bin
+                      --input run/batches --out run/mixed.bin
     shuffledp analyze --params run/params.json --key run/analyzer.key --mac-key run/mac.key \\
-                      --in run/mixed.bin --out run/result
+                      --input run/mixed.bin --out run/result
 
 The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
 :class:`~shuffledp.protocol.params.ProtocolParams`, with a fresh round id: batches of another
@@ -74,7 +74,9 @@ from shuffledp.cli.common import (
     delta_option,
     dropout_option,
     epsilon_option,
+    force_option,
     grid_option,
+    input_option,
     n_option,
     option,
     out_dir_option,
@@ -280,7 +282,9 @@ _params_option = click.option(
 @B_option(default=256)
 @w_option()
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
-              default="largest_remainder", show_default=True)
+              default="largest_remainder", show_default=True,
+              help="How a user's level vector is scaled by B and rounded: largest_remainder keeps "
+                   "every level summing to exactly B; floor is Ghazi et al. App. F's.")
 @dropout_option()
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
               show_default=True,
@@ -292,9 +296,10 @@ _params_option = click.option(
                    "only with --plaintext-simulation.")
 @click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
 @click.option("--force", is_flag=True,
-              help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
+              help=f"Replace an earlier setup in --out: params.json and the key files "
+                   f"({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
-@out_dir_option(required=True)
+@out_dir_option(writes=("params.json", KEY_FILE, MAC_FILE, PUB_FILE), required=True)
 def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
           plaintext_simulation, force, allow_large, out_dir):
     """Derive and write the protocol parameters and the keys of one protocol run.
@@ -369,9 +374,11 @@ def _write_keys(out: Path, force: bool) -> None:
 # --------------------------------------------------------------------------- encode
 @click.command("encode", cls=Command)
 @_params_option
-@click.option("--points", type=click.Path(exists=True, dir_okay=False), required=True,
+@input_option(aliases=("--points",),
+              type=click.Path(exists=True, dir_okay=False), required=True,
               help="CSV of this user's points: x,y[,weight] in [0,1) (header optional).")
 @out_file_option(required=True, help="The user's batch to write (one file).")
+@force_option(help="Replace an existing --out file.")
 @click.option("--analyzer-pub", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Encrypt every message to this X25519 public key (required unless "
                    "--plaintext-simulation).")
@@ -379,7 +386,7 @@ def _write_keys(out: Path, force: bool) -> None:
 @click.option("--seed", type=str, default=None, hidden=True,
               help="Refused: the device encoder takes no seed.")
 @allow_large_option
-def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, seed,
+def encode(params_path, input_path, out_path, force, analyzer_pub, plaintext_simulation, seed,
            allow_large):
     """Encode one user's points into a batch of messages (user side).
 
@@ -403,8 +410,8 @@ def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, se
     p = _load_params(params_path, allow_large)
     pub = _load_public_key(analyzer_pub) if analyzer_pub is not None else None
     limit = POINTS_FILE_LIMIT if not allow_large else 1 << 62
-    x, y, wts = _parse_points(_read_file(points, limit, "--points", text=True),
-                              f"--points {points}")
+    x, y, wts = _parse_points(_read_file(input_path, limit, "--input", text=True),
+                              f"--input {input_path}")
     if pub is None:
         warn(PLAINTEXT_WARNING)
     blob = user_batch(p, p.grid.points_to_pixels(x, y), wts, analyzer_public=pub)
@@ -430,7 +437,7 @@ def _read_batch(path: Path, limit: int) -> tuple[bytes | None, str | None]:
     directory, FIFO or device since the listing, is empty, or cannot be opened).
     """
     try:
-        with open_regular(path, what="--in-dir entry") as f:
+        with open_regular(path, what="--input entry") as f:
             data = read_up_to(f, limit + 1)
     except NotRegularFileError:
         return None, "unreadable" if path.is_file() else "not_a_regular_file"
@@ -445,7 +452,7 @@ def _classify_entry(path: Path) -> str | None:
     file. Opens it through :func:`shuffledp.safe_io.check_regular` (never blocks on a FIFO;
     links are followed, so a link to a device is not a regular file)."""
     try:
-        size = check_regular(path, what="--in-dir entry")
+        size = check_regular(path, what="--input entry")
     except NotRegularFileError:
         return "unreadable" if path.is_file() else "not_a_regular_file"
     return "empty" if size == 0 else None
@@ -474,7 +481,7 @@ def _batch_files(p: Any, in_dir: str, out_path: str,
     """
     if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
             Path(in_dir).resolve():
-        raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
+        raise click.BadParameter(f"{out_path} lies in --input {in_dir}: the next run would "
                                  "read the mixed batch as a user batch", param_hint="--out")
     files: list[Path] = []
     ignored: Counter[str] = Counter()
@@ -489,7 +496,7 @@ def _batch_files(p: Any, in_dir: str, out_path: str,
     if not files:
         skipped = (f" ({sum(ignored.values())} entries named *.bin are not batch files: "
                    f"{_ignored_text(ignored, names)})" if ignored else "")
-        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files){skipped}")
+        raise click.ClickException(f"--input {in_dir}: no user batches (*.bin files){skipped}")
     if expected_users is not None and not len(files) <= expected_users <= p.n:
         raise click.BadParameter(
             f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
@@ -541,13 +548,16 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
 
 @click.command("shuffle", cls=Command)
 @_params_option
-@click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
-              help="Directory of user batches (*.bin). Entries named *.bin that are not "
+@input_option(dest="input_dir", aliases=("--in-dir",),
+              type=click.Path(exists=True, file_okay=False), required=True,
+              help="Directory of user batches (*.bin): the command reads a set of files, so "
+                   "its --input is their folder. Entries named *.bin that are not "
                    "non-empty regular files (directories, FIFOs, devices, empty files) are "
                    "skipped and counted in the report's 'ignored'.")
 @out_file_option(required=True,
                  help="The mixed batch to write (one file; its report goes next to it, "
                       "OUT.report.json, unless --shuffler-report).")
+@force_option(help="Replace an existing --out file.")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
               default=None,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
@@ -565,19 +575,20 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
               help="Expect encrypted batches (deployment path), or plaintext ones "
                    "(simulation aid only: the shuffler sees every user's shares).")
 @allow_large_option
-def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_users,
+def shuffle(params_path, input_dir, out_path, force, mac_key_path, report_path, expected_users,
             memory_limit, encrypted, allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
 
     Batches of other parameters or of another setup (round id), replays (in any record
     order), truncated and incomplete batches are rejected, each counted under a named reason
     in the report's 'rejected'; of two batches sharing an encrypted record the first kept
-    stays and the later one is removed ('copied_record'). Entries of --in-dir named *.bin
+    stays and the later one is removed ('copied_record'). Entries of --input named *.bin
     that are not batch files are skipped and counted under 'ignored'. The mixed batch streams
     through bucket files (memory bounded by --memory-limit) and is written atomically.
     """
     from shuffledp.protocol.shuffler import Shuffler
 
+    in_dir = input_dir
     p = _load_params(params_path, allow_large)
     files, ignored, names = _batch_files(p, in_dir, out_path, expected_users)
     mac_key = _shuffler_mac_key(mac_key_path, encrypted)
@@ -751,10 +762,12 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
 
 @click.command("analyze", cls=Command)
 @_params_option
-@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
+@input_option(aliases=("--in",),
+              type=click.Path(exists=True, dir_okay=False), required=True,
               help="Mixed batch written by `shuffledp shuffle`.")
-@out_dir_option(required=True,
+@out_dir_option(writes=("estimate.npy", "raw.npy", "report.json"), required=True,
                 help="Output directory: estimate.npy, raw.npy, report.json.")
+@force_option()
 @click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Analyzer private key (required for encrypted batches).")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
@@ -773,7 +786,7 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
                    f"of a round is refused [default: {LEDGER_FILE} next to --params].")
 @smoothing_option()
 @allow_large_option
-def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
+def analyze(params_path, input_path, out_dir, force, key_path, mac_key_path, report_path, workers,
             plaintext_simulation, ledger_path, smoothing, allow_large):
     """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; record the
     release in the release ledger; write the estimate (post-processed as `shuffledp heatmap`
@@ -789,6 +802,7 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     from shuffledp.errors import Refused
     from shuffledp.protocol.wire import WireError, read_header
 
+    in_path = input_path
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
                                  param_hint="--key")
@@ -800,7 +814,7 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     try:
         fh = open_regular(in_path)
     except NotRegularFileError as e:
-        raise click.BadParameter(str(e), param_hint="--in") from None
+        raise click.BadParameter(str(e), param_hint="--input") from None
     try:
         with fh:
             h = read_header(fh)

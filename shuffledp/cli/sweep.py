@@ -239,8 +239,12 @@ def _input(input_path: str | None, fmt: str, bbox: str | None) -> tuple[Any, int
                                  param_hint="--bbox")
     if input_path is None:
         return box, None
+    from shuffledp.safe_io import NotRegularFileError
+
     try:
         table = sw.load_input(input_path, fmt, box)
+    except NotRegularFileError as exc:  # a usage error (exit 2) naming the option
+        raise click.BadParameter(str(exc), param_hint="--input") from None
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"--input {input_path}: {exc}") from None
     return box, table.n_users
