@@ -366,7 +366,8 @@ def refuse_overwrite(command: click.Command, ctx: click.Context) -> None:
             continue
         found = [name for name in param.writes
                  if os.path.lexists(os.path.join(os.fspath(value), name) if name
-                                    else os.fspath(value))]
+                                    else os.fspath(value))
+                 and not (not name and os.path.isdir(value) and not os.listdir(value))]
         if not found:
             continue
         opt = param.opts[0]
@@ -473,6 +474,59 @@ def progress_bar(total: int, desc: str, unit: str, quiet: bool, delay: float = 1
 
     return tqdm(total=total, desc=desc, unit=unit, disable=quiet, delay=delay,
                 dynamic_ncols=True, leave=False)
+
+
+class EstimatedProgress:
+    """A progress bar on stderr for a step that reports no progress of its own: it advances
+    with the time elapsed against an estimate of the step's duration (measured on a sample of
+    the work by the caller), so it shows an ETA; it stops at 99% until the step ends. Nothing
+    is drawn with ``quiet`` or for a step shorter than ``delay`` seconds.
+
+    Used as a context manager around the step.
+    """
+
+    def __init__(self, desc: str, seconds: float | None, quiet: bool,
+                 delay: float = 1.0) -> None:
+        self.desc, self.seconds, self.quiet, self.delay = desc, seconds, quiet, delay
+        self._done: Any = None
+        self._thread: Any = None
+
+    def __enter__(self) -> EstimatedProgress:
+        import threading
+        import time
+
+        if self.quiet:
+            return self
+        self._done = threading.Event()
+        start = time.perf_counter()
+        total = None if self.seconds is None else max(1, round(self.seconds))
+
+        def run() -> None:
+            from tqdm import tqdm
+
+            assert self._done is not None
+            if self._done.wait(self.delay):
+                return
+            desc = self.desc + (" (estimated)" if total is not None else "")
+            with tqdm(total=total, desc=desc, unit="s", dynamic_ncols=True, leave=False,
+                      bar_format=None if total is not None else
+                      "{desc}: {elapsed} elapsed") as bar:
+                while not self._done.wait(0.5):
+                    now = time.perf_counter() - start
+                    target = now if total is None else min(now, 0.99 * total)
+                    bar.update(max(0.0, target - bar.n))
+                if total is not None:
+                    bar.update(total - bar.n)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._done is not None:
+            self._done.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def warn(message: str) -> None:

@@ -455,7 +455,18 @@ class ProtocolParams:
         d["wrap_probability"] = repr(self.wrap_probability)
         d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
         d["derived"] = self._derived()
+        d["communication"] = self.communication()
         return json.dumps(d, sort_keys=True, indent=1)
+
+    def communication(self) -> dict[str, Any]:
+        """What one user's batch takes on the wire (informational in params.json): the
+        paper's bit count, the plaintext batch (simulation path) and the encrypted batch
+        (deployment path: every message carries its own HPKE encapsulation and AEAD tag)."""
+        return {"messages_per_user": self.messages_per_user,
+                "bits_per_user": self.bits_per_user,
+                "bytes_per_user": self.bytes_per_user,
+                "encrypted_record_bytes": self.encrypted_record_bytes,
+                "encrypted_bytes_per_user": self.encrypted_bytes_per_user}
 
     def _derived(self) -> dict[str, Any]:
         """What a device implemented elsewhere needs besides the agreed fields: the number of
@@ -498,7 +509,8 @@ class ProtocolParams:
             raise ValueError(f"parameter file field derived={d['derived']!r} differs from "
                              f"{p._derived()!r} for the same inputs: the file was edited or "
                              "written by another version; re-run setup")
-        informational = {"wrap_probability", "guarantee_delta_parts", "derived"}
+        informational = {"wrap_probability", "guarantee_delta_parts", "derived",
+                         "communication"}
         for k in sorted((set(ours) | set(d)) - informational):
             if ours.get(k) != d.get(k):
                 raise ValueError(
