@@ -403,3 +403,34 @@ def test_bad_input_is_a_one_line_error(d, argv, code, msg):
 def test_the_sweep_is_large():
     assert len(CASES) >= 100
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_b_sweep_reports_encrypted_bytes_and_plots_utility_against_bits(tmp_path):
+    """The B sweep's table and plots carry the encrypted batch (what a device uploads) next
+    to the paper's bits and the plaintext batch, and utility_vs_bits.png puts Fig. 12 and
+    13 together."""
+    pytest.importorskip("matplotlib")
+    from shuffledp.grid import Grid
+    from shuffledp.protocol.params import derive_params
+    from shuffledp.sweep import read_runs
+    from shuffledp.sweep.plot import wire_bytes, with_wire_bytes
+
+    out = tmp_path / "sw"
+    res = CliRunner().invoke(main, ["sweep", "--param", "B", "--values", "1,16", "--repeats",
+                                    "2", "--grid", "8", "--n", "10", "--no-emd", "--quiet",
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "utility_vs_bits.png").stat().st_size > 0
+    assert (out / "bits_per_user.png").stat().st_size > 0
+    rows = read_runs(out)
+    for b in (1, 16):
+        p = derive_params(Grid(8, 8), 10, epsilon=5.0, delta=1e-5, B=b, dropout=0.0)
+        row = next(r for r in rows if r["model"] == "shuffle" and r["B"] == b)
+        assert wire_bytes(row) == {"bytes_per_user": p.bytes_per_user,
+                                   "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
+        line = next(ln for ln in res.output.splitlines() if ln.split()[:2] == [str(b), "8x8"])
+        assert line.split()[-1] == f"{p.encrypted_bytes_per_user / 1e6:.3f}"
+    assert all(r["encrypted_bytes_per_user"] is None for r in with_wire_bytes(rows)
+               if r["model"] != "shuffle")
+    # a record whose plaintext size the parameters do not give is not guessed at
+    assert wire_bytes({**row, "bytes_per_user": row["bytes_per_user"] + 1}) is None
