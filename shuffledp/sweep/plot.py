@@ -152,7 +152,14 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
     dict or None
         ``{"bytes_per_user": ..., "encrypted_bytes_per_user": ...}``, None for a run that is
         not of the shuffle model or whose parameters cannot be derived again.
+
+    Raises
+    ------
+    TypeError
+        If ``row`` is not a mapping.
     """
+    if not isinstance(row, dict):
+        raise TypeError(f"row must be a run record (dict), got {type(row).__name__}")
     if row.get("model") != "shuffle" or row.get("bytes_per_user") is None:
         return None
     key = tuple(row.get(k) for k in ("grid", "n", "epsilon", "delta", "B", "w", "dropout",
@@ -186,6 +193,11 @@ def with_wire_bytes(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     -------
     list of dict
         New dicts; the input is not modified.
+
+    Raises
+    ------
+    TypeError
+        If a row is not a mapping (:func:`wire_bytes`).
     """
     out = []
     for row in rows:
