@@ -227,8 +227,9 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
             "budget_ledger": None if receipt is None else receipt.to_dict(),
         })
         _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
-                       [("ours (private release)", h_ours)], report,
-                       caption=_release_caption(ours, grid, sigma, seed))
+                       [("ours (private release)\n" + _guarantee_line(ours.guarantee), h_ours)],
+                       report, caption=_release_caption(ours, grid, sigma, seed),
+                       axes=_map_axes(fmt, box))
         progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, "
                  f"{out / 'heatmap.png'} ({report['release']})")
         return
@@ -263,10 +264,13 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
         "baselines": {name: rel.guarantee.to_dict() for name, rel in baselines.items()},
     })
     _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
-                   [("true (non-private)", h_truth),
-                    (_panel_title("Laplace baseline", metrics.get("laplace")), h_base),
-                    (_panel_title("ours", metrics.get("ours")), h_ours)],
-                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed))
+                   [("true (non-private)\nno guarantee: the data itself", h_truth),
+                    (_panel_title("Laplace baseline", metrics.get("laplace")) + "\n"
+                     + _guarantee_line(baselines["laplace"].guarantee), h_base),
+                    (_panel_title("ours", metrics.get("ours")) + "\n"
+                     + _guarantee_line(ours.guarantee), h_ours)],
+                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed),
+                   axes=_map_axes(fmt, box))
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
              f"({report['release']})")
     if not quiet and metrics:
@@ -460,8 +464,8 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
     kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
     data = "built-in synthetic mixture" if source.startswith("synthetic") else "input"
     lines = [
-        f"ours and the Laplace baseline: {g.model} model, {kind}, epsilon = {g.epsilon:g}"
-        f"{delta}; neighbours: {g.neighbour.value}",
+        f"ours: {g.model} model, {kind}, epsilon = {g.epsilon:g}{delta}; neighbours: "
+        f"{g.neighbour.value} (each panel states its own guarantee)",
         f"{n_users} users ({data}), {grid} grid; heatmaps with a Gaussian filter, sigma = "
         f"{sigma:g} px; CC (1 = perfect) and EMD (0 = perfect) against the true heatmap",
     ]
@@ -469,6 +473,23 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
                  "release (the Laplace baseline) are shown" + (
                      "" if seed is None else f"; --seed {seed}: reproducible noise"))
     return lines
+
+
+def _guarantee_line(g: Any) -> str:
+    """A panel's own guarantee, one short line: model, notion, epsilon (delta), neighbours."""
+    kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
+    delta = "" if g.delta == 0 else f", d={g.delta:.1g}"
+    return f"{g.model}, {kind}, eps={g.epsilon:g}{delta}, {g.neighbour.token}"
+
+
+def _map_axes(fmt: str, box: Any) -> dict[str, Any]:
+    """Drawing geometry: y grows upward (north up), with the SNAP box's longitude and
+    latitude as axes, or the unit square's x and y."""
+    if fmt == "snap" and box is not None:
+        lat_min, lat_max, lon_min, lon_max = box
+        return {"origin": "lower", "extent": (lon_min, lon_max, lat_min, lat_max),
+                "axis_labels": ("longitude", "latitude")}
+    return {"origin": "lower", "extent": (0.0, 1.0, 0.0, 1.0), "axis_labels": ("x", "y")}
 
 
 def _plain_event(guarantee: Any) -> Any:
@@ -566,7 +587,8 @@ def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int,
 
 
 def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
-                   report: dict[str, Any], caption: list[str] | None = None) -> None:
+                   report: dict[str, Any], caption: list[str] | None = None,
+                   axes: dict[str, Any] | None = None) -> None:
     """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
     into place (never through a FIFO or link planted at the name, never half-written)."""
     from shuffledp.analyzers.heatmap.render import render_png
@@ -575,7 +597,7 @@ def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", estimate)
     with atomic_path(out / "heatmap.png", suffix=".png") as tmp:
-        render_png(tmp, panels, caption=caption, colorbar=True)
+        render_png(tmp, panels, caption=caption, colorbar=True, **(axes or {}))
     write_report(out, report)
 
 
