@@ -237,15 +237,24 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
             bar.update(done - last[0])
             last[0] = done
 
-        b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k,
-                           progress=follow, **kw)
+        from shuffledp.cli.common import EstimatedProgress
+
+        # binary RR's exact walk reports its progress (the bar); the other bounds do not:
+        # a line with the time elapsed instead
+        with EstimatedProgress("account shuffle-ldp: computing the bound", None,
+                               as_json or (randomizer == "krr" and k == 2)):
+            b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer,
+                               k=k, progress=follow, **kw)
     rec = b.to_dict()
     if d == 1.0:
         # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair
         # of data sets: no valid bound can certify at or below it
         from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
+        from shuffledp.cli.common import EstimatedProgress
 
-        rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2, rtol=rtol)
+        with EstimatedProgress("account shuffle-ldp: the exact lower bound", None, as_json):
+            rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2,
+                                                            rtol=rtol)
         rec["refuted_by"] = (f"exact shuffled {k or 2}-RR, others holding "
                              f"{'x1^0' if fam == 'x0' else 'a third value'}" if fam else None)
     _warn_invalid(b.notes, b.valid)
@@ -363,7 +372,8 @@ def _noise_table(rec: dict[str, Any]) -> None:
 @click.option("--discretization", type=Real(0.0, 0.1, closed_high=True), default=None,
               help="PLD grid interval (default 1e-4; pessimistic rounding).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def compose_cmd(reports, spec, times, delta, discretization, as_json):
+@click.option("--quiet", is_flag=True, help="No progress line on stderr.")
+def compose_cmd(reports, spec, times, delta, discretization, as_json, quiet):
     """Total (epsilon, delta) of several releases: each REPORT is a release's report.json
     or the output of `shuffledp account shuffle-ldp --json` / `summation --json` saved to a
     file (anything whose 'guarantee' carries its event), or give --spec FILE.
@@ -413,7 +423,14 @@ def compose_cmd(reports, spec, times, delta, discretization, as_json):
                 acc.compose(ev, k * (times - 1))
     if delta is None:
         raise click.UsageError("give the total --delta (or 'delta' in the spec)")
-    res = as_refusal("no certified composition", acc.epsilon, delta)
+    from shuffledp.cli.common import EstimatedProgress
+
+    total = sum(k for _, k in acc.events)
+    # the PLD of K alike releases takes about log2(K) convolutions, each as long as its
+    # support: no estimate is known in advance, so the line shows the time elapsed
+    with EstimatedProgress(f"account compose: PLD composition of {total:,} releases", None,
+                           quiet):
+        res = as_refusal("no certified composition", acc.epsilon, delta)
     for note in list(notes) + list(res.notes):
         warn(note)
     rec = res.to_dict()

@@ -360,8 +360,10 @@ def refuse_overwrite(command: click.Command, ctx: click.Context) -> None:
         value = ctx.params.get(param.name or "")
         if value is None:
             continue
+        kind = param.type  # a click.Path
         _check_creatable(param.opts[0], os.fspath(value),
-                         directory=bool(param.type.dir_okay))  # type: ignore[attr-defined]
+                         bool(getattr(kind, "file_okay", True)),
+                         bool(getattr(kind, "dir_okay", True)))
         if not param.writes or ctx.params.get("force"):
             continue
         found = [name for name in param.writes
@@ -399,15 +401,19 @@ def _output_error(command: click.Command, ctx: click.Context,
     return None
 
 
-def _check_creatable(option: str, path: str, directory: bool) -> None:
-    """``path`` (a directory if ``directory``, else a file) exists as such or can be
-    created: its nearest existing ancestor is a writable directory."""
+def _check_creatable(option: str, path: str, file_okay: bool, dir_okay: bool) -> None:
+    """``path`` exists as a kind the option accepts (a file if ``file_okay``, a directory
+    if ``dir_okay``) or can be created: its nearest existing ancestor is a writable
+    directory."""
     p = os.path.abspath(path)
-    if os.path.isdir(p) if directory else os.path.lexists(p) and not os.path.isdir(p):
+    if os.path.lexists(p):
+        if os.path.isdir(p) and not dir_okay:
+            raise click.BadParameter(f"{path} is a directory, expected a file",
+                                     param_hint=option)
+        if not os.path.isdir(p) and not file_okay:
+            raise click.BadParameter(f"{path} is not a directory", param_hint=option)
         return
-    if os.path.lexists(p) and not directory and os.path.isdir(p):
-        raise click.BadParameter(f"{path} is a directory, expected a file", param_hint=option)
-    parent = os.path.dirname(p) if not os.path.lexists(p) else p
+    parent = os.path.dirname(p)
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
