@@ -228,7 +228,8 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
         })
         _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
                        [("ours (private release)\n" + _guarantee_line(ours.guarantee), h_ours)],
-                       report, caption=_release_caption(ours, grid, sigma, seed),
+                       report, caption=_release_caption(ours, grid, sigma, seed)
+                       + _SHAPES_NOTE[smoothing],
                        axes=_map_axes(fmt, box))
         progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, "
                  f"{out / 'heatmap.png'} ({report['release']})")
@@ -269,7 +270,8 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
                      + _guarantee_line(baselines["laplace"].guarantee), h_base),
                     (_panel_title("ours", metrics.get("ours")) + "\n"
                      + _guarantee_line(ours.guarantee), h_ours)],
-                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed),
+                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed)
+                   + _SHAPES_NOTE[smoothing],
                    axes=_map_axes(fmt, box))
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
              f"({report['release']})")
@@ -341,6 +343,16 @@ def _public_source(input_path: str | None, data_seed: int | None) -> str:
 
     seed = datasets.BUILTIN_DATA_SEED if data_seed is None else data_seed
     return f"built-in synthetic mixture (data seed {seed})"
+
+
+#: what the shapes in our panel are (one caption line): the sparse estimate's coarse cells,
+#: and the smoothing's Gaussian blobs
+_SHAPES_NOTE = {
+    "auto": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell;",
+             "round blobs: --smoothing auto", "  (post-processing)"],
+    "none": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell",
+             "  (--smoothing none: Alg. 2 as is)"],
+}
 
 
 def _release_caption(release: Any, grid: Any, sigma: float, seed: int | None) -> list[str]:
