@@ -133,3 +133,8 @@ def test_readme_walk_every_line_but_the_slowest():
                         "--skip-slow", "--timeout", "600"], capture_output=True, text=True,
                        timeout=1800)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def test_readme_states_the_test_duration():
+    text = " ".join(README.read_text().split())
+    assert "runs the test suite: about 2.5 minutes on 2 quiet cores" in text

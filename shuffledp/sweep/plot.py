@@ -26,6 +26,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
+from shuffledp.protocol.params import derive_params
 from shuffledp.safe_io import atomic_path
 from shuffledp.sweep.config import (
     METRICS,
@@ -165,8 +166,6 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
     key = tuple(row.get(k) for k in ("grid", "n", "epsilon", "delta", "B", "w", "dropout",
                                      "bytes_per_user"))
     if key not in _WIRE_CACHE:
-        from shuffledp.protocol.params import derive_params
-
         try:
             p = derive_params(Grid.parse(str(row["grid"])), int(row["n"]),
                               epsilon=float(row["epsilon"]), delta=float(row["delta"]),
