@@ -175,8 +175,20 @@ def judge(status: int | str, out: str, err: str) -> str:
     return "ok"
 
 
+def shell_words(text: str, d: Path) -> list[str]:
+    """The words of a line as a shell would pass them: split, and each word holding ``*``
+    expanded against the files of ``d`` (left as is when nothing matches)."""
+    import glob
+
+    words = []
+    for w in shlex.split(text):
+        matches = sorted(glob.glob(w, root_dir=d)) if "*" in w else []
+        words.extend(matches or [w])
+    return words
+
+
 def run_line(line: Line, exe: str, d: Path, timeout: float) -> Result:
-    argv = [exe, *shlex.split(localise(line.text, d))[1:]]
+    argv = [exe, *shell_words(localise(line.text, d), d)[1:]]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=timeout,
@@ -217,7 +229,7 @@ def walk(lines: list[Line], exe: str, d: Path, timeout: float,
             stop_background()
             block = line.block
         if line.background:
-            argv = [exe, *shlex.split(localise(line.text, d))[1:]]
+            argv = [exe, *shell_words(localise(line.text, d), d)[1:]]
             proc = subprocess.Popen(argv, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True)
             background.append((line, proc, time.perf_counter()))
