@@ -94,7 +94,6 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
-from scipy.signal import lfilter
 
 #: unit roundoff of IEEE double precision
 U = 2.0 ** -53
@@ -382,6 +381,8 @@ class LossPMF:
         comes from the decaying recurrence S_i = m_i + e^{-h} S_{i+1} (no overflow at any
         epsilon); the cancellation A - B is charged as rounding.
         """
+        from scipy.signal import lfilter  # ~1 s to import: only when a curve is read
+
         j = np.arange(j_top + 1)
         eps = j * self.h - offset
         m = self.masses()

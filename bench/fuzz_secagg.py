@@ -33,8 +33,18 @@ be exactly the clients that sent a valid round-2 message. Outcomes:
 - ``hangs``: a trial that does not finish within ``--trial-timeout`` seconds;
 - ``withheld``: no release although the oracle requires one.
 
-Run: ``python bench/fuzz_secagg.py [--trials 3500] [--seed 0]`` (about 45 s on 2 cores;
-3,500 trials deliver about 2,300 mutated round-2/3 messages).
+Both graphs. ``--graph complete`` fuzzes the full protocol, ``--graph sparse`` SecAgg+
+(:mod:`shuffledp.secagg.graph`): each trial then also draws an even degree k in [2, n - 2], a
+threshold t in [2, k], the fewest clients per round (min_clients) and a public graph seed,
+and runs the same faults on a random Harary graph (5-12 clients). The sparse oracle follows
+the graph: a client goes on in rounds 1 and 2 only with at least t neighbours left (else it
+refuses and leaves), every round needs min_clients clients, and a release is required when,
+besides, every secret to rebuild (each survivor's seed, each dropped sharer's mask key) has t
+correct holders among its owner's neighbours. ``--graph both`` (the default) runs
+``--trials`` trials of each.
+
+Run: ``python bench/fuzz_secagg.py [--trials 3500] [--seed 0] [--graph both]`` (about 45 s
+per graph on 2 cores; 3,500 trials deliver about 2,300 mutated round-2/3 messages).
 Exit status 1 if any silent wrong sum, crash, hang or withheld release occurred.
 """
 
@@ -53,6 +63,7 @@ import numpy as np
 
 from shuffledp.secagg import SecAggAborted, SecAggClient, SecAggRefused, SecAggServer
 from shuffledp.secagg import messages as msg
+from shuffledp.secagg.graph import harary_graph
 from shuffledp.secagg.server import COMMIT_BYTES, REVEAL
 
 HDR = msg.HEADER.size
@@ -77,12 +88,26 @@ class Trial:
     m: int
     drop: dict[int, int] = field(default_factory=dict)  # client -> first silent round
     fault: dict[int, tuple[int, str]] = field(default_factory=dict)  # client -> (round, kind)
+    k: int = 0  # sparse: the degree (0: complete graph)
+    min_clients: int = 0  # sparse: the fewest clients per round
+    seed: bytes = b""  # sparse: the public graph seed
+
+    def graph(self):
+        return (harary_graph(self.n, self.k, self.seed, self.min_clients) if self.k
+                else None)
 
 
-def draw_trial(g: np.random.Generator) -> Trial:
-    n = int(g.integers(3, 10))
-    t = int(g.integers(2, n + 1))
-    tr = Trial(n, t, int(g.integers(1, 7)), int(g.choice(MODULI)))
+def draw_trial(g: np.random.Generator, sparse: bool = False) -> Trial:
+    if sparse:
+        n = int(g.integers(5, 13))
+        k = 2 * int(g.integers(1, (n - 2) // 2 + 1))
+        t = int(g.integers(2, k + 1))
+        tr = Trial(n, t, int(g.integers(1, 7)), int(g.choice(MODULI)), k=k,
+                   min_clients=int(g.integers(n // 2, n + 1)), seed=g.bytes(32))
+    else:
+        n = int(g.integers(3, 10))
+        t = int(g.integers(2, n + 1))
+        tr = Trial(n, t, int(g.integers(1, 7)), int(g.choice(MODULI)))
     for c in g.permutation(n)[: int(g.integers(0, max(1, n // 2) + 1))]:
         c = int(c)
         if g.random() < 0.25:
@@ -187,8 +212,43 @@ def mutate(g, tr, c, r, kind, out, sent, keep):
     raise AssertionError(kind)
 
 
+def _invalid(tr: Trial, c: int, r: int) -> bool:
+    f = tr.fault.get(c)
+    return (f is not None and f[0] == r and f[1] not in TOLERATED_VALID and f[1] != "lie")
+
+
+def sparse_oracle(tr: Trial) -> tuple[bool, list[set[int]]]:
+    """The oracle on the trial's graph: clients refuse with fewer than t neighbours, rounds
+    need min_clients, each secret t correct holders among its owner's neighbours."""
+    graph = tr.graph()
+    nb = {u: set(graph.neighbours(u)) for u in range(tr.n)}
+    per_round: list[set[int]] = []
+    prev = set(range(tr.n))
+    for r in range(4):
+        now = set()
+        for c in prev:
+            if tr.drop.get(c, 9) <= r:
+                continue
+            if r in (1, 2) and len(nb[c] & per_round[r - 1]) < tr.t:
+                continue  # an honest client refuses: too few neighbours left
+            if not _invalid(tr, c, r):
+                now.add(c)
+        per_round.append(now)
+        if len(now) < tr.min_clients:
+            return False, per_round + [set()] * (3 - r)
+        prev = now
+    lie = any(k == "lie" and c in per_round[2] for c, (_, k) in tr.fault.items())
+    flips = {c for c, (r, k) in tr.fault.items() if r == 3 and k.startswith("flip")}
+    good = per_round[3] - flips
+    owners = per_round[2] | (per_round[1] - per_round[2])
+    required = not lie and all(len(nb[u] & good) >= tr.t for u in owners)
+    return required, per_round
+
+
 def oracle(tr: Trial) -> tuple[bool, list[set[int]]]:
     """(release required?, honest-and-accepted clients per round) from the schedule alone."""
+    if tr.k:
+        return sparse_oracle(tr)
     alive = set(range(tr.n))
     per_round = []
     for r in range(4):
@@ -214,8 +274,9 @@ def run_trial(g: np.random.Generator, tr: Trial,
     sum theirs."""
     X = [g.integers(0, tr.m, tr.L) for _ in range(tr.n)]
     session = os.urandom(16)
-    server = SecAggServer(tr.n, tr.L, tr.m, tr.t, session)
-    clients = {i: SecAggClient(i, X[i], tr.m, tr.t, session) for i in range(tr.n)}
+    graph = tr.graph()
+    server = SecAggServer(tr.n, tr.L, tr.m, tr.t, session, graph=graph)
+    clients = {i: SecAggClient(i, X[i], tr.m, tr.t, session, graph=graph) for i in range(tr.n)}
     keep = {"late": [], "edit": {}, "flipped": set()}
     sent: dict[tuple[int, int], bytes] = {}
     incoming: dict[int, bytes | None] = dict.fromkeys(range(tr.n))
@@ -251,9 +312,9 @@ def run_trial(g: np.random.Generator, tr: Trial,
             reply = server.close_round()
         except SecAggAborted:
             return "aborted", mutated
-        if r == 1:
+        if isinstance(reply, dict):  # round 1; rounds 0 and 2 of a sparse graph
             incoming = dict(reply)
-        elif r in (0, 2):
+        elif isinstance(reply, bytes):
             incoming = {i: reply for i in server.members[-1]}
         else:
             total = reply
@@ -271,7 +332,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=3500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trial-timeout", type=float, default=30.0)
+    ap.add_argument("--graph", choices=("complete", "sparse", "both"), default="both")
     a = ap.parse_args(argv)
+    bad = 0
+    for graph in (("complete", "sparse") if a.graph == "both" else (a.graph,)):
+        print(f"== {graph} graph ==")
+        bad += _fuzz(a, graph == "sparse")
+    return 1 if bad else 0
+
+
+def _fuzz(a, sparse: bool) -> int:
     g = np.random.default_rng(a.seed)
     counts: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -283,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, alarm)
     t0 = time.perf_counter()
     for k in range(a.trials):
-        tr = draw_trial(g)
+        tr = draw_trial(g, sparse)
         for r, kind in tr.fault.values():
             kinds[f"r{r}:{kind}"] += 1
         for r in tr.drop.values():
@@ -319,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"correct sum withheld although the protocol allows it: {counts['withheld']}")
     for k, v in examples.items():
         print(f"  first {k}: {v}")
-    bad = counts["silent"] + counts["crash"] + counts["hang"] + counts["withheld"]
-    return 1 if bad else 0
+    return counts["silent"] + counts["crash"] + counts["hang"] + counts["withheld"]
 
 
 if __name__ == "__main__":

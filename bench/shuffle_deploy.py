@@ -7,12 +7,19 @@ the analyzer does one X25519 exchange per message to open it. Prints the measure
 message (encrypt, decrypt, envelope check by the shuffler), the bytes per encrypted message,
 and the extrapolation to one user at the Fig. 12 setting (320x240, n=50, eps=5, delta=1e-5).
 
+The HPKE floor: one ``cryptography`` HPKE seal plus one open per message (the primitive
+alone, no framing, one thread), measured in the same run. The deployment path end to end
+(``shuffle_heatmap(..., encrypt=True)`` on a small grid: encode, seal, shuffle, open, sum)
+on one process and on every core; its wall time per message is compared with the floor per
+core divided by the cores (target: within 1.2x).
+
 Run: ``python bench/shuffle_deploy.py [--messages 4000] [--B 256]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -28,6 +35,27 @@ from shuffledp.protocol.crypto import (
 from shuffledp.protocol.params import derive_params
 from shuffledp.protocol.shuffler import Shuffler
 from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch
+
+
+def _seal_job(k: int) -> float:
+    """k HPKE seals to a fresh key in this process: seconds (the machine's reference)."""
+    from shuffledp.protocol.crypto import _hpke_suite
+    suite, pub = _hpke_suite(), generate_analyzer_key().public_key()
+    t = time.perf_counter()
+    for _ in range(k):
+        suite.encrypt(bytes(8), pub, b"ref")
+    return time.perf_counter() - t
+
+
+def _machine_efficiency(w: int, k: int = 1500) -> float:
+    """t(1 process) / t(w processes at once, same job each): 1.0 on w idle cores."""
+    import multiprocessing
+    if w == 1:
+        return 1.0
+    one = _seal_job(k)
+    with multiprocessing.get_context("fork").Pool(w) as pool:
+        many = max(pool.map(_seal_job, [k] * w))
+    return one / many
 
 
 def main() -> None:
@@ -77,6 +105,48 @@ def main() -> None:
     t_sh = (time.perf_counter() - t) / (20 * m_small)
     print(f"shuffler (envelope check + secure permutation of encrypted records): "
           f"{t_sh * 1e9:.0f} ns/message")
+
+    # the HPKE floor (seal + open of the primitive, one thread) against the path end to end
+    from shuffledp.datasets import synthetic_mixture
+    from shuffledp.protocol.crypto import _hpke_suite
+    from shuffledp.protocol.runner import shuffle_heatmap
+    suite = _hpke_suite()
+    pub = key.public_key()
+    info = b"floor" * 8
+    msgs = [bytes(8) for _ in range(2000)]
+    t = time.perf_counter()
+    cts = [suite.encrypt(w, pub, info) for w in msgs]
+    t_seal = (time.perf_counter() - t) / len(msgs)
+    t = time.perf_counter()
+    for c in cts:
+        suite.decrypt(c, key, info)
+    t_open = (time.perf_counter() - t) / len(msgs)
+    floor = t_seal + t_open
+    print(f"HPKE floor (seal {t_seal * 1e6:.1f} + open {t_open * 1e6:.1f} us), one thread: "
+          f"{floor * 1e6:.1f} us/message   [reference]")
+    print(f"ours, encrypt_records + decrypt_records, one thread: {(t_enc + t_dec) * 1e6:.1f} "
+          f"us/message = {(t_enc + t_dec) / floor:.2f} x floor")
+    cores = os.cpu_count() or 1
+    users = synthetic_mixture(8, rng=0).to_users(Grid(16, 16))
+    res = {}
+    for w in sorted({1, cores}):
+        t = time.perf_counter()
+        rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=4, rng=3, encrypt=True,
+                              workers=w)
+        dt = time.perf_counter() - t
+        n_msg = rel.protocol["messages_per_user"] * rel.protocol["n_users"]
+        res[w] = (dt / n_msg, rel.raw.tobytes())
+        print(f"deployment path end to end, {w} process(es): {dt:.1f} s for {n_msg} messages "
+              f"= {dt / n_msg * 1e6:.1f} us/message = {dt / n_msg / (floor / w):.2f} x "
+              f"(floor / {w})")
+    ratio = res[cores][0] / (floor / cores)
+    print(f"on {cores} cores: {ratio:.2f} x the floor per core / cores (target <= 1.2: "
+          f"{'MET' if ratio <= 1.2 else 'NOT MET'}); releases identical: "
+          f"{res[1][1] == res[cores][1]}")
+    eff = _machine_efficiency(cores)
+    print(f"the machine's own efficiency for {cores} busy processes now: {eff:.2f} "
+          f"[reference]; the path's speed-up {res[1][0] / res[cores][0]:.2f} against "
+          f"{eff * cores:.2f} available")
 
 
 if __name__ == "__main__":

@@ -74,11 +74,17 @@ import numpy as np
 
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.summation import check_rounding, check_scale
-from shuffledp.encoders.noise.polya import polya_difference
+from shuffledp.encoders.noise.polya import _DifferenceDraws
 from shuffledp.protocol.crypto import encrypt_records, encrypted_record_bytes
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
-from shuffledp.randomness import RngLike, SecureRandom, check_modulus, noise_source
+from shuffledp.randomness import (
+    RngLike,
+    SecureRandom,
+    UserStreams,
+    check_modulus,
+    noise_source,
+)
 from shuffledp.users import UserDistributions
 
 
@@ -336,8 +342,99 @@ def _share_kernel(vm, q, t, buf, out):  # pragma: no cover - compiled
                 w = p >> np.uint64(32)
                 out[u, b, a] = w
                 acc += w
-            out[u, r - 1, a] = (np.uint64(vm[u, a]) + q - acc % q) % q
+            # one division per coordinate: the last share is (vm - acc) mod q, vm < q
+            sm = acc % q
+            v = np.uint64(vm[u, a])
+            out[u, r - 1, a] = v - sm if v >= sm else v + q - sm
     return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _share_sum_kernel(vm, q, t, rm1, buf, acc):  # pragma: no cover - compiled
+    """:func:`_share_kernel` for one user, adding its r shares mod q into ``acc`` instead of
+    storing them; returns words consumed, or -1 if ``buf`` ran out (``acc`` then partly
+    updated: the caller passes a copy)."""
+    m = vm.size
+    pos = 0
+    nb = buf.size
+    mask = np.uint64(0xFFFFFFFF)
+    for a in range(m):
+        s = np.uint64(0)
+        for _ in range(rm1):
+            while True:
+                if pos >= nb:
+                    return -1
+                p = np.uint64(buf[pos]) * q
+                pos += 1
+                if (p & mask) >= t:
+                    break
+            s += p >> np.uint64(32)
+        # one division per coordinate; acc is reduced mod q by the caller
+        sm = s % q
+        v = np.uint64(vm[a])
+        last = v - sm if v >= sm else v + q - sm
+        acc[a] += np.int64(s + last)
+    return pos
+
+
+def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndarray) -> int:
+    """Split each row of ``z`` into r shares (as :func:`share`) and add every share mod q
+    into ``acc``, without storing the shares (the simulation path's analyzer sum).
+
+    Parameters
+    ----------
+    z : ndarray of int, shape (k, m)
+        The noisy vectors z' of k users.
+    q : int
+        Modulus, 2 <= q <= 2^32.
+    r : int
+        Shares per coordinate, >= 2.
+    source : SecureRandom
+        The secure source of the r - 1 uniform shares (one per thread).
+    acc : ndarray of int64, shape (m,)
+        Running sums mod q, updated in place.
+
+    Returns
+    -------
+    int
+        Messages summed, k r m.
+
+    Raises
+    ------
+    ValueError
+        If ``q`` or ``r`` is invalid or the shapes do not match.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, Split & Mix; uniform draws by [Lemire19]_.
+    """
+    q = check_modulus(q)
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2:
+        raise ValueError(f"r must be an integer >= 2, got r={r!r}")
+    v = np.asarray(z)
+    if v.ndim != 2 or acc.shape != (v.shape[1],) or acc.dtype != np.int64:
+        raise ValueError(f"z must be (k, m) and acc an int64 array of shape (m,), got "
+                         f"{v.shape} and {acc.dtype} {acc.shape}")
+    k, m = v.shape
+    vm = np.mod(v.astype(np.int64), q).astype(np.uint32)
+    t = (1 << 32) % q
+    need = (r - 1) * m
+    mean_rej = need * t / 2.0**32
+    size = need + int(mean_rej + 8.0 * mean_rej**0.5) + 64
+    buf = np.empty(size, dtype=np.uint32)
+    acc %= q  # each user adds < r q < 2^38 below; reduced again after every 2^20 users
+    for j in range(k):
+        if j and j % (1 << 20) == 0:
+            acc %= q
+        while True:  # a redraw (buffer ran out) has probability far below 1e-15
+            trial = acc.copy() if t else acc  # q a power of two: no rejection, no redraw
+            source.fill_uint32(buf)
+            if _share_sum_kernel(vm[j], np.uint64(q), np.uint64(t), r - 1, buf, trial) >= 0:
+                if trial is not acc:
+                    acc[:] = trial
+                break
+    acc %= q
+    return k * r * m
 
 
 def reconstruct_shares(shares: np.ndarray, q: int) -> np.ndarray:
@@ -405,7 +502,7 @@ def noisy_vectors(
     params: ProtocolParams,
     users: UserDistributions,
     select: np.ndarray | None = None,
-    rng: RngLike | SecureRandom = None,
+    rng: RngLike | SecureRandom | UserStreams = None,
     *,
     noise: bool = True,
 ) -> np.ndarray:
@@ -424,8 +521,10 @@ def noisy_vectors(
         The users, on ``params.grid``.
     select : ndarray of int, optional
         Positions of the users to encode (default: all, in order).
-    rng : SecureRandom, int, numpy.random.Generator or None
-        Source of the Polya noise (None: the secure generator).
+    rng : SecureRandom, UserStreams, int, numpy.random.Generator or None
+        Source of the Polya noise (None: the secure generator). A
+        :class:`~shuffledp.randomness.UserStreams` gives user ``select[j]`` its own stream,
+        so a user's noise does not depend on which other users are encoded with it.
     noise : bool
         Add the noise (False only for tests and diagnostics).
 
@@ -446,15 +545,34 @@ def noisy_vectors(
     Delta_i (see the module docstring).
     """
     _check(params)
+    return _noisy_rows(params, users, select, rng, None, noise=noise)
+
+
+def _noise_draws(params: ProtocolParams) -> _DifferenceDraws:
+    return _DifferenceDraws(params.polya_shape, params.coordinate_a(), params.m)
+
+
+def _noisy_rows(params: ProtocolParams, users: UserDistributions, select: np.ndarray | None,
+                rng: RngLike | SecureRandom | UserStreams, secure: SecureRandom | None,
+                *, noise: bool = True, draws: _DifferenceDraws | None = None) -> np.ndarray:
+    """z'^j of the selected users; with :class:`UserStreams` user j's noise comes from its
+    own stream (keyed by its index in ``users``), else all from one stream in order."""
     n_sel = users.n_users if select is None else len(select)
     u, c, z = _rounded_levels(params, users, select)
     out = np.zeros((n_sel, params.m), dtype=np.int64)
     np.add.at(out, (u, c), z)
-    if noise:
-        src = noise_source(rng)
-        a = params.coordinate_a()
+    if not noise:
+        return out
+    d = draws if draws is not None else _noise_draws(params)
+    if isinstance(rng, UserStreams):
+        ids = np.arange(n_sel) if select is None else np.asarray(select, dtype=np.int64)
+        sec = secure if secure is not None or rng.seeded else SecureRandom()
+        for j in range(n_sel):  # each stream is drawn once: ask for all its words at once
+            out[j] += d.draw(rng.stream(int(ids[j]), sec), 1.5)  # type: ignore[arg-type]
+    else:
+        src = noise_source(rng, secure)
         for j in range(n_sel):
-            out[j] += polya_difference(params.polya_shape, a, params.m, src)
+            out[j] += d.draw(src)
     return out
 
 
@@ -462,7 +580,7 @@ def encode_shares(
     params: ProtocolParams,
     users: UserDistributions,
     select: np.ndarray | None = None,
-    rng: RngLike | SecureRandom = None,
+    rng: RngLike | SecureRandom | UserStreams = None,
     source: SecureRandom | None = None,
 ) -> np.ndarray:
     """Steps 1-4 for the selected users: shares of shape (len(select), r, m), uint32.
@@ -490,9 +608,66 @@ def encode_shares(
     ----------
     [Ghazi23]_ App. F, steps 1-4.
     """
+    _check(params)
     src = source if source is not None else SecureRandom()
-    z = noisy_vectors(params, users, select, src if rng is None else rng)
+    z = _noisy_rows(params, users, select, rng, src)
     return share(z, params.q, params.r, src)
+
+
+def encode_sums(
+    params: ProtocolParams,
+    users: UserDistributions,
+    select: np.ndarray,
+    rng: RngLike | SecureRandom | UserStreams = None,
+    source: SecureRandom | None = None,
+) -> tuple[np.ndarray, int]:
+    """Steps 1-4 for the selected users with their shares summed mod q as they are drawn.
+
+    What an analyzer sums from these users' messages, without holding their r m shares:
+    memory O(len(select) m). With a :class:`~shuffledp.randomness.UserStreams` each user's
+    noise comes from its own stream, so the sums of any split of the users add up (mod q) to
+    the sums of all of them, bit for bit.
+
+    Parameters
+    ----------
+    params, users, select, rng
+        As :func:`noisy_vectors`.
+    source : SecureRandom, optional
+        The secure source of the shares (and of the noise when ``rng`` is None).
+
+    Returns
+    -------
+    tuple of (ndarray of int64, int)
+        The m sums mod q and the number of messages they hold (len(select) r m).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`noisy_vectors` and :func:`share`.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, steps 1-4 and the analyzer's sums.
+    """
+    _check(params)
+    src = source if source is not None else SecureRandom()
+    z = _noisy_rows(params, users, select, rng, src, draws=_cached_draws(params))
+    acc = np.zeros(params.m, dtype=np.int64)
+    return acc, share_sums(z, params.q, params.r, src, acc)
+
+
+_DRAWS: dict[tuple[float, bytes], _DifferenceDraws] = {}
+
+
+def _cached_draws(params: ProtocolParams) -> _DifferenceDraws:
+    """The noise tables of ``params`` (built once per Polya shape and a-vector, per process)."""
+    key = (float(params.polya_shape), np.asarray(params.coordinate_a(), dtype=float).tobytes())
+    d = _DRAWS.get(key)
+    if d is None:
+        if len(_DRAWS) > 16:
+            _DRAWS.clear()
+        d = _DRAWS[key] = _noise_draws(params)
+    return d
 
 
 def messages(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:

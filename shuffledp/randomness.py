@@ -176,6 +176,27 @@ class SecureRandom:
         """n i.i.d. uniform uint32 values."""
         return np.frombuffer(self.bytes(4 * int(n)), dtype=np.uint32)
 
+    def fill_uint32(self, out: np.ndarray) -> np.ndarray:
+        """Fill a contiguous uint32 array in place with i.i.d. uniform words; returns it.
+
+        The same keystream as :meth:`uint32` (the cipher encrypts zeros), written straight
+        into ``out`` without an intermediate bytes object; the cipher call releases the GIL,
+        so threads with one SecureRandom each draw in parallel.
+        """
+        if out.dtype != np.uint32 or out.ndim != 1 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a contiguous 1D uint32 array, got {out.dtype} "
+                             f"shape {out.shape}")
+        n = 4 * out.size
+        if self._used + n > _REKEY_BYTES or (self._key is None and os.getpid() != self._pid):
+            self._rekey()
+        self._used += n
+        zeros = getattr(self, "_zeros", None)
+        if zeros is None or zeros.size < n:
+            zeros = self._zeros = np.zeros(max(n, 1 << 16), dtype=np.uint8)
+        # a stream cipher writes exactly len(input) bytes, straight into ``out``
+        self._enc.update_into(zeros[:n].data, out.view(np.uint8).data)
+        return out
+
     def uint64(self, n: int) -> np.ndarray:
         """n i.i.d. uniform uint64 values."""
         return np.frombuffer(self.bytes(8 * int(n)), dtype=np.uint64)
@@ -482,3 +503,89 @@ def noise_source(
     if isinstance(rng, SecureRandom):
         return rng
     return as_generator(rng)
+
+
+# --------------------------------------------------------------------------------------
+# counter-based streams: one per user, whatever the partition of the work
+# --------------------------------------------------------------------------------------
+class UserStreams:
+    """One independent noise stream per user index, the same whatever the partition.
+
+    A run's seed is turned into one root ``numpy.random.SeedSequence``; user j's stream is
+    its child with spawn key ``root.spawn_key + (j,)`` (what ``root.spawn`` gives as the
+    j-th child), driving a PCG64 generator. The stream of user j depends only on the seed
+    and j, so a run split over any number of threads, processes or Dask workers draws the
+    same noise for every user and gives bit-identical sums. Without a seed (``rng=None`` or
+    a :class:`SecureRandom`) every stream is the caller's cryptographically secure source
+    (nothing is reproducible, by design).
+
+    Parameters
+    ----------
+    rng : None, SecureRandom, int, numpy.random.SeedSequence or numpy.random.Generator
+        The run's ``rng``: None or a SecureRandom for secure streams; a non-negative seed,
+        a SeedSequence (its children are the streams) or a Generator (one 128-bit root
+        entropy is drawn from it once) for reproducible ones.
+
+    Attributes
+    ----------
+    root : numpy.random.SeedSequence or None
+        The root of the seeded streams; None for secure ones.
+
+    Raises
+    ------
+    ValueError
+        If ``rng`` is a negative seed.
+    TypeError
+        If ``rng`` is of any other type.
+    """
+
+    __slots__ = ("root",)
+
+    def __init__(self, rng: RngLike | SecureRandom = None) -> None:
+        root: np.random.SeedSequence | None
+        if rng is None or isinstance(rng, SecureRandom):
+            root = None
+        elif isinstance(rng, np.random.SeedSequence):
+            root = rng
+        elif isinstance(rng, np.random.Generator):
+            root = np.random.SeedSequence(int.from_bytes(rng.bytes(16), "little"))
+        else:
+            as_generator(rng)  # the same checks (and messages) as every seeded path
+            root = np.random.SeedSequence(int(rng))
+        self.root = root
+
+    @property
+    def seeded(self) -> bool:
+        """True when the streams are reproducible (derived from a seed)."""
+        return self.root is not None
+
+    def stream(self, j: int, secure: SecureRandom) -> SecureRandom | np.random.Generator:
+        """User ``j``'s source: its PCG64 child stream when seeded, else ``secure``.
+
+        Parameters
+        ----------
+        j : int
+            The user's index in the population (not its position in a partition).
+        secure : SecureRandom
+            The secure source to return when the streams are not seeded (one per thread).
+
+        Returns
+        -------
+        SecureRandom or numpy.random.Generator
+            Where user j's noise words come from.
+        """
+        if self.root is None:
+            return secure
+        r = self.root
+        child = np.random.SeedSequence(r.entropy, spawn_key=(*r.spawn_key, int(j)),
+                                       pool_size=r.pool_size)
+        return np.random.Generator(np.random.PCG64(child))
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.root = state["root"]
+
+    def __repr__(self) -> str:
+        return f"UserStreams({'secure' if self.root is None else self.root.entropy!r})"

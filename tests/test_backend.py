@@ -1,4 +1,5 @@
-"""The Dask backend gives exactly the local sums for the same seeded messages."""
+"""The Dask backend gives exactly the local sums for the same seeded messages, whatever the
+partition of the users, the coordinate blocks or the number of workers."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,9 @@ from shuffledp.protocol.dask_backend import (
     Partitioning,
     _coordinate_blocks,
     _local_partitioned_sums,
-    _partition_streams,
 )
 from shuffledp.protocol.params import derive_params
+from shuffledp.randomness import UserStreams
 
 
 def _setup(n=40):
@@ -22,12 +23,13 @@ def _setup(n=40):
     return derive_params(grid, n, epsilon=5.0, delta=1e-5, B=16), users
 
 
-def _reference(params, users, rng, part):
-    # independent: sum of z'^j mod q per partition stream, no shares, no shuffling
-    sel = [s for s in np.array_split(np.arange(users.n_users), part.user_parts) if s.size]
-    seeds = _partition_streams(rng, len(sel))
-    tot = sum(noisy_vectors(params, users, s, np.random.default_rng(sd)).sum(axis=0)
-              for s, sd in zip(sel, seeds))
+def _reference(params, users, rng):
+    # independent of any partition: sum of z'^j mod q, user j's noise from the j-th child of
+    # the seed (numpy's own SeedSequence.spawn), no shares, no shuffling
+    kids = np.random.SeedSequence(rng).spawn(users.n_users)
+    tot = sum(noisy_vectors(params, users, np.array([j]),
+                            np.random.Generator(np.random.PCG64(kids[j])))[0]
+              for j in range(users.n_users))
     return tot % params.q
 
 
@@ -36,27 +38,37 @@ def test_coordinate_blocks_cover_every_coordinate_once():
     assert e[0] == 0 and e[-1] == 85 and np.all(np.diff(e) > 0)
 
 
-def test_local_plan_sums_equal_the_noisy_vectors_exactly():
+@pytest.mark.parametrize("part", [Partitioning(1, 1), Partitioning(3, 5), Partitioning(40, 2)])
+@pytest.mark.parametrize("mix", [False, True])
+def test_local_plan_sums_equal_the_noisy_vectors_for_every_partition(part, mix):
     params, users = _setup()
-    part = Partitioning(3, 5)
-    acc = _local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
-    ref = _reference(params, users, 7, part)
-    np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
+    acc = _local_partitioned_sums(params, users, np.arange(users.n_users), 7, part, mix)
+    np.testing.assert_array_equal(acc.modular_sums(users.n_users), _reference(params, users, 7))
+    assert acc.messages == users.n_users * params.messages_per_user
 
 
-def test_dask_backend_equals_local_plan_on_a_local_cluster():
+def test_user_streams_are_numpys_spawned_children():
+    kids = np.random.SeedSequence(7).spawn(5)
+    s = UserStreams(7)
+    for j in (0, 4):
+        want = np.random.Generator(np.random.PCG64(kids[j])).integers(0, 2**62, 4)
+        np.testing.assert_array_equal(s.stream(j, None).integers(0, 2**62, 4), want)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_dask_backend_equals_the_reference_on_one_and_two_workers(n_workers):
     distributed = pytest.importorskip("distributed")
     from shuffledp.protocol.dask_backend import dask_sums
 
     params, users = _setup()
-    part = Partitioning(3, 5)
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c, \
-            distributed.Client(c) as client:
-        acc = dask_sums(params, users, np.arange(users.n_users), 7, client, part)
-    ref = _reference(params, users, 7, part)
-    np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
-    loc = _local_partitioned_sums(params, users, np.arange(users.n_users), 7, part)
-    np.testing.assert_array_equal(acc.counts, loc.counts)
+    ref = _reference(params, users, 7)
+    with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as c, distributed.Client(c) as client:
+        for part in (None, Partitioning(3, 5)):
+            for mix in (False, True):
+                acc = dask_sums(params, users, np.arange(users.n_users), 7, client, part, mix=mix)
+                np.testing.assert_array_equal(acc.modular_sums(users.n_users), ref)
+                assert acc.messages == users.n_users * params.messages_per_user
 
 
 def test_cli_backend_usage_and_missing_dask(monkeypatch):

@@ -49,3 +49,12 @@ def test_privhist_cli_split_choices_match_the_mechanism():
     from shuffledp.cli import privhist as cli_privhist
 
     assert cli_privhist.SPLITS == SPLITS and cli_privhist.REGIMES == REGIMES
+
+
+def test_accounting_import_skips_scipy_signal():
+    """Every release builds its guarantee through the accountant, so importing it must not
+    pay for scipy.signal or scipy.stats (about 1 s each); they load when a curve or a
+    shuffle bound is first computed."""
+    mods = loaded_after("import shuffledp.accounting.composition\n"
+                        "import shuffledp.accounting.events")
+    assert not {"scipy.signal", "scipy.stats"} & mods

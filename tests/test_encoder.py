@@ -11,12 +11,14 @@ from shuffledp import Grid, UserDistributions
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator
 from shuffledp.encoders.encoder import (
     encode_shares,
+    encode_sums,
     encode_user,
     messages,
     noisy_vectors,
     scale_round,
 )
 from shuffledp.pyramid import flatten, level_counts
+from shuffledp.randomness import SecureRandom, UserStreams
 
 
 @given(
@@ -80,3 +82,24 @@ def test_messages_shape_check():
     users = UserDistributions.from_pixels(Grid(5, 5), [0], [0])
     with pytest.raises(ValueError, match="grid"):
         noisy_vectors(p, users)
+
+
+def test_per_user_streams_make_the_encoding_independent_of_the_split():
+    grid = Grid(5, 3)
+    users = random_users(grid, 9, seed=4)
+    p = params_for(grid, 9)
+    s = UserStreams(21)
+    whole = noisy_vectors(p, users, np.arange(9), s)
+    # any grouping, any order: user j's row depends only on the seed and j
+    for groups in ([[0, 1, 2, 3, 4, 5, 6, 7, 8]], [[8, 2], [5], [0, 1, 3, 4, 6, 7]]):
+        for grp in groups:
+            np.testing.assert_array_equal(noisy_vectors(p, users, np.array(grp), s),
+                                          whole[grp])
+    tot = np.zeros(p.m, dtype=np.int64)
+    for grp in ([3, 0, 7], [1, 2, 4, 5, 6, 8]):
+        part, n_msg = encode_sums(p, users, np.array(grp), s, SecureRandom())
+        assert n_msg == len(grp) * p.r * p.m
+        tot = (tot + part) % p.q
+    np.testing.assert_array_equal(tot, whole.sum(axis=0) % p.q)
+    shares = encode_shares(p, users, np.arange(9), s, SecureRandom())
+    np.testing.assert_array_equal(shares.sum(axis=(0, 1), dtype=np.uint64) % p.q, tot)

@@ -11,11 +11,11 @@ import pytest
 from shuffle_helpers import params_for, random_users
 
 from shuffledp import Grid, UserDistributions
+from shuffledp.analyzers.federated.histogram import decode_centred
 from shuffledp.analyzers.heatmap.central import central_heatmap
 from shuffledp.analyzers.heatmap.modular import (
     ModularAccumulator,
     ReleaseRefused,
-    decode_centred,
     level_counts_from_sums,
 )
 from shuffledp.encoders.encoder import encode_shares, noisy_vectors
@@ -33,14 +33,14 @@ def test_cell_with_all_the_mass_decodes_without_wrap_around():
     assert z.sum(axis=0).max() == B * n  # every level has one cell holding all the mass
     # the App. F modulus q = B n would wrap that cell to 0
     assert (B * n) % (B * n) == 0
-    assert decode_centred(np.mod(z.sum(axis=0), p.q), p).max() == B * n
+    assert decode_centred(np.mod(z.sum(axis=0), p.q), p.q, p.decode_low).max() == B * n
     for seed in range(5):
         noisy = noisy_vectors(p, users, rng=seed).sum(axis=0)
         acc = ModularAccumulator(p)
         acc.add_shares(encode_shares(p, users, rng=seed))
-        np.testing.assert_array_equal(decode_centred(acc.modular_sums(n), p), noisy)
+        np.testing.assert_array_equal(decode_centred(acc.modular_sums(n), p.q, p.decode_low), noisy)
     # negative noise on empty cells decodes as negative, not as q - k
-    assert decode_centred(np.array([p.q - 3]), p)[0] == -3
+    assert decode_centred(np.array([p.q - 3]), p.q, p.decode_low)[0] == -3
 
 
 def test_app_f_modulus_without_headroom_is_refused():
@@ -159,7 +159,7 @@ def test_noise_converges_to_the_central_laplace_and_estimates_agree():
     for seed in range(reps):
         acc = ModularAccumulator(p)
         acc.add_shares(encode_shares(p, users, rng=seed))
-        noise.append(decode_centred(acc.modular_sums(n), p) - z0)
+        noise.append(decode_centred(acc.modular_sums(n), p.q, p.decode_low) - z0)
     noise = np.concatenate(noise).astype(float)
     a = np.tile(p.coordinate_a(), reps)
     unit = noise / np.sqrt(2 * a / (1 - a) ** 2)
@@ -271,3 +271,16 @@ def test_protocol_package_has_no_old_runner_names():
 
     for name in ("shuffle_heatmap", "simulate_sums", "user_batches"):
         assert not hasattr(shuffledp.protocol, name)
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 10, 309743])
+def test_one_decode_centred_serves_both_windows(m):
+    s = np.arange(m, dtype=np.int64)
+    # federated default: the symmetric window (-m/2, m/2]
+    np.testing.assert_array_equal(decode_centred(s, m), np.where(s > m // 2, s - m, s))
+    for low in {0, m // 3, m - 1}:
+        d = decode_centred(s, m, low)
+        assert d.min() >= -low and d.max() < m - low
+        np.testing.assert_array_equal(np.mod(d, m), s)
+    with pytest.raises(ValueError, match="low"):
+        decode_centred(s, m, m)

@@ -1,9 +1,16 @@
 """Every path of the shuffle-heatmap runner, pinned for a fixed seed.
 
-The digests were taken from the runner before it was split into one function per path;
-each path must give bit-identical releases for the same seed. The sums do not
-depend on the shares (always secure) nor on the permutation, only on the seeded noise and the
-seeded dropouts, so the releases are reproducible on every path.
+The sums do not depend on the shares (always secure) nor on the permutation, only on the
+seeded noise and the seeded dropouts, so the releases are reproducible on every path. Every
+user's noise comes from its own stream (the j-th child of the seed), so the paths with the
+same dropouts give the same release, and so does every thread count and the Dask backend
+on any number of workers.
+
+The digests changed once, when the noise moved from one sequential stream to one stream per
+user (so that the work can be split over cores without changing the output): before, the
+simulation, wire and packed paths gave a1d2dca0..., the paths with one dropout 1ce21084...
+and Dask (one stream per partition) 43f56e0c...; now every path with the same dropouts
+agrees, Dask included.
 """
 
 from __future__ import annotations
@@ -33,22 +40,19 @@ PATHS = {
     "deployment": ({"encrypt": True, "simulate_dropouts": 1}, "deployment"),
 }
 
-#: sha256 of (raw, estimate) as float64 bytes, from the runner before the split
+SAME = "c5fcb9be30d39136e07afb18496676652c43b2973d35b0a1617c02e2340635a0"
+ONE_DROPOUT = "5638085f736eb0c8939fb84542dbef21343e159886e38f86dc1f26eb10d7ccb7"
+
+#: sha256 of (raw, estimate) as float64 bytes
 PINNED = {
-    "simulation":
-        "a1d2dca07c8b79af69a53f754bf6dbc96d9f648a14e1aaceaa27d4d72f4d2572",
+    "simulation": SAME,
     "simulation-dropouts":
-        "0634a14dbe1de49dce05607ea57b6d1a7d96a0b489916297d1ebb98b5a64941c",
-    "wire":
-        "a1d2dca07c8b79af69a53f754bf6dbc96d9f648a14e1aaceaa27d4d72f4d2572",
-    "wire-packed":
-        "a1d2dca07c8b79af69a53f754bf6dbc96d9f648a14e1aaceaa27d4d72f4d2572",
-    "wire-coordinate-major":
-        "1ce2108429b127e9db003e88bbf4e80015817a5953ca8c9d07163e9f7c6f42ef",
-    "deployment":
-        "1ce2108429b127e9db003e88bbf4e80015817a5953ca8c9d07163e9f7c6f42ef",
-    "dask":
-        "43f56e0c80b3d3d4cc1a44ae22c08b57490bb5c763328d96379e3fcede7e48e3",
+        "192d09f1578c4aa676b2b735f9a2e3117424adbc85e66aa77a468f1201b54d85",
+    "wire": SAME,
+    "wire-packed": SAME,
+    "wire-coordinate-major": ONE_DROPOUT,
+    "deployment": ONE_DROPOUT,
+    "dask": ONE_DROPOUT,
 }
 
 
@@ -73,11 +77,28 @@ def test_each_path_of_shuffle_heatmap_is_pinned_for_a_fixed_seed(name):
     assert _digest(rel) == PINNED[name]
 
 
-def test_dask_path_of_shuffle_heatmap_is_pinned_for_a_fixed_seed():
+@pytest.mark.parametrize("name", sorted(PATHS))
+def test_each_path_gives_the_same_release_on_one_and_two_threads(name):
+    extra, _ = PATHS[name]
+    users = random_users(GRID, N, seed=3)
+    rels = [runner.shuffle_heatmap(users, **KW, rng=5, params=_params(), workers=w, **extra)
+            for w in (1, 2, 3)]
+    assert len({_digest(r) for r in rels}) == 1
+
+
+def test_workers_must_be_a_positive_integer():
+    users = random_users(GRID, N, seed=3)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="workers"):
+            runner.shuffle_heatmap(users, **KW, rng=5, params=_params(), workers=bad)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_dask_path_of_shuffle_heatmap_is_pinned_for_a_fixed_seed(n_workers):
     distributed = pytest.importorskip("distributed")
     users = random_users(GRID, N, seed=3)
-    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as c, \
-            distributed.Client(c) as client:
+    with distributed.LocalCluster(n_workers=n_workers, processes=False,
+                                  dashboard_address=None) as c, distributed.Client(c) as client:
         rel = runner.shuffle_heatmap(users, **KW, rng=5, params=_params(), backend="dask",
                                      client=client, simulate_dropouts=1)
     assert rel.protocol["path"] == "simulation (dask)"

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from shuffledp.encoders.encoder import reconstruct_shares, share
+from shuffledp.encoders.encoder import reconstruct_shares, share, share_sums
 from shuffledp.randomness import SecureRandom
 
 # Statistical tests use SecureRandom.for_testing(seed): a fixed ChaCha20 key, so each test is
@@ -137,3 +137,33 @@ def test_keystream_counter_starts_at_zero(monkeypatch):
     monkeypatch.setattr(randomness.os, "urandom", lambda n: b"\xff" * n)
     src = randomness.SecureRandom()
     assert len(src.bytes(1 << 20)) == 1 << 20
+
+
+def test_fill_uint32_continues_the_same_keystream_as_uint32():
+    a, b = SecureRandom.for_testing(9), SecureRandom.for_testing(9)
+    want = a.uint32(5000)
+    got = np.concatenate([b.fill_uint32(np.empty(k, dtype=np.uint32)) for k in (1, 999, 4000)])
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="uint32"):
+        b.fill_uint32(np.empty(4, dtype=np.uint64))
+
+
+@pytest.mark.parametrize("q", [2, 7, 1 << 16, 309743, 1 << 32])
+def test_share_sums_adds_each_rows_shares_mod_q(q):
+    g = np.random.default_rng(q % 1000)
+    z = g.integers(-(2**40), 2**40, (5, 33))
+    acc = g.integers(0, q, 33).astype(np.int64)
+    want = (acc + z.sum(axis=0)) % q
+    n = share_sums(z, q, 3, SecureRandom.for_testing(1), acc)
+    assert n == 5 * 3 * 33
+    np.testing.assert_array_equal(acc, want)
+
+
+def test_share_sums_refuses_bad_arguments():
+    acc = np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="r must"):
+        share_sums(np.zeros((1, 4), dtype=np.int64), 7, 1, SecureRandom(), acc)
+    with pytest.raises(ValueError, match="shape"):
+        share_sums(np.zeros((1, 5), dtype=np.int64), 7, 2, SecureRandom(), acc)
+    with pytest.raises(ValueError, match="q"):
+        share_sums(np.zeros((1, 4), dtype=np.int64), 1, 2, SecureRandom(), acc)

@@ -11,8 +11,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.signal import fftconvolve
-from scipy.stats import binom
 
 #: largest n (one FFT per data set m, each on a window of O(sqrt n))
 MAX_N = 200_000
@@ -35,6 +33,8 @@ def _rows(trials: np.ndarray, prob: float) -> tuple[np.ndarray, np.ndarray]:
     w = 10^4; measured below 2e-11 against SciPy at n = 2e5; the bound is charged in
     :func:`_divergences`).
     """
+    from scipy.stats import binom  # ~1 s to import: loaded when a bound is computed
+
     mean = trials * prob
     sd = np.sqrt(trials * prob * (1.0 - prob))
     lo = np.clip(np.floor(mean - 9.0 * sd - 2.0), 0, None).astype(np.int64)
@@ -62,6 +62,8 @@ def _rows(trials: np.ndarray, prob: float) -> tuple[np.ndarray, np.ndarray]:
 def _divergences(n: int, ms: np.ndarray, theta: float, E: float
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper) of D_{e^eps}(P_m || Q_m) for every m in ``ms`` (one batch)."""
+    from scipy.signal import fftconvolve
+
     fx, ox = _rows(ms, theta)
     fy, oy = _rows(n - 1 - ms, 1.0 - theta)
     s = np.clip(fftconvolve(fx, fy, axes=1), 0.0, None)

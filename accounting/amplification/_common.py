@@ -29,16 +29,25 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy.special import betainc
-from scipy.stats import binom
 
 from shuffledp import _validation as v
 from shuffledp.accounting.guarantee import Guarantee
 
 #: the reductions whose exact divergence is computed ("numerical" is the clones reduction)
 REDUCTIONS = ("clones", "variation-ratio")
+
+
+def _binom() -> Any:
+    """SciPy's binomial distribution, imported on first use (scipy.stats takes about 1 s
+    to import, and most releases never compute a shuffle bound)."""
+    from scipy.stats import binom
+
+    return binom
+
 
 #: relative floating-point allowance on every term of the numerical divergence (betainc and
 #: log-pmf are accurate to ~1e-12 relative; this is 100x that).
@@ -187,8 +196,8 @@ def _support(trials: int, p: float, tail: float) -> tuple[int, int]:
                 a = m + 1
         return a
 
-    hi = first(lambda k: binom.sf(k, trials, p) <= half, mid, trials)
-    lo = first(lambda k: binom.cdf(k, trials, p) > half, 0, mid)
+    hi = first(lambda k: _binom().sf(k, trials, p) <= half, mid, trials)
+    lo = first(lambda k: _binom().cdf(k, trials, p) > half, 0, mid)
     return lo, hi
 
 
@@ -227,12 +236,12 @@ def _mixture(N: int, alpha0: float, d: float, tail: float,
             f"{hi - lo + 1} terms > {_MAX_SUPPORT}); use method='closed-form'"
         )
     c = np.arange(lo, hi + 1, dtype=np.int64)
-    w = binom.pmf(c, trials, p)
+    w = _binom().pmf(c, trials, p)
     dropped = 0.0
     if lo > 0:
-        dropped += float(binom.cdf(lo - 1, trials, p))
+        dropped += float(_binom().cdf(lo - 1, trials, p))
     if hi < trials:
-        dropped += float(binom.sf(hi, trials, p))
+        dropped += float(_binom().sf(hi, trials, p))
     mass_ok = bool(np.all(np.isfinite(w))) and abs(float(w.sum()) + dropped - 1.0) <= 1e-9
     return _Mixture(c, w, dropped, ad, beta, rho, mass_ok)
 
@@ -274,7 +283,7 @@ def _tail_table(k0: np.ndarray, c: np.ndarray) -> np.ndarray:
     S = np.empty(js.shape)
     S[-1] = _sf_half(js[-1], c)
     for row in range(js.shape[0] - 2, -1, -1):
-        S[row] = S[row + 1] + binom.pmf(js[row], c, 0.5)
+        S[row] = S[row + 1] + _binom().pmf(js[row], c, 0.5)
     return np.minimum(S, 1.0)
 
 
@@ -452,9 +461,9 @@ def _blanket(n: int, k: int, eps0: float, tail: float) -> _Blanket:
     rho = (k - 2.0) * alpha / (1.0 - pc) if k > 2 else 0.0
     lo, hi = _support(n, pc, tail / 2.0)
     c = np.arange(lo, hi + 1, dtype=np.int64)
-    wc = binom.pmf(c, n, pc)
-    dropped = float(binom.cdf(lo - 1, n, pc) if lo > 0 else 0.0)
-    dropped += float(binom.sf(hi, n, pc) if hi < n else 0.0)
+    wc = _binom().pmf(c, n, pc)
+    dropped = float(_binom().cdf(lo - 1, n, pc) if lo > 0 else 0.0)
+    dropped += float(_binom().sf(hi, n, pc) if hi < n else 0.0)
     if rho == 0.0:
         zl = np.zeros(c.size, dtype=np.int64)
         zh = zl
@@ -475,11 +484,11 @@ def _blanket(n: int, k: int, eps0: float, tail: float) -> _Blanket:
             "exact k-RR blanket; use randomizer='general'")
     z = zl[:, None] + np.arange(width, dtype=np.int64)[None, :]
     inside = z <= zh[:, None]
-    W = np.where(inside, wc[:, None] * binom.pmf(z, (n - c)[:, None], rho), 0.0)
+    W = np.where(inside, wc[:, None] * _binom().pmf(z, (n - c)[:, None], rho), 0.0)
     if rho > 0.0:
         # mass of z left out of each row, measured directly (never as 1 - sum of the kept)
-        out_lo = np.where(zl > 0, binom.cdf(zl - 1, n - c, rho), 0.0)
-        out_hi = np.where(zh < n - c, binom.sf(zh, n - c, rho), 0.0)
+        out_lo = np.where(zl > 0, _binom().cdf(zl - 1, n - c, rho), 0.0)
+        out_hi = np.where(zh < n - c, _binom().sf(zh, n - c, rho), 0.0)
         dropped += float(np.dot(wc, out_lo + out_hi))
     mass_ok = bool(np.all(np.isfinite(W))) and abs(float(W.sum()) + dropped - 1.0) <= 1e-9
     return _Blanket(n, eps0, c, zl, W, W * z, dropped, mass_ok)

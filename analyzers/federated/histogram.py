@@ -122,32 +122,47 @@ def sampler_delta(epsilon: float, draws: int) -> float:
     return (1.0 + math.exp(min(eps, 700.0))) * v.count("draws", draws) * SAMPLER_TV_MAX
 
 
-def decode_centred(sums: np.ndarray, modulus: int) -> np.ndarray:
-    """The centred representative in (-m/2, m/2] of each modular sum (int64).
+def decode_centred(sums: np.ndarray, modulus: int, low: int | None = None) -> np.ndarray:
+    """The centred representative of each modular sum: ((s + low) mod m) - low, int64, exact.
+
+    The one decoder of every modular sum in the toolkit (the federated rounds and the
+    shuffle heatmap's analyzer). Each value is mapped to its representative in
+    [-low, m - low); the default low = (m - 1) // 2 gives the symmetric window
+    (-m/2, m/2], i.e. s if s <= m // 2 else s - m.
 
     Parameters
     ----------
     sums : numpy.ndarray
-        Sums mod ``modulus``, in [0, modulus).
+        Sums mod ``modulus`` (any integers; reduced mod m).
     modulus : int
-        The modulus m of the secure aggregation.
+        The modulus m >= 1.
+    low : int, optional
+        How far below zero the window reaches, 0 <= low < m (default (m - 1) // 2; the
+        shuffle heatmap passes ``ProtocolParams.decode_low``, its headroom below zero).
 
     Returns
     -------
     numpy.ndarray of int64
-        Each sum s as s (if s <= m // 2) or s - m.
+        Each sum's representative in [-low, m - low).
 
     Raises
     ------
+    ValueError
+        If ``modulus`` < 1 or ``low`` is outside [0, m).
     OverflowError
-        If a sum does not fit in int64 (from numpy); the range [0, m) is not checked.
+        If a sum does not fit in int64 (from numpy).
 
     References
     ----------
-    [Bagdasaryan22]_ Alg. 1 (the server decodes the modular sum).
+    [Bagdasaryan22]_ Alg. 1 (the server decodes the modular sum); Ghazi et al. (2023),
+    "Differentially Private Heatmaps", App. F (the shuffle analyzer's decoding).
     """
+    m = v.count("modulus", modulus, 1)
+    lo = (m - 1) // 2 if low is None else v.count("low", low, 0)
+    if lo >= m:
+        raise ValueError(f"low must be in [0, modulus), got low={low!r} with modulus={m}")
     s = np.asarray(sums, dtype=np.int64)
-    return np.where(s > modulus // 2, s - modulus, s)
+    return (s + lo) % m - lo
 
 
 def federated_release(

@@ -92,6 +92,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.analyzers.federated.histogram import decode_centred
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
 from shuffledp.analyzers.heatmap.release_ledger import ReleaseLedger, as_ledger, sums_digest
@@ -131,7 +132,9 @@ class ReleaseRefused(Refused, RuntimeError):
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - compiled
+def _accumulate_packed(rec, share_bits, m, q, both):  # pragma: no cover - compiled
+    """Sum packed records into ``both[a] = (sum of shares, count)``: the sum and the count of
+    a coordinate share a cache line, so each message costs one random access, not two."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
@@ -144,8 +147,8 @@ def _accumulate_packed(rec, share_bits, m, q, acc, cnt):  # pragma: no cover - c
         if a >= mm or w >= qq:
             bad += 1
             continue
-        acc[a] += np.int64(w)
-        cnt[a] += 1
+        both[a, 0] += np.int64(w)
+        both[a, 1] += 1
     return bad
 
 
@@ -226,24 +229,32 @@ class ModularAccumulator:
         if rec.dtype not in (np.uint32, np.uint64) and rec.dtype.kind != "u":
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
-        k = self.threads if rec.size >= (1 << 22) else 1
-        if k == 1:
-            bad = int(_accumulate_packed(rec, p.share_bits, p.m, p.q, self.sums, self.counts))
-        else:
-            # nogil kernels on k threads, each with private O(m) accumulators, then merged
-            parts = np.array_split(rec, k)
-            local = [(np.zeros(p.m, np.int64), np.zeros(p.m, np.int64)) for _ in parts]
-            with ThreadPoolExecutor(k) as ex:
-                bads = list(ex.map(
-                    lambda i: _accumulate_packed(parts[i], p.share_bits, p.m, p.q, *local[i]),
-                    range(k),
-                ))
-            bad = int(sum(bads))
-            for su, co in local:
-                self.sums += su % p.q
-                self.counts += co
-        self.rejected += bad
+        bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
+                                                              both), rec, 1)
         self.messages += rec.size
+        return bad
+
+    def _run(self, kernel, data: np.ndarray, unit: int) -> int:
+        """Run ``kernel(part, both)`` over ``data`` (``unit`` items per record) on the
+        accumulator's threads, each into a private (m, 2) array of (sums, counts) (exact:
+        a part of fewer than 2^30 records sums below 2^62), merged mod q."""
+        p = self.params
+        n = data.size // unit
+        k = self.threads if n >= (1 << 22) else 1
+        n_parts = max(k, -(-n // (1 << 29)))
+        edges = np.linspace(0, n, n_parts + 1).astype(np.int64) * unit
+
+        def one(i: int) -> tuple[int, np.ndarray]:
+            both = np.zeros((p.m, 2), np.int64)
+            return int(kernel(data[edges[i] : edges[i + 1]], both)), both
+
+        bad = 0
+        with ThreadPoolExecutor(k) as ex:  # nogil kernels on k threads, then merged
+            for b, both in ex.map(one, range(n_parts)):
+                bad += b
+                self.sums += both[:, 0] % p.q
+                self.counts += both[:, 1]
+        self.rejected += bad
         self._fold()
         return bad
 
@@ -366,34 +377,6 @@ class ModularAccumulator:
         return self.sums % p.q
 
 
-def decode_centred(sums: np.ndarray, params: ProtocolParams) -> np.ndarray:
-    """Centred representative ((s + decode_low) mod q) - decode_low, int64 (exact).
-
-    Parameters
-    ----------
-    sums : numpy.ndarray
-        Sums mod q.
-    params : ProtocolParams
-        Supplies q and ``decode_low``.
-
-    Returns
-    -------
-    numpy.ndarray of int64
-        Each sum's representative in [-decode_low, q - decode_low).
-
-    Raises
-    ------
-    AttributeError
-        If ``params`` is not a ProtocolParams.
-
-    References
-    ----------
-    [Ghazi23]_ App. F (decoding the modular sum).
-    """
-    s = np.asarray(sums, dtype=np.int64)
-    return (s + params.decode_low) % params.q - params.decode_low
-
-
 def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.ndarray]:
     """Decoded noisy level counts in user-mass units: centred sums / B, one array per level.
 
@@ -418,7 +401,7 @@ def level_counts_from_sums(sums: np.ndarray, params: ProtocolParams) -> list[np.
     ----------
     [Ghazi23]_ App. F, Alg. 2 (the counts handed to Reconstruct).
     """
-    z = decode_centred(sums, params).astype(float) / params.B
+    z = decode_centred(sums, params.q, params.decode_low).astype(float) / params.B
     return unflatten(params.grid, z, params.start)
 
 
@@ -715,8 +698,8 @@ def accumulate_mixed(
         The key shared with the shuffler; required when the batch's tag is keyed, and a
         batch with an unkeyed tag is refused when it is given.
     workers : int, optional
-        Processes for decryption (default: ``os.cpu_count()``); used only when the batch
-        holds more than one chunk.
+        Processes for decryption, threads for plaintext sums (default: ``os.cpu_count()``);
+        decryption uses a pool only when the batch holds more than one chunk.
     chunk_records : int
         Records per chunk (and per decryption task).
 
@@ -748,8 +731,10 @@ def accumulate_mixed(
     try:
         h = read_header(fh)
         check_header(params, h, KIND_MIXED if k is None else KIND_MIXED_ENC)
-        acc = ModularAccumulator(params)
-        chunks = iter_records(fh, h, chunk_records, mac_key)
+        acc = ModularAccumulator(params, threads=nw)
+        # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
+        chunks = iter_records(fh, h, chunk_records if k is not None
+                              else max(chunk_records, 1 << 22), mac_key)
         failed = 0
         if k is None:
             for c in chunks:

@@ -210,6 +210,36 @@ def _sample_tables(tables: list[PolyaTable], which: np.ndarray, rng: RngLike | S
     return out
 
 
+class _DifferenceDraws:
+    """polya_difference(shape, a, size, .) with the tables and their layout built once.
+
+    :func:`polya_difference` rebuilds the per-coordinate table index (a ``np.unique`` over
+    ``size`` entries) on every call; an encoder drawing one vector per user keeps one of these
+    and calls :meth:`draw` with each user's source: the same words give the same integers.
+    """
+
+    def __init__(self, shape: float, a: float | np.ndarray, size: int) -> None:
+        _check_shape_a(shape, 0.5)
+        self.size = _size(size)
+        tables, which = _tables_for(shape, a, self.size)
+        sizes = np.array([t.size for t in tables], dtype=np.int64)
+        self.offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+        self.sizes = sizes
+        self.t_hi = np.concatenate([t.hi for t in tables])
+        self.t_lo = np.concatenate([t.lo for t in tables])
+        self.which2 = np.concatenate([which, which])
+
+    def draw(self, rng: RngLike | SecureRandom, words_per_sample: float = 1.1) -> np.ndarray:
+        """One vector, as ``polya_difference(shape, a, size, rng)``. A larger
+        ``words_per_sample`` asks for more words at once (fewer kernel restarts) and leaves
+        more unread: use it only on a stream drawn once (one user's own stream)."""
+        out = np.empty(self.which2.size, dtype=np.int64)
+        run_stream_kernel(_table_kernel, out.size, word_source(rng), out, self.which2,
+                          self.offs, self.sizes, self.t_hi, self.t_lo,
+                          words_per_sample=words_per_sample)
+        return out[: self.size] - out[self.size :]
+
+
 def _tables_for(shape: float, a: float | np.ndarray, size: int) -> tuple[list, np.ndarray]:
     a_arr = _check_a_array(a)
     if a_arr.ndim == 0:

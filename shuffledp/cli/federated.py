@@ -125,9 +125,14 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
               default="simulate", show_default=True,
               help="simulate: each shard's sum of the clients' Polya noise sampled directly "
                    "(exactly its law, seconds); secagg: the real secure aggregation protocol "
-                   "(Bonawitz et al.; its cost grows as users x shard size, about 15 s per "
-                   "sub-query for 1,000 users in shards of 100 on 2 cores); plain: the same "
+                   "(see --secagg-graph; SecAgg+ by default, every core); plain: the same "
                    "sums without masking.")
+@click.option("--secagg-graph", "secagg_graph", type=click.Choice(["sparse", "complete"]),
+              default="sparse", show_default=True,
+              help="With --aggregation secagg: SecAgg+ (Bell et al. 2020; each client works "
+                   "with O(log n) neighbours of a random graph chosen for --dropout and 5% "
+                   "corrupted clients) or the full protocol (every pair of a shard's clients "
+                   "agrees a key: quadratic).")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
 @click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
@@ -149,8 +154,8 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
 @out_dir_option(writes=("estimate.npy", "tree.png", "report.json"), required=True)
 @force_option()
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
-                  dropout_rate, c, eq7, b, aggregation, seed, neighbour, max_users, delta,
-                  report_error, out_dir, force):
+                  dropout_rate, c, eq7, b, aggregation, secagg_graph, seed, neighbour,
+                  max_users, delta, report_error, out_dir, force):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
     from shuffledp.analyzers.federated.tree import mse
     from shuffledp.analyzers.heatmap.render import render_png
@@ -170,15 +175,17 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
 
     per_query = users_per_query or plan or rows.size
     shards = -(-per_query // shard_size)
-    if aggregation == "secagg":
+    if aggregation == "secagg" and secagg_graph == "complete":
         _warn_secagg_cost(per_query, shard_size, warn)
+    agg_mode = ("secagg_complete" if aggregation == "secagg" and secagg_graph == "complete"
+                else aggregation)
     extra = ({"max_users": plan, "delta": delta, "user_ids": ids}
              if private_n and users_per_query is None else {})
     with progress_bar(None, f"sub-queries ({shards} shard{'s' if shards > 1 else ''} each)",
                       "shard", False) as bar:
         rel = adaptive_histogram(rows, cols, depth, epsilon, users_per_query=users_per_query,
                                  shard_size=shard_size, c=c, b=b, dropout=dropout,
-                                 dropout_rate=dropout_rate, aggregation=aggregation,
+                                 dropout_rate=dropout_rate, aggregation=agg_mode,
                                  neighbour=neighbour, eq7=eq7, rng=seed, progress=bar.update,
                                  **extra)
     out = Path(out_dir)
@@ -203,6 +210,7 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         "release": "reproducible evaluation" if seed is not None else "private",
         "input": source, "grid": f"{side}x{side}",
         "aggregation": aggregation,
+        **({"secagg_graph": secagg_graph} if aggregation == "secagg" else {}),
         "guarantee": rel.guarantee.to_dict(), "rounds": rel.public_rounds(),
         "final_tree_nodes": len(rel.tree.nodes),
         "final_vector_length": len(rel.tree.vector_nodes()),

@@ -1,7 +1,21 @@
 """Execution backends for the shuffle heatmap: ``local`` (one process) and ``dask``.
 
-The Dask backend partitions the encoders by users and the shuffler's permutation and the
-analyzer's mod-q sums by coordinate range; Reconstruct runs on the driver.
+The Dask backend runs the simulation path on a cluster. By default (``mix=False``) each
+task encodes one partition of the users and sums their shares mod q as they are drawn
+(:func:`shuffledp.encoders.encoder.encode_sums`): a task holds O(users of the task x m)
+integers and never a share array, only O(m) sums leave it, and the sums of all tasks are
+added mod q by a tree of small tasks on the workers (fan-in 8) before one O(m) vector reaches
+the driver; Reconstruct runs on the driver. The permutation is skipped, exactly as on the
+local simulation path (the sums do not depend on the order). With ``mix=True`` the
+shuffler's permutation is simulated too: encoders emit their shares per coordinate block and
+one task per block permutes and sums it (below); that moves every share across the cluster
+once and is the slow variant.
+
+Randomness: every user's noise comes from its own stream
+(:class:`shuffledp.randomness.UserStreams`: the j-th child of the seed), so a seeded release
+is bit-identical to the local backend's, whatever the number of workers and partitions.
+Deployment runs (``rng=None``) draw noise and shares from a fresh
+:class:`shuffledp.randomness.SecureRandom` in each task.
 
 Why block-wise shuffling preserves exactly what the analyzer sees
 -----------------------------------------------------------------
@@ -19,11 +33,6 @@ the coordinate a is public anyway (every user sends r messages per coordinate), 
 by a leaks nothing the global shuffle hides. Sums commute, so each block reduces
 independently and the stitched sums equal the single-process sums exactly (integers mod q).
 
-Randomness: deployment runs (``rng=None``) draw noise, shares and permutations from a fresh
-:class:`shuffledp.randomness.SecureRandom` on each worker. A research seed is split with
-``numpy.random.SeedSequence.spawn`` into one independent stream per user partition, so a run
-is reproducible for a given seed and partitioning (not across partitionings).
-
 References
 ----------
 .. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F
@@ -40,9 +49,9 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator
-from shuffledp.encoders.encoder import encode_shares
+from shuffledp.encoders.encoder import encode_shares, encode_sums
 from shuffledp.protocol.params import ProtocolParams
-from shuffledp.randomness import RngLike, SecureRandom, secure_shuffle
+from shuffledp.randomness import RngLike, SecureRandom, UserStreams, secure_shuffle
 from shuffledp.users import UserDistributions
 
 
@@ -78,35 +87,34 @@ def _coordinate_blocks(m: int, n_blocks: int) -> np.ndarray:
     return np.linspace(0, m, k + 1).round().astype(np.int64)
 
 
-def _partition_streams(rng: RngLike, n_parts: int) -> list:
-    """One noise stream per user partition: None (secure, drawn on the worker) or a child seed.
-
-    A seed / SeedSequence / Generator is turned into a root SeedSequence and spawned into
-    ``n_parts`` independent children ([numpy SeedSequence.spawn]).
-    """
-    if rng is None:
-        return [None] * n_parts
-    if isinstance(rng, np.random.Generator):
-        root = np.random.SeedSequence(int(rng.integers(0, 2**63)))
-    elif isinstance(rng, np.random.SeedSequence):
-        root = rng
-    else:
-        root = np.random.SeedSequence(int(rng))
-    return root.spawn(n_parts)
-
-
 def _encode_partition(
-    params: ProtocolParams, users: UserDistributions, select: np.ndarray, seed, edges: np.ndarray
+    params: ProtocolParams, users: UserDistributions, select: np.ndarray,
+    streams: UserStreams, edges: np.ndarray,
 ) -> list[np.ndarray]:
     """Encode one user partition; return its messages' shares split by coordinate block.
 
     Element i has shape (len(select) * r, e_{i+1} - e_i), uint32: one row per message row,
     the columns are coordinates e_i.. (the coordinate is implied by the column).
     """
-    src = SecureRandom()
-    g = src if seed is None else np.random.default_rng(seed)
-    sh = encode_shares(params, users, select, g, src).reshape(-1, params.m)
+    sh = encode_shares(params, users, select, streams, SecureRandom()).reshape(-1, params.m)
     return [np.ascontiguousarray(sh[:, lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def _encode_and_sum(params: ProtocolParams, users: UserDistributions, select: np.ndarray,
+                    streams: UserStreams) -> tuple[np.ndarray, int]:
+    """One user partition's shares summed mod q (O(m) out, no share array held)."""
+    return encode_sums(params, users, select, streams, SecureRandom())
+
+
+def _add_mod(q: int, *parts: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
+    """Sum partial (sums, messages) mod q: one node of the reduction tree."""
+    tot = np.zeros_like(parts[0][0])
+    n = 0
+    for s_, k in parts:
+        tot += s_
+        tot %= q
+        n += int(k)
+    return tot, n
 
 
 def shuffle_and_sum(
@@ -222,24 +230,42 @@ def _collect(params, edges, results) -> ModularAccumulator:
 
 def _local_partitioned_sums(
     params: ProtocolParams, users: UserDistributions, participants: np.ndarray,
-    rng: RngLike, part: Partitioning,
+    rng: RngLike | UserStreams, part: Partitioning, mix: bool = False,
 ) -> ModularAccumulator:
     """The Dask plan executed serially in this process (reference for the Dask backend)."""
     user_sel, edges = _plan(params, participants, part)
-    seeds = _partition_streams(rng, len(user_sel))
-    enc = [_encode_partition(params, users, s, sd, edges) for s, sd in zip(user_sel, seeds)]
+    streams = rng if isinstance(rng, UserStreams) else UserStreams(rng)
+    if not mix:
+        tot, n = _add_mod(params.q, *[_encode_and_sum(params, users, s, streams)
+                                      for s in user_sel])
+        return _collect_sums(params, tot, participants.size, n)
+    enc = [_encode_partition(params, users, s, streams, edges) for s in user_sel]
     res = [shuffle_and_sum(params, int(edges[i]), *[e[i] for e in enc])
            for i in range(edges.size - 1)]
     return _collect(params, edges, res)
 
 
+def _collect_sums(params: ProtocolParams, sums: np.ndarray, n_users: int,
+                  n_messages: int) -> ModularAccumulator:
+    acc = ModularAccumulator(params)
+    acc.sums[:] = sums
+    acc.counts[:] = params.r * int(n_users)
+    acc.messages = int(n_messages)
+    return acc
+
+
 def dask_sums(
     params: ProtocolParams, users: UserDistributions, participants: np.ndarray,
-    rng: RngLike, client, part: Partitioning | None = None,
+    rng: RngLike | UserStreams, client, part: Partitioning | None = None, *,
+    mix: bool = False,
 ) -> ModularAccumulator:
-    """Encoders per user partition, shuffle + mod-q sums per coordinate block, on ``client``.
+    """Encoders per user partition and mod-q sums on ``client`` (see the module docstring).
 
-    Only the O(m) block sums and counts return to the driver.
+    ``mix=False`` (default): one task per user partition encodes and sums its users' shares
+    (no share array is held), a tree of tasks adds the O(m) partial sums mod q, one O(m)
+    vector reaches the driver. ``mix=True``: shares routed per coordinate block, each block
+    permuted and summed (the shuffler simulated). Both give the same sums, bit for bit, as
+    the local backend for the same seed.
 
     Parameters
     ----------
@@ -249,13 +275,15 @@ def dask_sums(
         The users' distributions.
     participants : numpy.ndarray
         Indices of the users taking part.
-    rng : None, int, SeedSequence or Generator
-        Noise randomness: None draws it securely on the workers; else one child seed per
-        user partition.
+    rng : None, int, SeedSequence, Generator or UserStreams
+        Noise randomness: None draws it securely on the workers; else user j's noise comes
+        from the j-th child stream of the seed (:class:`shuffledp.randomness.UserStreams`).
     client : distributed.Client
         The Dask client.
     part : Partitioning, optional
         The split; default :func:`default_partitioning` for the client's workers.
+    mix : bool, default False
+        Simulate the shuffler's permutation per coordinate block.
 
     Returns
     -------
@@ -272,13 +300,21 @@ def dask_sums(
         part = default_partitioning(params, participants.size,
                                     len(client.scheduler_info().get("workers", {})))
     user_sel, edges = _plan(params, participants, part)
-    seeds = _partition_streams(rng, len(user_sel))
+    streams = rng if isinstance(rng, UserStreams) else UserStreams(rng)
     # random keys: with content-hashed keys a second run on equal inputs reuses the keys of
     # the first run's data while the scheduler is still releasing them, and its tasks fail
     # with "lost dependencies" (dask/distributed issue #8576; the workaround given there)
     p_fut, u_fut = client.scatter([params, users], broadcast=True, hash=False)
-    enc = [client.submit(_encode_partition, p_fut, u_fut, s, sd, edges, pure=False)
-           for s, sd in zip(user_sel, seeds)]
+    if not mix:
+        level = [client.submit(_encode_and_sum, p_fut, u_fut, s, streams, pure=False)
+                 for s in user_sel]
+        while len(level) > 1:
+            level = [client.submit(_add_mod, params.q, *level[i : i + 8], pure=False)
+                     for i in range(0, len(level), 8)]
+        tot, n = level[0].result()
+        return _collect_sums(params, tot, participants.size, n)
+    enc = [client.submit(_encode_partition, p_fut, u_fut, s, streams, edges, pure=False)
+           for s in user_sel]
     nb = edges.size - 1
     pieces = [[client.submit(lambda e, i=i: e[i], f, pure=False) for i in range(nb)]
               for f in enc]

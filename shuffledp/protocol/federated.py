@@ -306,8 +306,11 @@ def federated_sum(
         Add/remove only: the delta spent on the joining user's own noise share (default
         :data:`~shuffledp.analyzers.federated.population.DEFAULT_SHARE_DELTA`); the release's
         delta adds the sampler's charge.
-    aggregation : {"secagg", "plain", "simulate", "central"}
-        Real secure aggregation (default), the same modular sum computed directly, the
+    aggregation : {"secagg", "secagg_complete", "plain", "simulate", "central"}
+        Real secure aggregation (default; ``"secagg"`` runs SecAgg+ on a sparse random graph
+        tolerating the planned ``dropout`` and 5% corrupted clients, :func:`shuffledp.secagg.
+        secure_sum` with ``graph="sparse"``, and ``"secagg_complete"`` the full protocol where
+        every pair of a shard's clients agrees a key), the same modular sum computed directly, the
         shard's noise sum sampled directly (same law; module docstring), or the central
         model: a trusted server adds DL(a) once per entry to the exact sum (no shards, no
         dropout; the guarantee names the central model).
@@ -344,7 +347,8 @@ def federated_sum(
     S = v.count("shard_size", shard_size, 2)
     drop = v.interval("dropout", dropout, 0.0, 1.0, open_low=False)
     m = v.bounded_count("modulus", modulus, 2, 1 << 62)
-    agg = v.choice("aggregation", aggregation, ("secagg", "plain", "simulate", "central"))
+    agg = v.choice("aggregation", aggregation, ("secagg", "secagg_complete", "plain", "simulate",
+                                                "central"))
     nb = Neighbour.parse(neighbour)
     sens, _ = noise_parameters(eps, nb, bound)
     if delta is not None and nb is not Neighbour.ADD_REMOVE:
@@ -384,14 +388,18 @@ def federated_sum(
         else:
             noisy = [noisy_vector(vecs[i], eps_noise, bound, n_min, m, neighbour=nb, rng=src)
                      for i in idx]
-            if agg == "secagg":
-                res = secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
-                                 dropouts={k: set(np.flatnonzero(when[idx] == k).tolist())
-                                           for k in range(4)})
+            if agg in ("secagg", "secagg_complete"):
+                drops = {k: set(np.flatnonzero(when[idx] == k).tolist()) for k in range(4)}
+                res = (secure_sum(noisy, m, graph="sparse", min_clients=min(n_min, idx.size),
+                                  dropouts=drops) if agg == "secagg" else
+                       secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
+                                  dropouts=drops))
                 s = res.total
                 info.update(server_seconds=res.server_seconds,
                             client_seconds_mean=res.client_seconds_mean,
-                            bytes_up_per_client=res.bytes_up_per_client)
+                            bytes_up_per_client=res.bytes_up_per_client,
+                            secagg_graph=res.graph, secagg_degree=res.degree,
+                            secagg_threshold=res.threshold)
             else:
                 s = np.sum([noisy[k] for k in alive], axis=0) % m
             total += decode_centred(s, m)

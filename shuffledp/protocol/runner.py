@@ -30,9 +30,14 @@ References
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import BinaryIO, cast
 
 import numpy as np
@@ -42,13 +47,13 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
-from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
+from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
 from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
 from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
 from shuffledp.protocol.shuffler import Shuffler
-from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, as_generator, noise_source
+from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
 
 
@@ -57,19 +62,82 @@ def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
     return max(1, budget_bytes // per_user)
 
 
+def check_workers(workers: int | None) -> int:
+    """The number of threads a path runs on: ``workers``, or every core when None.
+
+    Parameters
+    ----------
+    workers : int or None
+        Threads (>= 1); None: ``os.cpu_count()``.
+
+    Returns
+    -------
+    int
+        The thread count.
+
+    Raises
+    ------
+    ValueError
+        If ``workers`` is not an integer >= 1.
+    """
+    if workers is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1 or None, got workers={workers!r}")
+    return int(workers)
+
+
+def _ordered_map(fn: Callable, items: Iterable, workers: int) -> Iterator:
+    """``map(fn, items)`` on ``workers`` threads, in order, at most 2 workers tasks pending."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as ex:
+        pending: deque = deque()
+        for it in items:
+            pending.append(ex.submit(fn, it))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _thread_source() -> Callable[[], SecureRandom]:
+    """A getter of one SecureRandom per thread (a SecureRandom is not thread-safe)."""
+    local = threading.local()
+
+    def get() -> SecureRandom:
+        src = getattr(local, "src", None)
+        if src is None:
+            src = local.src = SecureRandom()
+        return src
+
+    return get
+
+
+def _streams(rng: RngLike | SecureRandom | UserStreams) -> UserStreams:
+    return rng if isinstance(rng, UserStreams) else UserStreams(rng)
+
+
 def simulate_sums(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike | SecureRandom = None,
+    rng: RngLike | SecureRandom | UserStreams = None,
     source: SecureRandom | None = None,
     progress: Callable[[int], object] | None = None,
+    *,
+    workers: int | None = None,
 ) -> ModularAccumulator:
-    """Simulation path: encode the participants' shares in chunks and sum them mod q.
+    """Simulation path: encode the participants' shares on every core and sum them mod q.
 
-    The noise comes from ``rng`` when it is a seed or Generator (research), else from the
-    secure generator; shares always from the secure generator. ``progress`` (e.g. a tqdm
-    bar's ``update``) is called with the number of users encoded after each chunk.
+    User j's noise comes from its own stream (:class:`~shuffledp.randomness.UserStreams`:
+    the j-th child of the seed, or the secure generator when ``rng`` is None), so the sums
+    are bit-identical whatever ``workers`` and however the users are split into tasks (sums
+    mod q commute). Shares always come from the secure generator (one per thread) and are
+    summed as they are drawn (:func:`~shuffledp.encoders.encoder.share_sums`). ``progress``
+    (e.g. a tqdm bar's ``update``) is called with the number of users encoded after each
+    task.
 
     Parameters
     ----------
@@ -79,12 +147,15 @@ def simulate_sums(
         The users' distributions.
     participants : numpy.ndarray
         Indices of the users who take part.
-    rng : None, SecureRandom, int, SeedSequence or Generator
-        Source of the noise (None: ``source``).
+    rng : None, SecureRandom, UserStreams, int, SeedSequence or Generator
+        Source of the noise: None or a SecureRandom (secure), a seed (one stream per user).
     source : SecureRandom, optional
-        Secure generator of the shares (default: a fresh one).
+        Secure generator of the shares and secure noise with ``workers=1`` (default: one
+        fresh SecureRandom per thread).
     progress : callable, optional
-        Called with the number of users encoded after each chunk.
+        Called with the number of users encoded after each task.
+    workers : int, optional
+        Threads (default: every core).
 
     Returns
     -------
@@ -94,17 +165,25 @@ def simulate_sums(
     Raises
     ------
     ValueError
-        If ``rng`` is a negative seed.
+        If ``rng`` is a negative seed or ``workers`` is not an integer >= 1.
     TypeError
         If ``rng`` is not a seed, SeedSequence, Generator, SecureRandom or None.
     """
-    src = source if source is not None else SecureRandom()
-    g = noise_source(rng, src)
+    k = check_workers(workers)
+    streams = _streams(rng)
+    get_src = (lambda: source) if (source is not None and k == 1) else _thread_source()
     acc = ModularAccumulator(params)
-    step = _chunk_users(params)
-    for lo in range(0, participants.size, step):
-        sel = participants[lo : lo + step]
-        acc.add_shares(encode_shares(params, users, sel, g, src))
+    per_task = max(1, min(_chunk_users(params), -(-participants.size // (4 * k))))
+
+    def task(sel: np.ndarray) -> tuple[np.ndarray, int]:
+        return encode_sums(params, users, sel, streams, get_src())
+
+    sels = [participants[lo : lo + per_task] for lo in range(0, participants.size, per_task)]
+    for sel, (part, n_msg) in zip(sels, _ordered_map(task, sels, k), strict=True):
+        acc.sums += part
+        acc.sums %= params.q
+        acc.counts += sel.size * params.r
+        acc.messages += n_msg
         if progress is not None:
             progress(int(sel.size))
     return acc
@@ -114,14 +193,18 @@ def user_batches(
     params: ProtocolParams,
     users: UserDistributions,
     participants: np.ndarray,
-    rng: RngLike | SecureRandom = None,
+    rng: RngLike | SecureRandom | UserStreams = None,
     source: SecureRandom | None = None,
     analyzer_public: bytes | None = None,
-):
+    *,
+    workers: int | None = None,
+) -> Iterator[bytes]:
     """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given).
 
     Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
-    relays them reads every share, and a flipped bit is an undetectable valid share).
+    relays them reads every share, and a flipped bit is an undetectable valid share). The
+    batches are encoded on ``workers`` threads and yielded in the order of
+    ``participants``; user j's noise comes from its own stream (as :func:`simulate_sums`).
 
     Parameters
     ----------
@@ -131,12 +214,14 @@ def user_batches(
         The users' distributions.
     participants : numpy.ndarray
         Indices of the users who take part (one batch each, in this order).
-    rng : None, SecureRandom, int, SeedSequence or Generator
-        Source of the noise (None: ``source``).
+    rng : None, SecureRandom, UserStreams, int, SeedSequence or Generator
+        Source of the noise (None: secure).
     source : SecureRandom, optional
-        Secure generator of the shares (default: a fresh one).
+        Secure generator of the shares with ``workers=1`` (default: one per thread).
     analyzer_public : bytes, optional
         The analyzer's 32-byte X25519 public key; None writes plaintext batches.
+    workers : int, optional
+        Threads (default: every core).
 
     Yields
     ------
@@ -146,24 +231,62 @@ def user_batches(
     Raises
     ------
     ValueError
-        If ``rng`` is a negative seed or ``analyzer_public`` is not a 32-byte key.
+        If ``rng`` is a negative seed, ``analyzer_public`` is not a 32-byte key or
+        ``workers`` is not an integer >= 1.
     TypeError
         If ``rng`` is not a seed, SeedSequence, Generator, SecureRandom or None.
     """
-    src = source if source is not None else SecureRandom()
-    g = noise_source(rng, src)
-    for j in participants:
-        sh = encode_shares(params, users, np.array([j]), g, src)[0]
-        yield frame_messages(params, messages(params, sh), analyzer_public)
+    k = check_workers(workers)
+    streams = _streams(rng)
+    ids = (int(j) for j in participants)
+    if analyzer_public is not None and k > 1:
+        # one HPKE seal per message holds the GIL: encrypt on k processes, in order
+        yield from _ordered_map_processes((params, users, streams, analyzer_public), ids, k)
+        return
+    get_src = (lambda: source) if (source is not None and k == 1) else _thread_source()
+
+    def one(j: int) -> bytes:
+        sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
+        return frame_messages(params, messages(params, sh), analyzer_public)
+
+    yield from _ordered_map(one, ids, k)
+
+
+_BATCH_STATE: dict = {}
+
+
+def _init_batch_worker(state: tuple) -> None:
+    _BATCH_STATE["state"] = state
+
+
+def _batch_in_worker(j: int) -> bytes:
+    params, users, streams, public = _BATCH_STATE["state"]
+    sh = encode_shares(params, users, np.array([j]), streams, SecureRandom())[0]
+    return frame_messages(params, messages(params, sh), public)
+
+
+def _ordered_map_processes(state: tuple, ids: Iterable[int], workers: int) -> Iterator[bytes]:
+    """Users' encrypted batches on ``workers`` processes, in order, 2 per process pending."""
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                      else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_batch_worker,
+                             initargs=(state,)) as ex:
+        pending: deque = deque()
+        for j in ids:
+            pending.append(ex.submit(_batch_in_worker, j))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 @dataclasses.dataclass(frozen=True)
 class _Round:
     """What every path shares: the record, the users, who takes part and the randomness.
 
-    ``rng`` is the caller's (``None``: a private release); ``noise`` the one stream the
-    encoders draw their noise from; ``source`` the secure generator of shares, keys and
-    permutations.
+    ``rng`` is the caller's (``None``: a private release); ``streams`` the per-user noise
+    streams the encoders draw from; ``source`` the secure generator of keys and
+    permutations; ``workers`` the threads the encoders and the analyzer run on.
     """
 
     params: ProtocolParams
@@ -171,8 +294,9 @@ class _Round:
     participants: np.ndarray
     n_dropped: int
     rng: RngLike
-    noise: SecureRandom | np.random.Generator
+    streams: UserStreams
     source: SecureRandom
+    workers: int
 
 
 def _check_users(users: object) -> UserDistributions:
@@ -182,7 +306,7 @@ def _check_users(users: object) -> UserDistributions:
 
 
 def _plan_round(users: UserDistributions, params: ProtocolParams, rng: RngLike,
-                simulate_dropouts: int) -> _Round:
+                simulate_dropouts: int, workers: int | None = None) -> _Round:
     """Check ``params`` against the users and choose who takes part (the dropouts by ``rng``)."""
     _check_users(users)
     if not isinstance(params, ProtocolParams):
@@ -192,15 +316,16 @@ def _plan_round(users: UserDistributions, params: ProtocolParams, rng: RngLike,
             f"params are for n={params.n} on {params.grid}, users are n={users.n_users} on "
             f"{users.grid}"
         )
+    nw = check_workers(workers)
     g = as_generator(rng)  # dropout simulation only
     src = SecureRandom()
-    noise = noise_source(rng, src)
+    streams = UserStreams(rng)
     k = int(simulate_dropouts)
     if not (0 <= k <= users.n_users):
         raise ValueError(f"simulate_dropouts must be in 0..{users.n_users}, got {k!r}")
     order = np.arange(users.n_users)
     participants = np.sort(g.permutation(order)[: users.n_users - k]) if k else order
-    return _Round(params, users, participants, k, rng, noise, src)
+    return _Round(params, users, participants, k, rng, streams, src, nw)
 
 
 def _release(rnd: _Round, acc: ModularAccumulator, n_fwd: int, n_dropped: int, path: str,
@@ -228,6 +353,7 @@ def simulation_heatmap(
     rng: RngLike = None,
     simulate_dropouts: int = 0,
     progress: Callable[[int], object] | None = None,
+    workers: int | None = None,
 ) -> HeatmapRelease:
     """Simulation (research) path: shares summed mod q in process, no wire, no shuffler.
 
@@ -249,6 +375,8 @@ def simulation_heatmap(
         Users (chosen by ``rng``) who never send their batch, 0..n.
     progress : callable, optional
         Called with the number of users encoded after each chunk.
+    workers : int, optional
+        Threads (default: every core); the release is bit-identical for every value.
 
     Returns
     -------
@@ -264,9 +392,10 @@ def simulation_heatmap(
     shuffledp.analyzers.heatmap.modular.ReleaseRefused
         If more users dropped out than the declared fraction allows.
     """
-    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    rnd = _plan_round(users, params, rng, simulate_dropouts, workers)
     t0 = time.perf_counter()
-    acc = simulate_sums(params, users, rnd.participants, rnd.noise, rnd.source, progress)
+    acc = simulate_sums(params, users, rnd.participants, rnd.streams, None, progress,
+                        workers=rnd.workers)
     timings = {"encode_and_sum_seconds": time.perf_counter() - t0}
     return _release(rnd, acc, rnd.participants.size, rnd.n_dropped, "simulation", timings)
 
@@ -281,9 +410,10 @@ def dask_heatmap(
 ) -> HeatmapRelease:
     """Simulation path on a Dask cluster (:func:`shuffledp.protocol.dask_backend.dask_sums`).
 
-    ``client`` is a ``distributed.Client``; encoders run per user partition, block shuffles
-    and mod-q sums per coordinate range, Reconstruct on the driver. A seed is split into one
-    stream per user partition, so the release is reproducible for a seed and partitioning.
+    ``client`` is a ``distributed.Client``; each task encodes a user partition and sums its
+    shares mod q, a tree of tasks adds the sums, Reconstruct runs on the driver. Every
+    user's noise comes from its own stream, so a seeded release is bit-identical to the
+    local backend's for every cluster size and partitioning.
 
     Parameters
     ----------
@@ -321,7 +451,7 @@ def dask_heatmap(
         raise ValueError("dask_heatmap needs a distributed.Client, got client=None")
     rnd = _plan_round(users, params, rng, simulate_dropouts)
     t0 = time.perf_counter()
-    acc = dask_sums(params, users, rnd.participants, rng, client)
+    acc = dask_sums(params, users, rnd.participants, rnd.streams, client)
     timings = {"encode_shuffle_and_sum_seconds": time.perf_counter() - t0}
     return _release(rnd, acc, rnd.participants.size, rnd.n_dropped, "simulation (dask)",
                     timings)
@@ -334,6 +464,7 @@ def wire_heatmap(
     layout: str = "v2",
     rng: RngLike = None,
     simulate_dropouts: int = 0,
+    workers: int | None = None,
 ) -> HeatmapRelease:
     """Plaintext wire path: user batches in a wire layout -> shuffler -> analyzer.
 
@@ -359,6 +490,10 @@ def wire_heatmap(
     simulate_dropouts : int, default 0
         Users (chosen by ``rng``) who never send their batch, 0..n.
 
+    workers : int, optional
+        Threads of the encoders, the shuffler's permutation and the analyzer (default:
+        every core); the release is bit-identical for every value.
+
     Returns
     -------
     HeatmapRelease
@@ -375,7 +510,7 @@ def wire_heatmap(
         If more users dropped out than the declared fraction allows.
     """
     layout = v.choice("layout", layout, ("v2", "packed", "coordinate-major"))
-    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    rnd = _plan_round(users, params, rng, simulate_dropouts, workers)
     timings: dict[str, object] = {}
     if layout == "v2":
         res, report = _wire_round(rnd, False, timings)
@@ -393,6 +528,7 @@ def deployment_heatmap(
     *,
     rng: RngLike = None,
     simulate_dropouts: int = 0,
+    workers: int | None = None,
 ) -> HeatmapRelease:
     """Deployment path in one process: encrypted batches -> shuffler -> analyzer.
 
@@ -413,6 +549,10 @@ def deployment_heatmap(
     simulate_dropouts : int, default 0
         Users (chosen by ``rng``) who never send their batch, 0..n.
 
+    workers : int, optional
+        Threads of the encoders, the shuffler's permutation and the analyzer (default:
+        every core); the release is bit-identical for every value.
+
     Returns
     -------
     HeatmapRelease
@@ -427,7 +567,7 @@ def deployment_heatmap(
     shuffledp.analyzers.heatmap.modular.ReleaseRefused
         If more users dropped out than the declared fraction allows.
     """
-    rnd = _plan_round(users, params, rng, simulate_dropouts)
+    rnd = _plan_round(users, params, rng, simulate_dropouts, workers)
     timings: dict[str, object] = {}
     res, report = _wire_round(rnd, True, timings)
     timings.update(res.figures())
@@ -442,8 +582,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
     t0 = time.perf_counter()
     key = generate_analyzer_key() if encrypt else None
     mac_key = generate_mac_key()
-    batches = user_batches(params, users, rnd.participants, rnd.noise, rnd.source,
-                           public_bytes(key) if key else None)
+    batches = user_batches(params, users, rnd.participants, rnd.streams, None,
+                           public_bytes(key) if key else None, workers=rnd.workers)
     with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key) as s, \
             tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
         for k, data in enumerate(batches):
@@ -454,18 +594,22 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
         t1 = time.perf_counter()
         f.seek(0)
         # a SpooledTemporaryFile is a binary file, but typeshed does not declare it a BinaryIO
-        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key)
+        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
+                               workers=rnd.workers)
         timings["analyzer_seconds"] = time.perf_counter() - t1
     return res, s.report
 
 
 def _packed_round(rnd: _Round, layout: str, timings: dict):
     """Users -> bit-packed batches -> per-layout mixing -> analyzer (in memory); (Header, acc)."""
-    params, users, g, src = rnd.params, rnd.users, rnd.noise, rnd.source
+    params, users, src = rnd.params, rnd.users, rnd.source
     t0 = time.perf_counter()
     mac_key = generate_mac_key()
-    batches = [frame_user(params, encode_shares(params, users, np.array([j]), g, src)[0], layout)
-               for j in rnd.participants]
+    get_src = _thread_source()
+    batches = list(_ordered_map(
+        lambda j: frame_user(params, encode_shares(params, users, np.array([j]), rnd.streams,
+                                                   get_src())[0], layout),
+        (int(j) for j in rnd.participants), rnd.workers))
     timings["bytes_per_user_written"] = len(batches[0]) if batches else 0
     mixed = mix(params, batches, layout, src, mac_key, n_dropped=rnd.n_dropped)
     timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
@@ -495,6 +639,7 @@ def shuffle_heatmap(
     client: object = None,
     layout: str = "v2",
     progress: Callable[[int], object] | None = None,
+    workers: int | None = None,
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
@@ -548,6 +693,11 @@ def shuffle_heatmap(
         Simulation path: called with the number of users encoded after each chunk (a
         progress bar's ``update``).
 
+    workers : int, optional
+        Threads of the local paths (default: every core). Every user's noise comes from its
+        own stream, so a seeded release is bit-identical for every ``workers`` (and on the
+        Dask backend for every cluster size).
+
     Returns
     -------
     HeatmapRelease
@@ -574,11 +724,13 @@ def shuffle_heatmap(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
             rounding=rounding, dropout=dropout, neighbour=neighbour,
         )
-    sd = simulate_dropouts
+    sd, nw = simulate_dropouts, workers
     if backend == "dask":
         return dask_heatmap(users, params, client, rng=rng, simulate_dropouts=sd)
     if encrypt:
-        return deployment_heatmap(users, params, rng=rng, simulate_dropouts=sd)
+        return deployment_heatmap(users, params, rng=rng, simulate_dropouts=sd, workers=nw)
     if wire:
-        return wire_heatmap(users, params, layout=layout, rng=rng, simulate_dropouts=sd)
-    return simulation_heatmap(users, params, progress=progress, rng=rng, simulate_dropouts=sd)
+        return wire_heatmap(users, params, layout=layout, rng=rng, simulate_dropouts=sd,
+                            workers=nw)
+    return simulation_heatmap(users, params, progress=progress, rng=rng, simulate_dropouts=sd,
+                              workers=nw)

@@ -27,6 +27,17 @@ it: a server of other parameters is refused before the client's input enters any
 session id, enters every key derivation (:func:`derive`), the commitment to b and the share
 encryption's associated data.
 
+Sparse graph (SecAgg+, [Bell20]_): with a :class:`~.graph.CommunicationGraph` that is not
+complete, the same four rounds run on the graph's edges only. The server's key list holds the
+client's own keys and its neighbours' (the client refuses any other id); the client shares s_sk
+and b among its neighbours (not itself) and needs at least t of them in rounds 1 and 2; it
+masks against the neighbours whose shares it received; the unmasking request is addressed to
+it alone (its neighbours' fates) and carries the number of survivors, which the client
+refuses below the graph's ``min_clients`` (more dropouts than the parameters tolerate). The
+graph's descriptor (n, k, min_clients, seed) is bound into every key derivation, so parties
+of two graphs never agree a key. The client never takes a neighbour list from the server: it
+computes its neighbourhood from the public seed.
+
 Randomness: keys, seeds and Shamir coefficients come from :class:`shuffledp.randomness.SecureRandom`
 (there is no seed parameter).
 
@@ -34,6 +45,8 @@ References
 ----------
 .. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
    docs/references.md.
+.. [Bell20] Bell, Bonawitz, Gascon, Lepoint, Raykova (2020), "Secure Single-Server Aggregation
+   with (Poly)Logarithmic Overhead", Sec. 3 -- full entry in docs/references.md.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ from shuffledp.errors import Refused
 from shuffledp.randomness import SecureRandom
 from shuffledp.secagg import messages as msg
 from shuffledp.secagg import shamir
+from shuffledp.secagg.graph import CommunicationGraph
 from shuffledp.secagg.prg import expand
 
 KEY_BYTES = 32
@@ -162,17 +176,22 @@ class SecAggClient:
         t: shares needed to reconstruct; the client refuses to go on with fewer than t peers.
     session : bytes
         The run's 16-byte id.
+    graph : CommunicationGraph, optional
+        The run's graph (default: complete, the full protocol).
     """
 
     def __init__(self, uid: int, vector: np.ndarray, modulus: int, threshold: int,
-                 session: bytes) -> None:
+                 session: bytes, graph: CommunicationGraph | None = None) -> None:
         self.uid = int(uid)
         self.x = np.asarray(vector, dtype=np.int64)
         self.m = int(modulus)
         self.t = int(threshold)
         self.context = msg.Context(bytes(session), self.m, int(self.x.size), self.t)
         #: the packed context: what every key derivation and commitment binds
-        self.bound = self.context.pack()
+        self.graph = graph
+        self.sparse = graph is not None and not graph.complete
+        self._nbrs = set(graph.neighbours(self.uid)) if self.sparse and graph else set()
+        self.bound = self.context.pack() + (graph.descriptor() if graph is not None else b"")
         self.session = self.context.session
         self._rng = SecureRandom()
         self._c_sk, _ = _private_key(self._rng)
@@ -180,6 +199,7 @@ class SecAggClient:
         self._b = shamir.random_secret(self._rng)
         self._keys: dict[int, tuple[bytes, bytes]] = {}
         self._held: dict[int, tuple[int, int]] = {}  # v -> (s_sk share of v, b share of v)
+        self._c_shared: dict[int, bytes] = {}  # v -> X25519 agreement of the c keys
 
     def _parse(self, data: bytes, round_: int) -> msg.Message:
         """A server message of this run; a server of other parameters is refused."""
@@ -215,21 +235,31 @@ class SecAggClient:
         mine = (raw_public(self._c_sk), raw_public(self._s_sk))
         if keys.get(self.uid) != mine:
             raise SecAggRefused(f"client {self.uid}: the key list omits or alters its own keys")
-        if len(keys) < self.t:
+        if self.sparse:
+            stray = set(keys) - self._nbrs - {self.uid}
+            if stray:
+                raise SecAggRefused(f"client {self.uid}: the key list names clients "
+                                    f"{sorted(stray)[:5]} that are not its neighbours")
+            if len(keys) - 1 < self.t:
+                raise SecAggRefused(f"client {self.uid}: {len(keys) - 1} neighbours advertised "
+                                    f"keys, fewer than the threshold t={self.t}")
+        elif len(keys) < self.t:
             raise SecAggRefused(f"client {self.uid}: {len(keys)} clients advertised keys, "
                                 f"fewer than the threshold t={self.t}")
         self._keys = keys
-        ids = sorted(keys)
+        ids = sorted(set(keys) - {self.uid}) if self.sparse else sorted(keys)
         xs = [v + 1 for v in ids]
         s_sh = shamir.share(self._s_sk_int, xs, self.t, self._rng)
         b_sh = shamir.share(self._b, xs, self.t, self._rng)
-        out = [commit_b(self._b, self.bound, self.uid), struct.pack("<I", len(ids) - 1)]
+        out = [commit_b(self._b, self.bound, self.uid),
+               struct.pack("<I", len(ids) if self.sparse else len(ids) - 1)]
         for v, s_v, b_v in zip(ids, s_sh, b_sh):
             if v == self.uid:
                 self._held[v] = (s_v, b_v)
                 continue
-            key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(keys[v][0])),
-                         b"share", self.bound, self.uid, v)
+            shared = self._c_sk.exchange(X25519PublicKey.from_public_bytes(keys[v][0]))
+            self._c_shared[v] = shared  # round 2 decrypts v's shares with the same agreement
+            key = derive(shared, b"share", self.bound, self.uid, v)
             plain = SHARE_PLAIN.pack(self.uid, v, s_v.to_bytes(32, "little"),
                                      b_v.to_bytes(32, "little"))
             ct = ChaCha20Poly1305(key).encrypt(bytes(12), plain, self.bound)
@@ -242,8 +272,10 @@ class SecAggClient:
         for u, ct in parse_bundle(m.payload):
             if u not in self._keys or u == self.uid or u in self._held:
                 raise SecAggRefused(f"client {self.uid}: unexpected or repeated share from {u}")
-            key = derive(self._c_sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u][0])),
-                         b"share", self.bound, u, self.uid)
+            shared = self._c_shared.get(u)
+            if shared is None:
+                shared = self._c_sk.exchange(X25519PublicKey.from_public_bytes(self._keys[u][0]))
+            key = derive(shared, b"share", self.bound, u, self.uid)
             try:
                 plain = ChaCha20Poly1305(key).decrypt(bytes(12), ct, self.bound)
             except InvalidTag:
@@ -255,8 +287,9 @@ class SecAggClient:
                                     f"received from {u}")
             self._held[u] = (int.from_bytes(s_v, "little"), int.from_bytes(b_v, "little"))
         if len(self._held) < self.t:
-            raise SecAggRefused(f"client {self.uid}: shares from {len(self._held)} clients, "
-                                f"fewer than the threshold t={self.t}")
+            raise SecAggRefused(f"client {self.uid}: shares from {len(self._held)} "
+                                f"{'neighbours' if self.sparse else 'clients'}, fewer than "
+                                f"the threshold t={self.t}")
         y = (self.x + expand(self._b.to_bytes(32, "little"), self.x.size, self.m)) % self.m
         for v in self._held:
             if v == self.uid:
@@ -269,7 +302,18 @@ class SecAggClient:
     # ------------------------------------------------------------------ round 3
     def unmask(self, request: bytes) -> bytes:
         m = self._parse(request, 18)
-        survivors, dropped = parse_unmask_request(m.payload)
+        payload = m.payload
+        if self.sparse:
+            if len(payload) < 4:
+                raise msg.MessageError("unmasking request shorter than its survivor count")
+            count = struct.unpack_from("<I", payload)[0]
+            if count < self.graph.min_clients:  # type: ignore[union-attr]
+                raise SecAggRefused(
+                    f"client {self.uid}: {count} survivors, fewer than the "
+                    f"{self.graph.min_clients} the graph's parameters "  # type: ignore[union-attr]
+                    "tolerate (more dropouts than planned)")
+            payload = payload[4:]
+        survivors, dropped = parse_unmask_request(payload)
         s, d = set(survivors), set(dropped)
         u2 = set(self._held)
         if s & d:
@@ -278,7 +322,7 @@ class SecAggClient:
         if not (s | d) <= u2:
             raise SecAggRefused(f"client {self.uid}: users {sorted((s | d) - u2)[:5]} did not "
                                 "share keys in round 1")
-        if self.uid not in s or len(s) < self.t:
+        if not self.sparse and (self.uid not in s or len(s) < self.t):
             raise SecAggRefused(f"client {self.uid}: {len(s)} survivors (threshold t={self.t})"
                                 f"{'' if self.uid in s else ', the client itself missing'}")
         out = []

@@ -49,12 +49,15 @@ References
 ----------
 .. [Bonawitz17] Bonawitz et al. (2017), "Practical Secure Aggregation", Fig. 4 -- full entry in
    docs/references.md.
+.. [Bell20] Bell, Bonawitz, Gascon, Lepoint, Raykova (2020), "Secure Single-Server Aggregation
+   with (Poly)Logarithmic Overhead", Sec. 3 -- full entry in docs/references.md.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -74,6 +77,7 @@ from shuffledp.secagg.client import (
     raw_public,
     unmask_request,
 )
+from shuffledp.secagg.graph import CommunicationGraph
 from shuffledp.secagg.prg import expand
 
 COMMIT_BYTES = 32
@@ -133,6 +137,13 @@ class SecAggServer:
         t, the clients needed in every round and the shares needed per secret.
     session : bytes
         The run's 16 random bytes.
+    graph : shuffledp.secagg.graph.CommunicationGraph, optional
+        The run's graph (default complete: the full protocol). With a sparse graph (SecAgg+,
+        [Bell20]_) the round-0 reply and the unmasking request are per client (its
+        neighbours only), a round closes with at least ``graph.min_clients`` clients (not t),
+        and each secret is rebuilt from t shares of its owner's neighbours: a secret whose
+        owner has fewer than t neighbours left in the unmasking refuses the round
+        (:class:`SecAggAborted`), never a wrong sum.
 
     Attributes
     ----------
@@ -150,6 +161,9 @@ class SecAggServer:
         Client -> why it was left out of the sum, or named as having sent wrong shares.
     total : numpy.ndarray or None
         The sum mod m once round 3 closed.
+    unmask_runner : callable
+        Runs the sparse unmasking's reconstruction jobs (default :func:`unmask_jobs` in this
+        process; :func:`shuffledp.secagg.secure_sum` spreads them over its worker processes).
 
     Raises
     ------
@@ -159,15 +173,22 @@ class SecAggServer:
     """
 
     def __init__(self, n_clients: int, vector_length: int, modulus: int, threshold: int,
-                 session: bytes) -> None:
+                 session: bytes, graph: CommunicationGraph | None = None) -> None:
         self.n = int(n_clients)
         self.length = int(vector_length)
         self.m = int(modulus)
         self.t = int(threshold)
         self.context = msg.Context(bytes(session), self.m, self.length, self.t)
         #: the packed context: what every key derivation and commitment binds
-        self.bound = self.context.pack()
+        self.graph = graph
+        self.sparse = graph is not None and not graph.complete
+        self.bound = self.context.pack() + (graph.descriptor() if graph is not None else b"")
         self.session = self.context.session
+        #: the fewest clients a round may end with
+        self.min_round = graph.min_clients if self.sparse and graph is not None else self.t
+        self._nb: dict[int, list[int]] = {}
+        self._wanted_of: dict[int, list[tuple[int, int]]] = {}
+        self.unmask_runner: Callable[..., tuple[np.ndarray, list]] = unmask_jobs
         self.round = 0
         self.rejected: Counter[str] = Counter()
         #: client -> why its message was refused for other parameters than the server's
@@ -241,7 +262,11 @@ class SecAggServer:
                 entries = parse_bundle(p[COMMIT_BYTES:])
             except msg.MessageError:
                 return "malformed payload"
-            if [v for v, _ in entries] != sorted(self.members[1] - {m.sender}):
+            if self.sparse:
+                want = [w for w in self.nbrs(m.sender) if w in self.members[1]]
+                if [v for v, _ in entries] != want:
+                    return "share recipients are not exactly its neighbours of round 0"
+            elif [v for v, _ in entries] != sorted(self.members[1] - {m.sender}):
                 return "share recipients are not exactly the other clients of round 0"
             return ""
         if self.round == 2:
@@ -253,11 +278,20 @@ class SecAggServer:
             return "malformed payload"
         got = [REVEAL.unpack_from(p, 4 + REVEAL.size * i)
                for i in range(struct.unpack_from("<I", p)[0])]
-        if [(v, kind) for v, kind, _ in got] != self._wanted:
+        wanted = self._wanted_of.get(m.sender, []) if self.sparse else self._wanted
+        if [(v, kind) for v, kind, _ in got] != wanted:
             return "unmasking entries are not exactly one share per survivor and dropped client"
         if any(int.from_bytes(y, "little") >= shamir.P for _, _, y in got):
             return "share outside the field"
         return ""
+
+    def nbrs(self, u: int) -> list[int]:
+        """Client ``u``'s neighbours in the run's graph (sorted; cached)."""
+        got = self._nb.get(u)
+        if got is None:
+            got = self._nb[u] = (self.graph.neighbours(u) if self.graph is not None
+                                 else [w for w in range(self.n) if w != u])
+        return got
 
     def hello(self) -> bytes:
         """The hello a client checks before round 0 (:meth:`SecAggClient.check_hello
@@ -266,21 +300,28 @@ class SecAggServer:
 
     def _close(self) -> set[int]:
         got = set(self._inbox)
-        if len(got) < self.t:
+        if len(got) < self.min_round:
+            what = (f"the graph's min_clients={self.min_round} (more dropouts than its "
+                    "parameters tolerate)" if self.sparse else f"the threshold t={self.t}")
             raise SecAggAborted(f"round {self.round} ({ROUND_NAMES[self.round]}): "
-                                f"{len(got)} clients answered, fewer than the threshold "
-                                f"t={self.t}; no sum is released")
+                                f"{len(got)} clients answered, fewer than {what}; no sum is "
+                                "released")
         self.members.append(got)
         return got
 
     def close_round(self) -> bytes | dict[int, bytes] | np.ndarray:
-        """End the round: the broadcast (rounds 0, 2), per-client bundles (round 1) or the sum."""
+        """End the round: the broadcast (rounds 0, 2; per client with a sparse graph),
+        per-client bundles (round 1) or the sum."""
         got = self._close()
         inbox, self._inbox = self._inbox, {}
         r = self.round
         self.round += 1
         if r == 0:
             self._keys = {u: (p[:32], p[32:]) for u, p in inbox.items()}
+            if self.sparse:
+                return {u: msg.frame(16, msg.SERVER, self.context, key_list(
+                    {w: self._keys[w] for w in [u, *self.nbrs(u)] if w in self._keys}))
+                        for u in got}
             return msg.frame(16, msg.SERVER, self.context, key_list(self._keys))
         if r == 1:
             self._commits = {u: p[:COMMIT_BYTES] for u, p in inbox.items()}
@@ -298,10 +339,69 @@ class SecAggServer:
             survivors = sorted(got)
             dropped = sorted(self.members[2] - got)
             self._wanted = [(v, 0) for v in survivors] + [(v, 1) for v in dropped]
+            if self.sparse:
+                out = {}
+                for w in survivors:
+                    held = [v for v in self.nbrs(w) if v in self.members[2]]
+                    s_w = [v for v in held if v in got]
+                    d_w = [v for v in held if v not in got]
+                    self._wanted_of[w] = [(v, 0) for v in s_w] + [(v, 1) for v in d_w]
+                    out[w] = msg.frame(18, msg.SERVER, self.context, struct.pack(
+                        "<I", len(survivors)) + unmask_request(s_w, d_w))
+                return out
             return msg.frame(18, msg.SERVER, self.context, unmask_request(survivors, dropped))
         self._reveals = inbox
-        self.total = self._unmask()
+        self.total = self._unmask_sparse() if self.sparse else self._unmask()
         return self.total
+
+    def _unmask_sparse(self) -> np.ndarray:
+        """Rebuild each survivor's b and each dropped client's s_sk from t of its
+        neighbours' shares, and remove the masks (the jobs run in :attr:`unmask_runner`)."""
+        shares: dict[int, dict[tuple[int, int], int]] = {}
+        for w, p in self._reveals.items():
+            count = struct.unpack_from("<I", p)[0]
+            shares[w] = {(v, kind): int.from_bytes(y, "little") for v, kind, y in
+                         (REVEAL.unpack_from(p, 4 + REVEAL.size * i) for i in range(count))}
+        survivors = [v for v, kind in self._wanted if kind == 0]
+        dropped = [v for v, kind in self._wanted if kind == 1]
+        alive = set(survivors)
+        jobs = []
+        for v, kind in [(v, 0) for v in survivors] + [(v, 1) for v in dropped]:
+            pts = [(w + 1, shares[w][(v, kind)]) for w in self.nbrs(v)
+                   if w in shares and (v, kind) in shares[w]]
+            what = (f"self-mask seed of client {v}" if kind == 0
+                    else f"mask key of dropped client {v}")
+            if len(pts) < self.t:
+                raise SecAggAborted(
+                    f"round 3 (unmasking): the {what} cannot be recovered: {len(pts)} of its "
+                    f"neighbours answered, fewer than the threshold t={self.t}; no sum is "
+                    "released")
+            check = self._commits[v] if kind == 0 else self._keys[v][1]
+            peers = ([] if kind == 0 else
+                     [(u, self._keys[u][1]) for u in self.nbrs(v) if u in alive])
+            jobs.append((v, kind, pts, check, peers))
+        removed, results = self.unmask_runner(self.bound, self.length, self.m, self.t, jobs)
+        wrong: dict[int, list[str]] = {}
+        unsure: dict[int, list[str]] = {}
+        for v, kind, error, bad, certain in results:
+            what = (f"self-mask seed of client {v}" if kind == 0
+                    else f"mask key of dropped client {v}")
+            if error:
+                raise SecAggAborted(f"round 3 (unmasking): the {what} cannot be recovered: "
+                                    f"{error}; no sum is released")
+            for x in bad:
+                (wrong if certain else unsure).setdefault(x - 1, []).append(what)
+        for w, whats in sorted(wrong.items()):
+            self.excluded[w] = f"wrong Shamir share of the {', '.join(whats[:3])}"
+            self.rejected["round 3: wrong Shamir share"] += 1
+        for w, whats in sorted(unsure.items()):
+            if w not in self.excluded:
+                self.suspects[w] = f"share off the accepted polynomial ({whats[0]})"
+        self.members[-1] = self.members[-1] - set(self.excluded)
+        total = np.zeros(self.length, dtype=np.int64)
+        for u in survivors:
+            total = (total + self._y[u]) % self.m
+        return (total - removed) % self.m
 
     def _unmask(self) -> np.ndarray:
         survivors = [v for v, kind in self._wanted if kind == 0]
@@ -378,4 +478,64 @@ class SecAggServer:
         return check
 
 
-__all__ = ["MAX_CLIENTS", "ROUND_NAMES", "SecAggAborted", "SecAggServer", "message_limits"]
+def _verifier(bound: bytes, v: int, kind: int, check: bytes) -> Callable[[int], bool]:
+    """The commitment check of client v's b (kind 0) or s_sk (kind 1)."""
+    if kind == 0:
+        return lambda b: commit_b(b, bound, v) == check
+    return lambda s_sk: raw_public(X25519PrivateKey.from_private_bytes(
+        s_sk.to_bytes(32, "little"))) == check
+
+
+def unmask_jobs(bound: bytes, length: int, modulus: int, threshold: int,
+                jobs: list) -> tuple[np.ndarray, list]:
+    """Rebuild secrets from their shares and total the masks they remove (sparse unmasking).
+
+    Parameters
+    ----------
+    bound : bytes
+        The run's packed context and graph descriptor (what the keys are bound to).
+    length, modulus, threshold : int
+        L, m and t of the run.
+    jobs : list of (v, kind, points, check, peers)
+        kind 0: client v's self-mask seed b, ``check`` its commitment; kind 1: dropped client
+        v's mask key s_sk, ``check`` its public key s_pk and ``peers`` the (u, s_pk of u) of
+        its surviving neighbours; ``points`` the shares (x, y) of v's neighbours.
+
+    Returns
+    -------
+    removed : numpy.ndarray of int64
+        sum of PRG(b_v) + sum_{v dropped, u} sign(u, v) PRG(s_uv) mod m over the jobs: what the
+        server subtracts from the sum of the masked inputs.
+    results : list of (v, kind, error, wrong, certain)
+        Per job: '' or why the secret could not be rebuilt, the share points off the accepted
+        polynomial and whether that naming is certain (:class:`shamir.Reconstruction`).
+
+    Raises
+    ------
+    ValueError
+        A malformed job (a share point repeated, a key that is not 32 bytes); the server
+        builds the jobs from validated messages.
+    """
+    removed = np.zeros(length, dtype=np.int64)
+    out: list[tuple[int, int, str, tuple[int, ...], bool]] = []
+    for v, kind, pts, check, peers in jobs:
+        verify = _verifier(bound, v, kind, check)
+        try:
+            rec = shamir.checked_reconstruct(pts, threshold, verify)
+        except shamir.ShareError as e:
+            out.append((v, kind, str(e), (), False))
+            continue
+        out.append((v, kind, "", rec.wrong, rec.certain))
+        if kind == 0:
+            removed = (removed + expand(rec.secret.to_bytes(32, "little"), length,
+                                        modulus)) % modulus
+        else:
+            key = X25519PrivateKey.from_private_bytes(rec.secret.to_bytes(32, "little"))
+            for u, pk in peers:
+                p = expand(mask_seed(key, pk, bound, v, u), length, modulus)
+                removed = (removed + pair_sign(u, v) * p) % modulus
+    return removed, out
+
+
+__all__ = ["MAX_CLIENTS", "ROUND_NAMES", "SecAggAborted", "SecAggServer", "message_limits",
+           "unmask_jobs"]

@@ -29,3 +29,17 @@ def test_the_oracle_requires_a_release_only_with_t_honest_clients_everywhere():
     assert not fuzz.oracle(tr)[0]  # the liar's seed cannot be verified
     tr.drop[4] = 2  # ... unless it drops before its masked input
     assert fuzz.oracle(tr)[0]
+
+
+def test_the_sparse_oracle_follows_the_graph():
+    tr = fuzz.Trial(n=8, t=2, L=2, m=97, k=2, min_clients=6, seed=bytes(range(32)))
+    assert fuzz.oracle(tr)[0]
+    nb = tr.graph().neighbours(0)
+    tr.drop = {nb[0]: 3}  # client 0 keeps one neighbour in the unmasking: 1 < t shares
+    assert not fuzz.oracle(tr)[0]
+    tr.drop = {nb[0]: 2}  # shared its keys, then dropped: client 0 still goes on ...
+    required, per_round = fuzz.oracle(tr)
+    assert 0 in per_round[2] and not required  # ... but its seed has 1 < t holders left
+    tr.drop = {nb[0]: 1}  # never shared its keys: client 0 holds 1 < t shares
+    required, per_round = fuzz.oracle(tr)
+    assert 0 in per_round[1] and 0 not in per_round[2] and not required  # it refuses
