@@ -60,7 +60,7 @@ def test_every_command_that_writes_a_set_of_files_checks_its_out_and_has_force()
                for p in cmd.params if isinstance(p, OutputOption) and p.writes}
     assert checked == {"heatmap", "setup", "analyze", "privhist", "metric freq",
                        "metric itemwise", "metric linear", "federated", "encode", "shuffle",
-                       "serve close"}
+                       "serve close", "figure"}
     for path in checked:
         assert "force" in {p.name for p in COMMANDS[path].params}, path
 
