@@ -67,9 +67,6 @@ def test_bulk_options_are_checked(tmp_path, setup_run):
     r = setup_run
     (tmp_path / "me.csv").write_text("0.1,0.2\n")
     base = ["encode", "--params", r / "params.json", "--analyzer-pub", r / "analyzer.pub"]
-    res = run(*base, "--input", tmp_path / "me.csv", "--workers", 2, "--out", tmp_path / "u.bin",
-              code=2)
-    assert "--workers" in res.output and "--bulk" in res.output
     (tmp_path / "d").mkdir()
     res = run(*base, "--input", tmp_path / "me.csv", "--out", tmp_path / "d", code=2)
     assert "--out" in res.output and "--bulk" in res.output
@@ -95,20 +92,25 @@ def test_encrypted_size_is_the_wire_formats_constants_and_the_real_bytes(tmp_pat
     assert (tmp_path / "plain.bin").stat().st_size == p.bytes_per_user
 
 
-def test_encode_one_reports_every_message_and_matches_the_library_layout(setup_run):
+def test_encode_one_reports_every_message_and_matches_the_library_layout(setup_run,
+                                                                       monkeypatch):
     from shuffledp.cli.device import CHUNK, encode_one
     from shuffledp.protocol.crypto import decrypt_records, generate_analyzer_key, public_bytes
     from shuffledp.protocol.wire import Header
 
     p = ProtocolParams.from_json((setup_run / "params.json").read_text())
     key = generate_analyzer_key()
-    seen = []
-    blob = encode_one(p, np.array([0, 5]), np.ones(2), public_bytes(key), seen.append)
-    assert sum(seen) == p.messages_per_user and max(seen) <= CHUNK
-    h = Header.unpack(blob)
-    assert h.n_records == p.messages_per_user and len(blob) == p.encrypted_bytes_per_user
-    # every message opens under the analyzer's key
-    assert decrypt_records(p, blob[HEADER_SIZE:], key)[2] == 0
+    for workers, chunk in ((1, CHUNK), (2, 64)):  # a small chunk: several on 2 processes
+        monkeypatch.setattr("shuffledp.cli.device.CHUNK", chunk)
+        seen = []
+        blob = encode_one(p, np.array([0, 5]), np.ones(2), public_bytes(key), seen.append,
+                          workers=workers)
+        assert sum(seen) == p.messages_per_user and max(seen) <= chunk
+        assert len(seen) >= -(-p.messages_per_user // chunk)
+        h = Header.unpack(blob)
+        assert h.n_records == p.messages_per_user and len(blob) == p.encrypted_bytes_per_user
+        # every message opens under the analyzer's key, in the chunks' order
+        assert decrypt_records(p, blob[HEADER_SIZE:], key)[2] == 0
 
 
 def test_progress_is_on_stderr_and_silent_with_quiet(tmp_path, setup_run, monkeypatch):

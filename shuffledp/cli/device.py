@@ -37,7 +37,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
                analyzer_public: bytes | None,
-               progress: Callable[[int], Any] | None = None) -> bytes:
+               progress: Callable[[int], Any] | None = None, workers: int = 1) -> bytes:
     """One user's wire batch, as :func:`shuffledp.encoders.encoder.user_batch` writes it.
 
     Parameters
@@ -50,6 +50,9 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
         The analyzer's raw X25519 public key (None: the plaintext simulation path).
     progress : callable, optional
         Called with the number of messages just encrypted (r m in total).
+    workers : int, default 1
+        Processes sealing the chunks (HPKE holds the GIL, so threads would not help); the
+        chunks are joined in order, so the batch's layout does not depend on it.
 
     Returns
     -------
@@ -65,12 +68,22 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
         if progress is not None:
             progress(records.size)
         return frame_messages(params, records, None)
+    # on several processes: at least 4 chunks per process, so that they finish together
+    size = CHUNK if workers <= 1 else max(1, min(CHUNK, -(-records.size // (4 * workers))))
+    chunks = [records[start:start + size] for start in range(0, records.size, size)]
     parts = []
-    for start in range(0, records.size, CHUNK):
-        chunk = records[start:start + CHUNK]
-        parts.append(encrypt_records(params, chunk, analyzer_public))
-        if progress is not None:
-            progress(chunk.size)
+    if workers > 1 and len(chunks) > 1:
+        with ProcessPoolExecutor(min(workers, len(chunks)), initializer=_init_worker,
+                                 initargs=(params.to_json(), bytes(analyzer_public))) as pool:
+            for chunk, part in zip(chunks, pool.map(_seal_chunk, chunks)):
+                parts.append(part)
+                if progress is not None:
+                    progress(chunk.size)
+    else:
+        for chunk in chunks:
+            parts.append(encrypt_records(params, chunk, analyzer_public))
+            if progress is not None:
+                progress(chunk.size)
     header = Header(KIND_USER_ENC, params.encrypted_record_bytes, params.digest, records.size)
     return encode_batch(header, b"".join(parts))
 
@@ -105,6 +118,12 @@ def _init_worker(params_json: str, analyzer_public: bytes | None) -> None:
 
     _WORKER["params"] = ProtocolParams.from_json(params_json)
     _WORKER["public"] = analyzer_public
+
+
+def _seal_chunk(chunk: np.ndarray) -> bytes:
+    from shuffledp.protocol.crypto import encrypt_records
+
+    return encrypt_records(_WORKER["params"], chunk, _WORKER["public"])
 
 
 def _encode_to_file(path: str, pixels: np.ndarray, weights: np.ndarray) -> int:

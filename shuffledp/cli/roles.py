@@ -394,7 +394,8 @@ def _write_keys(out: Path, force: bool) -> None:
               help="Deployment test: encode every user of a user_id,x,y[,weight] --input into "
                    "the --out folder, one batch file per user, in parallel (--workers).")
 @click.option("--workers", type=COUNT, default=None,
-              help="--bulk: processes encoding users at once [default: one per CPU].")
+              help="Processes: with --bulk, users encoded at once; otherwise processes "
+                   "sealing one user's messages [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--seed", type=str, default=None, hidden=True,
@@ -424,9 +425,6 @@ def encode(params_path, input_path, out_path, force, analyzer_pub, bulk, workers
         raise click.UsageError(
             "--analyzer-pub is required: every message is encrypted to the analyzer "
             "(--plaintext-simulation sends shares in the clear, for simulations only)")
-    if workers is not None and not bulk:
-        raise click.BadParameter("goes with --bulk (one user is encoded in this process)",
-                                 param_hint="--workers")
     if not bulk and os.path.isdir(out_path):
         raise click.BadParameter(f"{out_path} is a folder: give the batch file to write (or "
                                  "--bulk to write one batch per user into it)",
@@ -443,7 +441,8 @@ def encode(params_path, input_path, out_path, force, analyzer_pub, bulk, workers
         warn(PLAINTEXT_WARNING)
     with progress_bar(p.messages_per_user, "encode: encrypting messages" if pub else "encode",
                       "msg", quiet) as bar:
-        blob = encode_one(p, p.grid.points_to_pixels(x, y), wts, pub, bar.update)
+        blob = encode_one(p, p.grid.points_to_pixels(x, y), wts, pub, bar.update,
+                          workers=workers or os.cpu_count() or 1)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out_path, blob)
 
