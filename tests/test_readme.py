@@ -80,13 +80,23 @@ def test_every_readme_command_line_names_a_command_and_its_options():
 def test_readme_outputs_never_collide():
     """No two README lines write the same --out (the second would be refused: no output is
     silently replaced)."""
+    import click
+
+    from shuffledp.cli import main
+
     outs = {}
     for line in _walk_module().readme_lines():
-        argv = line.argv
-        if "--out" in argv:
-            out = argv[argv.index("--out") + 1].rstrip("/")
-            assert out not in outs, (line.text, outs.get(out))
-            outs[out] = line.text
+        cmd, argv = main, line.argv
+        while isinstance(cmd, click.Group):
+            cmd, argv = cmd.commands[argv[0]], argv[1:]
+        default = next((p.default for p in cmd.params if p.name in ("out_dir", "out_path")),
+                       None)
+        out = argv[argv.index("--out") + 1] if "--out" in argv else default
+        if out is None:
+            continue
+        out = str(out).rstrip("/")
+        assert out not in outs, (line.text, outs.get(out))
+        outs[out] = line.text
 
 
 def test_readme_quick_lines_run_on_the_installed_package(tmp_path):
