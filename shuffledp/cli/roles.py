@@ -906,6 +906,9 @@ def analyze(params_path, input_path, out_dir, force, key_path, mac_key_path, rep
         with fh:
             h = read_header(fh)
             _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            if h.n_users < p.n_min:  # sure to be refused: say so before decrypting anything
+                raise Refused(f"only {h.n_users} users contributed (the mixed batch's "
+                              f"header); the noise is provisioned for n_min = {p.n_min}")
             key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation, given_key)
             mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path, given_mac)
             shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
