@@ -146,3 +146,26 @@ def test_estimated_progress_shows_an_eta_and_finishes(capsys):
     with EstimatedProgress("step", 2.0, quiet=True, delay=0.0):
         time.sleep(0.1)
     assert capsys.readouterr().err == ""
+
+
+def test_analyze_refuses_too_few_users_from_the_header_before_decrypting(tmp_path, setup_run,
+                                                                          monkeypatch):
+    """Fewer users than n_min in the mixed batch's header: refused (exit 1) without a single
+    decryption."""
+    from shuffledp.protocol import crypto
+
+    r = setup_run
+    (tmp_path / "me.csv").write_text("0.1,0.2\n")
+    run("encode", "--params", r / "params.json", "--analyzer-pub", r / "analyzer.pub",
+        "--input", tmp_path / "me.csv", "--out", r / "b" / "u.bin", "--quiet")
+    run("shuffle", "--params", r / "params.json", "--mac-key", r / "mac.key", "--input",
+        r / "b", "--out", r / "mixed.bin", "--quiet")
+
+    def no_decrypt(*args, **kwargs):
+        raise AssertionError("decrypted a batch that the header already refuses")
+
+    monkeypatch.setattr(crypto, "decrypt_records", no_decrypt)
+    res = run("analyze", "--params", r / "params.json", "--key", r / "analyzer.key",
+              "--mac-key", r / "mac.key", "--input", r / "mixed.bin", "--out", r / "res",
+              "--quiet", code=1)
+    assert "only 1 users contributed" in res.output and "n_min = 5" in res.output
