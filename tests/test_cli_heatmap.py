@@ -179,7 +179,7 @@ def test_outputs_replace_a_fifo_instead_of_blocking(tmp_path):
     signal.alarm(20)
     try:
         res = run(["heatmap", "--grid", "8", "--n", "20", "--no-metrics", "--quiet",
-                   "--out", str(out)])
+                   "--out", str(out), "--force"])
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

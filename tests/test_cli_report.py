@@ -34,10 +34,10 @@ def analyze_report(d) -> dict:
         sim, "--no-keys")
     (d / "u.csv").write_text("0.1,0.2\n0.6,0.7\n")
     for j in range(3):
-        run("encode", "--params", d / "params.json", "--points", d / "u.csv", "--out",
+        run("encode", "--params", d / "params.json", "--input", d / "u.csv", "--out",
             d / "b" / f"{j}.bin", sim)
-    run("shuffle", "--params", d / "params.json", "--in-dir", d / "b", "--out", d / "m.bin", sim)
-    run("analyze", "--params", d / "params.json", "--in", d / "m.bin", "--out", d / "o", sim)
+    run("shuffle", "--params", d / "params.json", "--input", d / "b", "--out", d / "m.bin", sim)
+    run("analyze", "--params", d / "params.json", "--input", d / "m.bin", "--out", d / "o", sim)
     return json.loads((d / "o" / "report.json").read_text())
 
 

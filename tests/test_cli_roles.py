@@ -55,7 +55,7 @@ def test_three_parties_over_files(tmp_path, encrypted):
     rng = np.random.default_rng(0)
     for j in range(n):
         pub = ["--analyzer-pub", tmp_path / "analyzer.pub"] if encrypted else sim
-        res = run("encode", "--params", params, "--points", _points(tmp_path, j, rng), "--out",
+        res = run("encode", "--params", params, "--input", _points(tmp_path, j, rng), "--out",
                   tmp_path / "batches" / f"u{j}.bin", *pub)
         assert (PLAINTEXT_WARNING in res.output) != encrypted
     # a corrupted extra batch is rejected by the shuffler
@@ -63,7 +63,7 @@ def test_three_parties_over_files(tmp_path, encrypted):
     mixed = tmp_path / "mixed.bin"
     mac = ["--mac-key", tmp_path / "mac.key"] if encrypted else []
     before = set(os.listdir(tmp_path))
-    res = run("shuffle", "--params", params, "--in-dir", tmp_path / "batches", "--out", mixed,
+    res = run("shuffle", "--params", params, "--input", tmp_path / "batches", "--out", mixed,
               "--expected-users", n + 1, *sim, *mac)
     # the mixed batch and its report, no temporary file or bucket directory left behind
     assert set(os.listdir(tmp_path)) - before == {"mixed.bin", "mixed.bin.report.json"}
@@ -72,7 +72,7 @@ def test_three_parties_over_files(tmp_path, encrypted):
     assert rep["authenticated"] == encrypted
     assert json.loads((tmp_path / "mixed.bin.report.json").read_text()) == rep
     key = ["--key", tmp_path / "analyzer.key", *mac] if encrypted else sim
-    run("analyze", "--params", params, "--in", mixed, "--out", tmp_path / "out", *key)
+    run("analyze", "--params", params, "--input", mixed, "--out", tmp_path / "out", *key)
     est = np.load(tmp_path / "out" / "estimate.npy")
     assert est.shape == (4, 4) and abs(est.sum() - 1) < 1e-9
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -93,11 +93,11 @@ def test_analyze_releases_the_smoothed_estimate_as_heatmap_does(plain_run, tmp_p
     none gives Reconstruct's output as is (its normalised s_hat)."""
     params = plain_run / "params.json"
     mixed = tmp_path / "m.bin"
-    run("shuffle", "--params", params, "--in-dir", plain_run / "b", "--out", mixed,
+    run("shuffle", "--params", params, "--input", plain_run / "b", "--out", mixed,
         "--plaintext-simulation")
     outs = {}
     for mode in ("auto", "none"):
-        run("analyze", "--params", params, "--in", mixed, "--out", tmp_path / mode,
+        run("analyze", "--params", params, "--input", mixed, "--out", tmp_path / mode,
             "--plaintext-simulation", "--smoothing", mode)
         outs[mode] = (np.load(tmp_path / mode / "estimate.npy"),
                       np.load(tmp_path / mode / "raw.npy"),
@@ -120,7 +120,7 @@ def plain_run(tmp_path_factory):
     pts = d / "u.csv"
     pts.write_text("0.1,0.2\n")
     for j in range(3):
-        run("encode", "--params", params, "--points", pts, "--out", d / "b" / f"{j}.bin",
+        run("encode", "--params", params, "--input", pts, "--out", d / "b" / f"{j}.bin",
             "--plaintext-simulation")
     return d
 
@@ -136,9 +136,9 @@ def test_analyzer_refuses_too_many_dropouts(plain_run, tmp_path):
     d = plain_run
     params = d / "params.json"
     bdir = _copy_batches(d / "b", tmp_path / "b", 2)
-    run("shuffle", "--params", params, "--in-dir", bdir, "--out", tmp_path / "m.bin",
+    run("shuffle", "--params", params, "--input", bdir, "--out", tmp_path / "m.bin",
         "--expected-users", 3, "--plaintext-simulation")
-    res = run("analyze", "--params", params, "--in", tmp_path / "m.bin", "--out",
+    res = run("analyze", "--params", params, "--input", tmp_path / "m.bin", "--out",
               tmp_path / "o", "--plaintext-simulation", code=1)
     assert "refusing to release" in res.output
     assert not (tmp_path / "o" / "estimate.npy").exists()
@@ -148,11 +148,11 @@ def test_shuffle_report_path_option_and_consistency_check(plain_run, tmp_path):
     d = plain_run
     params = d / "params.json"
     rep = tmp_path / "shuffler.json"
-    run("shuffle", "--params", params, "--in-dir", d / "b", "--out", tmp_path / "m.bin",
+    run("shuffle", "--params", params, "--input", d / "b", "--out", tmp_path / "m.bin",
         "--shuffler-report", rep, "--plaintext-simulation", "--expected-users", 3)
     assert json.loads(rep.read_text())["n_forwarded"] == 3
     assert not (tmp_path / "m.bin.report.json").exists()
-    args = ["analyze", "--params", params, "--in", tmp_path / "m.bin", "--plaintext-simulation",
+    args = ["analyze", "--params", params, "--input", tmp_path / "m.bin", "--plaintext-simulation",
             "--shuffler-report", rep]
     run(*args, "--out", tmp_path / "o1")
     report = json.loads((tmp_path / "o1" / "report.json").read_text())
@@ -200,10 +200,10 @@ def test_setup_help_documents_the_mac_key():
 
 def test_plaintext_paths_warn_loudly(plain_run, tmp_path):
     d = plain_run
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", d / "b", "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", d / "b", "--out",
               tmp_path / "m.bin", "--plaintext-simulation")
     assert "WARNING" in res.stderr and "shuffler sees every user's shares" in res.stderr
-    res = run("analyze", "--params", d / "params.json", "--in", tmp_path / "m.bin",
+    res = run("analyze", "--params", d / "params.json", "--input", tmp_path / "m.bin",
               "--out", tmp_path / "o", "--plaintext-simulation")
     assert "WARNING" in res.stderr
 
@@ -212,7 +212,7 @@ def test_shuffle_kind_mismatch_names_the_real_cause(plain_run, tmp_path):
     d = plain_run
     mac = tmp_path / "mac.key"
     mac.write_bytes(encode_key_file(KEY_MAC, bytes(range(32))))
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", d / "b", "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", d / "b", "--out",
               tmp_path / "m.bin", "--mac-key", mac, code=1)  # default: encrypted
     assert "are plaintext (simulation path); pass --plaintext-simulation" in res.output
     assert not (tmp_path / "m.bin").exists()
@@ -225,7 +225,7 @@ def test_user_batch_file_is_read_only_up_to_its_expected_size(plain_run, tmp_pat
     with open(bdir / "huge.bin", "wb") as fh:
         fh.write((d / "b" / "0.bin").read_bytes()[:64])
         fh.truncate(64 << 30)
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", bdir, "--out",
               tmp_path / "m.bin", "--plaintext-simulation")
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["n_forwarded"] == 3 and rep["rejected"] == {"malformed": 1}
@@ -240,15 +240,15 @@ def enc_run(tmp_path_factory):
     params = _setup(d)
     rng = np.random.default_rng(1)
     for j in range(3):
-        run("encode", "--params", params, "--points", _points(d, j, rng), "--out",
+        run("encode", "--params", params, "--input", _points(d, j, rng), "--out",
             d / "b" / f"{j}.bin", "--analyzer-pub", d / "analyzer.pub")
-    run("shuffle", "--params", params, "--in-dir", d / "b", "--out", d / "mixed.bin",
+    run("shuffle", "--params", params, "--input", d / "b", "--out", d / "mixed.bin",
         "--mac-key", d / "mac.key")
     return d
 
 
 def _analyze_enc(d, mixed, out, *extra, code=0):
-    return run("analyze", "--params", d / "params.json", "--in", mixed, "--out", out,
+    return run("analyze", "--params", d / "params.json", "--input", mixed, "--out", out,
                "--key", d / "analyzer.key", *extra, code=code)
 
 
@@ -323,9 +323,9 @@ def test_shuffle_rejects_batches_of_another_setup(enc_run, tmp_path):
     bdir.mkdir()
     for j in range(2):
         (bdir / f"{j}.bin").write_bytes((d / "b" / f"{j}.bin").read_bytes())
-    run("encode", "--params", other / "params.json", "--points", d / "u0.csv", "--out",
+    run("encode", "--params", other / "params.json", "--input", d / "u0.csv", "--out",
         bdir / "z.bin", "--analyzer-pub", other / "analyzer.pub")
-    shuf = ("shuffle", "--params", d / "params.json", "--mac-key", d / "mac.key", "--in-dir",
+    shuf = ("shuffle", "--params", d / "params.json", "--mac-key", d / "mac.key", "--input",
             bdir, "--expected-users", 3)
     res = run(*shuf, "--out", tmp_path / "m.bin")
     rep = json.loads(res.stderr.strip().splitlines()[-1])
@@ -359,15 +359,15 @@ def test_shuffle_spills_to_a_temporary_directory_next_to_out(tmp_path, monkeypat
     pts = tmp_path / "u.csv"
     pts.write_text("0.1,0.2\n0.8,0.5\n")
     for j in range(n):
-        run("encode", "--params", params, "--points", pts, "--out", tmp_path / "b" / f"{j}.bin",
+        run("encode", "--params", params, "--input", pts, "--out", tmp_path / "b" / f"{j}.bin",
             "--plaintext-simulation")
     out = tmp_path / "run" / "mixed.bin"
-    run("shuffle", "--params", params, "--in-dir", tmp_path / "b", "--out", out,
+    run("shuffle", "--params", params, "--input", tmp_path / "b", "--out", out,
         "--plaintext-simulation", "--mac-key", tmp_path / "mac.key", "--memory-limit", 1)
     assert len(made) == 1 and os.path.dirname(made[0]) == str(out.parent)
     assert not os.path.exists(made[0])
     assert sorted(os.listdir(out.parent)) == ["mixed.bin", "mixed.bin.report.json"]
-    run("analyze", "--params", params, "--in", out, "--out", tmp_path / "o",
+    run("analyze", "--params", params, "--input", out, "--out", tmp_path / "o",
         "--plaintext-simulation", "--mac-key", tmp_path / "mac.key")
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["protocol"]["n_users"] == n and report["authenticated"] is True
@@ -427,13 +427,13 @@ def test_shuffle_ignores_and_counts_entries_that_are_not_batch_files(plain_run, 
     bdir = _copy_batches(d / "b", tmp_path / "b", 3)
     make, reason = _NOT_BATCHES[kind]
     make(bdir / "x.bin")
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", bdir, "--out",
               tmp_path / "m.bin", "--plaintext-simulation", "--expected-users", 3)
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["ignored"] == {reason: 1} and "x.bin" in res.stderr
     assert (rep["n_forwarded"], rep["n_dropped"], rep["rejected"]) == (3, 0, {})
     assert rep["n_batch_files"] == 3
-    run("analyze", "--params", d / "params.json", "--in", tmp_path / "m.bin", "--out",
+    run("analyze", "--params", d / "params.json", "--input", tmp_path / "m.bin", "--out",
         tmp_path / "o", "--plaintext-simulation")
 
 
@@ -443,7 +443,7 @@ def test_shuffle_with_only_non_batch_entries_names_them(plain_run, tmp_path):
     bdir.mkdir()
     (bdir / "a.bin").mkdir()
     (bdir / "b.bin").write_bytes(b"")
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", bdir, "--out",
               tmp_path / "m.bin", "--plaintext-simulation", code=1)
     assert "no user batches" in res.output and "a.bin" in res.output and "b.bin" in res.output
     assert "empty: 1" in res.output and "not_a_regular_file: 1" in res.output
@@ -462,7 +462,7 @@ def test_shuffle_report_names_the_reason_of_a_too_short_batch(plain_run, tmp_pat
     short = Header(h.kind, rb, h.digest, h.n_records - 1, 1, 0).pack() + good[HEADER_SIZE:-rb]
     (bdir / "short.bin").write_bytes(short)
     (bdir / "cut.bin").write_bytes(good[: len(good) // 2])
-    res = run("shuffle", "--params", d / "params.json", "--in-dir", bdir, "--out",
+    res = run("shuffle", "--params", d / "params.json", "--input", bdir, "--out",
               tmp_path / "m.bin", "--plaintext-simulation")
     rep = json.loads(res.stderr.strip().splitlines()[-1])
     assert rep["rejected"] == {"incomplete": 1, "truncated": 1}

@@ -53,23 +53,23 @@ def d(tmp_path_factory):
     params = d / "params.json"
     _write(d / "u.csv", "x,y\n0.1,0.2\n0.7,0.9\n")
     for j in range(3):
-        _ok("encode", "--params", params, "--points", d / "u.csv", "--out", d / "enc" / f"{j}.bin",
+        _ok("encode", "--params", params, "--input", d / "u.csv", "--out", d / "enc" / f"{j}.bin",
             "--analyzer-pub", d / "analyzer.pub")
-        _ok("encode", "--params", params, "--points", d / "u.csv",
+        _ok("encode", "--params", params, "--input", d / "u.csv",
             "--out", d / "plain" / f"{j}.bin", "--plaintext-simulation")
-    _ok("encode", "--params", d / "other" / "params.json", "--points", d / "u.csv",
+    _ok("encode", "--params", d / "other" / "params.json", "--input", d / "u.csv",
         "--out", d / "otherb" / "0.bin", "--plaintext-simulation")
-    _ok("encode", "--params", d / "round2" / "params.json", "--points", d / "u.csv",
+    _ok("encode", "--params", d / "round2" / "params.json", "--input", d / "u.csv",
         "--out", d / "round2b" / "0.bin", "--plaintext-simulation")
-    _ok("shuffle", "--params", params, "--in-dir", d / "enc", "--out", d / "m_enc.bin",
+    _ok("shuffle", "--params", params, "--input", d / "enc", "--out", d / "m_enc.bin",
         "--mac-key", d / "mac.key")
-    _ok("shuffle", "--params", params, "--in-dir", d / "plain", "--out", d / "m_plain.bin",
+    _ok("shuffle", "--params", params, "--input", d / "plain", "--out", d / "m_plain.bin",
         "--plaintext-simulation")
-    _ok("shuffle", "--params", params, "--in-dir", d / "plain", "--out", d / "m_keyed.bin",
+    _ok("shuffle", "--params", params, "--input", d / "plain", "--out", d / "m_keyed.bin",
         "--plaintext-simulation", "--mac-key", d / "mac.key")
     for j in range(2):
         _write(d / "plain2" / f"{j}.bin", (d / "plain" / f"{j}.bin").read_bytes())
-    _ok("shuffle", "--params", params, "--in-dir", d / "plain2", "--out", d / "m_drop.bin",
+    _ok("shuffle", "--params", params, "--input", d / "plain2", "--out", d / "m_drop.bin",
         "--plaintext-simulation", "--expected-users", "3")
     # special files
     os.mkfifo(d / "fifo")
@@ -155,7 +155,7 @@ def C(case_id: str, code: int, msg: str, *argv: str):
 
 
 SETUP = ("setup", "--grid", "4", "--n", "3", "--epsilon", "1")
-ENC = ("encode", "--params", "{d}/params.json", "--points", "{d}/u.csv", "--out", "{d}/t/o.bin")
+ENC = ("encode", "--params", "{d}/params.json", "--input", "{d}/u.csv", "--out", "{d}/t/o.bin")
 PUB = ("--analyzer-pub", "{d}/analyzer.pub")
 SIM = "--plaintext-simulation"
 SHUF = ("shuffle", "--params", "{d}/params.json", "--out", "{d}/t/m.bin")
@@ -241,11 +241,11 @@ CASES = [
     C("enc-seed-refused", 2, "--seed", *ENC, *PUB, "--seed", "3"),
     C("enc-pub-and-simulation", 2, "--analyzer-pub", *ENC, *PUB, SIM),
     # ------------------------------------------------------------------ encode: --params
-    C("enc-params-missing", 2, "--params", "encode", "--params", "{d}/nope.json", "--points",
+    C("enc-params-missing", 2, "--params", "encode", "--params", "{d}/nope.json", "--input",
       "{d}/u.csv", "--out", "{d}/t/o.bin", SIM),
-    C("enc-params-directory", 2, "--params", "encode", "--params", "{d}/adir", "--points",
+    C("enc-params-directory", 2, "--params", "encode", "--params", "{d}/adir", "--input",
       "{d}/u.csv", "--out", "{d}/t/o.bin", SIM),
-    *[C(f"enc-params-{name}", code, msg, "encode", "--params", f"{{d}}/{file}", "--points",
+    *[C(f"enc-params-{name}", code, msg, "encode", "--params", f"{{d}}/{file}", "--input",
         "{d}/u.csv", "--out", "{d}/t/o.bin", SIM)
       for name, file, code, msg in [
           ("fifo", "fifo", 2, "--params"),
@@ -261,12 +261,12 @@ CASES = [
           ("too-large", "big.json", 1, "big.json"),
       ]],
     # ------------------------------------------------------------------ encode: --points
-    *[C(f"enc-points-{name}", code, msg, "encode", "--params", "{d}/params.json", "--points",
+    *[C(f"enc-points-{name}", code, msg, "encode", "--params", "{d}/params.json", "--input",
         f"{{d}}/{file}", "--out", "{d}/t/o.bin", SIM)
       for name, file, code, msg in [
-          ("fifo", "fifo", 2, "--points"),
-          ("dev-zero", "zero", 2, "--points"),
-          ("empty", "empty", 1, "--points"),
+          ("fifo", "fifo", 2, "--input"),
+          ("dev-zero", "zero", 2, "--input"),
+          ("empty", "empty", 1, "--input"),
           ("header-only", "pts/header_only.csv", 1, "header_only.csv"),
           ("one-column", "pts/one_col.csv", 1, "one_col.csv, line 1"),
           ("four-columns", "pts/four_col.csv", 1, "four_col.csv, line 1"),
@@ -287,91 +287,91 @@ CASES = [
                                ("short", "short.key", 1), ("long", "long.key", 1),
                                ("empty", "empty", 1), ("low-order-point", "zero.pub", 1)]],
     # ------------------------------------------------------------------ shuffle
-    C("shuf-empty-dir", 1, "no user batches", *SHUF, *MAC, "--in-dir", "{d}/emptydir"),
+    C("shuf-empty-dir", 1, "no user batches", *SHUF, *MAC, "--input", "{d}/emptydir"),
     # a directory, FIFO or link to /dev/zero named like a batch is skipped and counted, not
     # an error: test_cli_roles.py::test_shuffle_ignores_and_counts_entries_...
     C("shuf-plaintext-batches-default", 1, "pass --plaintext-simulation", *SHUF, *MAC,
-      "--in-dir", "{d}/plain"),
+      "--input", "{d}/plain"),
     C("shuf-encrypted-batches-simulation", 1, "are encrypted; pass --encrypted", *SHUF,
-      "--in-dir", "{d}/enc", SIM),
-    C("shuf-all-garbage", 1, "malformed", *SHUF, "--in-dir", "{d}/garbage", SIM),
-    C("shuf-other-params", 1, "wrong_digest", *SHUF, "--in-dir", "{d}/otherb", SIM),
-    C("shuf-other-round", 1, "another setup", *SHUF, "--in-dir", "{d}/round2b", SIM),
-    C("shuf-encrypted-without-mac-key", 2, "--mac-key", *SHUF, "--in-dir", "{d}/enc"),
-    *[C(f"shuf-mac-key-{name}", code, "--mac-key", *SHUF, "--in-dir", "{d}/enc", "--mac-key",
+      "--input", "{d}/enc", SIM),
+    C("shuf-all-garbage", 1, "malformed", *SHUF, "--input", "{d}/garbage", SIM),
+    C("shuf-other-params", 1, "wrong_digest", *SHUF, "--input", "{d}/otherb", SIM),
+    C("shuf-other-round", 1, "another setup", *SHUF, "--input", "{d}/round2b", SIM),
+    C("shuf-encrypted-without-mac-key", 2, "--mac-key", *SHUF, "--input", "{d}/enc"),
+    *[C(f"shuf-mac-key-{name}", code, "--mac-key", *SHUF, "--input", "{d}/enc", "--mac-key",
         f"{{d}}/{file}")
       for name, file, code in [("fifo", "fifo", 2), ("dev-zero", "zero", 2),
                                ("directory", "adir", 2), ("missing", "nope.key", 2),
                                ("short", "short.key", 1), ("long", "long.key", 1),
                                ("empty", "empty", 1)]],
-    C("shuf-memory-limit-zero", 2, "--memory-limit", *SHUF, *MAC, "--in-dir", "{d}/enc",
+    C("shuf-memory-limit-zero", 2, "--memory-limit", *SHUF, *MAC, "--input", "{d}/enc",
       "--memory-limit", "0"),
-    C("shuf-expected-users-zero", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
+    C("shuf-expected-users-zero", 2, "--expected-users", *SHUF, "--input", "{d}/plain", SIM,
       "--expected-users", "0"),
-    C("shuf-expected-users-fewer", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain", SIM,
+    C("shuf-expected-users-fewer", 2, "--expected-users", *SHUF, "--input", "{d}/plain", SIM,
       "--expected-users", "2"),
-    C("shuf-expected-users-above-n", 2, "--expected-users", *SHUF, "--in-dir", "{d}/plain",
+    C("shuf-expected-users-above-n", 2, "--expected-users", *SHUF, "--input", "{d}/plain",
       SIM, "--expected-users", "4"),
-    C("shuf-out-in-in-dir", 2, "--out", "shuffle", "--params", "{d}/params.json", "--in-dir",
+    C("shuf-out-in-in-dir", 2, "--out", "shuffle", "--params", "{d}/params.json", "--input",
       "{d}/plain", SIM, "--out", "{d}/plain/mixed.bin"),
-    C("shuf-in-dir-missing", 2, "--in-dir", *SHUF, "--in-dir", "{d}/nope"),
+    C("shuf-in-dir-missing", 2, "--input", *SHUF, "--input", "{d}/nope"),
     C("shuf-params-json-list", 1, "list.json", "shuffle", "--params", "{d}/list.json",
-      "--in-dir", "{d}/plain", "--out", "{d}/t/m.bin"),
+      "--input", "{d}/plain", "--out", "{d}/t/m.bin"),
     # ------------------------------------------------------------------ analyze
-    C("an-in-fifo", 2, "--in", *AN, *KEY, "--in", "{d}/fifo"),
-    C("an-in-dev-zero", 2, "--in", *AN, *KEY, "--in", "{d}/zero"),
-    C("an-in-empty", 1, "empty", *AN, *KEY, "--in", "{d}/empty"),
-    C("an-in-garbage", 1, "garbage/0.bin", *AN, *KEY, "--in", "{d}/garbage/0.bin"),
+    C("an-in-fifo", 2, "--input", *AN, *KEY, "--input", "{d}/fifo"),
+    C("an-in-dev-zero", 2, "--input", *AN, *KEY, "--input", "{d}/zero"),
+    C("an-in-empty", 1, "empty", *AN, *KEY, "--input", "{d}/empty"),
+    C("an-in-garbage", 1, "garbage/0.bin", *AN, *KEY, "--input", "{d}/garbage/0.bin"),
     C("an-in-user-batch", 1, "wrong_kind: expected an encrypted mixed batch", *AN, *KEY,
-      "--in", "{d}/enc/0.bin"),
-    C("an-in-truncated", 1, "m_trunc.bin", *AN, SIM, "--in", "{d}/m_trunc.bin"),
-    C("an-in-trailing-bytes", 1, "m_trail.bin", *AN, SIM, "--in", "{d}/m_trail.bin"),
-    C("an-in-tag-missing", 1, "32 (tag)", *AN, SIM, "--in", "{d}/m_notag.bin"),
+      "--input", "{d}/enc/0.bin"),
+    C("an-in-truncated", 1, "m_trunc.bin", *AN, SIM, "--input", "{d}/m_trunc.bin"),
+    C("an-in-trailing-bytes", 1, "m_trail.bin", *AN, SIM, "--input", "{d}/m_trail.bin"),
+    C("an-in-tag-missing", 1, "32 (tag)", *AN, SIM, "--input", "{d}/m_notag.bin"),
     C("an-in-other-params", 1, "other protocol parameters", "analyze", "--params",
-      "{d}/other/params.json", "--out", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
+      "{d}/other/params.json", "--out", "{d}/t/out", SIM, "--input", "{d}/m_plain.bin"),
     C("an-in-other-round", 1, "each setup draws a fresh round id", "analyze", "--params",
-      "{d}/round2/params.json", "--out", "{d}/t/out", SIM, "--in", "{d}/m_plain.bin"),
-    C("an-in-record-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
+      "{d}/round2/params.json", "--out", "{d}/t/out", SIM, "--input", "{d}/m_plain.bin"),
+    C("an-in-record-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--input",
       "{d}/m_flip.bin"),
-    C("an-in-n-dropped-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--in",
+    C("an-in-n-dropped-altered", 1, "tag does not verify", *AN, *KEY, *MAC, "--input",
       "{d}/m_ndrop.bin"),
-    C("an-in-keyed-tag-stripped", 1, "no keyed tag", *AN, *KEY, *MAC, "--in",
+    C("an-in-keyed-tag-stripped", 1, "no keyed tag", *AN, *KEY, *MAC, "--input",
       "{d}/m_stripped.bin"),
-    C("an-encrypted-without-mac-key", 2, "--mac-key", *AN, *KEY, "--in", "{d}/m_enc.bin"),
-    C("an-keyed-plaintext-without-mac-key", 2, "--mac-key", *AN, SIM, "--in",
+    C("an-encrypted-without-mac-key", 2, "--mac-key", *AN, *KEY, "--input", "{d}/m_enc.bin"),
+    C("an-keyed-plaintext-without-mac-key", 2, "--mac-key", *AN, SIM, "--input",
       "{d}/m_keyed.bin"),
-    C("an-mac-key-with-unkeyed-batch", 1, "--mac-key", *AN, SIM, *MAC, "--in",
+    C("an-mac-key-with-unkeyed-batch", 1, "--mac-key", *AN, SIM, *MAC, "--input",
       "{d}/m_plain.bin"),
     C("an-mac-key-of-another-run", 1, "--mac-key", *AN, *KEY, "--mac-key",
-      "{d}/round2/mac.key", "--in", "{d}/m_enc.bin"),
+      "{d}/round2/mac.key", "--input", "{d}/m_enc.bin"),
     *[C(f"an-mac-key-{name}", code, "--mac-key", *AN, *KEY, "--mac-key", f"{{d}}/{file}",
-        "--in", "{d}/m_enc.bin")
+        "--input", "{d}/m_enc.bin")
       for name, file, code in [("fifo", "fifo", 2), ("dev-zero", "zero", 2),
                                ("short", "short.key", 1), ("long", "long.key", 1)]],
-    C("an-workers-zero", 2, "--workers", *AN, *KEY, *MAC, "--in", "{d}/m_enc.bin",
+    C("an-workers-zero", 2, "--workers", *AN, *KEY, *MAC, "--input", "{d}/m_enc.bin",
       "--workers", "0"),
-    C("an-encrypted-without-key", 2, "--key", *AN, "--in", "{d}/m_enc.bin"),
-    C("an-encrypted-with-simulation", 2, "--plaintext-simulation", *AN, SIM, "--in",
+    C("an-encrypted-without-key", 2, "--key", *AN, "--input", "{d}/m_enc.bin"),
+    C("an-encrypted-with-simulation", 2, "--plaintext-simulation", *AN, SIM, "--input",
       "{d}/m_enc.bin"),
-    C("an-plaintext-without-flag", 2, "--plaintext-simulation", *AN, "--in", "{d}/m_plain.bin"),
-    C("an-key-and-simulation", 2, "--key", *AN, *KEY, SIM, "--in", "{d}/m_enc.bin"),
-    C("an-key-short", 1, "--key", *AN, "--key", "{d}/short.key", *MAC, "--in", "{d}/m_enc.bin"),
-    C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", *MAC, "--in", "{d}/m_enc.bin"),
-    C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", *MAC, "--in", "{d}/m_enc.bin"),
-    C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", *MAC, "--in", "{d}/m_enc.bin"),
-    C("an-key-wrong", 1, "m_enc.bin decrypts", *AN, "--key", "{d}/wrong.key", *MAC, "--in",
+    C("an-plaintext-without-flag", 2, "--plaintext-simulation", *AN, "--input", "{d}/m_plain.bin"),
+    C("an-key-and-simulation", 2, "--key", *AN, *KEY, SIM, "--input", "{d}/m_enc.bin"),
+    C("an-key-short", 1, "--key", *AN, "--key", "{d}/short.key", *MAC, "--input", "{d}/m_enc.bin"),
+    C("an-key-long", 1, "--key", *AN, "--key", "{d}/long.key", *MAC, "--input", "{d}/m_enc.bin"),
+    C("an-key-fifo", 2, "--key", *AN, "--key", "{d}/fifo", *MAC, "--input", "{d}/m_enc.bin"),
+    C("an-key-dev-zero", 2, "--key", *AN, "--key", "{d}/zero", *MAC, "--input", "{d}/m_enc.bin"),
+    C("an-key-wrong", 1, "m_enc.bin decrypts", *AN, "--key", "{d}/wrong.key", *MAC, "--input",
       "{d}/m_enc.bin"),
-    C("an-report-inconsistent", 1, "m_badrep.bin.report.json", *AN, SIM, "--in",
+    C("an-report-inconsistent", 1, "m_badrep.bin.report.json", *AN, SIM, "--input",
       "{d}/m_badrep.bin"),
-    C("an-report-not-json", 1, "m_notjsonrep.bin.report.json", *AN, SIM, "--in",
+    C("an-report-not-json", 1, "m_notjsonrep.bin.report.json", *AN, SIM, "--input",
       "{d}/m_notjsonrep.bin"),
-    C("an-report-fifo", 2, "--shuffler-report", *AN, SIM, "--in", "{d}/m_plain.bin",
+    C("an-report-fifo", 2, "--shuffler-report", *AN, SIM, "--input", "{d}/m_plain.bin",
       "--shuffler-report", "{d}/fifo"),
-    C("an-report-missing", 2, "--shuffler-report", *AN, SIM, "--in", "{d}/m_plain.bin",
+    C("an-report-missing", 2, "--shuffler-report", *AN, SIM, "--input", "{d}/m_plain.bin",
       "--shuffler-report", "{d}/nope.json"),
-    C("an-too-many-dropouts", 1, "refusing to release", *AN, SIM, "--in", "{d}/m_drop.bin"),
+    C("an-too-many-dropouts", 1, "refusing to release", *AN, SIM, "--input", "{d}/m_drop.bin"),
     C("an-out-is-a-file", 2, "--out", "analyze", "--params", "{d}/params.json",
-      "--out", "{d}/u.csv", SIM, "--in", "{d}/m_plain.bin"),
+      "--out", "{d}/u.csv", SIM, "--input", "{d}/m_plain.bin"),
 ]
 
 
@@ -403,3 +403,34 @@ def test_bad_input_is_a_one_line_error(d, argv, code, msg):
 def test_the_sweep_is_large():
     assert len(CASES) >= 100
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_b_sweep_reports_encrypted_bytes_and_plots_utility_against_bits(tmp_path):
+    """The B sweep's table and plots carry the encrypted batch (what a device uploads) next
+    to the paper's bits and the plaintext batch, and utility_vs_bits.png puts Fig. 12 and
+    13 together."""
+    pytest.importorskip("matplotlib")
+    from shuffledp.grid import Grid
+    from shuffledp.protocol.params import derive_params
+    from shuffledp.sweep import read_runs
+    from shuffledp.sweep.plot import wire_bytes, with_wire_bytes
+
+    out = tmp_path / "sw"
+    res = CliRunner().invoke(main, ["sweep", "--param", "B", "--values", "1,16", "--repeats",
+                                    "2", "--grid", "8", "--n", "10", "--no-emd", "--quiet",
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "utility_vs_bits.png").stat().st_size > 0
+    assert (out / "bits_per_user.png").stat().st_size > 0
+    rows = read_runs(out)
+    for b in (1, 16):
+        p = derive_params(Grid(8, 8), 10, epsilon=5.0, delta=1e-5, B=b, dropout=0.0)
+        row = next(r for r in rows if r["model"] == "shuffle" and r["B"] == b)
+        assert wire_bytes(row) == {"bytes_per_user": p.bytes_per_user,
+                                   "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
+        line = next(ln for ln in res.output.splitlines() if ln.split()[:2] == [str(b), "8x8"])
+        assert line.split()[-1] == f"{p.encrypted_bytes_per_user / 1e6:.3f}"
+    assert all(r["encrypted_bytes_per_user"] is None for r in with_wire_bytes(rows)
+               if r["model"] != "shuffle")
+    # a record whose plaintext size the parameters do not give is not guessed at
+    assert wire_bytes({**row, "bytes_per_user": row["bytes_per_user"] + 1}) is None

@@ -192,9 +192,9 @@ def cli_round(tmp_path_factory):
         pts = d / f"u{j}.csv"
         pts.write_text("\n".join(f"{a},{b}" for a, b in RNG.random((3, 2))))
         run("encode", "--params", d / "run" / "params.json", "--analyzer-pub",
-            d / "run" / "analyzer.pub", "--points", pts, "--out", d / "all" / f"u{j}.bin")
+            d / "run" / "analyzer.pub", "--input", pts, "--out", d / "all" / f"u{j}.bin")
     run("encode", "--params", d / "run" / "params.json", "--analyzer-pub",
-        d / "other" / "analyzer.pub", "--points", d / "u0.csv", "--out", d / "wrong.bin")
+        d / "other" / "analyzer.pub", "--input", d / "u0.csv", "--out", d / "wrong.bin")
     return d
 
 
@@ -205,14 +205,14 @@ def _shuffle(d, out, names):
         (src / name).write_bytes(((d / "all" / name) if name != "wrong.bin"
                                   else d / "wrong.bin").read_bytes())
     run("shuffle", "--params", d / "run" / "params.json", "--mac-key", d / "run" / "mac.key",
-        "--in-dir", src, "--out", out)
+        "--input", src, "--out", out)
     return out
 
 
 def _analyze_cmd(d, mixed, out, ledger):
     return CLI + ["analyze", "--params", str(d / "run" / "params.json"), "--key",
                   str(d / "run" / "analyzer.key"), "--mac-key", str(d / "run" / "mac.key"),
-                  "--in", str(mixed), "--out", str(out), "--release-ledger", str(ledger)]
+                  "--input", str(mixed), "--out", str(out), "--release-ledger", str(ledger)]
 
 
 def test_analyze_refuses_the_second_release_of_a_round_across_processes(cli_round, tmp_path):
@@ -248,8 +248,8 @@ def test_analyze_uses_a_ledger_next_to_params_by_default(cli_round, tmp_path):
     part = _shuffle(d, tmp_path / "m5.bin", [f"u{j}.bin" for j in range(5)])
     args = ["--params", tmp_path / "run" / "params.json", "--key", d / "run" / "analyzer.key",
             "--mac-key", d / "run" / "mac.key"]
-    run("analyze", *args, "--in", part, "--out", tmp_path / "o1")
-    res = run("analyze", *args, "--in", full, "--out", tmp_path / "o2", code=1)
+    run("analyze", *args, "--input", part, "--out", tmp_path / "o1")
+    res = run("analyze", *args, "--input", full, "--out", tmp_path / "o2", code=1)
     assert "already released" in res.output
     assert (tmp_path / "run" / "releases.jsonl").exists()
 
@@ -258,7 +258,7 @@ def test_analyze_drops_a_batch_encrypted_to_a_wrong_key(cli_round, tmp_path):
     d = cli_round
     mixed = _shuffle(d, tmp_path / "m.bin", [f"u{j}.bin" for j in range(5)] + ["wrong.bin"])
     run("analyze", "--params", d / "run" / "params.json", "--key", d / "run" / "analyzer.key",
-        "--mac-key", d / "run" / "mac.key", "--in", mixed, "--out", tmp_path / "o",
+        "--mac-key", d / "run" / "mac.key", "--input", mixed, "--out", tmp_path / "o",
         "--release-ledger", tmp_path / "l.jsonl")
     rep = json.loads((tmp_path / "o" / "report.json").read_text())
     assert rep["protocol"]["n_users"] == 5 and rep["protocol"]["n_unreadable_batches"] == 1
@@ -270,7 +270,7 @@ def test_analyze_refuses_a_mixed_batch_below_n_min(cli_round, tmp_path):
     d = cli_round
     mixed = _shuffle(d, tmp_path / "m.bin", [f"u{j}.bin" for j in range(4)])
     res = run("analyze", "--params", d / "run" / "params.json", "--key",
-              d / "run" / "analyzer.key", "--mac-key", d / "run" / "mac.key", "--in", mixed,
+              d / "run" / "analyzer.key", "--mac-key", d / "run" / "mac.key", "--input", mixed,
               "--out", tmp_path / "o", "--release-ledger", tmp_path / "l.jsonl", code=1)
     assert "only 4 users contributed" in res.output and "n_min = 5" in res.output
     assert not (tmp_path / "o").exists() and not (tmp_path / "l.jsonl").exists()
@@ -280,6 +280,6 @@ def test_analyze_names_a_wrong_key(cli_round, tmp_path):
     d = cli_round
     mixed = _shuffle(d, tmp_path / "m.bin", [f"u{j}.bin" for j in range(5)])
     res = run("analyze", "--params", d / "run" / "params.json", "--key",
-              d / "other" / "analyzer.key", "--mac-key", d / "run" / "mac.key", "--in", mixed,
+              d / "other" / "analyzer.key", "--mac-key", d / "run" / "mac.key", "--input", mixed,
               "--out", tmp_path / "o", "--release-ledger", tmp_path / "l.jsonl", code=1)
     assert "--key" in res.output and "none of the first 64 messages" in res.output

@@ -96,8 +96,8 @@ def test_render_png_side_by_side(tmp_path):
     out = render_png(tmp_path / "h.png", panels, min_size=64)
     img = Image.open(out)
     assert img.format == "PNG" and img.mode == "RGB"
-    # three 64 x 32 panels with 8 px padding, an 18 px title strip
-    assert img.size == (8 + 3 * (64 + 8), 8 + 18 + 32 + 8)
+    # three 64 x 32 panels with 8 px padding, an 18 px title strip, the orientation line
+    assert img.size == (8 + 3 * (64 + 8), 8 + 18 + 32 + 2 * 16 + 8)
     px = np.asarray(img)
     # the hot pixel of the first panel (row 2, col 3 scaled by 4) is the brightest colour
     assert tuple(px[8 + 18 + 2 * 4 + 1, 8 + 3 * 4 + 1]) == tuple(COLORMAP[255])

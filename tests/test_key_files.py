@@ -65,7 +65,7 @@ def test_both_halves_of_a_key_pair_show_one_key_id():
 
 def test_encode_refuses_the_mac_key_as_the_analyzer_public_key(keys, tmp_path):
     res = run("encode", "--params", keys / "params.json", "--analyzer-pub", keys / "mac.key",
-              "--points", keys / "p.csv", "--out", tmp_path / "u.bin", code=1)
+              "--input", keys / "p.csv", "--out", tmp_path / "u.bin", code=1)
     assert res.output.strip() == (
         f"Error: --analyzer-pub {keys / 'mac.key'}: holds the shuffler-analyzer MAC key (MAC "
         "KEY), not the analyzer's public key; pass analyzer.pub, written by `shuffledp setup`")
@@ -74,7 +74,7 @@ def test_encode_refuses_the_mac_key_as_the_analyzer_public_key(keys, tmp_path):
 
 def test_encode_refuses_the_private_key_and_says_it_stays_on_the_analyzer(keys, tmp_path):
     res = run("encode", "--params", keys / "params.json", "--analyzer-pub",
-              keys / "analyzer.key", "--points", keys / "p.csv", "--out", tmp_path / "u.bin",
+              keys / "analyzer.key", "--input", keys / "p.csv", "--out", tmp_path / "u.bin",
               code=1)
     assert "holds the analyzer's private key" in res.output and "never on a device" in res.output
 
@@ -87,8 +87,8 @@ def test_encode_refuses_the_private_key_and_says_it_stays_on_the_analyzer(keys, 
 def test_every_command_checks_the_kind(keys, tmp_path, cmd, option, given, want):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "x.bin").write_bytes(b"x")
-    base = (["shuffle", "--in-dir", tmp_path / "b", "--out", tmp_path / "m.bin"] if cmd ==
-            "shuffle" else ["analyze", "--in", keys / "p.csv", "--out", tmp_path / "o"])
+    base = (["shuffle", "--input", tmp_path / "b", "--out", tmp_path / "m.bin"] if cmd ==
+            "shuffle" else ["analyze", "--input", keys / "p.csv", "--out", tmp_path / "o"])
     res = run(*base, "--params", keys / "params.json", option, keys / given, code=1)
     assert f"{option} {keys / given}: holds" in res.output and f"not {want}" in res.output
 
@@ -96,7 +96,7 @@ def test_every_command_checks_the_kind(keys, tmp_path, cmd, option, given, want)
 def test_untyped_raw_key_is_refused_with_the_reason(keys, tmp_path):
     raw = tmp_path / "old.pub"
     raw.write_bytes(decode_key_file((keys / "analyzer.pub").read_bytes(), KEY_ANALYZER_PUBLIC))
-    res = run("encode", "--params", keys / "params.json", "--analyzer-pub", raw, "--points",
+    res = run("encode", "--params", keys / "params.json", "--analyzer-pub", raw, "--input",
               keys / "p.csv", "--out", tmp_path / "u.bin", code=1)
     assert "32 raw bytes without a type header" in res.output and "shuffledp setup" in res.output
 
@@ -135,7 +135,7 @@ def test_a_fifo_or_a_device_as_key_file_is_refused_without_blocking(keys, tmp_pa
     os.mkfifo(fifo)
     for path in (fifo, "/dev/zero"):
         res = run("encode", "--params", keys / "params.json", "--analyzer-pub", path,
-                  "--points", keys / "p.csv", "--out", tmp_path / "u.bin", code=2)
+                  "--input", keys / "p.csv", "--out", tmp_path / "u.bin", code=2)
         assert "not a regular file" in res.output
 
 

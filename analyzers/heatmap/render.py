@@ -125,6 +125,8 @@ def render_png(
     origin: str = "upper",
     caption: str | Sequence[str] | None = None,
     colorbar: bool = False,
+    extent: tuple[float, float, float, float] | None = None,
+    axis_labels: tuple[str, str] = ("x", "y"),
 ) -> Path:
     """Write heatmaps side by side, each with its title, to a PNG file (Pillow only).
 
@@ -138,7 +140,8 @@ def render_png(
         Output file; parent directories must exist.
     panels : sequence of (str, array_like)
         ``(title, heatmap)`` pairs, e.g. ``[("true", h), ("baseline", hb), ("ours", ho)]``.
-        Heatmaps are non-negative finite 2-D arrays; shapes may differ.
+        Heatmaps are non-negative finite 2-D arrays; shapes may differ. A title may hold
+        several lines (``"\\n"``), e.g. the panel's name and its own guarantee.
     min_size : int
         Minimum displayed size (pixels) of a panel's longer side, >= 1.
     shared_scale : bool
@@ -152,6 +155,14 @@ def render_png(
     colorbar : bool
         Draw a colour bar right of the panels, labelled with what the colours mean (share of
         each panel's own maximum, or of the common maximum with ``shared_scale``).
+    extent : (x_min, x_max, y_min, y_max), optional
+        What the panels' columns and rows span, in the units of ``axis_labels`` (e.g.
+        longitude and latitude of a SNAP bounding box): tick labels are drawn at the edges
+        and middle of every panel's bottom and of the first panel's left side. Without it
+        no ticks are drawn. Either way a line under the panels states the orientation (which
+        way y grows, hence where north is on a map drawn with ``origin="lower"``).
+    axis_labels : (str, str)
+        Names of the horizontal and vertical axes (default ``("x", "y")``).
 
     Returns
     -------
@@ -162,7 +173,8 @@ def render_png(
     ------
     ValueError
         If ``panels`` is empty or not a sequence of (title, 2-D non-negative finite array)
-        pairs, ``min_size`` is not an integer >= 1, or ``origin`` is unknown.
+        pairs, ``min_size`` is not an integer >= 1, ``origin`` is unknown or ``extent`` is
+        not four finite numbers with x_min < x_max and y_min < y_max.
     TypeError
         If a panel's array is not numeric.
     OSError
@@ -184,6 +196,12 @@ def render_png(
         raise ValueError(f"origin must be 'upper' or 'lower', got origin={origin!r}")
     items = _iv_panels(panels)
     global_max = max(float(a.max()) for _, a in items)
+    if extent is not None:
+        ext = tuple(float(e) for e in extent)
+        if len(ext) != 4 or not all(np.isfinite(ext)) or not (ext[0] < ext[1] and
+                                                             ext[2] < ext[3]):
+            raise ValueError("extent must be (x_min, x_max, y_min, y_max), finite, with "
+                             f"x_min < x_max and y_min < y_max, got extent={extent!r}")
 
     if caption is None:
         lines: list[str] = []
@@ -191,30 +209,40 @@ def render_png(
         lines = caption.splitlines()
     else:
         lines = [str(x) for x in caption]
-    font = _font(12)
-    pad, title_h, line_h = 8, 18, 16
+    font, small = _font(12), _font(10)
+    pad, line_h = 8, 16
+    n_title = max(len(title.split("\n")) for title, _ in items)
+    title_h = 4 + 14 * n_title
     images = [(title, _panel_image(arr, global_max if shared_scale else float(arr.max()),
                                    origin, int(min_size)))
               for title, arr in items]
     panel_h = max(img.height for _, img in images)
     bar_w, bar_label_w = 14, 110
-    width = pad + sum(img.width + pad for _, img in images)
+    left = 8 + (60 if extent is not None else 0)  # room for the y tick labels
+    width = left + sum(img.width + pad for _, img in images)
     if colorbar:
         width += bar_w + bar_label_w + pad
     head = pad + line_h * len(lines)
-    height = head + title_h + panel_h + pad
+    foot = (16 if extent is not None else 0) + 2 * line_h
+    height = head + title_h + panel_h + foot + pad
     canvas = Image.new("RGB", (width, height), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     for i, line in enumerate(lines):
         draw.text((pad, pad + i * line_h), line, fill=(0, 0, 0), font=font)
-    x = pad
+    x = left
     top_y = head + title_h
-    for title, img in images:
-        draw.text((x, head + 2), title, fill=(0, 0, 0), font=font)
+    for k, (title, img) in enumerate(images):
+        for j, tl in enumerate(title.split("\n")):
+            draw.text((x, head + 2 + 14 * j), tl, fill=(0, 0, 0), font=font if j == 0 else small)
         canvas.paste(img, (x, top_y))
+        if extent is not None:
+            _draw_ticks(draw, (x, top_y), img.size, ext, origin, axis_labels, k == 0, small)
         x += img.width + pad
     if colorbar:
         _draw_colorbar(canvas, draw, (x, top_y), bar_w, panel_h, shared_scale, font)
+    note_y = top_y + panel_h + (18 if extent is not None else 4)
+    draw.text((left, note_y), _orientation_note(origin, axis_labels), fill=(0, 0, 0),
+              font=small)
     out = Path(path)
     canvas.save(out, format="PNG")
     return out
@@ -243,6 +271,48 @@ def _panel_image(arr: np.ndarray, top: float, origin: str, min_size: int) -> Any
     img = Image.fromarray(np.ascontiguousarray(rgb))
     factor = max(1, -(-min_size // max(arr.shape)))
     return img.resize((arr.shape[1] * factor, arr.shape[0] * factor), Image.Resampling.NEAREST)
+
+
+def _orientation_note(origin: str, axis_labels: tuple[str, str]) -> str:
+    """Which way the axes grow on the picture (north up when y is the latitude and
+    ``origin="lower"``)."""
+    xl, yl = axis_labels
+    if origin == "lower":
+        way = f"{yl} grows upward (north up when {yl} is the latitude)"
+    else:
+        way = f"{yl} grows downward (row 0 at the top, image convention)"
+    return f"orientation: {xl} grows to the right, {way}"
+
+
+def _fmt_tick(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def _draw_ticks(draw: Any, at: tuple[int, int], size: tuple[int, int],
+                ext: tuple[float, ...], origin: str, axis_labels: tuple[str, str],
+                with_y: bool, font: Any) -> None:
+    """Tick marks and values at the edges and middle of a panel's bottom (x) and, for the
+    first panel, of its left side (y), with the axis names."""
+    x0, y0 = at
+    w, h = size
+    black = (0, 0, 0)
+    for frac in (0.0, 0.5, 1.0):
+        px = x0 + round(frac * (w - 1))
+        draw.line([(px, y0 + h), (px, y0 + h + 4)], fill=black)
+        label = _fmt_tick(ext[0] + frac * (ext[1] - ext[0]))
+        draw.text((px - 3 * len(label) * (frac > 0) // (2 if frac < 1 else 1), y0 + h + 4),
+                  label, fill=black, font=font)
+    draw.text((x0 + w // 2 + 30, y0 + h + 4), f"{axis_labels[0]} ->", fill=black, font=font)
+    if not with_y:
+        return
+    for frac in (0.0, 0.5, 1.0):  # frac of the height from the top
+        py = y0 + round(frac * (h - 1))
+        share = 1.0 - frac if origin == "lower" else frac
+        draw.line([(x0 - 4, py), (x0, py)], fill=black)
+        draw.text((x0 - 58, py - 6), _fmt_tick(ext[2] + share * (ext[3] - ext[2])),
+                  fill=black, font=font)
+    draw.text((x0 - 58, y0 + h // 4), axis_labels[1] + (" ^" if origin == "lower" else " v"),
+              fill=black, font=font)
 
 
 def _draw_colorbar(canvas: Any, draw: Any, at: tuple[int, int], bar_w: int, panel_h: int,

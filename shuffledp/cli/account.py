@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -55,7 +57,6 @@ from shuffledp.cli.common import (
     Group,
     Real,
     as_refusal,
-    as_usage_error,
     delta_option,
     dropout_option,
     epsilon_option,
@@ -64,6 +65,27 @@ from shuffledp.cli.common import (
     w_option,
     warn,
 )
+from shuffledp.cli.common import as_usage_error as _as_usage_error
+
+T = TypeVar("T")
+#: a library argument spelt as Python (``method='closed-form'``, ``k=2``)
+_PY_ARGUMENT = re.compile(r"\b(method|randomizer|model)='([^']*)'")
+
+
+def cli_spelling(message: str) -> str:
+    """A library message with its Python spellings of arguments (``method='closed-form'``)
+    rewritten as the options that set them (``--method closed-form``)."""
+    return _PY_ARGUMENT.sub(lambda m: f"--{m.group(1)} {m.group(2)}", message)
+
+
+def as_usage_error(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`shuffledp.cli.common.as_usage_error`, its message in option spellings."""
+    try:
+        return _as_usage_error(fn, *args, **kwargs)
+    except click.UsageError as exc:
+        raise click.UsageError(cli_spelling(exc.message)) from None
+    except click.ClickException as exc:
+        raise click.ClickException(cli_spelling(exc.message)) from None
 
 
 # --------------------------------------------------------------------------- output
@@ -196,6 +218,9 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
     if method == "krr-blanket" and randomizer != "krr":
         raise click.BadParameter("krr-blanket needs --randomizer krr --k K",
                                  param_hint="--method")
+    if method == "binary-rr-exact" and (randomizer != "krr" or k != 2):
+        raise click.BadParameter("binary-rr-exact needs --randomizer krr --k 2",
+                                 param_hint="--method")
     from shuffledp.accounting.amplification.clones import shuffle_ldp as _shuffle_ldp
     from shuffledp.cli.common import progress_bar
 
@@ -212,21 +237,38 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
             bar.update(done - last[0])
             last[0] = done
 
-        b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer, k=k,
-                           progress=follow, **kw)
+        from shuffledp.cli.common import EstimatedProgress
+
+        # binary RR's exact walk reports its progress (the bar); the other bounds do not:
+        # a line with the time elapsed instead
+        with EstimatedProgress("account shuffle-ldp: computing the bound", None,
+                               as_json or (randomizer == "krr" and k == 2)):
+            b = as_usage_error(_shuffle_ldp, n, eps0, delta, method, randomizer=randomizer,
+                               k=k, progress=follow, **kw)
     rec = b.to_dict()
     if d == 1.0:
         # exact divergence of shuffled k-RR (binary RR for a general randomizer) on one pair
         # of data sets: no valid bound can certify at or below it
         from shuffledp.accounting.amplification.krr_lower import krr_lower_epsilon
+        from shuffledp.cli.common import EstimatedProgress
 
-        rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2, rtol=rtol)
+        with EstimatedProgress("account shuffle-ldp: the exact lower bound", None, as_json):
+            rec["epsilon_refuted"], fam = krr_lower_epsilon(n, eps0, delta, k=k or 2,
+                                                            rtol=rtol)
         rec["refuted_by"] = (f"exact shuffled {k or 2}-RR, others holding "
                              f"{'x1^0' if fam == 'x0' else 'a third value'}" if fam else None)
     _warn_invalid(b.notes, b.valid)
+    # ``valid`` is whether the amplification bound's condition holds; the (epsilon, delta)
+    # printed holds either way (without amplification it is eps0 d, by post-processing)
+    rec["amplified"] = bool(b.valid)
+    rec["holds"] = True
+    if not as_json:
+        rec["amplified"] = ("yes" if b.valid else
+                            "no: this method certifies no amplification here, so epsilon is "
+                            "eps0 d, which holds (shuffling is post-processing)")
     _emit(rec, as_json,
           ["n", "eps0", "d", "delta", "method", "epsilon", "epsilon_lower", "tolerance",
-           "valid", "epsilon_refuted"])
+           "amplified", "epsilon_refuted"])
 
 
 @account.command("summation")
@@ -238,15 +280,21 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
 @w_option()
 @click.option("--gamma", type=POSITIVE, default=None, help="Per-level decay (default 1/sqrt 2).")
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
-              default="largest_remainder", show_default=True)
+              default="largest_remainder", show_default=True,
+              help="How a user's level vector is scaled by B and rounded: largest_remainder keeps "
+                   "every level summing to exactly B; floor is Ghazi et al. App. F's.")
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out", "add_remove"]),
               default="replace", show_default=True,
               help="replace or zero_out (n public); add_remove is refused: the noise is "
                    "planned from n.")
 @dropout_option()
-@click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True)
+@click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True,
+              help="Largest probability that any coordinate's sum leaves the decoding window "
+                   "(wrap-around mod q; it costs accuracy, not privacy), in (0, 1).")
 @click.option("--decoding", type=click.Choice(["shifted", "centred"]), default="shifted",
-              show_default=True)
+              show_default=True,
+              help="Decoding window of the sums mod q: shifted [-t, q - 1 - t] (the smallest "
+                   "q = n B + 2 t + 1) or centred (q = 2 (n B + t) + 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout, wrap_target,
                   decoding, as_json):
@@ -266,24 +314,84 @@ def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dro
                    wrap_target=wrap_target, decoding=decoding, **kw)
     rec = p.to_dict()
     rec["grid"] = str(grid)
+    wire = _wire_figures(grid, n, epsilon, delta, B, w, rounding, neighbour, dropout,
+                         wrap_target, decoding, kw)
+    rec.update(wire)
     _emit(rec, as_json,
           ["grid", "n", "n_min", "epsilon", "delta", "B", "m", "levels", "q", "decode_low", "r",
-           "messages_per_user", "bits_per_message", "bits_per_user", "wrap_probability"])
+           "messages_per_user", "bits_per_message", "bits_per_user", *wire, "polya_shape",
+           "wrap_probability"])
+    if not as_json:
+        _noise_table(rec)
+
+
+def _wire_figures(grid: Any, n: int, epsilon: float, delta: float, B: int, w: int,
+                  rounding: str, neighbour: str, dropout: float, wrap_target: float,
+                  decoding: str, kw: dict) -> dict[str, int]:
+    """What one user's batch takes on the wire: plaintext (simulation path) and encrypted
+    (deployment path, one HPKE encapsulation per message), from
+    :class:`shuffledp.protocol.params.ProtocolParams` (the centred decoding has no protocol
+    record: empty then)."""
+    from shuffledp.protocol.params import derive_params
+
+    if decoding != "shifted":
+        return {}
+    try:
+        p = derive_params(grid, n, epsilon=epsilon, delta=delta, B=B, w=w, rounding=rounding,
+                          neighbour=neighbour, dropout=dropout, wrap_target=wrap_target, **kw)
+    except (ValueError, TypeError):
+        return {}
+    return {"bytes_per_user": p.bytes_per_user,
+            "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
+
+
+def _noise_table(rec: dict[str, Any]) -> None:
+    """The noise of every measured level: its budget, sensitivity, the discrete Laplace
+    parameter of the summed noise and its standard deviation (in units of the scaled sums,
+    and divided by B: in units of the users' mass)."""
+    click.echo("noise per measured level (the sum of all users' Polya noise is DL(a) per "
+               "coordinate):")
+    click.echo(f"{'level':>6} {'cells':>8} {'eps_i':>10} {'sens.':>6} {'a = DL parameter':>18} "
+               f"{'noise std':>11} {'std / B':>9}")
+    B = rec["B"]
+    for lvl, size, eps, sens, a, std in zip(rec["levels"], rec["level_sizes"],
+                                            rec["level_epsilons"], rec["level_sensitivities"],
+                                            rec["dl_parameters"], rec["level_noise_std"]):
+        click.echo(f"{lvl:>6} {size:>8} {eps:>10.4g} {sens:>6} {a:>18.10f} {std:>11.5g} "
+                   f"{std / B:>9.4g}")
 
 
 @account.command("compose")
 @click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--spec", type=click.Path(dir_okay=False), default=None,
-              help="JSON spec of releases (reports with counts, events, parallel groups).")
+              help="JSON spec of releases (reports with counts, events, parallel groups; "
+                   "format and example below and in docs/accounting.md).")
 @click.option("--times", type=COUNT, default=1, show_default=True,
               help="Each REPORT counts this many times (e.g. 365 daily releases alike).")
 @delta_option(default=None, help="Total delta of the composition (default: the spec's).")
 @click.option("--discretization", type=Real(0.0, 0.1, closed_high=True), default=None,
               help="PLD grid interval (default 1e-4; pessimistic rounding).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def compose_cmd(reports, spec, times, delta, discretization, as_json):
+@click.option("--quiet", is_flag=True, help="No progress line on stderr.")
+def compose_cmd(reports, spec, times, delta, discretization, as_json, quiet):
     """Total (epsilon, delta) of several releases: each REPORT is a release's report.json
-    (its guarantee's event), or give --spec FILE.
+    or the output of `shuffledp account shuffle-ldp --json` / `summation --json` saved to a
+    file (anything whose 'guarantee' carries its event), or give --spec FILE.
+
+    \b
+    Example: shuffledp account shuffle-ldp --n 100000 --eps0 1 --delta 1e-6 --json > s.json
+             shuffledp account compose s.json out/report.json --delta 1e-5
+
+    \b
+    A spec is a JSON object (paths relative to the spec's folder):
+      {"delta": 1e-6,
+       "releases": [
+         {"report": "day1/report.json", "count": 365},
+         {"event": {"type": "discrete_laplace", "parameter": 0.1,
+                    "sensitivity": 1, "neighbour": "replace"}, "count": 4},
+         {"parallel": [{"report": "a/report.json"}, {"report": "b/report.json"}]}]}
+    "count" repeats a release, "parallel" holds releases on disjoint users, "delta" is the
+    total delta (else --delta), "discretization" the PLD grid.
 
     Prints basic composition, advanced composition (Kairouz-Oh-Viswanath 2015, Thm 3.5) and
     the PLD composition of the releases' dominating pairs (its numerical error bound
@@ -315,7 +423,14 @@ def compose_cmd(reports, spec, times, delta, discretization, as_json):
                 acc.compose(ev, k * (times - 1))
     if delta is None:
         raise click.UsageError("give the total --delta (or 'delta' in the spec)")
-    res = as_refusal("no certified composition", acc.epsilon, delta)
+    from shuffledp.cli.common import EstimatedProgress
+
+    total = sum(k for _, k in acc.events)
+    # the PLD of K alike releases takes about log2(K) convolutions, each as long as its
+    # support: no estimate is known in advance, so the line shows the time elapsed
+    with EstimatedProgress(f"account compose: PLD composition of {total:,} releases", None,
+                           quiet):
+        res = as_refusal("no certified composition", acc.epsilon, delta)
     for note in list(notes) + list(res.notes):
         warn(note)
     rec = res.to_dict()

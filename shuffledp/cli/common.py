@@ -40,7 +40,12 @@ import click
 # the report and array writers are shared with the services (shuffledp.serve): base layer
 from shuffledp.accounting.budget import DEFAULT_DROPOUT
 from shuffledp.errors import Refused
-from shuffledp.safe_io import json_default, write_npy, write_report  # noqa: F401
+from shuffledp.safe_io import (  # noqa: F401
+    NotRegularFileError,
+    json_default,
+    write_npy,
+    write_report,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -81,6 +86,8 @@ def one_line_errors() -> Iterator[None]:
         ) from None
     except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise
+    except NotRegularFileError as exc:  # a path that is not a regular file: a usage error
+        raise click.UsageError(str(exc)) from None
     except (ValueError, TypeError, OSError, KeyError, csv.Error, RecursionError) as exc:
         raise click.ClickException(str(exc) or type(exc).__name__) from exc
     except Exception as exc:  # last resort: one line, the traceback only on request
@@ -92,11 +99,23 @@ def one_line_errors() -> Iterator[None]:
 
 
 class Command(click.Command):
-    """A click command that runs inside :func:`one_line_errors`."""
+    """A click command that runs inside :func:`one_line_errors`, refuses to overwrite the
+    outputs of an earlier run (:class:`OutputOption`, unless ``--force``) and accepts the
+    deprecated spellings of its options (:class:`AliasedOption`) with a warning."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _rewrite_aliases(self, args))
 
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors():
-            return super().invoke(ctx)
+            refuse_overwrite(self, ctx)
+            try:
+                return super().invoke(ctx)
+            except OSError as exc:
+                named = _output_error(self, ctx, exc)
+                if named is None:
+                    raise
+                raise named from None
 
 
 class Group(click.Group):
@@ -295,17 +314,149 @@ def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
                   show_default=True, **kwargs)
 
 
-def out_dir_option(**kwargs: Any) -> Callable[[F], F]:
-    """``--out`` for a command that writes a set of files."""
+def out_dir_option(writes: tuple[str, ...] = (), **kwargs: Any) -> Callable[[F], F]:
+    """``--out`` for a command that writes a set of files.
+
+    ``writes`` names the files the command writes there: the command then refuses (exit 1)
+    to run when one of them exists, unless ``--force`` (:func:`refuse_overwrite`; the
+    command needs a :func:`force_option`).
+    """
     kwargs.setdefault("help", "Output directory (created if missing).")
-    return option("--out", "out_dir",
-                  type=click.Path(file_okay=False), show_default=True, **kwargs)
+    return click.option("--out", "out_dir", cls=OutputOption, writes=tuple(writes),
+                        type=click.Path(file_okay=False), show_default=True, **kwargs)
 
 
-def out_file_option(**kwargs: Any) -> Callable[[F], F]:
-    """``--out`` for a command that writes one artefact: the file to write."""
+def out_file_option(checked: bool = True, **kwargs: Any) -> Callable[[F], F]:
+    """``--out`` for a command that writes one artefact: the file to write (refused when it
+    exists, unless ``--force``, if ``checked``)."""
     kwargs.setdefault("help", "Output file (its directory is created if missing).")
-    return option("--out", "out_path", type=click.Path(dir_okay=False), **kwargs)
+    return click.option("--out", "out_path", cls=OutputOption, writes=("",) if checked else (),
+                        type=click.Path(dir_okay=False), **kwargs)
+
+
+def force_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--force``: replace the outputs of an earlier run (:func:`refuse_overwrite`)."""
+    kwargs.setdefault("help", "Replace the files an earlier run wrote to --out (without it "
+                              "the command refuses to overwrite them).")
+    return click.option("--force", is_flag=True, **kwargs)
+
+
+class OutputOption(click.Option):
+    """An ``--out`` option that knows the files its command writes (``writes``: names inside
+    the directory, or ``("",)`` for the file itself)."""
+
+    def __init__(self, *args: Any, writes: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes = writes
+
+
+def refuse_overwrite(command: click.Command, ctx: click.Context) -> None:
+    """Before the command runs: every ``--out`` can be created (a usage error, exit 2,
+    naming the option otherwise), and none holds files an earlier run wrote (refused, exit
+    1, unless ``--force``): no output is silently replaced."""
+    for param in command.params:
+        if not isinstance(param, OutputOption):
+            continue
+        value = ctx.params.get(param.name or "")
+        if value is None:
+            continue
+        kind = param.type  # a click.Path
+        _check_creatable(param.opts[0], os.fspath(value),
+                         bool(getattr(kind, "file_okay", True)),
+                         bool(getattr(kind, "dir_okay", True)))
+        if not param.writes or ctx.params.get("force"):
+            continue
+        found = [name for name in param.writes
+                 if os.path.lexists(os.path.join(os.fspath(value), name) if name
+                                    else os.fspath(value))
+                 and not (not name and os.path.isdir(value) and not os.listdir(value))]
+        if not found:
+            continue
+        opt = param.opts[0]
+        if found == [""]:
+            raise click.ClickException(
+                f"{opt} {value} exists; refusing to overwrite it (pass --force to replace "
+                f"it, or choose another {opt})")
+        raise click.ClickException(
+            f"{opt} {value} holds {', '.join(os.path.join(value, f) for f in found)} of an "
+            f"earlier run; refusing to overwrite (pass --force to replace them, or choose "
+            f"another {opt})")
+
+
+def _output_error(command: click.Command, ctx: click.Context,
+                  exc: OSError) -> click.ClickException | None:
+    """An OSError on a path inside one of the command's ``--out`` as a one-line error
+    naming the option (None for any other path)."""
+    if not exc.filename:
+        return None
+    failed = os.path.abspath(os.fspath(exc.filename))
+    for param in command.params:
+        value = ctx.params.get(param.name or "") if isinstance(param, OutputOption) else None
+        if value is None:
+            continue
+        root = os.path.abspath(os.fspath(value))
+        if failed == root or failed.startswith(root + os.sep) or root.startswith(failed + os.sep):
+            return click.ClickException(f"{param.opts[0]} {value}: cannot write "
+                                        f"{exc.filename}: {exc.strerror or exc}")
+    return None
+
+
+def _check_creatable(option: str, path: str, file_okay: bool, dir_okay: bool) -> None:
+    """``path`` exists as a kind the option accepts (a file if ``file_okay``, a directory
+    if ``dir_okay``) or can be created: its nearest existing ancestor is a writable
+    directory."""
+    p = os.path.abspath(path)
+    if os.path.lexists(p):
+        if os.path.isdir(p) and not dir_okay:
+            raise click.BadParameter(f"{path} is a directory, expected a file",
+                                     param_hint=option)
+        if not os.path.isdir(p) and not file_okay:
+            raise click.BadParameter(f"{path} is not a directory", param_hint=option)
+        return
+    parent = os.path.dirname(p)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"cannot create {path}: {parent} is not a directory",
+                                 param_hint=option)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot create {path}: {parent} is not writable",
+                                 param_hint=option)
+
+
+class AliasedOption(click.Option):
+    """An option with deprecated spellings (``aliases``): accepted, hidden from ``--help``,
+    and each use warns on stderr naming the new spelling."""
+
+    def __init__(self, *args: Any, aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = tuple(aliases)
+
+
+def _rewrite_aliases(command: click.Command, args: list[str]) -> list[str]:
+    """``args`` with every deprecated spelling replaced by its option's name (a warning
+    each); arguments after ``--`` are left alone."""
+    table = {a: p.opts[0] for p in command.params if isinstance(p, AliasedOption)
+             for a in p.aliases}
+    if not table:
+        return args
+    out: list[str] = []
+    for k, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[k:])
+        name, eq, rest = arg.partition("=")
+        if name in table:
+            warn(f"{name} is deprecated; use {table[name]} (same meaning)")
+            arg = table[name] + eq + rest
+        out.append(arg)
+    return out
+
+
+def input_option(dest: str = "input_path", aliases: tuple[str, ...] = (),
+                 **kwargs: Any) -> Callable[[F], F]:
+    """``--input``: the one name of a command's input file (or, for a command that reads a
+    set of files, their directory); ``aliases`` are the deprecated spellings."""
+    return click.option("--input", dest, cls=AliasedOption, aliases=aliases, **kwargs)
 
 
 # --------------------------------------------------------------------------- outputs
@@ -329,6 +480,59 @@ def progress_bar(total: int, desc: str, unit: str, quiet: bool, delay: float = 1
 
     return tqdm(total=total, desc=desc, unit=unit, disable=quiet, delay=delay,
                 dynamic_ncols=True, leave=False)
+
+
+class EstimatedProgress:
+    """A progress bar on stderr for a step that reports no progress of its own: it advances
+    with the time elapsed against an estimate of the step's duration (measured on a sample of
+    the work by the caller), so it shows an ETA; it stops at 99% until the step ends. Nothing
+    is drawn with ``quiet`` or for a step shorter than ``delay`` seconds.
+
+    Used as a context manager around the step.
+    """
+
+    def __init__(self, desc: str, seconds: float | None, quiet: bool,
+                 delay: float = 1.0) -> None:
+        self.desc, self.seconds, self.quiet, self.delay = desc, seconds, quiet, delay
+        self._done: Any = None
+        self._thread: Any = None
+
+    def __enter__(self) -> EstimatedProgress:
+        import threading
+        import time
+
+        if self.quiet:
+            return self
+        self._done = threading.Event()
+        start = time.perf_counter()
+        total = None if self.seconds is None else max(1, round(self.seconds))
+
+        def run() -> None:
+            from tqdm import tqdm
+
+            assert self._done is not None
+            if self._done.wait(self.delay):
+                return
+            desc = self.desc + (" (estimated)" if total is not None else "")
+            with tqdm(total=total, desc=desc, unit="s", dynamic_ncols=True, leave=False,
+                      bar_format=None if total is not None else
+                      "{desc}: {elapsed} elapsed") as bar:
+                while not self._done.wait(0.5):
+                    now = time.perf_counter() - start
+                    target = now if total is None else min(now, 0.99 * total)
+                    bar.update(max(0.0, target - bar.n))
+                if total is not None:
+                    bar.update(total - bar.n)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._done is not None:
+            self._done.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def warn(message: str) -> None:

@@ -42,6 +42,7 @@ from shuffledp.cli.common import (
     Count,
     delta_option,
     epsilon_option,
+    force_option,
     n_option,
     out_dir_option,
     write_npy,
@@ -59,13 +60,17 @@ def _locations(input_path: str | None, n: int, side: int, seed: int | None):
     and each user's id is a 63-bit hash of her own user_id (so that another user joining or
     leaving never moves her to another shard)."""
     from shuffledp import datasets
+    from shuffledp.safe_io import NotRegularFileError
 
     if input_path is None:
         density = datasets.population_image(side, spread=(0.02, 0.15), background=0.5)
         rows, cols = datasets.sample_pixels(density, n, seed)
         return rows, cols, ("users sampled from population_image("
                             f"{side}, spread=(0.02, 0.15), background=0.5)"), density, None
-    table = datasets.load_csv(input_path)
+    try:
+        table = datasets.load_csv(input_path)
+    except NotRegularFileError as e:  # a usage error naming the option (exit 2)
+        raise click.BadParameter(str(e), param_hint="--input") from None
     names, first = np.unique(table.user.astype(str), return_index=True)
     order = np.argsort(first)  # users in the order they first appear in the file
     names, first = names[order], first[order]
@@ -146,10 +151,11 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
 @click.option("--report-error", "report_error", is_flag=True,
               help="Add the MSE to the true density, the flat baseline's, and the true "
                    "density to the PNG (evaluation only: not private).")
-@out_dir_option(required=True)
+@out_dir_option(writes=("estimate.npy", "tree.png", "report.json"), required=True)
+@force_option()
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
                   dropout_rate, c, eq7, b, aggregation, secagg_graph, seed, neighbour,
-                  max_users, delta, report_error, out_dir):
+                  max_users, delta, report_error, out_dir, force):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
     from shuffledp.analyzers.federated.tree import mse
     from shuffledp.analyzers.heatmap.render import render_png

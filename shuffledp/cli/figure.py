@@ -30,6 +30,7 @@ from shuffledp.cli.common import (
     SEED,
     Command,
     allow_large_option,
+    force_option,
     grid_option,
     heatmap_memory,
     n_option,
@@ -69,11 +70,12 @@ EVALUATION_LABEL = ("evaluation, not a private release: shows the true (non-priv
               help="Gaussian filter sigma in pixels (Sec. 2.3).")
 @click.option("--seed", type=SEED, default=None,
               help="Seed all noise (reproducible figure); default: fresh OS entropy.")
-@out_dir_option(default="out")
+@out_dir_option(writes=("figure3.png", "report.json"), default="out")
+@force_option()
 @click.option("--quiet", is_flag=True, help="No progress messages.")
 @allow_large_option
 def figure(number, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, top_percent, sigma,
-           seed, out_dir, quiet, allow_large) -> None:
+           seed, out_dir, force, quiet, allow_large) -> None:
     """Draw a figure of Ghazi et al. (AAAI 2023) on any input (an evaluation, not a release).
 
     ``shuffledp figure 3``: for each --epsilon a row of Gaussian-filtered heatmaps, true (no

@@ -36,6 +36,7 @@ from shuffledp.cli.common import (
     as_usage_error,
     delta_option,
     epsilon_option,
+    force_option,
     grid_option,
     heatmap_memory,
     n_option,
@@ -91,7 +92,9 @@ class _Progress:
 @epsilon_option(default=1.0)
 @w_option()
 @click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
-              show_default=True)
+              show_default=True,
+              help="central: Alg. 1 with the noise added once to the true sum; shuffle: the "
+                   "App. F summation protocol simulated end to end (--B, --delta).")
 @click.option("--algorithm", type=click.Choice(["sparse", "dense", "auto"]), default="sparse",
               show_default=True,
               help="Central model: sparse = Ghazi et al. (AAAI 2023) Alg. 1-2 (error "
@@ -128,7 +131,8 @@ class _Progress:
 @click.option("--seed", type=SEED, default=None,
               help="Seed all noise (research: the report then says 'reproducible evaluation, "
                    "not a private release'); default: fresh OS entropy.")
-@out_dir_option(default="out")
+@out_dir_option(writes=("estimate.npy", "heatmap.png", "report.json"), default="out")
+@force_option()
 @click.option("--metrics", "metric_set", type=click.Choice(METRIC_SETS), default="fast",
               show_default=True,
               help="fast: KL, CC, SIM, MSE, L1 for all, exact EMD for ours and the Laplace "
@@ -163,7 +167,7 @@ class _Progress:
               help="Total delta of a new --budget-ledger.")
 @click.pass_context
 def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding,
-            delta, sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics,
+            delta, sigma, top_percent, neighbour, seed, out_dir, force, metric_set, no_metrics,
             smoothing, quiet, backend, scheduler, allow_large, evaluate=None, budget_ledger=None,
             budget_epsilon=None, budget_delta=None, algorithm="sparse", public_n=None,
             sparsity=None) -> None:
@@ -245,8 +249,10 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
             "budget_ledger": None if receipt is None else receipt.to_dict(),
         })
         _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
-                       [("ours (private release)", h_ours)], report,
-                       caption=_release_caption(ours, grid, sigma, seed))
+                       [("ours (private release)\n" + _guarantee_line(ours.guarantee), h_ours)],
+                       report, caption=_release_caption(ours, grid, sigma, seed)
+                       + _SHAPES_NOTE[smoothing],
+                       axes=_map_axes(fmt, box))
         progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, "
                  f"{out / 'heatmap.png'} ({report['release']})")
         return
@@ -281,10 +287,14 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
         "baselines": {name: rel.guarantee.to_dict() for name, rel in baselines.items()},
     })
     _write_outputs(out, np.asarray(ours.estimate, dtype=np.float64),
-                   [("true (non-private)", h_truth),
-                    (_panel_title("Laplace baseline", metrics.get("laplace")), h_base),
-                    (_panel_title("ours", metrics.get("ours")), h_ours)],
-                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed))
+                   [("true (non-private)\nno guarantee: the data itself", h_truth),
+                    (_panel_title("Laplace baseline", metrics.get("laplace")) + "\n"
+                     + _guarantee_line(baselines["laplace"].guarantee), h_base),
+                    (_panel_title("ours", metrics.get("ours")) + "\n"
+                     + _guarantee_line(ours.guarantee), h_ours)],
+                   report, caption=_caption(ours, users.n_users, grid, sigma, source, seed)
+                   + _SHAPES_NOTE[smoothing],
+                   axes=_map_axes(fmt, box))
     progress(f"wrote {out / 'estimate.npy'}, {out / 'report.json'}, {out / 'heatmap.png'} "
              f"({report['release']})")
     if not quiet and metrics:
@@ -355,6 +365,16 @@ def _public_source(input_path: str | None, data_seed: int | None) -> str:
 
     seed = datasets.BUILTIN_DATA_SEED if data_seed is None else data_seed
     return f"built-in synthetic mixture (data seed {seed})"
+
+
+#: what the shapes in our panel are (one caption line): the sparse estimate's coarse cells,
+#: and the smoothing's Gaussian blobs
+_SHAPES_NOTE = {
+    "auto": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell;",
+             "round blobs: --smoothing auto", "  (post-processing)"],
+    "none": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell",
+             "  (--smoothing none: Alg. 2 as is)"],
+}
 
 
 def _release_caption(release: Any, grid: Any, sigma: float, seed: int | None) -> list[str]:
@@ -530,8 +550,8 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
     kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
     data = "built-in synthetic mixture" if source.startswith("synthetic") else "input"
     lines = [
-        f"ours and the Laplace baseline: {g.model} model, {kind}, epsilon = {g.epsilon:g}"
-        f"{delta}; neighbours: {g.neighbour.value}",
+        f"ours: {g.model} model, {kind}, epsilon = {g.epsilon:g}{delta}; neighbours: "
+        f"{g.neighbour.value} (each panel states its own guarantee)",
         f"{n_users} users ({data}), {grid} grid; heatmaps with a Gaussian filter, sigma = "
         f"{sigma:g} px; CC (1 = perfect) and EMD (0 = perfect) against the true heatmap",
     ]
@@ -539,6 +559,23 @@ def _caption(release: Any, n_users: int, grid: Any, sigma: float, source: str,
                  "release (the Laplace baseline) are shown" + (
                      "" if seed is None else f"; --seed {seed}: reproducible noise"))
     return lines
+
+
+def _guarantee_line(g: Any) -> str:
+    """A panel's own guarantee, one short line: model, notion, epsilon (delta), neighbours."""
+    kind = "pure eps-DP" if g.notion == "pure" else "(eps, delta)-DP"
+    delta = "" if g.delta == 0 else f", d={g.delta:.1g}"
+    return f"{g.model}, {kind}, eps={g.epsilon:g}{delta}, {g.neighbour.token}"
+
+
+def _map_axes(fmt: str, box: Any) -> dict[str, Any]:
+    """Drawing geometry: y grows upward (north up), with the SNAP box's longitude and
+    latitude as axes, or the unit square's x and y."""
+    if fmt == "snap" and box is not None:
+        lat_min, lat_max, lon_min, lon_max = box
+        return {"origin": "lower", "extent": (lon_min, lon_max, lat_min, lat_max),
+                "axis_labels": ("longitude", "latitude")}
+    return {"origin": "lower", "extent": (0.0, 1.0, 0.0, 1.0), "axis_labels": ("x", "y")}
 
 
 def _plain_event(guarantee: Any) -> Any:
@@ -636,7 +673,8 @@ def _load_table(input_path: str | None, fmt: str, box: Any, n_users: int,
 
 
 def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
-                   report: dict[str, Any], caption: list[str] | None = None) -> None:
+                   report: dict[str, Any], caption: list[str] | None = None,
+                   axes: dict[str, Any] | None = None) -> None:
     """estimate.npy, heatmap.png and report.json, each written to a fresh file and renamed
     into place (never through a FIFO or link planted at the name, never half-written)."""
     from shuffledp.analyzers.heatmap.render import render_png
@@ -645,7 +683,7 @@ def _write_outputs(out: Path, estimate: np.ndarray, panels: list,
     out.mkdir(parents=True, exist_ok=True)
     write_npy(out / "estimate.npy", estimate)
     with atomic_path(out / "heatmap.png", suffix=".png") as tmp:
-        render_png(tmp, panels, caption=caption, colorbar=True)
+        render_png(tmp, panels, caption=caption, colorbar=True, **(axes or {}))
     write_report(out, report)
 
 

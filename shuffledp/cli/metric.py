@@ -53,6 +53,7 @@ from shuffledp.cli.common import (
     Real,
     as_refusal,
     delta_option,
+    force_option,
     grid_option,
     json_default,
     out_dir_option,
@@ -127,7 +128,8 @@ def _common_options(fn: F) -> F:
                      help="Largest delta' accepted (above it the release is refused)."),
         click.option("--seed", type=SEED, default=None,
                      help="Reproducible evaluation (not a private release)."),
-        out_dir_option(required=True),
+        out_dir_option(writes=("release.json", "report.json"), required=True),
+        force_option(),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -173,7 +175,7 @@ def metric() -> None:
                    "data of the same shape (Hadamard response wins most of Imola et al. "
                    "Table 2(b)'s local settings; GKRR at small k, small r or large n).")
 def freq_cmd(input_path, s, t, r, delta, model, alpha0, target_alpha, max_delta_out, seed,
-             out_dir, baseline_epsilon, mechanism):
+             out_dir, force, baseline_epsilon, mechanism):
     """Frequencies under user-level metric DP: FreqEstLocal with GKRR (Imola et al., Alg. 4)
     or Hadamard response, whichever is more accurate for the parameters (--mechanism)."""
     from shuffledp.analyzers.metric.freq import choose_freq_mechanism, freq_est_local
@@ -252,7 +254,7 @@ def _chosen_release(chosen: str, rel: Any, krr: Any) -> tuple[dict, Any, str]:
 @metric.command("itemwise")
 @_common_options
 def itemwise_cmd(input_path, s, t, r, delta, model, alpha0, target_alpha, max_delta_out, seed,
-                 out_dir):
+                 out_dir, force):
     """PrivEMDItemWise with GKRR (Imola et al., Alg. 2): the shuffled released items."""
     from shuffledp.analyzers.metric.itemwise import priv_emd_itemwise
     from shuffledp.encoders.metric.mechanisms import GKRR
@@ -295,8 +297,12 @@ def itemwise_cmd(input_path, s, t, r, delta, model, alpha0, target_alpha, max_de
 def load_user_points(path: str, grid: Any) -> np.ndarray:
     """(n, m) cell indices of a ``user_id,x,y`` CSV snapped to ``grid`` (equal m per user)."""
     from shuffledp.datasets import load_csv
+    from shuffledp.safe_io import NotRegularFileError
 
-    table = load_csv(path)
+    try:
+        table = load_csv(path)
+    except NotRegularFileError as e:
+        raise click.BadParameter(str(e), param_hint="--input") from None
     if not np.all(table.weight == 1.0):
         raise ValueError(f"--input {path}: the linear query averages unweighted points; "
                          "drop the weight column or set every weight to 1")
@@ -306,8 +312,8 @@ def load_user_points(path: str, grid: Any) -> np.ndarray:
     if sizes.min() != sizes.max():
         short, long = int(np.argmin(sizes)), int(np.argmax(sizes))
         raise ValueError(f"--input {path}: every user must hold the same number of points "
-                         f"(bounded d_EM-DP); user {ids[short]!r} has {sizes[short]}, user "
-                         f"{ids[long]!r} has {sizes[long]}")
+                         f"(bounded d_EM-DP); user {str(ids[short])!r} has {sizes[short]}, user "
+                         f"{str(ids[long])!r} has {sizes[long]}")
     order = np.argsort(inverse, kind="stable")
     return cells[order].reshape(ids.size, int(sizes[0]))
 
@@ -335,14 +341,17 @@ def _point(text: str) -> tuple[float, float]:
               show_default=True, help="laplace: (alpha, 0); gaussian: (alpha, --delta).")
 @click.option("--delta", type=UNIT, default=None, help="delta of the Gaussian variant.")
 @click.option("--model", type=click.Choice(["local", "central"]), default="central",
-              show_default=True)
+              show_default=True,
+              help="local: each user randomizes her own answer; central: the server adds the "
+                   "noise once to the users' average.")
 @click.option("--baseline-epsilon", "baseline_epsilon", type=POSITIVE, default=None,
               help="Budget of the user-level Laplace baseline  [default: alpha]")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
-@out_dir_option(required=True)
+@out_dir_option(writes=("release.json", "report.json"), required=True)
+@force_option()
 def linear_cmd(input_path, grid, city, alpha, noise, delta, model, baseline_epsilon, seed,
-               out_dir):
+               out_dir, force):
     """PrivEMDLinear (Imola et al., Alg. 1): the average distance to a city."""
     from shuffledp.analyzers.metric.linear import priv_emd_linear, query_value, user_level_linear
     from shuffledp.encoders.metric.spaces import grid_space

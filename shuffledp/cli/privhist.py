@@ -32,6 +32,7 @@ from shuffledp.cli.common import (
     Command,
     allow_large_option,
     epsilon_option,
+    force_option,
     out_dir_option,
     write_report,
 )
@@ -49,7 +50,8 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
 @click.option("--input", "input_path", type=click.Path(exists=True),
               required=True, help="Frequency list: 'count' or 'count,prevalence' per line.")
 @epsilon_option(required=True, help="Total privacy budget epsilon (> 0).")
-@out_dir_option(required=True)
+@out_dir_option(writes=("histogram.txt", "report.json"), required=True)
+@force_option()
 @click.option("--split", type=click.Choice(SPLITS), default="lean", show_default=True,
               help="Budget split: lean (eps/20 to the count N, the most accurate measured), "
                    "paper (eps/3 each), or App. C.1.3's practical choice (eps/10 to N).")
@@ -68,8 +70,8 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
 @click.option("--coverage-samples", "coverage_samples", type=COUNT, default=None,
               help="m of the support coverage estimate  [default: the released N]")
 @allow_large_option
-def privhist_cmd(input_path, epsilon, out_dir, split, regime, seed, report_error, support_bound,
-                 coverage_samples, allow_large):
+def privhist_cmd(input_path, epsilon, out_dir, force, split, regime, seed, report_error,
+                 support_bound, coverage_samples, allow_large):
     """Release an anonymized histogram under pure epsilon-DP (PrivHist)."""
     from shuffledp.analyzers.privhist import (
         estimate_properties,

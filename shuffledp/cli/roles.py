@@ -4,11 +4,11 @@
 
     shuffledp setup   --grid 320x240 --n 50 --epsilon 5 --delta 1e-5 --B 256 --out run/
     shuffledp encode  --params run/params.json --analyzer-pub run/analyzer.pub \\
-                      --points user7.csv --out run/batches/u7.bin
+                      --input user7.csv --out run/batches/u7.bin
     shuffledp shuffle --params run/params.json --mac-key run/mac.key \\
-                      --in-dir run/batches --out run/mixed.bin
+                      --input run/batches --out run/mixed.bin
     shuffledp analyze --params run/params.json --key run/analyzer.key --mac-key run/mac.key \\
-                      --in run/mixed.bin --out run/result
+                      --input run/mixed.bin --out run/result
 
 The encrypted path is the default everywhere. ``setup`` writes ``params.json`` (the validated
 :class:`~shuffledp.protocol.params.ProtocolParams`, with a fresh round id: batches of another
@@ -69,12 +69,16 @@ from shuffledp.cli.common import (
     REPORT_FILE_LIMIT,
     B_option,
     Command,
+    EstimatedProgress,
+    OutputOption,
     allow_large_option,
     as_refusal,
     delta_option,
     dropout_option,
     epsilon_option,
+    force_option,
     grid_option,
+    input_option,
     n_option,
     option,
     out_dir_option,
@@ -280,7 +284,9 @@ _params_option = click.option(
 @B_option(default=256)
 @w_option()
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
-              default="largest_remainder", show_default=True)
+              default="largest_remainder", show_default=True,
+              help="How a user's level vector is scaled by B and rounded: largest_remainder keeps "
+                   "every level summing to exactly B; floor is Ghazi et al. App. F's.")
 @dropout_option()
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
               show_default=True,
@@ -292,9 +298,10 @@ _params_option = click.option(
                    "only with --plaintext-simulation.")
 @click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
 @click.option("--force", is_flag=True,
-              help=f"Replace existing key files ({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
+              help=f"Replace an earlier setup in --out: params.json and the key files "
+                   f"({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
-@out_dir_option(required=True)
+@out_dir_option(writes=("params.json", KEY_FILE, MAC_FILE, PUB_FILE), required=True)
 def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
           plaintext_simulation, force, allow_large, out_dir):
     """Derive and write the protocol parameters and the keys of one protocol run.
@@ -369,24 +376,42 @@ def _write_keys(out: Path, force: bool) -> None:
 # --------------------------------------------------------------------------- encode
 @click.command("encode", cls=Command)
 @_params_option
-@click.option("--points", type=click.Path(exists=True, dir_okay=False), required=True,
-              help="CSV of this user's points: x,y[,weight] in [0,1) (header optional).")
-@out_file_option(required=True, help="The user's batch to write (one file).")
+@input_option(aliases=("--points",),
+              type=click.Path(exists=True, dir_okay=False), required=True,
+              help="CSV of this user's points: x,y[,weight] in [0,1) (header optional); with "
+                   "--bulk, a CSV of many users: user_id,x,y[,weight] (header required, as "
+                   "`shuffledp heatmap --input` reads).")
+@click.option("--out", "out_path", cls=OutputOption, writes=("",), type=click.Path(),
+              required=True,
+              help="The user's batch to write (one file); with --bulk, the folder of the "
+                   "batches (one USER_ID.bin per user; created, or empty).")
+@force_option(help="Replace an existing --out file (with --bulk: write into a non-empty "
+                   "folder, replacing batches of the same names).")
 @click.option("--analyzer-pub", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Encrypt every message to this X25519 public key (required unless "
                    "--plaintext-simulation).")
+@click.option("--bulk", is_flag=True,
+              help="Deployment test: encode every user of a user_id,x,y[,weight] --input into "
+                   "the --out folder, one batch file per user, in parallel (--workers).")
+@click.option("--workers", type=COUNT, default=None,
+              help="Processes: with --bulk, users encoded at once; otherwise processes "
+                   "sealing one user's messages [default: one per CPU].")
 @click.option("--plaintext-simulation", is_flag=True, help=_SIM_HELP)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--seed", type=str, default=None, hidden=True,
               help="Refused: the device encoder takes no seed.")
 @allow_large_option
-def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, seed,
-           allow_large):
-    """Encode one user's points into a batch of messages (user side).
+def encode(params_path, input_path, out_path, force, analyzer_pub, bulk, workers,
+           plaintext_simulation, quiet, seed, allow_large):
+    """Encode one user's points into a batch of messages (user side); --bulk: every user
+    of a CSV, one batch file each, on every core.
 
     Every random value (the Polya noise and the shares) comes from the cryptographically
-    secure generator; there is no seed.
+    secure generator; there is no seed. A progress bar with an ETA (on stderr; --quiet
+    silences it) follows the encryption of the messages, or, with --bulk, the users.
     """
-    from shuffledp.encoders.encoder import user_batch
+    from shuffledp.cli.common import progress_bar
+    from shuffledp.cli.device import encode_one
 
     if seed is not None:
         raise click.BadParameter(
@@ -400,16 +425,64 @@ def encode(params_path, points, out_path, analyzer_pub, plaintext_simulation, se
         raise click.UsageError(
             "--analyzer-pub is required: every message is encrypted to the analyzer "
             "(--plaintext-simulation sends shares in the clear, for simulations only)")
+    if not bulk and os.path.isdir(out_path):
+        raise click.BadParameter(f"{out_path} is a folder: give the batch file to write (or "
+                                 "--bulk to write one batch per user into it)",
+                                 param_hint="--out")
     p = _load_params(params_path, allow_large)
     pub = _load_public_key(analyzer_pub) if analyzer_pub is not None else None
+    if bulk:
+        _encode_bulk(p, pub, input_path, Path(out_path), workers, quiet, allow_large)
+        return
     limit = POINTS_FILE_LIMIT if not allow_large else 1 << 62
-    x, y, wts = _parse_points(_read_file(points, limit, "--points", text=True),
-                              f"--points {points}")
+    x, y, wts = _parse_points(_read_file(input_path, limit, "--input", text=True),
+                              f"--input {input_path}")
     if pub is None:
         warn(PLAINTEXT_WARNING)
-    blob = user_batch(p, p.grid.points_to_pixels(x, y), wts, analyzer_public=pub)
+    with progress_bar(p.messages_per_user, "encode: encrypting messages" if pub else "encode",
+                      "msg", quiet) as bar:
+        blob = encode_one(p, p.grid.points_to_pixels(x, y), wts, pub, bar.update,
+                          workers=workers or os.cpu_count() or 1)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out_path, blob)
+
+
+def _encode_bulk(p: Any, pub: bytes | None, input_path: str, out: Path, workers: int | None,
+                 quiet: bool, allow_large: bool) -> None:
+    """``encode --bulk``: every user of the CSV into ``out/<id>.bin`` on a process pool."""
+    from shuffledp import datasets
+    from shuffledp.cli.common import progress_bar
+    from shuffledp.cli.device import batch_name, encode_users, group_users
+
+    if os.path.isdir(out) and any(out.iterdir()) and not click.get_current_context().params.get(
+            "force"):
+        raise click.ClickException(f"--out {out} is not empty; refusing to write batches into "
+                                   "it (pass --force, or choose another --out)")
+    try:
+        table = datasets.load_csv(input_path) if not allow_large else datasets.load_csv(
+            input_path, limit=1 << 62)
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"--input {input_path}: not UTF-8 text ({e.reason})") \
+            from None
+    except (ValueError, KeyError) as e:
+        raise click.ClickException(f"--input {input_path}: {e}") from None
+    users = group_users(table, p.grid)
+    if len(users) > p.n:
+        warn(f"--input {input_path} holds {len(users)} users, more than the n = {p.n} the "
+             "parameters are provisioned for: the shuffler will keep at most n")
+    names = [batch_name(u) for u, _, _ in users]
+    if len(set(names)) != len(names):
+        raise click.ClickException(f"--input {input_path}: two user ids map to the same batch "
+                                   "file name")
+    if pub is None:
+        warn(PLAINTEXT_WARNING)
+    n_workers = max(1, min(workers or os.cpu_count() or 1, len(users)))
+    with progress_bar(len(users), f"encode --bulk ({n_workers} processes)", "user", quiet,
+                      delay=0.0) as bar:
+        done = encode_users(p, users, pub, out, n_workers, bar.update)
+    per_user = p.encrypted_bytes_per_user if pub is not None else p.bytes_per_user
+    click.echo(f"{done['users']} batches written to {out} ({done['bytes'] / 1e6:.1f} MB, "
+               f"{per_user:,} bytes per user, {'encrypted' if pub else 'plaintext'})", err=True)
 
 
 # --------------------------------------------------------------------------- shuffle
@@ -430,7 +503,7 @@ def _read_batch(path: Path, limit: int) -> tuple[bytes | None, str | None]:
     directory, FIFO or device since the listing, is empty, or cannot be opened).
     """
     try:
-        with open_regular(path, what="--in-dir entry") as f:
+        with open_regular(path, what="--input entry") as f:
             data = read_up_to(f, limit + 1)
     except NotRegularFileError:
         return None, "unreadable" if path.is_file() else "not_a_regular_file"
@@ -445,7 +518,7 @@ def _classify_entry(path: Path) -> str | None:
     file. Opens it through :func:`shuffledp.safe_io.check_regular` (never blocks on a FIFO;
     links are followed, so a link to a device is not a regular file)."""
     try:
-        size = check_regular(path, what="--in-dir entry")
+        size = check_regular(path, what="--input entry")
     except NotRegularFileError:
         return "unreadable" if path.is_file() else "not_a_regular_file"
     return "empty" if size == 0 else None
@@ -474,7 +547,7 @@ def _batch_files(p: Any, in_dir: str, out_path: str,
     """
     if Path(out_path).suffix == ".bin" and Path(out_path).resolve().parent == \
             Path(in_dir).resolve():
-        raise click.BadParameter(f"{out_path} lies in --in-dir {in_dir}: the next run would "
+        raise click.BadParameter(f"{out_path} lies in --input {in_dir}: the next run would "
                                  "read the mixed batch as a user batch", param_hint="--out")
     files: list[Path] = []
     ignored: Counter[str] = Counter()
@@ -489,7 +562,7 @@ def _batch_files(p: Any, in_dir: str, out_path: str,
     if not files:
         skipped = (f" ({sum(ignored.values())} entries named *.bin are not batch files: "
                    f"{_ignored_text(ignored, names)})" if ignored else "")
-        raise click.ClickException(f"--in-dir {in_dir}: no user batches (*.bin files){skipped}")
+        raise click.ClickException(f"--input {in_dir}: no user batches (*.bin files){skipped}")
     if expected_users is not None and not len(files) <= expected_users <= p.n:
         raise click.BadParameter(
             f"got {expected_users}: must lie between the {len(files)} batches in {in_dir} and "
@@ -514,7 +587,7 @@ def _shuffler_mac_key(path: str | None, encrypted: bool) -> bytes | None:
 
 
 def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
-                names: list[str]) -> tuple[int, int]:
+                names: list[str], quiet: bool = True) -> tuple[int, int]:
     """Read every batch (bounded) and submit it; returns (batches submitted, how many are of
     the other kind). An entry that stopped being a batch file since the listing is counted
     in ``s.report.ignored`` (its name appended to ``names``) and skipped."""
@@ -524,30 +597,44 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
     limit = HEADER_SIZE + p.messages_per_user * (
         encrypted_record_bytes(p) if encrypted else p.record_bytes)
     other = KIND_USER if encrypted else KIND_USER_ENC
+    from shuffledp.cli.common import progress_bar
+
     n_other = n_read = 0
-    for k, f in enumerate(files):
-        data, reason = _read_batch(f, limit)
-        if data is None:  # _read_batch gives the reason whenever it gives no data
-            reason = reason or "unreadable"
-        if reason is not None or data is None:
-            s.report.ignored[reason] += 1
-            names.append(f.name)
-            continue
-        n_read += 1
-        n_other += _batch_kind(data) == other
-        s.submit(data, sender=k)
+    with progress_bar(len(files), "shuffle: reading batches", "batch", quiet) as bar:
+        for k, f in enumerate(files):
+            bar.update(1)
+            n_read, n_other = _submit_one(s, f, k, limit, other, names, n_read, n_other)
+    return n_read, n_other
+
+
+def _submit_one(s: Any, f: Path, k: int, limit: int, other: int, names: list[str],
+                n_read: int, n_other: int) -> tuple[int, int]:
+    """Read and submit one batch file; returns the updated counts."""
+    data, reason = _read_batch(f, limit)
+    if data is None:  # _read_batch gives the reason whenever it gives no data
+        reason = reason or "unreadable"
+    if reason is not None or data is None:
+        s.report.ignored[reason] += 1
+        names.append(f.name)
+        return n_read, n_other
+    n_read += 1
+    n_other += _batch_kind(data) == other
+    s.submit(data, sender=k)
     return n_read, n_other
 
 
 @click.command("shuffle", cls=Command)
 @_params_option
-@click.option("--in-dir", "in_dir", type=click.Path(exists=True, file_okay=False), required=True,
-              help="Directory of user batches (*.bin). Entries named *.bin that are not "
+@input_option(dest="input_dir", aliases=("--in-dir",),
+              type=click.Path(exists=True, file_okay=False), required=True,
+              help="Directory of user batches (*.bin): the command reads a set of files, so "
+                   "its --input is their folder. Entries named *.bin that are not "
                    "non-empty regular files (directories, FIFOs, devices, empty files) are "
                    "skipped and counted in the report's 'ignored'.")
 @out_file_option(required=True,
                  help="The mixed batch to write (one file; its report goes next to it, "
                       "OUT.report.json, unless --shuffler-report).")
+@force_option(help="Replace an existing --out file.")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
               default=None,
               help=f"Key shared with the analyzer only ({MAC_FILE} from `shuffledp setup`): the "
@@ -564,20 +651,22 @@ def _submit_all(s: Any, p: Any, files: list[Path], encrypted: bool,
 @click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
               help="Expect encrypted batches (deployment path), or plaintext ones "
                    "(simulation aid only: the shuffler sees every user's shares).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_users,
-            memory_limit, encrypted, allow_large):
+def shuffle(params_path, input_dir, out_path, force, mac_key_path, report_path, expected_users,
+            memory_limit, encrypted, quiet, allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
 
     Batches of other parameters or of another setup (round id), replays (in any record
     order), truncated and incomplete batches are rejected, each counted under a named reason
     in the report's 'rejected'; of two batches sharing an encrypted record the first kept
-    stays and the later one is removed ('copied_record'). Entries of --in-dir named *.bin
+    stays and the later one is removed ('copied_record'). Entries of --input named *.bin
     that are not batch files are skipped and counted under 'ignored'. The mixed batch streams
     through bucket files (memory bounded by --memory-limit) and is written atomically.
     """
     from shuffledp.protocol.shuffler import Shuffler
 
+    in_dir = input_dir
     p = _load_params(params_path, allow_large)
     files, ignored, names = _batch_files(p, in_dir, out_path, expected_users)
     mac_key = _shuffler_mac_key(mac_key_path, encrypted)
@@ -588,7 +677,7 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
     with Shuffler(p, encrypted=encrypted, mac_key=mac_key, workdir=os.fspath(out.parent),
                   memory_limit=memory_limit << 20) as s:
         s.report.ignored.update(ignored)
-        n_read, n_other = _submit_all(s, p, files, encrypted, names)
+        n_read, n_other = _submit_all(s, p, files, encrypted, names, quiet)
         if expected_users is not None:
             s.missing(max(0, expected_users - s.n_users_seen))
         if s.report.n_forwarded == 0:
@@ -598,7 +687,7 @@ def shuffle(params_path, in_dir, out_path, mac_key_path, report_path, expected_u
             warn(f"skipped {len(names)} entries of {in_dir} named *.bin that are not batch "
                  f"files ({_ignored_text(s.report.ignored, names)})")
         _warn_rejected(in_dir, n_read, n_other, encrypted, s.report.rejected)
-        with atomic_output(out) as fh:
+        with atomic_output(out) as fh, EstimatedProgress("shuffle: mixing", None, quiet):
             header = s.mix_to(fh)
     report = s.report.to_dict()
     report.update(path=_kind_name(encrypted), n_batch_files=n_read,
@@ -718,27 +807,35 @@ def _mixed_batch_mac_key(h: Any, in_path: str, mac_key_path: str | None,
 KEY_PROBE = 64  # messages decrypted to tell a wrong --key before the whole batch
 
 
-def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str, in_path: str) -> None:
+def _check_key_opens(p: Any, fh: Any, h: Any, key: Any, key_path: str,
+                     in_path: str) -> float | None:
     """Decrypt the first :data:`KEY_PROBE` messages, to refuse a wrong ``--key`` before the
-    whole batch: refused when none opens.
+    whole batch: refused when none opens. Returns the seconds one message took (the
+    estimate behind ``analyze``'s progress bar), None for an empty batch.
 
     A few unreadable messages are not a wrong key: a device that encrypted to another key
     leaves its whole batch unreadable, and the analyzer leaves it out (the messages are in
     uniformly random order, so with the right key all of the first 64 fail only when nearly
     every batch is unreadable, and the release is refused then anyway).
     """
+    import time
+
     from shuffledp.protocol.crypto import decrypt_records
     from shuffledp.protocol.wire import HEADER_SIZE
 
     k = min(h.n_records, KEY_PROBE)
     if k == 0:
-        return
+        return None
     fh.seek(HEADER_SIZE)
-    if decrypt_records(p, read_up_to(fh, k * h.record_bytes), key)[2] == k:
+    t0 = time.perf_counter()
+    failed = decrypt_records(p, read_up_to(fh, k * h.record_bytes), key)[2]
+    per_message = (time.perf_counter() - t0) / k
+    if failed == k:
         raise click.ClickException(
             f"--key {key_path}: none of the first {k} messages of {in_path} decrypts: not the "
             "analyzer key of this run (or every device encrypted to another key); refusing "
             "to release")
+    return per_message
 
 
 def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.ClickException:
@@ -751,10 +848,12 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
 
 @click.command("analyze", cls=Command)
 @_params_option
-@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
+@input_option(aliases=("--in",),
+              type=click.Path(exists=True, dir_okay=False), required=True,
               help="Mixed batch written by `shuffledp shuffle`.")
-@out_dir_option(required=True,
+@out_dir_option(writes=("estimate.npy", "raw.npy", "report.json"), required=True,
                 help="Output directory: estimate.npy, raw.npy, report.json.")
+@force_option()
 @click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Analyzer private key (required for encrypted batches).")
 @click.option("--mac-key", "mac_key_path", type=click.Path(exists=True, dir_okay=False),
@@ -772,9 +871,10 @@ def _refusal(in_path: str, error: Exception, mac_key_path: str | None) -> click.
               help=f"Ledger of the rounds released (a hash-chained log): a second release "
                    f"of a round is refused [default: {LEDGER_FILE} next to --params].")
 @smoothing_option()
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
-def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, workers,
-            plaintext_simulation, ledger_path, smoothing, allow_large):
+def analyze(params_path, input_path, out_dir, force, key_path, mac_key_path, report_path, workers,
+            plaintext_simulation, ledger_path, smoothing, quiet, allow_large):
     """Verify the mixed batch, decrypt, sum mod q, check the counts, Reconstruct; record the
     release in the release ledger; write the estimate (post-processed as `shuffledp heatmap`
     releases it, --smoothing) and report.json.
@@ -789,6 +889,7 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     from shuffledp.errors import Refused
     from shuffledp.protocol.wire import WireError, read_header
 
+    in_path = input_path
     if key_path is not None and plaintext_simulation:
         raise click.BadParameter("cannot be combined with --plaintext-simulation",
                                  param_hint="--key")
@@ -800,20 +901,28 @@ def analyze(params_path, in_path, out_dir, key_path, mac_key_path, report_path, 
     try:
         fh = open_regular(in_path)
     except NotRegularFileError as e:
-        raise click.BadParameter(str(e), param_hint="--in") from None
+        raise click.BadParameter(str(e), param_hint="--input") from None
     try:
         with fh:
             h = read_header(fh)
             _check_mixed_header(p, h, os.fstat(fh.fileno()).st_size)
+            if h.n_users < p.n_min:  # sure to be refused: say so before decrypting anything
+                raise Refused(f"only {h.n_users} users contributed (the mixed batch's "
+                              f"header); the noise is provisioned for n_min = {p.n_min}")
             key = _mixed_batch_key(h, in_path, key_path, plaintext_simulation, given_key)
             mac_key = _mixed_batch_mac_key(h, in_path, mac_key_path, given_mac)
             shuffler = _load_shuffler_report(report_path or f"{in_path}.report.json", h,
                                              report_path is not None)
-            if key is not None:
-                _check_key_opens(p, fh, h, key, key_path, in_path)
+            per_message = (_check_key_opens(p, fh, h, key, key_path, in_path)
+                           if key is not None else None)
             fh.seek(0)
-            release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers,
-                                    ledger=ledger, label=os.path.abspath(in_path))
+            # decryption dominates: the probe's rate over the processes that share it
+            seconds = (None if per_message is None else
+                       h.n_records * per_message / max(1, workers or os.cpu_count() or 1))
+            with EstimatedProgress(f"analyze: decrypting {h.n_records:,} messages",
+                                   seconds, quiet):
+                release = release_mixed(p, fh, key=key, mac_key=mac_key, workers=workers,
+                                        ledger=ledger, label=os.path.abspath(in_path))
     except (WireError, Refused) as e:
         raise _refusal(in_path, e, mac_key_path) from None
     if smoothing == "auto":

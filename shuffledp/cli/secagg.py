@@ -144,8 +144,11 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
               help="This client's id (0..N-1).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), required=True,
               help=".npy file with the integer vector.")
-@click.option("--modulus", type=COUNT, required=True)
-@click.option("--threshold", type=COUNT, required=True)
+@click.option("--modulus", type=COUNT, required=True,
+              help="Modulus m of the sum: the server's --modulus (a mismatch is refused).")
+@click.option("--threshold", type=COUNT, required=True,
+              help="Shares needed / fewest clients: the server's threshold (a mismatch is "
+                   "refused).")
 @click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
               help="Seconds to wait for each server message.")
 @click.option("--stop-before-round", "stop", type=click.IntRange(0, 3), default=None,

@@ -7,9 +7,9 @@
         --tls-cert server.pem --tls-key server.key --client-ca operators-ca.pem
     shuffledp serve enrol --data /var/lib/shuffler --count 1000 --out creds/
     shuffledp upload --server https://shuffler.example:8443 --params run/params.json \\
-        --credential creds/d-1f2e....credential --in u7.bin
+        --credential creds/d-1f2e....credential --input u7.bin
     shuffledp serve close --server https://shuffler.example:8443 --params run/params.json \\
-        --token /var/lib/shuffler/token --client-cert op.pem --client-key op.key \\
+        --token-file /var/lib/shuffler/token --client-cert op.pem --client-key op.key \\
         --out run/mixed.bin
     shuffledp serve secagg --clients 100 --threshold 67 --length 1000 \\
         --modulus 4294967296 --listen 127.0.0.1:8444 --data /var/lib/secagg
@@ -34,7 +34,17 @@ from pathlib import Path
 
 import click
 
-from shuffledp.cli.common import COUNT, POSITIVE, Command, Group, out_dir_option
+from shuffledp.cli.common import (
+    COUNT,
+    POSITIVE,
+    AliasedOption,
+    Command,
+    Group,
+    force_option,
+    input_option,
+    out_dir_option,
+    out_file_option,
+)
 
 _EXTRA = 'the services need the optional extra: pip install "shuffledp[serve]"'
 
@@ -70,11 +80,18 @@ def _token(data: Path, token_path: str | None) -> str:
 
 def _listen_address(listen: str) -> tuple[str, int]:
     from shuffledp.serve.common import parse_listen
+    from shuffledp.serve.transport import bind
 
     try:
-        return parse_listen(listen)
+        host, port = parse_listen(listen)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
+    try:  # the service binds it again once everything else is checked
+        bind(host, port).close()
+    except OSError as e:
+        raise click.BadParameter(f"cannot listen on {listen}: {e.strerror or e}",
+                                 param_hint="--listen") from None
+    return host, port
 
 
 def _server_tls(tls_cert, tls_key, client_ca=None):
@@ -405,16 +422,21 @@ def _client_tls_options(fn):
 @click.option("--server", required=True, help="URL of the shuffler service.")
 @click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
               required=True, help="params.json of the round.")
-@click.option("--token", "token_path", type=click.Path(exists=True, dir_okay=False),
-              required=True, help="The service's operator token file (DATA/token).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
-              help="Download the signed mixed batch here (its report goes to OUT.report.json).")
+@click.option("--token-file", "token_file", cls=AliasedOption, aliases=("--token",),
+              type=click.Path(exists=True, dir_okay=False), required=True,
+              help="The service's operator token file (DATA/token, or the service's "
+                   "--token-file).")
+@out_file_option(default=None,
+                 help="Download the signed mixed batch here (its report goes to "
+                      "OUT.report.json).")
+@force_option(help="Replace an existing --out file.")
 @_client_tls_options
 @click.option("--client-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Mutual TLS: the operator's PEM certificate (the service's --client-ca).")
 @click.option("--client-key", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The PEM private key of --client-cert (if not in the same file).")
-def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert, client_key):
+def serve_close(server, params_path, token_file, out_path, force, ca_cert, client_cert,
+                client_key):
     """Close the round: the service mixes and keeps the signed mixed batch for the analyzer.
 
     Retry it after a refusal (a full disk: 507; too few batches: 409): the round stays open
@@ -434,7 +456,7 @@ def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert,
 
     verify = _client_tls(ca_cert, client_cert, client_key)
     p = _load_params(params_path, True)
-    token = read_regular(token_path, 4096, what="--token").decode().strip()
+    token = read_regular(token_file, 4096, what="--token-file").decode().strip()
     try:
         report = close_round(server, p.round_id.hex(), token, out=out_path, verify=verify)
     except Refused as e:
@@ -451,7 +473,7 @@ def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert,
 @click.option("--server", required=True, help="URL of the shuffler service.")
 @click.option("--params", "params_path", type=click.Path(exists=True, dir_okay=False),
               required=True, help="params.json of the round (names the round id).")
-@click.option("--in", "in_path", type=click.Path(exists=True, dir_okay=False), required=True,
+@input_option(aliases=("--in",), type=click.Path(exists=True, dir_okay=False), required=True,
               help="The user's encrypted batch (from `shuffledp encode`).")
 @click.option("--credential", "credential_path", type=click.Path(exists=True, dir_okay=False),
               required=True, help="This device's credential (from `shuffledp serve enrol`).")
@@ -467,7 +489,7 @@ def serve_close(server, params_path, token_path, out_path, ca_cert, client_cert,
               help="Seconds to keep retrying a failed attempt (no answer, 5xx, 507, 429) "
                    "with the same report id; longer than a service restart.")
 @_client_tls_options
-def upload(server, params_path, in_path, credential_path, analyzer_pub, report_id, timeout,
+def upload(server, params_path, input_path, credential_path, analyzer_pub, report_id, timeout,
            retry_for, ca_cert):
     """Upload one user's batch to the shuffler service; prints the report id."""
     _need_extra()
@@ -491,8 +513,8 @@ def upload(server, params_path, in_path, credential_path, analyzer_pub, report_i
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--credential") from None
     config_id = hpke_config_id(_load_public_key(analyzer_pub)) if analyzer_pub else ""
-    data = read_regular(in_path, HEADER_SIZE + p.messages_per_user * encrypted_record_bytes(p)
-                        + 1, what="--in")
+    data = read_regular(input_path, HEADER_SIZE + p.messages_per_user
+                        * encrypted_record_bytes(p) + 1, what="--input")
     try:
         rid = upload_batch(server, p.round_id, data, credential=cred, report_id=report_id,
                            config_id=config_id, timeout=timeout, retry_for=retry_for,

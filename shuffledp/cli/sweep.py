@@ -5,7 +5,9 @@
 [Ghazi23]_ App. E.3) and writes ``DIR/runs.csv`` and ``DIR/runs.jsonl`` (one row per run,
 flushed as it finishes; rerunning skips the runs already there) and, with matplotlib
 (``pip install "shuffledp[plot]"``), ``DIR/metrics.png`` and, for a B sweep,
-``DIR/bits_per_user.png``, with 95% Student-t bands.
+``DIR/bits_per_user.png`` (the paper's bits, the plaintext and the encrypted batch per
+user) and ``DIR/utility_vs_bits.png`` (every metric against the bits per user, one point
+per B: [Ghazi23]_ Fig. 12 and 13 together), with 95% Student-t bands.
 
 Presets (paper setting: n = 50, epsilon = 5, delta = 1e-5, w = 20):
 
@@ -258,8 +260,12 @@ def _input(input_path: str | None, fmt: str, bbox: str | None) -> tuple[Any, int
                                  param_hint="--bbox")
     if input_path is None:
         return box, None
+    from shuffledp.safe_io import NotRegularFileError
+
     try:
         table = sw.load_input(input_path, fmt, box)
+    except NotRegularFileError as exc:  # a usage error (exit 2) naming the option
+        raise click.BadParameter(str(exc), param_hint="--input") from None
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(f"--input {input_path}: {exc}") from None
     return box, table.n_users
@@ -324,9 +330,16 @@ def _bits_table(rows: list[dict[str, Any]]) -> None:
             seen[(r["B"], r["grid"], r["n"], r["epsilon"], r["delta"])] = r
     if not seen:
         return
+    from shuffledp.sweep.plot import wire_bytes
+
     click.echo(f"{'B':>6} {'grid':>9} {'n':>5} {'eps':>5} {'delta':>7} {'msgs/user':>10} "
-               f"{'bits/user':>12} {'MB (bits/8e6)':>13} {'wire MB':>9}")
+               f"{'bits/user':>12} {'MB (bits/8e6)':>13} {'plain MB':>9} {'encrypted MB':>12}")
     for (b, grid, n, eps, delta), r in sorted(seen.items()):
+        wire = wire_bytes(r)
+        enc = "-" if wire is None else f"{wire['encrypted_bytes_per_user'] / 1e6:.3f}"
         click.echo(f"{b:>6} {grid:>9} {n:>5} {eps:>5g} {delta:>7g} "
                    f"{r['messages_per_user']:>10} {r['bits_per_user']:>12} "
-                   f"{r['bits_per_user'] / 8e6:>13.3f} {r['bytes_per_user'] / 1e6:>9.3f}")
+                   f"{r['bits_per_user'] / 8e6:>13.3f} {r['bytes_per_user'] / 1e6:>9.3f} "
+                   f"{enc:>12}")
+    click.echo("plain MB: the plaintext batch (simulation path); encrypted MB: what a device "
+               "uploads (deployment path: each message carries its HPKE encapsulation and tag)")

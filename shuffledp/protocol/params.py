@@ -54,7 +54,7 @@ from shuffledp.accounting.summation import (
     summation_parameters,
 )
 from shuffledp.grid import Grid
-from shuffledp.protocol.wire import HEADER_SIZE
+from shuffledp.protocol.wire import ENC_OVERHEAD, HEADER_SIZE
 
 FORMAT_NAME = "shuffledp-heatmap-shuffle/1"
 NEIGHBOURS = (Neighbour.REPLACE_ONE, Neighbour.ZERO_OUT)
@@ -356,6 +356,21 @@ class ProtocolParams:
         return HEADER_SIZE + self.messages_per_user * self.record_bytes
 
     @property
+    def encrypted_record_bytes(self) -> int:
+        """Bytes of one encrypted message on the wire (wire format 4): the coordinate (4),
+        the HPKE encapsulated key (32, X25519), the share (:attr:`share_bytes`) and the AEAD
+        tag (16): ``ENC_OVERHEAD + share_bytes`` (:data:`shuffledp.protocol.wire.ENC_OVERHEAD`)."""
+        return ENC_OVERHEAD + self.share_bytes
+
+    @property
+    def encrypted_bytes_per_user(self) -> int:
+        """Bytes of one user's encrypted batch (the deployment path, wire format 4): the
+        64-byte header and r m records of :attr:`encrypted_record_bytes` each. Every message
+        carries its own HPKE encapsulation, so this is what a device uploads, not
+        :attr:`bytes_per_user` (the plaintext simulation path)."""
+        return HEADER_SIZE + self.messages_per_user * self.encrypted_record_bytes
+
+    @property
     def packed_bytes_per_user(self) -> int:
         """Bytes of one user's bit-packed batch (wire kind 5, version 3): the 64-byte header
         and ceil(r m record_bits / 8) bytes of records at exactly ``record_bits`` bits each
@@ -420,6 +435,8 @@ class ProtocolParams:
             "bits_per_user": self.bits_per_user,
             "record_bytes": self.record_bytes,
             "bytes_per_user": self.bytes_per_user,
+            "encrypted_record_bytes": self.encrypted_record_bytes,
+            "encrypted_bytes_per_user": self.encrypted_bytes_per_user,
             "record_bits": self.record_bits,
             "packed_bytes_per_user": self.packed_bytes_per_user,
             "coordinate_major_bytes_per_user": self.coordinate_major_bytes_per_user,
@@ -438,7 +455,18 @@ class ProtocolParams:
         d["wrap_probability"] = repr(self.wrap_probability)
         d["guarantee_delta_parts"] = {k: v for k, v in self.guarantee_delta_parts.items()}
         d["derived"] = self._derived()
+        d["communication"] = self.communication()
         return json.dumps(d, sort_keys=True, indent=1)
+
+    def communication(self) -> dict[str, Any]:
+        """What one user's batch takes on the wire (informational in params.json): the
+        paper's bit count, the plaintext batch (simulation path) and the encrypted batch
+        (deployment path: every message carries its own HPKE encapsulation and AEAD tag)."""
+        return {"messages_per_user": self.messages_per_user,
+                "bits_per_user": self.bits_per_user,
+                "bytes_per_user": self.bytes_per_user,
+                "encrypted_record_bytes": self.encrypted_record_bytes,
+                "encrypted_bytes_per_user": self.encrypted_bytes_per_user}
 
     def _derived(self) -> dict[str, Any]:
         """What a device implemented elsewhere needs besides the agreed fields: the number of
@@ -481,7 +509,8 @@ class ProtocolParams:
             raise ValueError(f"parameter file field derived={d['derived']!r} differs from "
                              f"{p._derived()!r} for the same inputs: the file was edited or "
                              "written by another version; re-run setup")
-        informational = {"wrap_probability", "guarantee_delta_parts", "derived"}
+        informational = {"wrap_probability", "guarantee_delta_parts", "derived",
+                         "communication"}
         for k in sorted((set(ours) | set(d)) - informational):
             if ours.get(k) != d.get(k):
                 raise ValueError(

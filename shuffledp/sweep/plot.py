@@ -1,6 +1,13 @@
 """Summaries and plots of a sweep's runs: mean and 95% Student-t interval per (model, value),
 and one PNG per metric with t-bands (matplotlib, the ``plot`` extra).
 
+Communication is reported as what the wire carries (:func:`wire_bytes`): the paper's bit
+count r m ceil(log2(m q)), the plaintext batch of the simulation path and the encrypted
+batch of the deployment path, whose every message carries its own HPKE encapsulation and
+AEAD tag (:attr:`shuffledp.protocol.params.ProtocolParams.encrypted_bytes_per_user`). For a
+B sweep, ``utility_vs_bits.png`` puts [Ghazi23]_ Fig. 12 and Fig. 13 together: every
+metric against the bits per user, one point per B.
+
 References
 ----------
 .. [Ghazi23] Ghazi et al. (2023), "Differentially Private Heatmaps", App. F, Sec. 4
@@ -19,6 +26,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.grid import Grid
+from shuffledp.protocol.params import derive_params
 from shuffledp.safe_io import atomic_path
 from shuffledp.sweep.config import (
     METRICS,
@@ -125,6 +133,78 @@ def _sort_key(x: Any) -> Any:
 
 PLOT_HINT = 'plots need matplotlib: pip install "shuffledp[plot]"'
 
+_WIRE_CACHE: dict[tuple, dict[str, int] | None] = {}
+
+
+def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
+    """Plaintext and encrypted bytes per user of a shuffle run's record.
+
+    The protocol record is derived again from the run's grid, n, epsilon, delta, B, w and
+    dropout (:func:`shuffledp.protocol.params.derive_params`); its plaintext size must equal
+    the record's ``bytes_per_user`` (else None: the run used other parameters).
+
+    Parameters
+    ----------
+    row : dict
+        A run record (:func:`shuffledp.sweep.store.read_runs`).
+
+    Returns
+    -------
+    dict or None
+        ``{"bytes_per_user": ..., "encrypted_bytes_per_user": ...}``, None for a run that is
+        not of the shuffle model or whose parameters cannot be derived again.
+
+    Raises
+    ------
+    TypeError
+        If ``row`` is not a mapping.
+    """
+    if not isinstance(row, dict):
+        raise TypeError(f"row must be a run record (dict), got {type(row).__name__}")
+    if row.get("model") != "shuffle" or row.get("bytes_per_user") is None:
+        return None
+    key = tuple(row.get(k) for k in ("grid", "n", "epsilon", "delta", "B", "w", "dropout",
+                                     "bytes_per_user"))
+    if key not in _WIRE_CACHE:
+        try:
+            p = derive_params(Grid.parse(str(row["grid"])), int(row["n"]),
+                              epsilon=float(row["epsilon"]), delta=float(row["delta"]),
+                              B=int(row["B"]), w=int(row["w"]),
+                              dropout=float(row.get("dropout") or 0.0))
+            _WIRE_CACHE[key] = ({"bytes_per_user": p.bytes_per_user,
+                                 "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
+                                if p.bytes_per_user == int(row["bytes_per_user"]) else None)
+        except (ValueError, TypeError, KeyError):
+            _WIRE_CACHE[key] = None
+    return _WIRE_CACHE[key]
+
+
+def with_wire_bytes(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, each shuffle run with ``encrypted_bytes_per_user`` added (:func:`wire_bytes`;
+    None when it cannot be derived).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Run records.
+
+    Returns
+    -------
+    list of dict
+        New dicts; the input is not modified.
+
+    Raises
+    ------
+    TypeError
+        If a row is not a mapping (:func:`wire_bytes`).
+    """
+    out = []
+    for row in rows:
+        w = wire_bytes(row)
+        out.append({**row, "encrypted_bytes_per_user": None if w is None
+                    else w["encrypted_bytes_per_user"]})
+    return out
+
 
 def plot(out_dir: str | os.PathLike[str], param: str) -> list[Path]:
     """PNG plots of ``out_dir/runs.jsonl`` with 95% t-interval bands.
@@ -160,25 +240,70 @@ def plot(out_dir: str | os.PathLike[str], param: str) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError(PLOT_HINT) from None
-    rows = read_runs(out_dir)
+    rows = with_wire_bytes(read_runs(out_dir))
     out = Path(out_dir)
     written = []
     if param == "B":
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        s = summarise(rows, "B", "bits_per_user").get("shuffle", [])
-        ax.plot([x for x, *_ in s], [m / 8e6 for _, m, *_ in s], "o-", label="paper bits")
-        s = summarise(rows, "B", "bytes_per_user").get("shuffle", [])
-        ax.plot([x for x, *_ in s], [m / 1e6 for _, m, *_ in s], "s--", label="wire bytes")
-        ax.set(xscale="log", xlabel="B", ylabel="MB per user",
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for column, scale, style, label in (
+                ("bits_per_user", 8e6, "o-", "paper bits (r m log2(m q)) / 8"),
+                ("bytes_per_user", 1e6, "s--", "plaintext batch (simulation path)"),
+                ("encrypted_bytes_per_user", 1e6, "^-",
+                 "encrypted batch (deployment: HPKE per message)")):
+            s = summarise(rows, "B", column).get("shuffle", [])
+            ax.plot([x for x, *_ in s], [m / scale for _, m, *_ in s], style, label=label)
+        ax.set(xscale="log", yscale="log", xlabel="B", ylabel="MB per user",
                title="communication per user (Ghazi et al. 2023, Fig. 12)")
-        ax.legend()
+        ax.legend(fontsize=7)
         written.append(_save(fig, out / "bits_per_user.png"))
+        written.append(_utility_vs_bits(plt, rows, out / "utility_vs_bits.png"))
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
     for ax, metric in zip(axes.flat, METRICS):
         _band_panel(ax, summarise(rows, param, metric), param, metric)
     fig.suptitle(f"metrics vs {param}: mean and 95% t-interval")
     written.append(_save(fig, out / "metrics.png"))
     return written
+
+
+def _utility_vs_bits(plt: Any, rows: list[dict[str, Any]], path: Path) -> Path:
+    """Every metric against the bits per user of the shuffle protocol, one point per B (mean
+    and 95% t-interval over the repeats), the central model as B = inf: [Ghazi23]_ Fig. 12
+    and Fig. 13 in one figure. Each point is labelled with its B and the encrypted MB per
+    user."""
+    bits = {x: m for x, m, *_ in summarise(rows, "B", "bits_per_user").get("shuffle", [])}
+    enc = {x: m for x, m, *_ in summarise(rows, "B", "encrypted_bytes_per_user").get(
+        "shuffle", [])}
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    for ax, metric in zip(axes.flat, METRICS):
+        summary = summarise(rows, "B", metric)
+        pts = [p for p in summary.get("shuffle", []) if p[0] in bits]
+        if pts:
+            x = [bits[p[0]] for p in pts]
+            ax.plot(x, [p[1] for p in pts], "o-", label="shuffle")
+            ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], alpha=0.25)
+            for b, xi, yi in zip((p[0] for p in pts), x, (p[1] for p in pts)):
+                label = f"B={b:g}" + (f"\n{enc[b] / 1e6:.3g} MB enc." if b in enc else "")
+                ax.annotate(label, (xi, yi), fontsize=6, textcoords="offset points",
+                            xytext=(2, 3))
+        for model, s in summary.items():
+            for _, mean, low, high in (p for p in s if p[0] is None):
+                line = ax.axhline(mean, ls="--", color="k", label=f"{model} (B = inf)")
+                if math.isfinite(low):
+                    ax.axhspan(low, high, alpha=0.15, color=line.get_color())
+        ax.set(xscale="log", xlabel="bits per user (paper count)", ylabel=metric)
+        if pts:
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xticks(x, [f"{v:.3g}" for v in x], fontsize=7)
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.text(0.5, 0.5, f"{metric}: not computed in this sweep", ha="center",
+                    transform=ax.transAxes, fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle("utility against communication as B varies (Ghazi et al. 2023, Fig. 12 and "
+                 "13 together): mean and 95% t-interval")
+    return _save(fig, path)
 
 
 def _band_panel(ax: Any, summary: dict[str, list], param: str, metric: str) -> None:
@@ -204,7 +329,8 @@ def _band_panel(ax: Any, summary: dict[str, list], param: str, metric: str) -> N
         ax.set_xticks(xs_all, [f"{x:g}" for x in xs_all])  # the swept values, not decades
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set(xlabel=param, ylabel=metric)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -103,10 +103,12 @@ def test_bad_input_files_exit_1(tmp_path, content, match):
     assert match in line
 
 
-def test_missing_file_and_refusal_exit_1(data, tmp_path):
+def test_missing_file_exit_2_and_refusal_exit_1(data, tmp_path):
+    """A path that is not a regular file (missing included) is a usage error (exit 2), as
+    the README promises; a refused release is exit 1."""
     path, _ = data
     line = _one_line_error(_run("freq", *_common(tmp_path / "nope.csv", tmp_path / "o",
-                                                   "--alpha0", 0.1)), 1)
+                                                   "--alpha0", 0.1)), 2)
     assert "--input" in line
     line = _one_line_error(_run("itemwise", *_common(path, tmp_path / "o", "--alpha0", 2,
                                                        "--model", "local")), 1)

@@ -35,7 +35,7 @@ def make_round(d: Path, n: int = 6, dropout: float = 0.5, batches: int = 6) -> P
     for j in range(batches):
         pts = d / f"u{j}.csv"
         pts.write_text("x,y\n" + "\n".join(f"{a},{b}" for a, b in rng.random((3, 2))))
-        run_cli("encode", "--params", d / "params.json", "--points", pts, "--analyzer-pub",
+        run_cli("encode", "--params", d / "params.json", "--input", pts, "--analyzer-pub",
                 d / "analyzer.pub", "--out", d / f"u{j}.bin")
     return d
 

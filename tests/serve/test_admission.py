@@ -185,7 +185,7 @@ def test_credential_files_are_typed(run_dir, tmp_path):
     from shuffledp.cli import main
 
     res = CliRunner().invoke(main, ["upload", "--server", "http://127.0.0.1:9", "--params",
-                                    str(run_dir / "params.json"), "--in",
+                                    str(run_dir / "params.json"), "--input",
                                     str(run_dir / "u0.bin"), "--credential",
                                     str(run_dir / "mac.key")])
     assert res.exit_code == 2 and "--credential" in res.output

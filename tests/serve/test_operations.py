@@ -138,7 +138,7 @@ def test_a_device_retry_outlasts_a_restart(run_dir, tmp_path):
     stop(proc, signal.SIGKILL)
     dev = subprocess.Popen(
         [sys.executable, "-m", "shuffledp.cli", "upload", "--server", url, "--params",
-         str(d / "params.json"), "--in", str(d / "u0.bin"), "--credential", str(cred_file)],
+         str(d / "params.json"), "--input", str(d / "u0.bin"), "--credential", str(cred_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(4.0)  # the service is down for a while
     assert dev.poll() is None

@@ -43,7 +43,7 @@ def _device(url, d, j, cred_path, report_id, *extra):
     """A device as its own process: `shuffledp upload`."""
     return subprocess.Popen(
         [sys.executable, "-m", "shuffledp.cli", "upload", "--server", url, "--params",
-         str(d / "params.json"), "--in", str(d / f"u{j}.bin"), "--credential", str(cred_path),
+         str(d / "params.json"), "--input", str(d / f"u{j}.bin"), "--credential", str(cred_path),
          "--report-id", report_id, *map(str, extra)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -105,7 +105,7 @@ def test_round_survives_a_kill_and_releases(run_dir, tmp_path):
         is_problem(httpx.post(f"{url}/rounds/{rnd.hex()}/close"), 401, "unauthorized")
         out = tmp_path / "mixed.bin"
         res = run_cli("serve", "close", "--server", url, "--params", d / "params.json",
-                      "--token", data / "token", "--out", out)
+                      "--token-file", data / "token", "--out", out)
         report = json.loads(res.output)
         assert report["n_forwarded"] == 4 and report["authenticated"]
         assert report["n_dropped"] == 1  # creds[4]: refused (replay), never accepted
@@ -152,7 +152,7 @@ def test_refusals_are_problem_details(run_dir, tmp_path):
         run_cli("setup", "--grid", "4x4", "--n", 5, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
                 "--dropout", 0.4, "--out", other)
         (other / "p.csv").write_text("x,y\n0.5,0.5\n")
-        run_cli("encode", "--params", other / "params.json", "--points", other / "p.csv",
+        run_cli("encode", "--params", other / "params.json", "--input", other / "p.csv",
                 "--analyzer-pub", other / "analyzer.pub", "--out", other / "b.bin")
         is_problem(signed_put(url, rnd, r1, (other / "b.bin").read_bytes(), cred), 400,
                    "wrong_digest")

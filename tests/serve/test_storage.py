@@ -251,7 +251,7 @@ def test_a_real_full_disk(run_dir, tmp_path):
         # a device process started now keeps retrying, and succeeds once space returns
         dev = subprocess.Popen(
             [py, "-m", "shuffledp.cli", "upload", "--server", url, "--params",
-             str(d / "params.json"), "--in", str(d / "u4.bin"), "--credential",
+             str(d / "params.json"), "--input", str(d / "u4.bin"), "--credential",
              str(creds_dir / f"{creds[4].device_id}.credential"), "--retry-for", "60"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(2.0)

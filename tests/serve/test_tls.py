@@ -134,7 +134,7 @@ def test_https_tls13_only_and_mutual_tls_for_the_analyzer(run_dir, pki, tmp_path
             is_problem(c.post(f"{url}/rounds/{rnd.hex()}/close",
                               headers={"authorization": f"Bearer {token}"}), 403, "forbidden")
         res = run_cli("serve", "close", "--server", url, "--params", d / "params.json",
-                      "--token", data / "token", "--ca-cert", pki / "server-ca.pem",
+                      "--token-file", data / "token", "--ca-cert", pki / "server-ca.pem",
                       "--client-cert", pki / "operator.pem", "--client-key",
                       pki / "operator.key", "--out", tmp_path / "mixed.bin")
         assert json.loads(res.output)["n_forwarded"] == 3
@@ -155,7 +155,7 @@ def test_the_device_command_over_https(run_dir, pki, tmp_path):
 
         from shuffledp.cli import main
 
-        args = ["upload", "--server", url, "--params", str(d / "params.json"), "--in",
+        args = ["upload", "--server", url, "--params", str(d / "params.json"), "--input",
                 str(d / "u0.bin"), "--credential", str(cred_file), "--retry-for", "1"]
         # without the CA the server's certificate is not trusted: a clear one-line error
         res = CliRunner().invoke(main, args)
