@@ -309,7 +309,8 @@ def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
         "help", "auto: the density read off the release's own noisy level counts, top "
         "down (a cell's mass follows its children's counts where they stand out of the noise "
         "and is spread evenly where they do not; post-processing, no privacy cost); none: "
-        "Reconstruct's output as is (Ghazi et al. Alg. 2).")
+        "Reconstruct's output as is (Ghazi et al. Alg. 2). The dense algorithm's output "
+        "(--algorithm dense) is a dense map already and is left as is.")
     return option("--smoothing", "smoothing", type=click.Choice(["auto", "none"]), default="auto",
                   show_default=True, **kwargs)
 

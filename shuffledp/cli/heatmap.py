@@ -225,8 +225,8 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
                                 n_points, len(top_percent) if evaluate else -1, allow_large,
                                 backend, scheduler, quiet=quiet, rounding=rounding)
-    if smoothing == "auto":
-        ours = ours.smoothed()
+    if smoothing == "auto" and ours.parameters.get("mechanism") != "DenseEMDAgg":
+        ours = ours.smoothed()  # the dense algorithm's output is already a dense map
     seconds_ours = time.perf_counter() - t_ours
     receipt = None
     if ledger is not None:  # charged before anything is written; refused: nothing is
