@@ -34,7 +34,14 @@ import time
 
 import numpy as np
 
-from shuffledp.analyzers.federated.baselines import central_tree_histogram, local_rr_histogram
+from shuffledp.analyzers.federated.baselines import (
+    best_level,
+    central_tree_histogram,
+    local_rr_histogram,
+    nonprivate_levels,
+    normalise_density,
+    tree_least_squares,
+)
 from shuffledp.analyzers.federated.tree import mse
 from shuffledp.datasets import population_image, sample_pixels
 from shuffledp.protocol.federated import (
@@ -42,6 +49,11 @@ from shuffledp.protocol.federated import (
     central_adaptive_histogram,
     flat_histogram,
     quadtree_histogram,
+)
+from shuffledp.protocol.federated_baselines import (
+    adaptive_grid_histogram,
+    count_min_levels,
+    hierarchical_levels,
 )
 
 
@@ -56,86 +68,141 @@ def city(n: int, side: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndar
     return pts[:, 0], pts[:, 1]
 
 
-def _row(rows, cols, depth, n, rep, dropout=0.0, rate=0.0):
-    side = 1 << depth
-    truth = np.bincount(rows * side + cols, minlength=side * side).reshape(side, side) / n
-    kw = dict(shard_size=10_000, dropout=dropout, aggregation="simulate", neighbour="zero_out")
-    ad = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, **kw)
-    ad7 = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep, eq7="shards",
-                             **kw)
-    fl = flat_histogram(rows, cols, depth, 1.0, rng=rep + 100, **kw)
-    qt = quadtree_histogram(rows, cols, depth, 1.0, rng=rep + 200, **kw)
-    return (mse(ad.estimate, truth), mse(fl, truth), mse(qt, truth),
-            sum(r["vector_length"] for r in ad.rounds), side * side,
-            sum(4 ** lvl for lvl in range(depth + 1)),
-            sum(r["vector_length"] * r["users"] for r in ad.rounds),
-            len(ad.rounds), ad.rounds[-1]["vector_length"], mse(ad7.estimate, truth),
-            sum(r["vector_length"] for r in ad7.rounds))
+PAPER_TABLE1 = {  # [Bagdasaryan22]_ Table 1: (MSE x 1e13, comm) per column
+    "non-private": ((7.75, 2), (6.19, 2), (6.55, 2)),
+    "flat": ((41.40, 1_048_576), (21.40, 1_048_576), (21.93, 1_048_576)),
+    "hierarchical": ((8.81, 1_398_100), (7.75, 1_398_100), (7.79, 1_398_100)),
+    "CM-sketch": ((11.62, 40_000), (11.69, 40_000), (11.73, 40_000)),
+    "adaptive grid": ((9.67, 460), (9.89, 3_448), (9.96, 2_882)),
+    "spatial decomp.": ((8.56, 1_048_576), (7.72, 1_048_576), (7.78, 1_048_576)),
+    "ours": ((7.88, 340), (6.99, 1_254), (7.02, 1_244)),
+}
+COLUMNS = [(10_000, 0.0, 0.0, "10k"), (100_000, 0.0, 0.0, "100k"),
+           (100_000, 0.12, 0.10, "100k 10% drop")]
 
 
-PAPER_TABLE1 = {"10k": (41.40, 7.88, 340), "100k": (21.40, 6.99, 1254),
-                "100k 10% drop": (21.93, 7.02, 1244)}
+def table1_cell(img: np.ndarray, depth: int, n: int, plan: float, rate: float, rep: int,
+                c: float = 0.05, eq7: str = "shards") -> dict[str, tuple[float, float]]:
+    """One run of every row of Table 1 on n users sampled from ``img``: {row: (mse, comm)}.
+
+    Every private row: eps = 1, S_max = 10,000, zero-out, noise planned for ``plan`` dropout,
+    a fraction ``rate`` of the clients dropping (the non-private row: the survivors)."""
+    rows, cols = sample_pixels(img, n, 1000 * rep + n)
+    kw = dict(shard_size=10_000, dropout=plan, aggregation="simulate", neighbour="zero_out")
+    g = np.random.default_rng([rep, n, 7])
+    alive = g.random(n) >= rate
+    out: dict[str, tuple[float, float]] = {}
+    npl = nonprivate_levels(rows[alive], cols[alive], depth)
+    out["non-private"] = (best_level(npl, img)[1], npl.communication)
+    fl = flat_histogram(rows, cols, depth, 1.0, dropped=g.random(n) < rate, rng=rep + 100,
+                        **kw)
+    out["flat"] = (mse(fl, img), 4 ** depth)
+    hi = hierarchical_levels(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 200, **kw)
+    out["hierarchical"] = (best_level(hi, img)[1], hi.communication)
+    cm = count_min_levels(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 300, **kw)
+    out["CM-sketch"] = (best_level(cm, img)[1], cm.communication)
+    ag = adaptive_grid_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 400,
+                                 **kw)
+    out["adaptive grid"] = (mse(ag.estimate, img), ag.communication)
+    sd = hierarchical_levels(rows, cols, depth, 1.0, budget="geometric_root",
+                             dropout_rate=rate, rng=rep + 500, **kw)
+    out["spatial decomp."] = (best_level(sd, img)[1], sd.communication)
+    ad = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, c=c, eq7=eq7,
+                            rng=rep, **kw)
+    out["ours"] = (mse(ad.estimate, img), sum(r["vector_length"] for r in ad.rounds))
+    # variants printed under the table (not rows of the paper)
+    cmm = count_min_levels(rows, cols, depth, 1.0, method="median", dropout_rate=rate,
+                           rng=rep + 300, **kw)
+    out["  CM-sketch, median estimate"] = (best_level(cmm, img)[1], cmm.communication)
+    sdc = hierarchical_levels(rows, cols, depth, 1.0, budget="geometric", dropout_rate=rate,
+                              rng=rep + 500, **kw)
+    out["  spatial, leaves the most"] = (best_level(sdc, img)[1], sdc.communication)
+    ls = tree_least_squares([sdc.counts[k].reshape(1 << k, 1 << k) for k in range(depth + 1)],
+                            [sdc.variances[k] for k in range(depth + 1)])
+    out["  spatial, leaves, least sq."] = (mse(normalise_density(ls), img), sdc.communication)
+    return out
 
 
-def best_level_mse(rows: np.ndarray, cols: np.ndarray, depth: int, truth: np.ndarray
-                   ) -> float:
-    """The paper's non-private baseline: the users' locations in the clear, histogram at
-    the quadtree level with the best MSE (spread uniformly inside each cell)."""
-    side = 1 << depth
-    best = np.inf
-    for lvl in range(depth + 1):
-        f = side >> lvl
-        h = np.bincount((rows // f) * (1 << lvl) + cols // f, minlength=4 ** lvl)
-        est = np.kron(h.reshape(1 << lvl, 1 << lvl) / rows.size, np.ones((f, f)) / f ** 2)
-        best = min(best, mse(est, truth))
-    return best
+def _ranking(scores: dict[str, float]) -> str:
+    return " < ".join(k for k in sorted(scores, key=scores.__getitem__))
 
 
-def table1(reps: int, depth: int, c: float, eq7: str) -> None:
+def table1(reps: int, depth: int = 10, image: dict | None = None) -> dict:
     """[Bagdasaryan22]_ Table 1 on a population image: users sampled from the density, the
-    truth is the density itself (MSE in units of 1e-13, as the paper prints)."""
+    truth is the density itself (MSE in units of 1e-13, as the paper prints); returns the
+    mean of each cell over ``reps`` runs."""
     side = 1 << depth
-    img = population_image(side, spread=(0.02, 0.15), background=0.5)
-    print(f"Table 1 on a population image: {side}x{side}, eps=1, S_max=10000, truth = the "
-          f"image users are sampled from; adaptive c={c}, eq. 7 '{eq7}'; mean of {reps}. "
-          "MSE x 1e13; comm = sum of vector sizes over sub-queries (the paper's measure)")
-    print(f"{'users':>13} {'non-priv':>9} {'flat':>8} {'adaptive':>9} {'flat/adapt':>10} "
-          f"{'comm':>6} {'queries':>7} | {'paper: flat':>11} {'adaptive':>9} {'ratio':>6} "
-          f"{'comm':>6}")
-    cases = [(10_000, 0.0, 0.0, "10k"), (100_000, 0.0, 0.0, "100k"),
-             (100_000, 0.12, 0.10, "100k 10% drop")]
-    for n, plan, rate, label in cases:
+    spec = dict(spread=(0.02, 0.15), background=0.5) if image is None else image
+    img = population_image(side, **spec)
+    print(f"Table 1 on population_image({side}, {', '.join(f'{k}={x}' for k, x in spec.items())})"
+          f": eps=1, S_max=10000, zero-out, truth = the image users are sampled from; mean of "
+          f"{reps}. MSE x 1e13 | comm = sum of vector sizes over levels/sub-queries. "
+          "Paper's numbers in brackets.", flush=True)
+    means = {}
+    for n, plan, rate, label in COLUMNS:
+        runs = [table1_cell(img, depth, n, plan, rate, rep) for rep in range(reps)]
+        means[label] = {k: tuple(np.mean([r[k] for r in runs], axis=0)) for k in runs[0]}
+    head = f"{'':>28}" + "".join(f" | {lab:^40}" for *_, lab in COLUMNS)
+    print(head + "\n" + f"{'algorithm':>28}" +
+          " | {:>8} {:>7} {:>23}".format("MSE", "(paper)", "comm (paper)") * 3)
+    for row in means["10k"]:
+        cells = []
+        for *_, label in COLUMNS:
+            m, cm = means[label][row]
+            p = PAPER_TABLE1.get(row)
+            pm, pc = p[[x[-1] for x in COLUMNS].index(label)] if p else (float("nan"), 0)
+            cells.append(f" | {m * 1e13:>8.2f} {'(' + format(pm, '.2f') + ')' if p else '':>7} "
+                         f"{f'{cm:,.0f}' + (f' ({pc:,})' if p else ''):>23}")
+        print(f"{row:>28}" + "".join(cells))
+    for *_, label in COLUMNS:
+        ours = {k: x[0] for k, x in means[label].items() if k in PAPER_TABLE1}
+        paper = {k: PAPER_TABLE1[k][[x[-1] for x in COLUMNS].index(label)][0] for k in ours}
+        same = _ranking(ours) == _ranking(paper)
+        print(f"  {label}: ours  {_ranking(ours)}\n  {'':>{len(label)}}  paper {_ranking(paper)}"
+              f"  [{'same order' if same else 'order differs'}]")
+    print("  (10% drop: noise planned for 12% dropout, 10% of the clients dropping; the "
+          "non-private row uses the survivors)", flush=True)
+    return means
+
+
+def previous_defaults(reps: int) -> None:
+    """The adaptive algorithm with c = 0.5 and eq. 7 as printed (the earlier defaults)."""
+    img = population_image(1024, spread=(0.02, 0.15), background=0.5)
+    print("For contrast, ours with the previous defaults (c = 0.5, eq. 7 as printed):")
+    for n, plan, rate, label in COLUMNS:
         res = []
         for rep in range(reps):
             rows, cols = sample_pixels(img, n, 1000 * rep + n)
-            kw = dict(shard_size=10_000, dropout=plan, aggregation="simulate", neighbour="zero_out")
-            ad = adaptive_histogram(rows, cols, depth, 1.0, dropout_rate=rate, c=c, eq7=eq7,
-                                    rng=rep, **kw)
-            fl = flat_histogram(rows, cols, depth, 1.0, rng=rep + 100, **kw)
-            res.append((best_level_mse(rows, cols, depth, img), mse(fl, img),
-                        mse(ad.estimate, img), sum(r["vector_length"] for r in ad.rounds),
-                        len(ad.rounds)))
+            ad = adaptive_histogram(rows, cols, 10, 1.0, dropout_rate=rate, c=0.5,
+                                    eq7="printed", rng=rep, shard_size=10_000, dropout=plan,
+                                    aggregation="simulate", neighbour="zero_out")
+            res.append((mse(ad.estimate, img), sum(r["vector_length"] for r in ad.rounds)))
         m = np.mean(res, axis=0)
-        pf, pa, pc = PAPER_TABLE1[label]
-        print(f"{label:>13} {m[0] * 1e13:>9.2f} {m[1] * 1e13:>8.2f} {m[2] * 1e13:>9.2f} "
-              f"{m[1] / m[2]:>10.1f} {m[3]:>6.0f} {m[4]:>7.1f} | {pf:>11.2f} {pa:>9.2f} "
-              f"{pf / pa:>6.1f} {pc:>6d}", flush=True)
+        print(f"  {label:>13}: MSE {m[0] * 1e13:.2f}, comm {m[1]:,.0f}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=None,
+                    help="runs per Table 1 cell (default 1; 5 with --full)")
+    ap.add_argument("--full", action="store_true",
+                    help="5 runs per cell, the previous defaults for contrast, and the "
+                         "concentrated-image check of the row order (about 15 min)")
     ap.add_argument("--depth", type=int, default=7,
                     help="depth of the Table 3 / Fig. 1 / Fig. 8 shape runs (city data)")
     ap.add_argument("--table1-only", action="store_true")
     a = ap.parse_args()
     side = 1 << a.depth
     t0 = time.perf_counter()
-    table1(a.reps, 10, 0.05, "shards")
-    print("  the paper's setting: 1024x1024 (depth 10), c = 0.05 with eq. 7's shard factor as "
-          "its text means it (docs/errata.md row 11); for contrast, the previous defaults:")
-    table1(1, 10, 0.5, "printed")
-    print("  (10% drop: noise planned for 12% dropout, 10% of each shard actually dropping)")
+    reps = a.reps if a.reps is not None else (5 if a.full else 1)
+    table1(reps)
+    print("  ours: c = 0.05 with eq. 7's shard factor as its text means it (docs/errata.md "
+          "row 11)")
+    if a.full:
+        previous_defaults(1)
+        print("\nThe same rows on a concentrated image (a few dense districts, no "
+              "background): docs/federated.md, the row order")
+        table1(reps, image=dict(spread=(0.005, 0.03), background=0.0, n_districts=20))
     if a.table1_only:
         print(f"total {time.perf_counter() - t0:.0f} s")
         return
@@ -151,7 +218,7 @@ def main() -> None:
     }
     for name, extra in variants.items():
         runs = [adaptive_histogram(rows, cols, a.depth, 1.0, rng=r, **kw, **extra)
-                for r in range(a.reps)]
+                for r in range(reps)]
         e = np.mean([mse(x.estimate, truth) for x in runs])
         c = np.mean([sum(r["vector_length"] for r in x.rounds) for x in runs])
         print(f"  {name:>36}: mse {e:.3e}  comm {c:.0f}", flush=True)
@@ -173,7 +240,7 @@ def main() -> None:
         "local DP, k-RR": lambda r: local_rr_histogram(rows, cols, a.depth, 1.0, rng=r),
     }
     for name, fn in methods.items():
-        print(f"  {name:>28}: {np.mean([mse(fn(r), truth) for r in range(a.reps)]):.3e}",
+        print(f"  {name:>28}: {np.mean([mse(fn(r), truth) for r in range(reps)]):.3e}",
               flush=True)
     print("\nFig. 8 shape: flat histogram, n = 10000, MSE vs shard size and modulus")
     g = np.random.default_rng(5)
@@ -184,7 +251,7 @@ def main() -> None:
         for m in (1 << 6, 1 << 8, 1 << 12, 1 << 32):
             e = np.mean([mse(flat_histogram(rows, cols, a.depth, 1.0, shard_size=S,
                                             modulus=m, aggregation="simulate", rng=r), truth)
-                         for r in range(a.reps)])
+                         for r in range(reps)])
             cells.append(f"m=2^{m.bit_length() - 1}: {e:.3e}")
         print(f"  S_max={S:>6}: " + "  ".join(cells), flush=True)
     print(f"total {time.perf_counter() - t0:.0f} s")
