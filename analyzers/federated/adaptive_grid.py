@@ -4,7 +4,7 @@
 (Sec. 6.2): a first query counts the users on a uniform m1 x m1 grid (m1 = 10) with budget
 alpha eps; each first-level cell i is then divided into an n_i x n_i sub-grid,
 
-    n_i = ceil( sqrt( N'_i (1 - alpha) eps / c2 ) ),                   ([Qardaji13]_ Sec. IV-B)
+    n_i = ceil( sqrt( N'_i (1 - alpha) eps / c2 ) ),                   ([Qardaji13]_, AG)
 
 N'_i the first query's noisy count of the cell (n_i = 1 when N'_i <= 0), and a second query
 counts the users on all sub-cells with budget (1 - alpha) eps. Both queries are one-hot
@@ -15,7 +15,7 @@ The paper follows [Qardaji13]_'s guidelines with alpha = 0.5 and c2 = 10 (Sec. 6
 grid of m1 = max(10, ceil(sqrt(N eps / c) / 4)). The defaults follow [Bagdasaryan22]_ (alpha
 0.5, c2 10, m1 10); the others are arguments.
 
-Constrained inference ([Qardaji13]_ Sec. IV-B, [Hay10]_): each first-level count v and the sum
+Constrained inference ([Qardaji13]_ AG, [Hay10]_): each first-level count v and the sum
 S of its n^2 sub-cells are two estimates of the same total; the inverse-variance average
 v' = (v / var1 + S / (n^2 var2)) / (1 / var1 + 1 / (n^2 var2)) replaces it, and each sub-cell
 gets (v' - S) / n^2 added (with Laplace variances proportional to 1/eps^2 this is their
@@ -27,7 +27,7 @@ cell floor(x m / s) exactly (integer arithmetic; sizes differ by at most one pix
 References
 ----------
 .. [Qardaji13] Qardaji, Yang and Li (2013), "Differentially private grids for geospatial
-   data", Sec. IV-B (Adaptive Grids) -- full entry in docs/references.md
+   data", the Adaptive Grids (AG) method -- full entry in docs/references.md
 .. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics", Sec. 6.2,
    Table 1 -- full entry in docs/references.md
 .. [Hay10] Hay et al. (2010), "Boosting accuracy through consistency" -- full entry in
@@ -78,7 +78,7 @@ def subgrid_sizes(noisy_counts: Any, epsilon: float, *, alpha: float = 0.5,
 
     References
     ----------
-    [Qardaji13]_ Sec. IV-B; [Bagdasaryan22]_ Sec. 6.2.
+    [Qardaji13]_ (AG); [Bagdasaryan22]_ Sec. 6.2.
     """
     n = np.asarray(noisy_counts, dtype=float)
     if not np.all(np.isfinite(n)):
@@ -126,7 +126,7 @@ class AdaptiveGridLayout:
 
     References
     ----------
-    [Qardaji13]_ Sec. IV-B.
+    [Qardaji13]_ (AG).
     """
 
     side: int
@@ -298,7 +298,7 @@ def constrained_inference(first_counts: Any, second_counts: Any,
 
     References
     ----------
-    [Qardaji13]_ Sec. IV-B (constrained inference); [Hay10]_.
+    [Qardaji13]_ (AG, constrained inference); [Hay10]_.
     """
     v1 = np.asarray(first_counts, dtype=float)
     u = np.asarray(second_counts, dtype=float)
@@ -345,7 +345,7 @@ def first_grid_size(users: int, epsilon: float, c: float = 10.0, side: int | Non
 
     References
     ----------
-    [Qardaji13]_ Sec. IV-B.
+    [Qardaji13]_ (AG).
     """
     n = v.count("users", users)
     m = max(10, math.ceil(math.sqrt(n * v.positive("epsilon", epsilon)

@@ -29,7 +29,7 @@ References
 .. [Cormode12] Cormode et al. (2012), "Differentially private spatial decompositions" -- full
    entry in docs/references.md
 .. [Qardaji13] Qardaji, Yang and Li (2013), "Differentially private grids for geospatial
-   data", Sec. IV-B -- full entry in docs/references.md
+   data", AG -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ def adaptive_grid_histogram(rows: Any, cols: Any, depth: int, epsilon: float, *,
 
     References
     ----------
-    [Qardaji13]_ Sec. IV-B; [Bagdasaryan22]_ Sec. 6.2, Table 1.
+    [Qardaji13]_ (AG); [Bagdasaryan22]_ Sec. 6.2, Table 1.
     """
     L, r, c = _check_pixels(rows, cols, depth)
     eps = v.positive("epsilon", epsilon)
