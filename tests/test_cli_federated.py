@@ -28,22 +28,23 @@ def _csv(path, users=200, seed=0):
 
 def test_multi_location_command_end_to_end(tmp_path):
     """Weighted normalisation and systematic rounding: l1 bound gamma, the guarantee at eps,
-    and (eps = 20, gamma = 100: noise sd about 0.14 users per cell over 4 shards) the
-    estimate within 0.005 of the users' weighted density in every cell (truth per cell up to
-    about 0.1; the noise and the rounding give sd < 1e-3: more than 5 sd)."""
+    and the estimate within 0.005 of the users' weighted density in every cell. At eps = 50,
+    gamma = 1,000 the noise per cell is 4 shards' DL(e^{-0.05}) (sd 0.056 users, 2.8e-4 of
+    the density of 200 users) and the rounding's sd is below 0.01 users: 0.005 is 17 sd, and
+    a Laplace tail beyond it over 64 cells has probability < 1e-8."""
     truth = _csv(tmp_path / "pts.csv")
     args = ["federated", "--input", str(tmp_path / "pts.csv"), "--locations", "all",
-            "--depth", "3", "--gamma", "100", "--epsilon", "20", "--neighbour", "zero_out",
+            "--depth", "3", "--gamma", "1000", "--epsilon", "50", "--neighbour", "zero_out",
             "--shard-size", "50", "--dropout", "0.0", "--dropout-rate", "0.0",
-            "--aggregation", "plain", "--seed", "1"]
+            "--aggregation", "simulate", "--seed", "1"]
     res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     rep = json.loads((tmp_path / "a" / "report.json").read_text())
-    assert rep["l1_bound"] == 100 and rep["gamma"] == 100 and rep["users"] == 200
+    assert rep["l1_bound"] == 1000 and rep["gamma"] == 1000 and rep["users"] == 200
     g = rep["guarantee"]
-    assert g["epsilon"] == 20 and g["neighbour"].startswith("zero out")
+    assert g["epsilon"] == 50 and g["neighbour"].startswith("zero out")
     assert g["model"] == "distributed"
-    assert g["parameters"]["sensitivity"] == 100 and len(rep["shards"]) == 4
+    assert g["parameters"]["sensitivity"] == 1000 and len(rep["shards"]) == 4
     est = np.load(tmp_path / "a" / "estimate.npy")
     assert est.shape == (8, 8) and abs(est.sum() - 1) < 1e-12
     assert np.abs(est - truth).max() < 0.005
@@ -51,7 +52,7 @@ def test_multi_location_command_end_to_end(tmp_path):
     res = CliRunner().invoke(main, [*args, "--rounding", "independent", "--out",
                                     str(tmp_path / "b")])
     assert res.exit_code == 0, res.output
-    assert json.loads((tmp_path / "b" / "report.json").read_text())["l1_bound"] == 164
+    assert json.loads((tmp_path / "b" / "report.json").read_text())["l1_bound"] == 1064
 
 
 def test_multi_location_command_refusals(tmp_path):
