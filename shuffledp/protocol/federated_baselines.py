@@ -71,9 +71,6 @@ class _MultiHot(_OneHot):
     """Users' 0/1 vectors with k ones each at distinct ``positions[i]`` (n x k), built one at a
     time; the sum over a set of users is a bincount (n x D never held in memory)."""
 
-    def __init__(self, positions: np.ndarray, d: int) -> None:
-        super().__init__(positions, d)
-
     def __len__(self) -> int:
         return int(self.cells.shape[0])
 
