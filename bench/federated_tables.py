@@ -287,7 +287,8 @@ def main() -> None:
         cells = []
         for m in (1 << 6, 1 << 8, 1 << 12, 1 << 32):
             e = np.mean([mse(flat_histogram(rows, cols, a.depth, 1.0, shard_size=S,
-                                            modulus=m, aggregation="simulate", rng=r), truth)
+                                            modulus=m, aggregation="simulate",
+                                            neighbour="zero_out", rng=r), truth)
                          for r in range(reps)])
             cells.append(f"m=2^{m.bit_length() - 1}: {e:.3e}")
         print(f"  S_max={S:>6}: " + "  ".join(cells), flush=True)
