@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shuffledp import _validation as v
-from shuffledp.accounting.composition import Accountant, Composition
+from shuffledp.accounting.composition import Accountant, Composition, check_parallel_groups
 from shuffledp.accounting.events import (
     DEFAULT_DISCRETIZATION,
     EpsDelta,
@@ -160,7 +160,8 @@ def accountant_from_spec(spec: Mapping[str, Any], base: str | os.PathLike[str] =
     ------
     ValueError
         The spec or a release in it is malformed, a report is unreadable JSON or refused,
-        or the releases' neighbour relations or notions differ.
+        the releases' neighbour relations or notions differ, or a ``parallel`` group is
+        visibly not disjoint (:func:`~shuffledp.accounting.composition.check_parallel_groups`).
     OSError
         A report cannot be read.
     TypeError
@@ -172,6 +173,7 @@ def accountant_from_spec(spec: Mapping[str, Any], base: str | os.PathLike[str] =
     """
     if not isinstance(spec, Mapping) or not isinstance(spec.get("releases"), list):
         raise ValueError("a spec must be an object with a 'releases' list")
+    check_parallel_groups(spec, base)
     h = discretization or spec.get("discretization", DEFAULT_DISCRETIZATION)
     acc = Accountant(h)
     notes: list[str] = []

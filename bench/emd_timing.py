@@ -18,9 +18,12 @@ and prints the median of each and the median of the per-repeat ratios.
    instance) and a summary line gives the median ratios over them.
 
    Solvers: ``auto`` (the package's default), ``network_simplex`` (our numba network simplex
-   on the grid graph) and the reference ``POT supports``: ``ot.emd2`` on the l1 cost matrix
-   between the supports of p and q (skipped above ``--pot-max-arcs`` arcs: a filtered
-   256x256 pair would need 4e9). ``--highs-max N`` adds the HiGHS LP up to N x N.
+   on the grid graph, multiscale start) and the reference ``POT supports``: ``ot.emd2`` on
+   the l1 cost matrix between the supports of p and q, or of (p - q)+ and (p - q)- when that
+   problem is smaller (both exact; the cost matrix is built inside the timing, as ``auto``
+   builds its own; skipped above ``--pot-max-arcs`` arcs: a filtered 128x128 pair needs
+   ~7e7, a 256x256 one ~1e9). ``--highs-max N`` adds the HiGHS LP up to N x N. The section
+   ends with the headline figures: ours (``auto``) / POT for every input, one line each.
 2. Dense cost matrices (:func:`~shuffledp.encoders.metric.transport.transport_cost` with a
    ``(k, k)`` matrix) at k = 300 1000 2000 points (``--dense``): Euclidean distances between
    uniform points of the unit square, random masses. Solvers: ``auto``, ``network_simplex``
@@ -87,17 +90,27 @@ def l1_costs(src: np.ndarray, dst: np.ndarray, width: int) -> np.ndarray:
     return (np.abs(rs[:, None] - rd[None]) + np.abs(cs[:, None] - cd[None])).astype(np.float64)
 
 
-def pot_on_supports(p: np.ndarray, q: np.ndarray) -> tuple[Callable[[], float], int]:
-    """ot.emd2 on the supports of the normalised p and q with the l1 cost (in the unit of
-    :func:`emd`: the grid's longer side is 1), and its number of arcs."""
+def pot_on_supports(p: np.ndarray, q: np.ndarray,
+                    diff: bool) -> tuple[Callable[[], float], int]:
+    """ot.emd2 on an exact transport formulation of the grid EMD of the normalised p and q
+    with the l1 cost (in the unit of :func:`emd`: the grid's longer side is 1): between the
+    supports of p and q, or (``diff``) of (p - q)+ and (p - q)-; the cost matrix is built
+    inside the timing. Returns the solve and its number of arcs."""
     n = max(p.shape)
     a, b = p.ravel() / p.sum(), q.ravel() / q.sum()
-    sa, sb = np.flatnonzero(a), np.flatnonzero(b)
+    if diff:
+        d = a - b
+        src, dst = np.flatnonzero(d > 0), np.flatnonzero(d < 0)
+        ma, mb = d[src], -d[dst]
+        mb = mb * (ma.sum() / mb.sum())
+    else:
+        src, dst = np.flatnonzero(a), np.flatnonzero(b)
+        ma, mb = a[src], b[dst]
 
     def solve() -> float:
-        return float(ot.emd2(a[sa], b[sb], l1_costs(sa, sb, p.shape[1]), numItermax=10**8)) / n
+        return float(ot.emd2(ma, mb, l1_costs(src, dst, p.shape[1]), numItermax=10**8)) / n
 
-    return solve, sa.size * sb.size
+    return solve, src.size * dst.size
 
 
 def dense_problem(k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,8 +144,9 @@ def bench_grid(sizes: list[int], repeat: int, seeds: list[int], highs_max: int,
     print("\n1. grid EMD (l1 on N x N): seconds (median of the repeats) and ratios "
           "(median of per-repeat ratios); sparse inputs from each seed, filtered from the first")
     print(f"{'grid':>9} {'input':>11} {'k_p x k_q':>11} {'auto':>8} {'ours':>8} "
-          f"{'POT supp':>8} {'auto/POT':>9} {'ours/POT':>9} {'auto/ours':>9} {'highs':>7} "
-          f"{'max rel diff':>12}")
+          f"{'POT supp':>8} {'POT diff':>8} {'auto/POT':>9} {'ours/POT':>9} {'auto/ours':>9} "
+          f"{'highs':>7} {'max rel diff':>12}")
+    headline: list[tuple[str, list[tuple[str, int, float | None]]]] = []
     for n in sizes:
         summary: dict[str, list[float]] = {"auto/POT": [], "ours/POT": [], "auto/ours": []}
         for s_i, seed in enumerate(seeds):
@@ -143,16 +157,26 @@ def bench_grid(sizes: list[int], repeat: int, seeds: list[int], highs_max: int,
                     "auto": lambda p=p, q=q: emd(p, q, method="auto"),
                     "ours": lambda p=p, q=q: emd(p, q, method="network_simplex"),
                 }
-                pot, arcs = pot_on_supports(p, q)
+                pot, arcs = pot_on_supports(p, q, diff=False)
+                pot_diff, arcs_diff = pot_on_supports(p, q, diff=True)
                 if arcs <= pot_max_arcs:
                     solvers["pot"] = pot
+                if arcs_diff <= pot_max_arcs:
+                    solvers["pot_diff"] = pot_diff
                 if n <= highs_max:
                     solvers["highs"] = lambda p=p, q=q: emd(p, q, method="highs")
-                slow = arcs > 4e6 and "pot" in solvers or (kind == "filtered" and n >= 256)
+                pot_arcs = [a for a, name in ((arcs, "pot"), (arcs_diff, "pot_diff"))
+                            if name in solvers]
+                slow = max(pot_arcs, default=0) > 2e6 or (kind == "filtered" and n >= 256)
                 res = race(solvers, 1 if slow else repeat)
                 vals = [v for _, v, _ in res.values()]
                 rel = (max(vals) - min(vals)) / max(vals)
                 shape = f"{np.count_nonzero(p)}x{np.count_nonzero(q)}"
+                label = f"{kind} s{seed}" if kind == "sparse" else kind
+                headline.append((f"{n}x{n} {label}", [
+                    (kind_, arcs_, ratio(res, "auto", name) if name in res else None)
+                    for name, kind_, arcs_ in (("pot", "p,q", arcs),
+                                               ("pot_diff", "diff", arcs_diff))]))
 
                 def cell(name: str, res: dict = res) -> str:
                     return f"{res[name][0]:>8.3f}" if name in res else f"{'-':>8}"
@@ -167,14 +191,25 @@ def bench_grid(sizes: list[int], repeat: int, seeds: list[int], highs_max: int,
                     return f"{r:>9.2f}"
 
                 highs = f"{res['highs'][0]:>7.2f}" if "highs" in res else f"{'-':>7}"
-                label = f"{kind} s{seed}" if kind == "sparse" else kind
                 print(f"{n:>4}x{n:<4} {label:>11} {shape:>11} {cell('auto')} {cell('ours')} "
-                      f"{cell('pot')} {rat('auto', 'pot')} {rat('ours', 'pot')} "
-                      f"{rat('auto', 'ours')} {highs} {rel:>12.1e}", flush=True)
+                      f"{cell('pot')} {cell('pot_diff')} {rat('auto', 'pot')} "
+                      f"{rat('ours', 'pot')} {rat('auto', 'ours')} {highs} {rel:>12.1e}",
+                      flush=True)
         if len(seeds) > 1:
             med = {k: f"{np.median(v):.2f}" if v else "-" for k, v in summary.items()}
-            print(f"{n:>4}x{n:<4} {'sparse med':>11} {'':>11} {'':>8} {'':>8} {'':>8} "
+            print(f"{n:>4}x{n:<4} {'sparse med':>11} {'':>11} {'':>8} {'':>8} {'':>8} {'':>8} "
                   f"{med['auto/POT']:>9} {med['ours/POT']:>9} {med['auto/ours']:>9}", flush=True)
+    print("\nheadline: ours ('auto', the package's default) / POT's ot.emd2 on the supports "
+          "of p and q ('p,q') and of (p - q)+ and (p - q)- ('diff'), cost matrices included, "
+          "time ratios in this run (< 1: ours faster):")
+    for name, refs in headline:
+        cells = []
+        for kind, arcs, r in refs:
+            cells.append(f"{kind} {arcs:.2g} arcs: " + (
+                f"{r:6.3f}" if r is not None else
+                f"not run (> --pot-max-arcs {pot_max_arcs:.2g}; cost matrix "
+                f"{8 * arcs / 1e9:.2g} GB)"))
+        print(f"  {name:>20}:  " + ";  ".join(cells))
 
 
 def bench_dense(sizes: list[int], repeat: int, seed: int) -> None:
@@ -249,8 +284,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="sparse grid inputs from seeds SEED .. SEED + SEEDS - 1")
     ap.add_argument("--highs-max", type=int, default=0,
                     help="also time HiGHS on grids up to this side (minutes at 256)")
-    ap.add_argument("--pot-max-arcs", type=float, default=2e7,
-                    help="skip POT on the supports of p and q above this many arcs")
+    ap.add_argument("--pot-max-arcs", type=float, default=5e6,
+                    help="skip POT on a formulation above this many arcs (the filtered "
+                         "64x64 pair on the supports of p and q has 1.7e7: ~15-45 s)")
     ap.add_argument("--small", action="store_true", help="section 3 (POT_MIN_ARCS)")
     ap.add_argument("--crossover", action="store_true",
                     help="section 4 (SUPPORT_ARCS_FACTOR), minutes")

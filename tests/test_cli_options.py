@@ -39,7 +39,8 @@ def test_the_tree_holds_every_command():
                              "privhist", "metric", "metric freq", "metric itemwise",
                              "metric linear", "secagg", "secagg server", "secagg client",
                              "federated", "sweep", "serve", "serve shuffler", "serve secagg",
-                             "serve close", "serve enrol", "serve revoke", "upload"}
+                             "serve close", "serve enrol", "serve revoke", "upload",
+                             "figure"}
 
 
 def test_every_command_goes_through_the_one_error_path():
@@ -91,7 +92,7 @@ def options():
 def test_one_grid_parser():
     grids = [(path, p) for path, p in options() if "--grid" in p.opts]
     assert {path for path, _ in grids} == {"heatmap", "setup", "account summation",
-                                           "metric linear", "sweep"}
+                                           "metric linear", "sweep", "figure"}
     for path, p in grids:
         assert p.type is cli_common.GRID, path
 
@@ -118,7 +119,7 @@ def test_one_spelling_per_concept():
     out = {path: p for path, p in options() if "--out" in p.opts}
     assert {path for path, p in out.items() if p.name == "out_dir"} == \
         {"heatmap", "setup", "analyze", "privhist", "metric freq", "metric itemwise",
-         "metric linear", "federated", "sweep", "serve enrol"}
+         "metric linear", "federated", "sweep", "serve enrol", "figure"}
     assert {path for path, p in out.items() if p.name == "out_path"} == {"encode", "shuffle",
                                                                           "serve close"}
     for p in out.values():

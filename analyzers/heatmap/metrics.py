@@ -108,8 +108,10 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
       (:mod:`shuffledp.encoders.metric.transport`).
     * ``method="network_simplex"``: the grid flow by the primal network simplex compiled with
       numba (unit costs, so the potentials are integers and optimality is decided exactly;
-      flows in float64). Agrees with POT's ``ot.emd2`` on the dense l1 cost matrix to ~1e-15
-      relative.
+      flows in float64), started from the optimal tree of the same problem on the grid of
+      2x2 blocks, itself solved so (a multiscale start; any spanning tree is a feasible
+      basis, so the start changes the pivots, not the optimum). Agrees with POT's
+      ``ot.emd2`` on the dense l1 cost matrix to ~1e-14 relative.
     * ``method="pot"``: always that transport problem by POT (refused above
       ``SUPPORT_MAX_ARCS`` arcs).
     * ``method="highs"``: the grid flow as a sparse LP through
@@ -118,25 +120,27 @@ def emd(p: Any, q: Any, grid: Grid | None = None, *, method: str = "auto") -> fl
 
     Grids with a single row or column use the closed form ``sum |cumsum(p - q)|``.
 
-    Cost in seconds, ``python bench/emd_timing.py`` on the shared 2-core development machine
-    (medians; the first call in a fresh environment also pays ~5 s of numba compilation,
-    cached on disk afterwards; "sparse": two 1000-point synthetic aggregates, "filtered": the
-    same after the Gaussian filter, every pixel non-zero; ``auto`` on filtered maps is the
-    network simplex):
+    Cost, ``python bench/emd_timing.py`` on the shared 2-core development machine (load
+    average ~12 during the run, so seconds are upper bounds; ratios are medians of per-repeat
+    ratios in the same run, +-15% between runs). "Sparse": two 1,000-point synthetic
+    aggregates (median of 3 seeds), "filtered": the same after the Gaussian filter, every
+    pixel non-zero; "POT" is ``ot.emd2`` on the supports of ``p`` and ``q``, cost matrix
+    included. The first call in a fresh environment also pays ~3 s of numba compilation,
+    cached on disk afterwards.
 
-    ========  ===========  ================  ===========  ==================
-    grid      auto sparse  POT on supports   our grid     highs
-                           of p, q, sparse   flow sparse  (earlier runs)
-    ========  ===========  ================  ===========  ==================
-    64x64     0.02         0.02-0.05         0.02         0.4-0.7
-    128x128   0.05-0.11    0.05-0.08         0.15-0.17    6-11
-    256x256   0.1-0.28     0.1-0.28          0.6-1.6      166
-    512x512   0.22         0.22              24           -
-    ========  ===========  ================  ===========  ==================
+    ========  ============  =============  ==============  ===========================
+    grid      auto / POT,   grid flow /    filtered: auto  filtered: POT on supports of
+              sparse        POT, sparse    (grid flow)     (p - q)+ and (p - q)-
+    ========  ============  =============  ==============  ===========================
+    64x64     0.39          0.55           0.05 s          6 s (4.2M arcs; ratio 0.008)
+    128x128   1.01          1.5            0.25 s          not run (67M arcs)
+    256x256   1.05          7.8            2.0 s           not run (1.1e9 arcs)
+    ========  ============  =============  ==============  ===========================
 
-    Filtered maps (our grid flow, started from the centre comb): 0.03 s at 64x64, 0.35 s at
-    128x128, 3-7 s at 256x256 (ranges are across runs on a loaded machine; dense maps cost
-    more because the spanning-tree updates touch larger subtrees).
+    On the sparse 128x128 and 256x256 maps "auto" is POT on the supports, so its ratio is 1
+    up to the cost of building the cost matrix (~2%) and the run's noise (on 64x64 it is the
+    grid flow); from the centre comb instead of the
+    multiscale start the filtered 256x256 grid flow took 8-10x longer.
 
     Parameters
     ----------

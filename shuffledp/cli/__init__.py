@@ -3,7 +3,8 @@
 The group and its commands, one module each: ``heatmap`` (:mod:`shuffledp.cli.heatmap`, the
 private heatmap of [Ghazi23]_), ``account`` (:mod:`shuffledp.cli.account`) and the role
 commands ``setup``, ``encode``, ``shuffle``, ``analyze`` (:mod:`shuffledp.cli.roles`) are
-registered here.
+registered here, and ``figure`` (:mod:`shuffledp.cli.figure`, the paper's example
+figures: an evaluation, not a private release).
 
 Every command goes through :mod:`shuffledp.cli.common`: one error path (a one-line ``Error:``,
 exit 2 for a usage error, 1 for a refusal, never a traceback), one grid parser, and one name
@@ -29,6 +30,7 @@ ROLES = (
     ("Private releases", ("heatmap", "federated", "privhist", "metric", "sweep")),
     ("Deployment roles", ("setup", "encode", "upload", "shuffle", "analyze", "serve", "secagg")),
     ("Privacy accounting", ("account",)),
+    ("Evaluations (not private releases)", ("figure",)),
 )
 #: a sentence ends at ". " unless the period closes one of these abbreviations
 _ABBREVIATIONS = ("et al", "e.g", "i.e", "cf", "Sec", "Alg", "Thm", "Eq", "Fig", "vs")
@@ -85,6 +87,7 @@ def _register() -> None:
     main.add_command(import_module("shuffledp.cli.secagg").secagg)
     main.add_command(import_module("shuffledp.cli.federated").federated_cmd)
     main.add_command(import_module("shuffledp.cli.sweep").sweep)
+    main.add_command(import_module("shuffledp.cli.figure").figure)
     for command in import_module("shuffledp.cli.serve").SERVE_COMMANDS:
         main.add_command(command)
     for command in ROLE_COMMANDS:

@@ -92,6 +92,21 @@ class _Progress:
 @w_option()
 @click.option("--model", type=click.Choice(["central", "shuffle"]), default="central",
               show_default=True)
+@click.option("--algorithm", type=click.Choice(["sparse", "dense", "auto"]), default="sparse",
+              show_default=True,
+              help="Central model: sparse = Ghazi et al. (AAAI 2023) Alg. 1-2 (error "
+                   "~sqrt(k)/(eps n) on k-sparse data); dense = their App. D.1 (snap to level "
+                   "floor(log2 sqrt(eps n)), Laplace noise, EMD projection; ~1/sqrt(eps n) "
+                   "whatever the data); auto = the one with the smaller error bound, chosen "
+                   "from public numbers only (--public-n, epsilon, the grid, --sparsity): no "
+                   "privacy spent. The shuffle protocol runs the sparse algorithm only.")
+@click.option("--public-n", "public_n", type=click.IntRange(min=1), default=None,
+              help="--algorithm dense/auto: a public number of users for the level and the "
+                   "choice. Required under add_remove (n is private there); default the "
+                   "data's n under replace and zero_out (n public).")
+@click.option("--sparsity", type=click.IntRange(min=1), default=None,
+              help="--algorithm auto: public prior on the number of occupied cells k "
+                   "[default: the number of pixels, no sparsity assumed].")
 @B_option(default=256, help="Shuffle model: scaling factor B.")
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True,
@@ -150,7 +165,8 @@ class _Progress:
 def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B, rounding,
             delta, sigma, top_percent, neighbour, seed, out_dir, metric_set, no_metrics,
             smoothing, quiet, backend, scheduler, allow_large, evaluate=None, budget_ledger=None,
-            budget_epsilon=None, budget_delta=None) -> None:
+            budget_epsilon=None, budget_delta=None, algorithm="sparse", public_n=None,
+            sparsity=None) -> None:
     """Private heatmap of users' distributions (Ghazi et al., AAAI 2023).
 
     A private release (--release; the default with --input or --budget-ledger) writes
@@ -167,6 +183,7 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
     t_start = time.perf_counter()
     progress = _Progress(quiet)
     _check_model_options(model, neighbour, backend, scheduler)
+    _check_algorithm_options(algorithm, model, neighbour, public_n, sparsity)
     box = _check_input_options(input_path, fmt, bbox, n)
     evaluate = _check_mode(ctx, evaluate, input_path, seed, budget_ledger)
     ledger = _open_ledger(budget_ledger, budget_epsilon, budget_delta)
@@ -190,7 +207,12 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
     rngs = _noise_rngs(seed, 2 + len(top_percent))
     progress(f"running the {model} mechanism (epsilon={epsilon}, w={w})")
     t_ours = time.perf_counter()
-    if model == "central":  # well under a second at the default size: no bar
+    choice = None
+    if model == "central" and algorithm != "sparse":
+        ours, choice = _central_by_algorithm(algorithm, users, grid, epsilon, w,
+                                             neighbour or "add_remove", public_n, sparsity,
+                                             rngs[0], progress)
+    elif model == "central":  # well under a second at the default size: no bar
         from shuffledp.analyzers.heatmap.central import central_heatmap
 
         ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour or "add_remove",
@@ -212,7 +234,7 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
     out = Path(out_dir)
     report = ours.to_report()
     report.update({"mode": "evaluation" if evaluate else "release", "w": w, "sigma": sigma,
-                   "seed": seed})
+                   "seed": seed, "algorithm": _algorithm_record(algorithm, ours, choice)})
     if not evaluate:
         report.update({
             "input": _public_source(input_path, data_seed),
@@ -361,6 +383,57 @@ def _check_model_options(model: str, neighbour: str | None, backend: str,
                                "backend (and --scheduler) need --model shuffle --backend dask")
 
 
+def _check_algorithm_options(algorithm: str, model: str, neighbour: str | None,
+                             public_n: int | None, sparsity: int | None) -> None:
+    """--algorithm dense/auto: central model only, and a public n under add_remove."""
+    if algorithm != "sparse" and model == "shuffle":
+        raise click.UsageError(
+            f"--algorithm {algorithm} --model shuffle: the shuffle protocol (Ghazi et al. "
+            "App. F) implements the sparse algorithm only; the dense algorithm (App. D.1) "
+            "is not supported in the shuffle model. Use --model central, or --algorithm "
+            "sparse")
+    if algorithm == "sparse" and (public_n is not None or sparsity is not None):
+        raise click.UsageError("--public-n and --sparsity belong to --algorithm dense/auto")
+    if algorithm == "dense" and sparsity is not None:
+        raise click.UsageError("--sparsity belongs to --algorithm auto")
+    if algorithm != "sparse" and public_n is None and (neighbour or "add_remove") == "add_remove":
+        raise click.UsageError(
+            f"--algorithm {algorithm} under add_remove needs --public-n N: the level "
+            "floor(log2 sqrt(eps n)) and the choice must come from a public n, and n is "
+            "private under add_remove (or use --neighbour replace / zero_out, where n is "
+            "public)")
+
+
+def _central_by_algorithm(algorithm: str, users: Any, grid: Any, epsilon: float, w: int,
+                          neighbour: str, public_n: int | None, sparsity: int | None,
+                          rng: Any, progress: Any) -> tuple[Any, Any]:
+    """The dense release, or auto's choice (from public numbers only) and its release."""
+    from shuffledp.analyzers.heatmap.central import central_heatmap
+    from shuffledp.analyzers.heatmap.dense import choose_algorithm, dense_heatmap
+
+    n_pub = users.n_users if public_n is None else public_n  # public: checked above
+    choice = None
+    if algorithm == "auto":
+        choice = as_usage_error(choose_algorithm, grid, n_pub, epsilon, k=sparsity, w=w,
+                                neighbour=neighbour)
+        progress(f"--algorithm auto: {choice.reason}")
+        algorithm = choice.algorithm
+    if algorithm == "sparse":
+        return central_heatmap(users, epsilon, w=w, neighbour=neighbour, rng=rng), choice
+    return dense_heatmap(users, epsilon, n_public=n_pub, neighbour=neighbour, rng=rng), choice
+
+
+def _algorithm_record(algorithm: str, release: Any, choice: Any) -> dict[str, Any]:
+    """What ran and, for --algorithm auto, why (public numbers only)."""
+    ran = "dense" if release.parameters.get("mechanism") == "DenseEMDAgg" else "sparse"
+    out: dict[str, Any] = {"requested": algorithm, "ran": ran}
+    if choice is not None:
+        out.update({"reason": choice.reason, "sparse_bound": choice.sparse_bound,
+                    "dense_bound": choice.dense_bound, "sparsity_prior": choice.k,
+                    "n_public": choice.n_public})
+    return out
+
+
 def _open_ledger(path: str | None, epsilon: float | None, delta: float | None) -> Any:
     """The --budget-ledger to charge (created with --budget-epsilon/--budget-delta), or None."""
     if path is not None:
@@ -428,9 +501,10 @@ def _heatmap_metrics(metric_set: str, grid: Any, sigma: float, h_truth: np.ndarr
     for name in names:
         if name not in heatmaps:
             heatmaps[name] = gaussian_heatmap(baselines[name].estimate, sigma)
-    # the exact EMD solves release the GIL (numba nogil): two at a time on two cores
+    # the exact EMD solves release the GIL (numba nogil): one thread per heatmap, up to the
+    # cores (--metrics full: every baseline's EMD at once on a machine with the cores)
     with progress_bar(len(names), "metrics", "heatmap", quiet) as bar, \
-            ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+            ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:
         def one(name: str) -> dict[str, Any]:
             with_emd = metric_set == "full" or name in ("ours", "laplace")
             m = all_metrics(h_truth, heatmaps[name], grid, emd=with_emd)

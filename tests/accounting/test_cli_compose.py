@@ -110,3 +110,18 @@ def test_compose_spec_refuses_parallel_groups_that_are_not_disjoint(tmp_path):
     assert r.exit_code == 2 and "reads input 'users-a.csv'" in r.output
     r = run([{"report": "a.json"}, {"report": "b.json"}])
     assert r.exit_code == 0, r.output
+
+
+def test_library_spec_reader_refuses_parallel_groups_that_are_not_disjoint(tmp_path):
+    """The library's spec reader applies the same disjointness check as the CLI: a caller
+    of ``accountant_from_spec`` cannot compose one report in parallel with itself."""
+    from shuffledp.accounting.ledger import accountant_from_spec
+
+    ev = DiscreteLaplace(parameter=0.05, neighbour="replace")
+    _report(tmp_path / "a.json", ev, neighbour="replace")
+    bad = {"releases": [{"parallel": [{"report": "a.json"}, {"report": "a.json"}]}]}
+    with pytest.raises(ValueError, match=r"releases\[0\]\.parallel\[1\]"):
+        accountant_from_spec(bad, tmp_path)
+    good = {"releases": [{"parallel": [{"report": "a.json"}]}]}
+    acc, _ = accountant_from_spec(good, tmp_path)
+    assert acc.epsilon(1e-6).epsilon > 0
