@@ -15,6 +15,12 @@
 
 All return a normalised density on the 2^L x 2^L grid (negative counts clipped).
 
+The evaluation of [Bagdasaryan22]_ Table 1's non-interactive rows ("non-private",
+"hierarchical", "CM-sketch based", "spatial decomposition") picks, for each run, the quadtree
+level whose estimate is closest to the truth ("we build a map for every level of the quadtree
+and pick the level that produces the best metric", Sec. 6.2): :class:`LevelEstimates` holds one
+noisy count vector per level and :func:`best_level` makes that (oracle) choice.
+
 References
 ----------
 .. [Bagdasaryan22] Bagdasaryan et al. (2022), "Towards sparse federated analytics" -- full entry in
@@ -29,11 +35,13 @@ References
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from shuffledp import _validation as v
+from shuffledp.accounting.guarantee import Guarantee
 from shuffledp.encoders.metric.mechanisms import _shift, rr_weights, uniform_below
 from shuffledp.encoders.noise.laplace import discrete_laplace_for
 from shuffledp.randomness import RngLike, SecureRandom, noise_source, word_source
@@ -241,5 +249,173 @@ def local_rr_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     return normalise_density(est.reshape(side, side))
 
 
-__all__ = ["central_tree_histogram", "geometric_budget", "local_rr_histogram",
-           "normalise_density", "tree_least_squares"]
+def level_density(counts: Any, level: int, depth: int) -> np.ndarray:
+    """The pixel density of quadtree level ``level``'s counts: each clipped count spread
+    evenly over its 4^(depth - level) pixels, normalised.
+
+    Parameters
+    ----------
+    counts : array_like, shape (4^level,) or (2^level, 2^level)
+        The (noisy) counts of the level's cells, row-major.
+    level : int
+        0 <= level <= depth.
+    depth : int
+        L in [1, 12]: the image is 2^L x 2^L.
+
+    Returns
+    -------
+    numpy.ndarray, shape (2^depth, 2^depth)
+        The normalised density (uniform when no count is positive).
+
+    Raises
+    ------
+    ValueError
+        If ``level`` is outside 0..depth or ``counts`` does not have 4^level entries.
+    TypeError
+        If ``level`` or ``depth`` is not an integer.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 6.1 (a coarse cell's value spread uniformly over its pixels).
+    """
+    L = v.bounded_count("depth", depth, 1, 12)
+    lvl = v.bounded_count("level", level, 0, L)
+    c = np.asarray(counts, dtype=float)
+    if c.size != 4 ** lvl:
+        raise ValueError(f"counts must have 4^level = {4 ** lvl} entries, got {c.size}")
+    f = 1 << (L - lvl)
+    d = np.kron(np.maximum(c.reshape(1 << lvl, 1 << lvl), 0.0), np.ones((f, f)))
+    return d / d.sum() if d.sum() > 0 else np.full(d.shape, 1.0 / d.size)
+
+
+@dataclass(frozen=True)
+class LevelEstimates:
+    """Noisy counts of several quadtree levels of one release, and what they cost.
+
+    Attributes
+    ----------
+    depth : int
+        L: the image is 2^L x 2^L.
+    counts : dict of int to numpy.ndarray
+        Level -> its (noisy, possibly estimated) counts, 4^level entries row-major.
+    epsilons : dict of int to float
+        Level -> the budget its query spent.
+    communication : int
+        Entries one user sends over all levels: the sum of the vector sizes, the measure of
+        [Bagdasaryan22]_ Table 1.
+    guarantee : Guarantee or None
+        The composed guarantee of all levels; None only for :func:`nonprivate_levels` (no
+        privacy: an evaluation's reference, never a release).
+    variances : dict of int to float
+        Level -> the per-entry noise variance of its counts (for least squares).
+    """
+
+    depth: int
+    counts: dict
+    epsilons: dict
+    communication: int
+    guarantee: Guarantee | None
+    variances: dict = field(default_factory=dict)
+
+    def density(self, level: int) -> np.ndarray:
+        """The normalised pixel density of one level (:func:`level_density`).
+
+        Parameters
+        ----------
+        level : int
+            A level held in :attr:`counts`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (2^depth, 2^depth)
+            The density.
+
+        Raises
+        ------
+        KeyError
+            If the level was not measured.
+        """
+        return level_density(self.counts[level], level, self.depth)
+
+
+def best_level(estimates: LevelEstimates, truth: Any) -> tuple[int, float]:
+    """The level whose density has the lowest MSE against ``truth`` (an oracle choice: the
+    evaluation of [Bagdasaryan22]_ Table 1's non-interactive rows, not a private release).
+
+    Parameters
+    ----------
+    estimates : LevelEstimates
+        The measured levels.
+    truth : array_like, shape (2^depth, 2^depth)
+        The normalised true density.
+
+    Returns
+    -------
+    (int, float)
+        The best level and its MSE (ties: the coarser level).
+
+    Raises
+    ------
+    ValueError
+        If ``truth`` does not have the image's shape or no level was measured.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 6.2 ("we use the split that achieves the lowest MSE compared to the
+    ground truth").
+    """
+    t = np.asarray(truth, dtype=float)
+    side = 1 << estimates.depth
+    if t.shape != (side, side):
+        raise ValueError(f"truth must have shape ({side}, {side}), got {t.shape}")
+    if not estimates.counts:
+        raise ValueError("estimates hold no level")
+    scores = {lvl: float(np.mean((estimates.density(lvl) - t) ** 2))
+              for lvl in sorted(estimates.counts)}
+    lvl = min(scores, key=lambda k: (scores[k], k))
+    return lvl, scores[lvl]
+
+
+def nonprivate_levels(rows: Any, cols: Any, depth: int) -> LevelEstimates:
+    """Every quadtree level of the users' exact counts: [Bagdasaryan22]_ Table 1's
+    "non-private" row (users send their location in the clear: 2 integers each).
+
+    Parameters
+    ----------
+    rows, cols : array_like of int
+        Each user's pixel on the 2^depth x 2^depth grid.
+    depth : int
+        L in [1, 12].
+
+    Returns
+    -------
+    LevelEstimates
+        Levels 0..L, communication 2, no guarantee (``None``: not private).
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is outside [1, 12] or a pixel is outside the grid.
+    TypeError
+        If ``depth`` is not an integer.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Sec. 6.2 (the non-private baseline).
+    """
+    L = v.bounded_count("depth", depth, 1, 12)
+    side = 1 << L
+    r, c = np.asarray(rows), np.asarray(cols)
+    if r.shape != c.shape or r.ndim != 1 or r.size == 0 or (r < 0).any() or (c < 0).any() \
+            or (r >= side).any() or (c >= side).any():
+        raise ValueError(f"rows and cols must be 1-d arrays of one length with pixels in "
+                         f"0..{side - 1}")
+    counts = {lvl: np.bincount((r >> (L - lvl)) * (1 << lvl) + (c >> (L - lvl)),
+                               minlength=4 ** lvl) for lvl in range(L + 1)}
+    return LevelEstimates(depth=L, counts=counts, epsilons={k: float("inf") for k in counts},
+                          communication=2, guarantee=None)
+
+
+__all__ = ["LevelEstimates", "best_level", "central_tree_histogram", "geometric_budget",
+           "level_density", "local_rr_histogram", "nonprivate_levels", "normalise_density",
+           "tree_least_squares"]

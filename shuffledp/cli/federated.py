@@ -16,6 +16,13 @@ writes to ``--out``:
 * ``tree.png``: the estimate and the final partition's cell boundaries side by side (and the
   true density with ``--report-error``).
 
+``--locations all`` (with ``--input``) runs the multi-location extension instead
+([Bagdasaryan22]_ Sec. 5.7): every point of a user with its weight, normalised to sum 1,
+scaled by ``--gamma`` and randomly rounded (``--rounding``; l1 bound gamma, or gamma + d for
+the paper's independent rounding), one federated round over the 2^L x 2^L grid with the same
+Polya noise, shards and dropout over-provisioning; writes ``estimate.npy`` and
+``report.json``.
+
 Errors follow :mod:`shuffledp.cli.common` (exit 2 bad option, exit 1 refusal).
 
 References
@@ -151,12 +158,30 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
 @click.option("--report-error", "report_error", is_flag=True,
               help="Add the MSE to the true density, the flat baseline's, and the true "
                    "density to the PNG (evaluation only: not private).")
+@click.option("--locations", type=click.Choice(["first", "all"]), default="first",
+              show_default=True,
+              help="first: each user's first point (the adaptive algorithm); all: every point "
+                   "with its weight (Sec. 5.7: weighted normalisation, scaling by --gamma, "
+                   "randomized rounding), one round on the 2^L x 2^L grid; needs --input.")
+@click.option("--gamma", type=COUNT, default=1000, show_default=True,
+              help="--locations all: the scale gamma of the normalised weights.")
+@click.option("--rounding", type=click.Choice(["systematic", "independent"]),
+              default="systematic", show_default=True,
+              help="--locations all: unbiased rounding with l1 bound gamma (systematic) or "
+                   "the paper's independent rounding (bound gamma + d).")
 @out_dir_option(writes=("estimate.npy", "tree.png", "report.json"), required=True)
 @force_option()
 def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dropout,
                   dropout_rate, c, eq7, b, aggregation, secagg_graph, seed, neighbour,
-                  max_users, delta, report_error, out_dir, force):
+                  max_users, delta, report_error, locations, gamma, rounding, out_dir, force):
     """Adaptive hierarchical heatmap (Bagdasaryan et al. 2022, Alg. 2) via secure aggregation."""
+    if locations == "all":
+        _multi_location(input_path, depth, epsilon, gamma, rounding, shard_size, dropout,
+                        dropout_rate,
+                        "secagg_complete" if aggregation == "secagg"
+                        and secagg_graph == "complete" else aggregation, seed, neighbour, max_users, delta,
+                        users_per_query, report_error, out_dir)
+        return
     from shuffledp.analyzers.federated.tree import mse
     from shuffledp.analyzers.heatmap.render import render_png
     from shuffledp.protocol.federated import adaptive_histogram, flat_histogram
@@ -227,6 +252,78 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         report["seconds"] = time.perf_counter() - t0
     write_report(out, report)
     _summary(report, rel.rounds, side, aggregation, out)
+
+
+#: --locations all holds one dense vector per user: refuse beyond this many entries in all
+MULTI_LOCATION_MAX_ENTRIES = 50_000_000
+
+
+def _multi_location(input_path, depth, epsilon, gamma, rounding, shard_size, dropout,
+                    dropout_rate, aggregation, seed, neighbour, max_users, delta,
+                    users_per_query, report_error, out_dir) -> None:
+    """``--locations all``: Bagdasaryan et al. Sec. 5.7 on every user's weighted points, one
+    federated round (:func:`shuffledp.protocol.federated.federated_locations`)."""
+    from shuffledp import datasets
+    from shuffledp.analyzers.federated.histogram import public_shards
+    from shuffledp.protocol.federated import federated_locations
+
+    if input_path is None:
+        raise click.BadParameter("needs --input (a CSV 'user_id,x,y[,weight]' with several "
+                                 "points per user); the built-in data hold one location per "
+                                 "user", param_hint="--locations")
+    for flag, value in (("--users-per-query", users_per_query),
+                        ("--report-error", report_error or None)):
+        if value is not None:
+            raise click.BadParameter(f"applies to the adaptive algorithm (--locations first), "
+                                     f"got {flag} with --locations all", param_hint=flag)
+    if shard_size < 2:
+        raise click.BadParameter(f"must be >= 2, got {shard_size}", param_hint="--shard-size")
+    side = 1 << depth
+    table = datasets.load_csv(input_path)
+    names, inverse = np.unique(table.user.astype(str), return_inverse=True)
+    if names.size * side * side > MULTI_LOCATION_MAX_ENTRIES:
+        raise click.BadParameter(
+            f"--locations all holds one vector of 4^depth = {side * side:,} entries per user: "
+            f"{names.size:,} users need {names.size * side * side:,} entries, above "
+            f"{MULTI_LOCATION_MAX_ENTRIES:,}; use a smaller --depth", param_hint="--depth")
+    cols = np.minimum((table.x * side).astype(np.int64), side - 1)
+    rows = np.minimum((table.y * side).astype(np.int64), side - 1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(names.size + 1))
+    cells = (rows * side + cols)[order]
+    weights = table.weight[order]
+    users = [(cells[bounds[j]:bounds[j + 1]], weights[bounds[j]:bounds[j + 1]])
+             for j in range(names.size)]
+    private_n = neighbour == "add_remove"
+    plan = _plan_users(private_n, None, max_users, input_path, names.size)
+    extra = ({"max_users": plan, "delta": delta, "user_ids": _user_hashes(names)}
+             if private_n else {})
+    dropped = np.random.default_rng(seed).random(names.size) < dropout_rate
+    counts, rel = federated_locations(users, side * side, epsilon, gamma=gamma,
+                                      rounding=rounding, shard_size=shard_size,
+                                      dropout=dropout, dropped=dropped,
+                                      aggregation=aggregation, neighbour=neighbour,
+                                      rng=seed, **extra)
+    dens = np.maximum(counts, 0.0).reshape(side, side)
+    dens = dens / dens.sum() if dens.sum() > 0 else np.full(dens.shape, 1.0 / dens.size)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_npy(out / "estimate.npy", dens)
+    report = {
+        "mechanism": "multi-location federated histogram (Bagdasaryan et al. 2022, Sec. 5.7: "
+                     "weighted normalisation, scaling by gamma, randomized rounding)",
+        "release": "reproducible evaluation" if seed is not None else "private",
+        "input": str(input_path), "grid": f"{side}x{side}", "aggregation": aggregation,
+        "gamma": gamma, "rounding": rounding,
+        "l1_bound": rel.guarantee.parameters["l1_bound"],
+        "guarantee": rel.guarantee.to_dict(), "shards": public_shards(rel),
+        "communication_per_user_vector_entries": side * side,
+        **({"max_users": plan} if plan else {"users": int(names.size)}),
+    }
+    write_report(out, report)
+    click.echo(f"multi-location round over {side * side} cells, gamma {gamma} ({rounding} "
+               f"rounding, l1 bound {report['l1_bound']}), {len(rel.shards)} shard(s); wrote "
+               f"{out}/estimate.npy, report.json")
 
 
 def _plan_users(private_n: bool, users_per_query: int | None, max_users: int | None,

@@ -609,3 +609,94 @@ def derive_params(
         grid=grid, w=int(w), summation=summ,
         round_id=os.urandom(ROUND_ID_BYTES) if round_id is None else round_id,
     )
+
+
+@dataclass(frozen=True)
+class CommunicationStep:
+    """One user's communication under one way of counting or laying out her messages.
+
+    Attributes
+    ----------
+    label : str
+        What this step counts.
+    q : int
+        The modulus of the shares.
+    r : int
+        Shares per coordinate.
+    messages : int
+        Messages per user, r m.
+    bits_per_message : int
+        Bits each message takes.
+    header_bytes : int
+        Bytes of the batch header (0 for the paper's count).
+    """
+
+    label: str
+    q: int
+    r: int
+    messages: int
+    bits_per_message: int
+    header_bytes: int
+
+    @property
+    def bytes_per_user(self) -> int:
+        """header_bytes + ceil(messages x bits_per_message / 8)."""
+        return self.header_bytes + -(-self.messages * self.bits_per_message // 8)
+
+
+def communication_steps(params: ProtocolParams) -> tuple[CommunicationStep, ...]:
+    """From [Ghazi23]_'s App. F count to the bytes each wire layout writes, one change at a time.
+
+    With m coordinates, n users, scale B:
+
+    0. the App. F count as printed: q0 = B n, r0 = ``shares_needed(eps, delta, m, q0, n)``,
+       r0 m ceil(log2(m q0)) bits (Fig. 12's formula; 7.14 MB at its setting, B = 256);
+    1. the modulus with headroom, q = n B + 2t + 1 (errata row 3): ceil(log2(m q)) bits;
+    2. r recomputed with that q, the n_min users of the dropout plan and the delta left to
+       split-and-mix (errata row 8): :attr:`ProtocolParams.bits_per_user`;
+    3. coordinate and share in separate fields, ceil(log2 m) + ceil(log2 q) bits, and the
+       64-byte header: the bit-packed wire (:attr:`ProtocolParams.packed_bytes_per_user`);
+    4. each record rounded up to whole bytes: the byte-aligned wire (version 2,
+       :attr:`ProtocolParams.bytes_per_user`);
+    5. (not a step of the chain but the layout that removes the coordinate) the shares
+       alone, the coordinate implied by the position: the coordinate-major bit-packed wire
+       (:attr:`ProtocolParams.coordinate_major_bytes_per_user`).
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The run's parameters.
+
+    Returns
+    -------
+    tuple of CommunicationStep
+        The six entries above, in order.
+
+    Raises
+    ------
+    ValueError
+        If B n is below 2 or the paper's r cannot be computed (from
+        :func:`~shuffledp.accounting.summation.shares_needed`).
+
+    References
+    ----------
+    [Ghazi23]_ App. F ("Communication", Fig. 12); [BBGN20]_ Cor. 6 (r).
+    """
+    p = params
+    m, k = p.m, p.messages_per_user
+    q0 = p.B * p.n
+    r0 = shares_needed(p.epsilon, p.delta, m, q0, p.n)
+    return (
+        CommunicationStep("App. F as printed: q = B n, its r, ceil(log2(m q)) bits", q0, r0,
+                          r0 * m, int(m * q0 - 1).bit_length(), 0),
+        CommunicationStep("modulus with headroom (q = n B + 2t + 1)", p.q, r0, r0 * m,
+                          p.bits_per_message, 0),
+        CommunicationStep("r recomputed (that q, n_min users, split-and-mix's delta)", p.q,
+                          p.r, k, p.bits_per_message, 0),
+        CommunicationStep("coordinate and share in separate fields + header (bit-packed)",
+                          p.q, p.r, k, p.record_bits, HEADER_SIZE),
+        CommunicationStep("records in whole bytes (byte-aligned wire, version 2)", p.q, p.r, k,
+                          8 * p.record_bytes, HEADER_SIZE),
+        CommunicationStep("shares only, coordinate implied by position (coordinate-major)",
+                          p.q, p.r, k, p.share_bits, HEADER_SIZE),
+    )

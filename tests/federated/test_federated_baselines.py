@@ -95,3 +95,41 @@ def test_rr_weights_realise_at_most_epsilon_exactly(eps):
     with mpmath.workdps(50):
         assert mpmath.log(mpmath.mpf(w_in) / w_out) <= eps
         assert mpmath.log(mpmath.mpf(w_in + 1) / w_out) > eps
+
+
+def test_level_reports_budgets_communication_and_exact_counts():
+    """Hierarchical (even) and spatial (geometric) level reports: the budgets, the paper's
+    communication (sum of 4^l), and at eps 40 per level (a = e^{-40}, P(any noisy entry) <
+    1e-12) the exact counts of every level; best_level picks the level closest to the truth."""
+    from shuffledp.analyzers.federated.baselines import (
+        best_level,
+        level_density,
+        nonprivate_levels,
+    )
+    from shuffledp.protocol.federated_baselines import hierarchical_levels
+
+    g = np.random.default_rng(8)
+    rows, cols = g.integers(0, 16, 4000), g.integers(0, 8, 4000)
+    kw = dict(shard_size=5000, aggregation="plain", neighbour="zero_out")
+    rel = hierarchical_levels(rows, cols, 4, 160.0, rng=1, **kw)
+    assert rel.epsilons == {k: 40.0 for k in (1, 2, 3, 4)}
+    assert rel.communication == 4 + 16 + 64 + 256
+    exact = nonprivate_levels(rows, cols, 4)
+    for lvl in (1, 2, 3, 4):
+        assert (rel.counts[lvl] == exact.counts[lvl]).all()
+    assert rel.guarantee.epsilon == pytest.approx(160.0) and len(rel.guarantee.event.steps) == 4
+    sp = hierarchical_levels(rows, cols, 4, 1.0, budget="geometric", rng=1, **kw)
+    e = [sp.epsilons[k] for k in range(5)]
+    assert sum(e) == pytest.approx(1.0) and np.allclose(np.diff(np.log2(e)), 1 / 3)
+    sr = hierarchical_levels(rows, cols, 4, 1.0, budget="geometric_root", rng=1, **kw)
+    assert np.allclose([sr.epsilons[k] for k in range(5)], e[::-1])
+    assert sp.communication == 1 + 4 + 16 + 64 + 256
+    truth = level_density(exact.counts[3], 3, 4)
+    assert best_level(exact, truth) == (3, 0.0)
+    assert exact.communication == 2 and exact.guarantee is None
+    with pytest.raises(ValueError, match="budget"):
+        hierarchical_levels(rows, cols, 4, 1.0, budget="uniform", **kw)
+    with pytest.raises(ValueError, match="4\\^level"):
+        level_density(np.ones(5), 1, 4)
+    with pytest.raises(ValueError, match="shape"):
+        best_level(exact, np.ones((4, 4)))
