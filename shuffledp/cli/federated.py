@@ -179,8 +179,8 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         _multi_location(input_path, depth, epsilon, gamma, rounding, shard_size, dropout,
                         dropout_rate,
                         "secagg_complete" if aggregation == "secagg"
-                        and secagg_graph == "complete" else aggregation, seed, neighbour, max_users, delta,
-                        users_per_query, report_error, out_dir)
+                        and secagg_graph == "complete" else aggregation, seed, neighbour,
+                        max_users, delta, users_per_query, report_error, out_dir)
         return
     from shuffledp.analyzers.federated.tree import mse
     from shuffledp.analyzers.heatmap.render import render_png
