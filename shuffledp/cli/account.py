@@ -40,6 +40,7 @@ import click
 
 # Light imports only: scipy and numba load inside the command that needs them, so
 # `shuffledp --help` stays fast.
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.accounting.metric.shuffle import (
     DEFAULT_MAX_DELTA_OUT,
     composition_alpha,
@@ -239,10 +240,10 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
 @click.option("--gamma", type=POSITIVE, default=None, help="Per-level decay (default 1/sqrt 2).")
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]),
               default="largest_remainder", show_default=True)
-@click.option("--neighbour", type=click.Choice(["replace", "zero_out", "add_remove"]),
-              default="replace", show_default=True,
-              help="replace or zero_out (n public); add_remove is refused: the noise is "
-                   "planned from n.")
+@click.option("--neighbour", type=click.Choice(["zero_out", "replace", "add_remove"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="zero_out (the toolkit's one default) or replace (n public); add_remove is "
+                   "refused: the noise is planned from n.")
 @dropout_option()
 @click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True)
 @click.option("--decoding", type=click.Choice(["shifted", "centred"]), default="shifted",

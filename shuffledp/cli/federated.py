@@ -7,8 +7,9 @@ writes to ``--out``:
 
 * ``estimate.npy``: the normalised density on the 2^L x 2^L grid;
 * ``report.json``: the guarantee, per-round budgets, tree sizes and vector lengths, shards;
-  under ``--neighbour zero_out`` or ``replace`` (n public) also the users, survivors and
-  SecAgg server seconds. Under ``add_remove`` (the default) n is private: the report states
+  under ``--neighbour zero_out`` (the default, the toolkit's one relation) or ``replace``
+  (n public) also the users, survivors and SecAgg server seconds. Under ``add_remove`` n is
+  private: the report states
   the public population bound ``--max-users`` instead and no count that follows n (users,
   survivors, clients per shard, timings, communication in user-entries); with
   ``--report-error`` only (evaluation: computed from the data without noise, not private)
@@ -33,6 +34,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.cli.common import (
     COUNT,
     POSITIVE,
@@ -125,11 +127,12 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "sums without masking.")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
-@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
-              default="add_remove", show_default=True,
-              help="Neighbouring users: add/remove one (n private; needs --max-users with "
-                   "--input), zero out one user's data (the user still takes part, n public; "
-                   "sensitivity 1) or replace one (2).")
+@click.option("--neighbour", type=click.Choice(["zero_out", "add_remove", "replace"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="Neighbouring users: zero out one user's data (the user still takes part, "
+                   "n public; sensitivity 1; the toolkit's one default, as for the central and "
+                   "shuffle heatmaps), add/remove one (n private; needs --max-users with "
+                   "--input) or replace one (2).")
 @click.option("--max-users", "max_users", type=Count(2), default=None,
               help="add_remove: the public bound N on the population the shards and the "
                    "noise are planned for, declared before the data: ceil(N / shard size) "

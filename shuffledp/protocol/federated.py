@@ -38,7 +38,7 @@ from shuffledp import _validation as v
 from shuffledp.accounting.budget import dl_epsilon_for_std, dl_std, next_query_epsilon
 from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import Sequential, polya_sum_event
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.analyzers.federated.baselines import (
     geometric_budget,
     normalise_density,
@@ -262,7 +262,7 @@ def federated_sum(
     dropout: float = 0.0,
     dropped: Any = None,
     modulus: int = 1 << 32,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     max_users: int | None = None,
     user_ids: Any = None,
     delta: float | None = None,
@@ -295,7 +295,9 @@ def federated_sum(
     modulus : int
         m of the modular sum (2 .. 2^62).
     neighbour : Neighbour or str
-        ADD_REMOVE (default; needs ``max_users``), ZERO_OUT or REPLACE_ONE.
+        ZERO_OUT (default, :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`: n
+        public, the shard sizes and counts of users may be released), ADD_REMOVE (n
+        private; needs ``max_users``) or REPLACE_ONE.
     max_users : int, optional
         Add/remove only, required there: N, the public bound on the population the shards
         and the noise are planned for, declared before the data.
@@ -441,7 +443,7 @@ def adaptive_histogram(
     max_queries: int = 30,
     threshold: float | None = None,
     schedule: str = "eq9",
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     max_users: int | None = None,
     user_ids: Any = None,
     delta: float | None = None,
@@ -477,7 +479,9 @@ def adaptive_histogram(
         The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
         L + 1 sub-queries (Table 3's "fixed eps").
     neighbour : Neighbour or str
-        ADD_REMOVE (default), ZERO_OUT (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+        ZERO_OUT (default, :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`; n
+        public, sensitivity 1 of a one-hot report), ADD_REMOVE (n private, sensitivity 1;
+        needs ``max_users`` or ``users_per_query``) or REPLACE_ONE (2).
     max_users : int, optional
         Add/remove: N, the public bound on the population the shards and the noise are
         planned for, and eq. 7's number of users; required unless ``users_per_query`` is

@@ -195,7 +195,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
                                      rng=rng, dropout=c.dropout, rounding=c.rounding,
                                      simulate_dropouts=math.floor(c.dropout * c.n))
     elif run.model == "central":
-        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour="replace", rng=rng)
+        rel = central_heatmap(users, c.epsilon, w=c.w, rng=rng)  # the shuffle runs' relation
     else:  # the Sec. 4 baselines: central, add/remove (the record names the relation)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
     if c.smoothing == "auto" and run.model in ("shuffle", "central"):
