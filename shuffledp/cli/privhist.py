@@ -52,7 +52,9 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
 @out_dir_option(required=True)
 @click.option("--split", type=click.Choice(SPLITS), default="lean", show_default=True,
               help="Budget split: lean (eps/20 to the count N, the most accurate measured), "
-                   "paper (eps/3 each), or App. C.1.3's practical choice (eps/10 to N).")
+                   "paper (eps/3 each, as the PrivHist box prints it: at eps > 1 LowPrivacy "
+                   "does not use eps3, so the release spends and states 2 eps/3), or App. "
+                   "C.1.3's practical choice (eps/10 to N).")
 @click.option("--regime", type=click.Choice(REGIMES), default="auto", show_default=True,
               help="Post-processing: auto = HighPrivacy only while eps sqrt(N) < 20 (N the "
                    "released count), paper = the PrivHist box's switch (HighPrivacy when "
