@@ -97,8 +97,11 @@ def privhist_cmd(input_path, epsilon, out_dir, split, regime, seed, report_error
         "guarantee": release.guarantee.to_dict(),
         "variant": {"split": split, "regime": release.parameters["regime"],
                     "rule": release.parameters["regime_rule"]},
-        "properties": estimate_properties(release.histogram, release.total, k=support_bound,
-                                          m=coverage_samples).to_dict(),
+        # the released histogram's own total (post-processing), not the noisy N: the plug-in
+        # probabilities then sum to 1 (bench/privhist_entropy_bias.py)
+        "properties": estimate_properties(release.histogram,
+                                          release.histogram.n or release.total,
+                                          k=support_bound, m=coverage_samples).to_dict(),
     }
     if report_error:
         report["sorted_l1_error"] = sorted_l1(h, release.histogram)
