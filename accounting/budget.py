@@ -33,6 +33,21 @@ DEFAULT_DROPOUT = 0.05  # defined here, a light module: CLI option defaults read
 
 DEFAULT_GAMMA = 1.0 / math.sqrt(2.0)
 
+#: The adaptive federated histogram's calibration (``adaptive_histogram`` and ``shuffledp
+#: federated`` read these; defined here, a light module). c of eq. 7 of Bagdasaryan et al.
+#: (2022), "Towards Sparse Federated Analytics", Sec. 5: the split threshold is the target
+#: noise std sigma~ = c (U/T) / sqrt(ceil(U / S_max)) (eq. 7 read as its text explains it,
+#: ``"shards"``; docs/errata.md). c is public (it costs no privacy) and chosen by a
+#: documented rule: c = 0.05 reproduces the paper's Table 1 communication, and on the
+#: bench's data sets it stays within the measured range that ``python bench/federated_c.py``
+#: prints (error / non-private error against c on two population images).
+DEFAULT_EQ7_C = 0.05
+#: eq. 7's shard factor as the text means it (the k shards' noise adds up).
+DEFAULT_EQ7 = "shards"
+#: Planned dropout fraction of the federated rounds (each shard's noise over-provisioned for
+#: it, Bagdasaryan et al. Sec. 4).
+DEFAULT_FEDERATED_DROPOUT = 0.1
+
 
 # start_level lives with the grid (one computation of the measured levels)
 def level_budgets(

@@ -101,6 +101,18 @@ class Neighbour(StrEnum):
         return self is other
 
 
+#: The one default neighbour relation of the heatmap releases (central, shuffle and federated):
+#: zero-out, one user's contribution replaced by the empty one (the user still takes part, so
+#: n is public; the zero-out relation of Kairouz et al. (2021), "Practical and Private (Deep)
+#: Learning without Sampling or Shuffling"). Its
+#: sensitivity per level is 1, the same as add/remove, so the central release's noise is that
+#: of the add/remove mechanism, and the shuffle protocol, which cannot keep n private, is
+#: calibrated like the central release and converges to it as B grows (``python
+#: bench/like_for_like.py``). A release under zero-out may publish n; one under add/remove
+#: may not. Every guarantee record names its relation.
+DEFAULT_NEIGHBOUR = Neighbour.ZERO_OUT
+
+
 def _freeze(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(params or {}))
 

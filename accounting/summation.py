@@ -59,7 +59,7 @@ from scipy.stats import nbinom
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_DROPOUT, DEFAULT_GAMMA, level_budgets, start_level
 from shuffledp.accounting.events import polya_sum_event
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.grid import Grid
 
 ROUNDING_RULES = ("floor", "largest_remainder")
@@ -419,7 +419,7 @@ def summation_parameters(
     w: int = 20,
     gamma: float = DEFAULT_GAMMA,
     rounding: str = "largest_remainder",
-    neighbour: Neighbour | str = "replace",
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     dropout: float = DEFAULT_DROPOUT,
     wrap_target: float = 1e-12,
     decoding: str = "shifted",
@@ -447,10 +447,12 @@ def summation_parameters(
     gamma : float, default 1/sqrt(2)
         Decay of the per-level budget.
     rounding : {"largest_remainder", "floor"}
-    neighbour : Neighbour or {"replace", "zero_out", "add_remove"}
-        ``replace``: replace one user's input, n public (Delta_i = 2B; the notion of
-        [BBGN20]_). ``zero_out``: one user's input replaced by nothing, the user still sends
-        her noise shares, n public (Delta_i = B). ``add_remove`` is refused (``ValueError``):
+    neighbour : Neighbour or {"zero_out", "replace", "add_remove"}, default DEFAULT_NEIGHBOUR
+        ``zero_out`` is the toolkit's one default
+        (:data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`). ``replace``: replace one
+        user's input, n public (Delta_i = 2B; the notion of [BBGN20]_). ``zero_out``: one
+        user's input replaced by nothing, the user still sends her noise shares, n public
+        (Delta_i = B). ``add_remove`` is refused (``ValueError``):
         the Polya shape 1/n_min depends on n, so one user more or less changes every user's
         noise law.
     dropout : float, default :data:`DEFAULT_DROPOUT` (0.05)

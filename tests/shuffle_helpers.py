@@ -18,9 +18,13 @@ def params_for(
     dropout: float = 0.0,
     rounding: str = "largest_remainder",
     w: int = 20,
+    neighbour: str = "replace",
 ) -> ProtocolParams:
+    """The protocol record of the mechanics tests: replace-one (sensitivity 2B), which they
+    were written for, unless ``neighbour`` says otherwise (the toolkit's default is zero-out)."""
     return derive_params(
-        grid, n, epsilon=epsilon, delta=delta, B=B, w=w, rounding=rounding, dropout=dropout
+        grid, n, epsilon=epsilon, delta=delta, B=B, w=w, rounding=rounding, dropout=dropout,
+        neighbour=neighbour,
     )
 
 

@@ -197,7 +197,9 @@ def test_heatmap_report_states_the_neighbour_relation(tmp_path):
     from shuffledp.cli import main
 
     runner = CliRunner()
-    for model, nb, text in [("central", None, "add/remove one user"),
+    zero_out = "zero out one user's contribution (n public)"
+    for model, nb, text in [("central", None, zero_out), ("shuffle", None, zero_out),
+                            ("central", "add_remove", "add/remove one user"),
                             ("central", "replace", "replace one user (n public)"),
                             ("shuffle", "zero_out", "zero out one user's contribution (n public)")]:
         out = tmp_path / f"{model}-{nb}"

@@ -69,7 +69,9 @@ def test_fig12_point_b256_headline_sizes():
     # 320x240, n=50, eps=5, delta=1e-5, B=256: r=19, m=102406, q=303287 (19 share bits,
     # 17 coordinate bits); sizes recomputed by hand from r m and the bit widths
     # the paper's setting plans the noise for all n users (dropout 0)
-    p = derive_params(Grid(320, 240), 50, epsilon=5.0, delta=1e-5, B=256, dropout=0.0)
+    # and its replace-one relation (App. F; the toolkit's default is zero-out)
+    p = derive_params(Grid(320, 240), 50, epsilon=5.0, delta=1e-5, B=256, dropout=0.0,
+                      neighbour="replace")
     assert (p.r, p.m, p.q, p.share_bits, p.record_bits) == (19, 102406, 303287, 19, 36)
     msgs = 19 * 102406
     assert p.bytes_per_user == 64 + msgs * 5 == 9728634

@@ -148,8 +148,8 @@ def test_federated_add_remove_release_is_sound_and_the_old_noise_is_caught(pa, t
     """A release on the public plan (19 users, max_users 20, one shard, n_min 18) is proven
     sound, its one-cell round also exactly; the same report with the old mechanism's noise
     (calibrated at the round's whole eps, nothing left for the joining share) is UNSOUND."""
-    rep = _cli_report(tmp_path, "fed19", "--n", 19, "--max-users", 20, "--shard-size", 20,
-                      "--depth", 4, "--dropout-rate", 0)
+    rep = _cli_report(tmp_path, "fed19", "--neighbour", "add_remove", "--n", 19,
+                      "--max-users", 20, "--shard-size", 20, "--depth", 4, "--dropout-rate", 0)
     assert pa.classify(rep) == "federated"
     row, details = pa.audit_federated(rep, "fed19", {"n": 19})
     assert row.verdict == "sound" and row.neighbour == "add_remove"

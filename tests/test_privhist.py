@@ -102,7 +102,8 @@ def test_bad_arguments():
 
 def test_budget_splits():
     assert budget_split(0.9) == pytest.approx((0.3, 0.3, 0.3))
-    assert budget_split(3.0) == (1.5, 1.5, 0.0)  # LowPrivacy: no eps3 to waste
+    # as the PrivHist box prints it, at every eps (LowPrivacy then leaves eps3 unspent)
+    assert budget_split(3.0) == pytest.approx((1.0, 1.0, 1.0))
     assert budget_split(3.0, "practical") == pytest.approx((0.3, 2.7, 0.0))
     assert budget_split(0.5, "practical") == pytest.approx((0.05, 0.225, 0.225))
     assert budget_split(2.0, (0.1, 1.9, 0.0)) == (0.1, 1.9, 0.0)
@@ -180,9 +181,15 @@ def test_default_is_lean_split_with_the_public_regime_rule():
 
 def test_regime_can_be_forced_and_spends_the_whole_budget():
     h = AnonHistogram.from_counts([5, 3, 3, 1, 1, 1])
-    low = privhist(h, 0.5, split="paper", regime="low", rng=1)
+    low = privhist(h, 0.5, split="practical", regime="low", rng=1)
     assert low.parameters["regime"] == "low_privacy" and low.guarantee.epsilon == pytest.approx(0.5)
-    assert (low.parameters["eps1"], low.parameters["eps3"]) == (0.25, 0.0)
+    assert (low.parameters["eps1"], low.parameters["eps3"]) == (0.05, 0.0)
+    # the paper's split as printed: LowPrivacy leaves eps3 = eps/3 unspent, and the guarantee
+    # states what was spent, 2 eps/3
+    paper = privhist(h, 3.0, split="paper", regime="paper", rng=1)
+    assert paper.parameters["regime"] == "low_privacy"
+    assert paper.guarantee.epsilon == pytest.approx(2.0)
+    assert paper.parameters["eps3_unspent"] == pytest.approx(1.0)
     high = privhist(h, 4.0, regime="high", rng=1)
     assert high.parameters["regime"] == "high_privacy" and high.guarantee.epsilon == 4.0
     assert budget_split(4.0, "practical", high=True) == pytest.approx((0.4, 1.8, 1.8))

@@ -120,8 +120,9 @@ def test_shape_and_public_length():
     r = prevalence_baseline(H, 0.5, cap=10, rng=0)
     assert len(r.histogram) == 0 or r.histogram.counts.max() <= 10
     auto = sorted_count_baseline(H, 1.0, rng=0)
-    N = auto.total
-    assert auto.parameters["length"] == N + int(np.ceil(np.log(N + 2) / 0.1))
+    D = auto.parameters["labels_noisy"]  # the noisy number of labels, not of items
+    assert auto.parameters["length"] == D + int(np.ceil(np.log(D + 2) / 0.1))
+    assert abs(D - H.support) < 200 and auto.total == auto.histogram.n
 
 
 def test_tiny_noise_recovers_the_histogram():
@@ -168,7 +169,50 @@ def test_not_a_histogram():
         prevalence_baseline({1: 2}, 1.0, rng=0)
 
 
-def test_derived_length_too_large_is_refused():
+def test_the_length_follows_the_labels_not_the_items():
+    """2^27 items on one label (the paper's 70-million-item scale): the padded vector has
+    O(support) entries, not O(items); 2^27 labels are refused before any allocation."""
     big = AnonHistogram.from_prevalences([1 << 27], [1])
+    r = sorted_count_baseline(big, 1.0, rng=0)
+    assert r.parameters["length"] < 200 and r.histogram.support >= 1
+    many = AnonHistogram.from_prevalences([1], [1 << 27])
     with pytest.raises(ValueError, match="length.*exceeds"):
-        sorted_count_baseline(big, 1.0, rng=0)
+        sorted_count_baseline(many, 1.0, rng=0)
+
+
+def _dl_law(D: int, a: float, K_of, top: int) -> dict[int, float]:
+    """Exact law of K = K_of(max(D + Z, 0)), Z ~ DL(a), over D_hat <= top (the rest of the
+    mass lies above every compared output)."""
+    c = (1 - a) / (1 + a)
+    law = {K_of(0): a ** D / (1 + a)}  # P(D + Z <= 0) = a^D / (1 + a)
+    for d in range(1, top + 1):
+        law[K_of(d)] = c * a ** abs(d - D)
+    return law
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 4.0])
+def test_sorted_count_baseline_privacy_loss_is_exact_on_all_small_pairs(eps):
+    """The composed mechanism: K from the eps1-DP noisy number of labels, then the padded
+    vector at length K with DL(e^-eps2_eff) noise. For every neighbour pair with <= 8 items
+    and every K, the exact log-ratio of P(K) plus eps2_eff times the l1 distance of the two
+    padded vectors at that K is at most eps (to 1e-12): the privacy loss of the whole release
+    (isotonic regression and rounding are post-processing)."""
+    e1 = eps * bl.TOTAL_SHARE
+    e1_eff = bl._effective(e1, 1)
+    e2_eff = bl._effective(eps - e1, 1)
+    a1 = np.exp(-e1_eff)
+
+    def K_of(d):
+        return d + int(np.ceil(np.log(d + 2) / e1))
+
+    worst = 0.0
+    for x, y in PAIRS:
+        lx = _dl_law(x.support, a1, K_of, 12)
+        ly = _dl_law(y.support, a1, K_of, 12)
+        for K in lx:
+            vec = int(np.abs(bl.padded_sorted_counts(x, K) - bl.padded_sorted_counts(y, K)).sum())
+            assert vec <= 1
+            loss = abs(np.log(lx[K] / ly[K])) + e2_eff * vec
+            worst = max(worst, loss)
+    assert worst <= eps + 1e-12
+    assert worst >= e1_eff + e2_eff - 1e-9  # attained: a label appearing moves both parts

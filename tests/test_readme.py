@@ -14,7 +14,7 @@ def test_readme_python_example_runs(capsys):
     assert len(blocks) == 1
     exec(compile(blocks[0], "README.md", "exec"), {})  # noqa: S102 - our own README
     out = capsys.readouterr().out.split()
-    assert out[:2] == ["2.0", "1e-05"] and "replace one user" in " ".join(out)
+    assert out[:2] == ["2.0", "1e-05"] and "zero out one user" in " ".join(out)  # the default
 
 
 def test_readme_first_block_is_the_two_commands():

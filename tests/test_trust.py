@@ -154,7 +154,7 @@ def test_zero_out_shuffle_matches_central_add_remove_like_for_like():
     grid = Grid(16, 16)
     B = 256
     pz = derive_params(grid, 50, epsilon=1.0, delta=1e-6, B=B, neighbour="zero_out")
-    pr = derive_params(grid, 50, epsilon=1.0, delta=1e-6, B=B)
+    pr = derive_params(grid, 50, epsilon=1.0, delta=1e-6, B=B, neighbour="replace")
     assert pz.neighbour is Neighbour.ZERO_OUT and pr.neighbour is Neighbour.REPLACE_ONE
     assert pz.level_sensitivities == (B,) * len(pz.level_epsilons)
     assert pr.level_sensitivities == (2 * B,) * len(pr.level_epsilons)

@@ -40,7 +40,7 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
 from shuffledp.accounting.events import DiscreteLaplace, PolyaSum
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
 from shuffledp.analyzers.heatmap.release import HeatmapRelease, normalise
 from shuffledp.encoders.encoder import level_entries
@@ -105,7 +105,7 @@ def noisy_counts(
     budgets: Sequence[float] | np.ndarray,
     start: int,
     *,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     resolution: int = DEFAULT_RESOLUTION,
     rng: RngLike = None,
 ) -> list[np.ndarray]:
@@ -123,8 +123,8 @@ def noisy_counts(
         :func:`shuffledp.accounting.budget.level_budgets`).
     start : int
         First measured level.
-    neighbour : Neighbour or str, default ADD_REMOVE
-        Sets the level sensitivity.
+    neighbour : Neighbour or str, default DEFAULT_NEIGHBOUR (zero-out)
+        Sets the level sensitivity (R under zero-out and add/remove, 2R under replace-one).
     resolution : int, default 2^20
         R: the users' level vectors are rounded to multiples of 1/R.
     rng : None, SecureRandom, int or Generator
@@ -170,7 +170,7 @@ def central_heatmap(
     *,
     w: int = 20,
     gamma: float = DEFAULT_GAMMA,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     resolution: int = DEFAULT_RESOLUTION,
     rng: RngLike = None,
 ) -> HeatmapRelease:
@@ -186,8 +186,13 @@ def central_heatmap(
         Children kept per level by Reconstruct; also sets the start level floor(log2 sqrt(w)).
     gamma : float, default 1/sqrt(2)
         Budget decay rate across levels (Sec. 4).
-    neighbour : Neighbour or str, default ADD_REMOVE
-        ADD_REMOVE or ZERO_OUT (level sensitivity 1), or REPLACE_ONE (sensitivity 2).
+    neighbour : Neighbour or str, default DEFAULT_NEIGHBOUR (zero-out)
+        ZERO_OUT (the toolkit's one default,
+        :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`: n public, the relation of
+        the shuffle protocol's default, so the two are like for like) or ADD_REMOVE (n
+        private; the same noise: level sensitivity 1 for both), or REPLACE_ONE
+        (sensitivity 2). The guarantee names the relation; the release holds no count of
+        users under any of them.
     resolution : int, default 2^20
         R: users' level vectors are rounded to multiples of 1/R before the exact noise.
     rng : None, SecureRandom, int or Generator

@@ -185,7 +185,7 @@ def freq_est_local(
     t: int,
     r: float,
     delta: float,
-    model: str = "local",
+    model: str = "central",
     *,
     alpha0: float | None = None,
     target_alpha: float | None = None,
@@ -206,7 +206,7 @@ def freq_est_local(
         Within-cluster distance, in (0, 1].
     delta : float
         delta of Thm 4.3 in (0, 1).
-    model : {"local", "central"}
+    model : {"central", "local"}, default "central" (as ``shuffledp metric freq``)
         Local (Thm 6.6; each user shuffles her m outputs) or central (Cor. 6.8; the server
         shuffles all m n outputs).
     alpha0 : float, optional

@@ -257,7 +257,7 @@ def priv_emd_linear(
     space: MetricSpace,
     f: Any,
     alpha: float,
-    model: str = "local",
+    model: str = "central",
     *,
     lipschitz: float | None = None,
     resolution: int | None = None,
@@ -277,7 +277,7 @@ def priv_emd_linear(
         The query's values on the domain.
     alpha : float
         d_EM-DP parameter.
-    model : {"local", "central"}
+    model : {"central", "local"}, default "central" (as ``shuffledp metric linear``)
         Local: every user releases her own noisy q_f(K_i) (scale l / alpha). Central: the
         server releases the noisy mean of the n users' answers (scale l / (n alpha)).
     lipschitz : float, optional
@@ -382,7 +382,7 @@ def priv_emd_linear(
                          notes=notes, noise=noise, sigma2=sigma2)
 
 
-def user_level_linear(users: Any, k: int, f: Any, epsilon: float, model: str = "local", *,
+def user_level_linear(users: Any, k: int, f: Any, epsilon: float, model: str = "central", *,
                       rng: RngLike | SecureRandom = None) -> LinearRelease:
     """The user-level epsilon-DP baseline of the same linear query (bounded, replace-one).
 
@@ -402,7 +402,7 @@ def user_level_linear(users: Any, k: int, f: Any, epsilon: float, model: str = "
         The linear query's values.
     epsilon : float
         The user-level budget, > 0.
-    model : {"local", "central"}
+    model : {"central", "local"}, default "central" (as ``shuffledp metric linear``)
         Who adds the noise.
     rng : None, SecureRandom, int or Generator
         ``None``: secure noise. A seed or Generator: reproducible evaluation.

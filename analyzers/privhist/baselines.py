@@ -21,11 +21,19 @@ l1-sensitivity 2: a label moving from r to r + 1 changes phi_r and phi_{r+1} by 
 sum of r |Z_r| over r <= C ([Suresh19]_ Sec. 4.1: O(n^2 / eps) when C is about n).
 
 Public length. K and C are public parameters. When they are not given, eps1 = eps / 10 (the
-share [Suresh19]_ App. C.1.3 gives to the item count) buys N = max(n + G(e^-eps1), 0), and
-K = C = N + ceil(ln(N + 2) / eps1) (so that K >= n, hence K >= number of labels and C >= the
-largest count, except with probability about 1 / (N + 2)); eps2 = eps - eps1. With K or C
-given, eps2 = eps and N is the size of the released histogram (post-processing). Either way
-the release is (eps1 + eps2)-DP by basic composition, eps1 = 0 when the length is given.
+share [Suresh19]_ App. C.1.3 gives to the item count) buys a noisy count and eps2 = eps -
+eps1 pays for the vector. Sorted counts: the number of labels D (the support) has
+sensitivity 1 under Def. 1 (a label appears or vanishes only when its count moves between 0
+and 1), so D_hat = max(D + G(e^-eps1), 0) is eps1-DP and K = D_hat + ceil(ln(D_hat + 2) /
+eps1) >= D except with probability about 1 / (D_hat + 2) (the labels beyond K are then
+dropped, still private). The work and memory are O(D + ln D / eps1), the support, not the
+number of items. Prevalences: C = N + ceil(ln(N + 2) / eps1) from N = max(n + G(e^-eps1), 0),
+so C >= the largest count except with probability about 1 / (N + 2). With K or C given,
+eps1 = 0. Either way the release is (eps1 + eps2)-DP by basic composition: the length is a
+function of the eps1-DP count, and for every length the padded vector has l1-sensitivity 1
+(sorted) or 2 (prevalences); ``tests/test_privhist_baselines.py`` checks the composed
+mechanism's privacy loss exactly on every neighbour pair with at most 6 items. The released
+total is the released histogram's number of items (post-processing).
 
 References
 ----------
@@ -84,6 +92,24 @@ def _length(name: str, value: Any, h: AnonHistogram, epsilon: float,
             f"baseline); pass {name} explicitly or use privhist()"
         )
     return length, N, e1, eps - e1
+
+
+def _label_length(value: Any, h: AnonHistogram, epsilon: float,
+                  src: Any) -> tuple[int, int | None, float, float]:
+    """(K, D_hat or None, eps1, eps2): the sorted-count length, bought with eps1 from the
+    noisy number of labels D_hat = max(D + G(e^-eps1), 0) if not given (module docstring)."""
+    eps = v.positive("epsilon", epsilon)
+    if value is not None:
+        return v.bounded_count("length", value, 1, MAX_LENGTH), None, 0.0, eps
+    e1 = eps * TOTAL_SHARE
+    D = max(h.support + int(geometric(e1, 1, src)[0]), 0)
+    length = D + math.ceil(math.log(D + 2) / e1)
+    if length > MAX_LENGTH:
+        raise ValueError(
+            f"the derived length = {length} exceeds {MAX_LENGTH} (too many labels for this "
+            f"baseline); pass length explicitly or use privhist()"
+        )
+    return length, D, e1, eps - e1
 
 
 def _release(hist: AnonHistogram, N: int | None, e1: float, e2: float, sensitivity: int,
@@ -174,7 +200,8 @@ def sorted_count_baseline(
         Total budget, > 0.
     length : int, optional
         Public K >= the number of labels (e.g. the number of nodes of a graph), in
-        [1, 2^26]. Default: derived from a noisy total with eps / 10 (module docstring).
+        [1, 2^26]. Default: derived from the noisy number of labels with eps / 10 (module
+        docstring), so the cost is O(support), not O(items).
     rng : None, SecureRandom, int or Generator
         ``None``: the cryptographically secure generator (a private release); a seed or a
         Generator: reproducible evaluation, marked in the guarantee notes.
@@ -190,7 +217,7 @@ def sorted_count_baseline(
         If ``h`` is not an AnonHistogram or a number argument has the wrong type.
     ValueError
         If ``epsilon`` is not positive, ``length`` is outside [1, 2^26], or the length derived
-        from the noisy total exceeds 2^26.
+        from the noisy number of labels exceeds 2^26.
 
     References
     ----------
@@ -200,14 +227,14 @@ def sorted_count_baseline(
     h = as_histogram("h", h)
     seeded = is_seeded(rng)
     src = noise_source(rng)
-    K, N, e1, e2 = _length("length", length, h, epsilon, src)
+    K, D, e1, e2 = _label_length(length, h, epsilon, src)
     noisy = padded_sorted_counts(h, K) + geometric(e2, K, src)
     fit = isotonic_regression(noisy.astype(float), increasing=False).x
     counts = np.round(fit).astype(np.int64)
     counts = counts[counts > 0]
     hist = AnonHistogram.from_counts(counts) if counts.size else AnonHistogram.empty()
-    params = {"mechanism": "sorted-count baseline", "length": K}
-    return _release(hist, N, e1, e2, 1, SORTED_THEOREM, params, seeded)
+    params = {"mechanism": "sorted-count baseline", "length": K, "labels_noisy": D}
+    return _release(hist, None, e1, e2, 1, SORTED_THEOREM, params, seeded)
 
 
 def prevalence_baseline(

@@ -96,10 +96,11 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     ``"lean"`` (the default of :func:`privhist`): eps1 = eps/20 (N only sets T and M, which
     tolerate a noisy N) and the rest to eps2 (eps3 unused) or split evenly between eps2 and
     eps3; measured 5-20% more accurate than ``"practical"`` on Zipf data at eps in {1, 3}.
-    ``"paper"``: eps/3 each when eps <= 1 (the PrivHist box, eps1 + eps2 + eps3 = eps); when
-    eps > 1 PrivHist-LowPrivacy does not use eps3, so eps1 = eps2 = eps/2 and eps3 = 0 (an
-    eps/3 share there would be budget spent on nothing: the release would be only
-    2 eps/3-DP, and measured about 1.5x less accurate). ``"practical"``: [Suresh19]_ App. C.1.3's
+    ``"paper"``: eps1 = eps2 = eps3 = eps/3 at every eps, as the PrivHist box prints it
+    ("Parameters: eps1 = eps2 = eps3 = eps/3"). When PrivHist-LowPrivacy runs (the box's
+    switch: eps > 1) eps3 is not used, so the release spends eps1 + eps2 = 2 eps/3 and its
+    guarantee states 2 eps/3 (:func:`privhist` records ``eps3_unspent``); ``"lean"`` and
+    ``"practical"`` spend the whole eps there. ``"practical"``: [Suresh19]_ App. C.1.3's
     remark, eps1 = eps/10 and the rest to eps2 (eps > 1, eps3 unused) or split evenly between
     eps2 and eps3 (eps <= 1). A 3-tuple is used as given: eps1, eps2 > 0, eps3 >= 0 (> 0 when
     eps <= 1) and eps1 + eps2 + eps3 <= eps.
@@ -134,8 +135,8 @@ def budget_split(epsilon: float, split: Any = "paper", *,
     high = eps <= 1 if high is None else bool(high)
     if isinstance(split, str):
         v.choice("split", split, SPLITS)
-        if split == "paper":
-            return (eps / 3, eps / 3, eps / 3) if high else (eps / 2, eps / 2, 0.0)
+        if split == "paper":  # as printed, whether or not eps3 is used
+            return (eps / 3, eps / 3, eps / 3)
         f = 20 if split == "lean" else 10
         if not high:
             return eps / f, eps * (f - 1) / f, 0.0
@@ -509,6 +510,7 @@ def privhist(
                         else "eps <= 1 (the PrivHist box)" if regime in ("paper", "auto")
                         else f"forced {regime}"),
         "eps1": e1, "eps2": e2, "eps3": e3 if high else 0.0,
+        "eps3_unspent": 0.0 if high else e3,
         "noise": "discrete_laplace_exact", "randomness": "seeded" if seeded else "secure",
     }
     spent = [_effective(e1, 1), _effective(e2, 1)]

@@ -42,6 +42,7 @@ import click
 
 # Light imports only: scipy and numba load inside the command that needs them, so
 # `shuffledp --help` stays fast.
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.accounting.metric.shuffle import (
     DEFAULT_MAX_DELTA_OUT,
     composition_alpha,
@@ -283,10 +284,10 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
               default="largest_remainder", show_default=True,
               help="How a user's level vector is scaled by B and rounded: largest_remainder keeps "
                    "every level summing to exactly B; floor is Ghazi et al. App. F's.")
-@click.option("--neighbour", type=click.Choice(["replace", "zero_out", "add_remove"]),
-              default="replace", show_default=True,
-              help="replace or zero_out (n public); add_remove is refused: the noise is "
-                   "planned from n.")
+@click.option("--neighbour", type=click.Choice(["zero_out", "replace", "add_remove"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="zero_out (the toolkit's one default) or replace (n public); add_remove is "
+                   "refused: the noise is planned from n.")
 @dropout_option()
 @click.option("--wrap-target", "wrap_target", type=UNIT, default=1e-12, show_default=True,
               help="Largest probability that any coordinate's sum leaves the decoding window "

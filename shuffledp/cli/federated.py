@@ -7,8 +7,9 @@ writes to ``--out``:
 
 * ``estimate.npy``: the normalised density on the 2^L x 2^L grid;
 * ``report.json``: the guarantee, per-round budgets, tree sizes and vector lengths, shards;
-  under ``--neighbour zero_out`` or ``replace`` (n public) also the users, survivors and
-  SecAgg server seconds. Under ``add_remove`` (the default) n is private: the report states
+  under ``--neighbour zero_out`` (the default, the toolkit's one relation) or ``replace``
+  (n public) also the users, survivors and SecAgg server seconds. Under ``add_remove`` n is
+  private: the report states
   the public population bound ``--max-users`` instead and no count that follows n (users,
   survivors, clients per shard, timings, communication in user-entries); with
   ``--report-error`` only (evaluation: computed from the data without noise, not private)
@@ -40,6 +41,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from shuffledp.accounting.budget import DEFAULT_EQ7, DEFAULT_EQ7_C, DEFAULT_FEDERATED_DROPOUT
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.cli.common import (
     COUNT,
     POSITIVE,
@@ -115,14 +118,17 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
               help="U, users sampled per sub-query  [default: all]")
 @click.option("--shard-size", "shard_size", type=COUNT, default=10_000, show_default=True,
               help="S_max, clients per secure-aggregation shard (the paper's 10,000).")
-@click.option("--dropout", type=UNIT_CLOSED_LOW, default=0.1, show_default=True,
+@click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_FEDERATED_DROPOUT,
+              show_default=True,
               help="Planned dropout fraction the noise is over-provisioned for.")
-@click.option("--dropout-rate", "dropout_rate", type=UNIT_CLOSED_LOW, default=0.02,
-              show_default=True, help="Simulated fraction of clients that drop out.")
-@click.option("--c", "c", type=POSITIVE, default=0.05, show_default=True,
+@click.option("--dropout-rate", "dropout_rate", type=UNIT_CLOSED_LOW, default=0.0,
+              show_default=True, help="Simulated fraction of clients that drop out (e.g. "
+                                      "0.02; at most --dropout).")
+@click.option("--c", "c", type=POSITIVE, default=DEFAULT_EQ7_C, show_default=True,
               help="Calibration c of eq. 7 (0.05 reproduces the paper's Table 1 "
-                   "communication: bench/federated_tables.py).")
-@click.option("--eq7", type=click.Choice(["shards", "printed"]), default="shards",
+                   "communication: bench/federated_tables.py; error against c on two data "
+                   "sets: bench/federated_c.py).")
+@click.option("--eq7", type=click.Choice(["shards", "printed"]), default=DEFAULT_EQ7,
               show_default=True,
               help="eq. 7's shard factor as its text means it (the k shards' noise adds up) "
                    "or as printed (docs/errata.md).")
@@ -142,19 +148,22 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
                    "agrees a key: quadratic).")
 @click.option("--seed", type=SEED, default=None,
               help="Reproducible evaluation (not a private release).")
-@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
-              default="add_remove", show_default=True,
-              help="Neighbouring users: add/remove one (n private; needs --max-users with "
-                   "--input), zero out one user's data (the user still takes part, n public; "
-                   "sensitivity 1) or replace one (2).")
+@click.option("--neighbour", type=click.Choice(["zero_out", "add_remove", "replace"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="Neighbouring users: zero out one user's data (the user still takes part, "
+                   "n public; sensitivity 1; the toolkit's one default, as for the central and "
+                   "shuffle heatmaps), add/remove one (n private; needs --max-users with "
+                   "--input) or replace one (2).")
 @click.option("--max-users", "max_users", type=Count(2), default=None,
               help="add_remove: the public bound N on the population the shards and the "
                    "noise are planned for, declared before the data: ceil(N / shard size) "
                    "shards, each client's noise planned for (1 - dropout) of a shard's N / "
                    "shards users; rounds with more users are refused  [default: --n for the "
                    "built-in data; required with --input]")
-@delta_option(default=1e-9, help="add_remove: the total delta spent on each joining user's "
-                                 "own noise share (split over the sub-queries).")
+@delta_option(default=None,
+              help="add_remove: the total delta spent on each joining user's own noise share "
+                   "(split over the sub-queries)  [default: as adaptive_histogram, 30 "
+                   "sub-queries x 1e-10]")
 @click.option("--report-error", "report_error", is_flag=True,
               help="Add the MSE to the true density, the flat baseline's, and the true "
                    "density to the PNG (evaluation only: not private).")

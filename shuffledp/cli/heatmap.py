@@ -23,6 +23,7 @@ from typing import Any
 import click
 import numpy as np
 
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.cli.common import (
     NONNEGATIVE,
     PERCENT,
@@ -124,10 +125,12 @@ class _Progress:
 @click.option("--top-percent", "top_percent", type=PERCENT, multiple=True,
               default=(1.0, 0.1), show_default=True,
               help="Thresholding baselines to run (repeatable).")
-@click.option("--neighbour", type=click.Choice(["add_remove", "zero_out", "replace"]),
-              default=None,
-              help="Neighbour relation of the guarantee: central add_remove (default), zero_out "
-                   "or replace; shuffle replace (default) or zero_out (n public).")
+@click.option("--neighbour", type=click.Choice(["zero_out", "add_remove", "replace"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="Neighbour relation of the guarantee, one default for both models: zero_out "
+                   "(one user's contribution emptied, n public; sensitivity 1 per level, so the "
+                   "shuffle protocol converges to the central release as B grows), add_remove "
+                   "(central only: n private, the same noise) or replace (sensitivity 2).")
 @click.option("--seed", type=SEED, default=None,
               help="Seed all noise (research: the report then says 'reproducible evaluation, "
                    "not a private release'); default: fresh OS entropy.")
@@ -219,7 +222,7 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
     elif model == "central":  # well under a second at the default size: no bar
         from shuffledp.analyzers.heatmap.central import central_heatmap
 
-        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour or "add_remove",
+        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour,
                                rng=rngs[0])
     else:
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
@@ -614,7 +617,7 @@ def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: 
         f"no shuffle protocol for --epsilon {epsilon} --delta {delta} --B {B} with "
         f"{users.n_users} users on --grid {grid}",
         derive_params, grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w,
-        neighbour=neighbour or "replace", rounding=rounding)
+        neighbour=neighbour, rounding=rounding)
     refuse_if_large(
         f"--model shuffle --grid {grid} --B {B} with {users.n_users} users",
         memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,

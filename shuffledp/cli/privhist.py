@@ -54,7 +54,9 @@ ERROR_NOTE = ("sorted_l1_error and properties_non_private are computed from the 
 @force_option()
 @click.option("--split", type=click.Choice(SPLITS), default="lean", show_default=True,
               help="Budget split: lean (eps/20 to the count N, the most accurate measured), "
-                   "paper (eps/3 each), or App. C.1.3's practical choice (eps/10 to N).")
+                   "paper (eps/3 each, as the PrivHist box prints it: at eps > 1 LowPrivacy "
+                   "does not use eps3, so the release spends and states 2 eps/3), or App. "
+                   "C.1.3's practical choice (eps/10 to N).")
 @click.option("--regime", type=click.Choice(REGIMES), default="auto", show_default=True,
               help="Post-processing: auto = HighPrivacy only while eps sqrt(N) < 20 (N the "
                    "released count), paper = the PrivHist box's switch (HighPrivacy when "
@@ -97,8 +99,11 @@ def privhist_cmd(input_path, epsilon, out_dir, force, split, regime, seed, repor
         "guarantee": release.guarantee.to_dict(),
         "variant": {"split": split, "regime": release.parameters["regime"],
                     "rule": release.parameters["regime_rule"]},
-        "properties": estimate_properties(release.histogram, release.total, k=support_bound,
-                                          m=coverage_samples).to_dict(),
+        # the released histogram's own total (post-processing), not the noisy N: the plug-in
+        # probabilities then sum to 1 (bench/privhist_entropy_bias.py)
+        "properties": estimate_properties(release.histogram,
+                                          release.histogram.n or release.total,
+                                          k=support_bound, m=coverage_samples).to_dict(),
     }
     if report_error:
         report["sorted_l1_error"] = sorted_l1(h, release.histogram)

@@ -62,6 +62,7 @@ from typing import Any
 import click
 import numpy as np
 
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR
 from shuffledp.cli.common import (
     COUNT,
     PARAMS_FILE_LIMIT,
@@ -288,10 +289,11 @@ _params_option = click.option(
               help="How a user's level vector is scaled by B and rounded: largest_remainder keeps "
                    "every level summing to exactly B; floor is Ghazi et al. App. F's.")
 @dropout_option()
-@click.option("--neighbour", type=click.Choice(["replace", "zero_out"]), default="replace",
-              show_default=True,
-              help="Neighbour relation of the guarantee (n public): replace one user's input "
-                   "(sensitivity 2B) or zero it out (sensitivity B).")
+@click.option("--neighbour", type=click.Choice(["zero_out", "replace"]),
+              default=DEFAULT_NEIGHBOUR.token, show_default=True,
+              help="Neighbour relation of the guarantee (n public): zero out one user's input "
+                   "(sensitivity B; the toolkit's one default, that of the central release) or "
+                   "replace it (sensitivity 2B).")
 @click.option("--keys/--no-keys", default=True, show_default=True,
               help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
                    f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "

@@ -84,7 +84,7 @@ PAPER = {"n": 50, "epsilon": 5.0, "delta": 1e-5, "grid": "320x240"}
 FIGURE_NAMES = ["1", "2", "2-grid", "12", "13"]
 DEFAULTS = {"grid": "80x60", "n": 50, "epsilon": 5.0, "delta": 1e-5, "B": 256, "repeats": 3,
             "dropout": 0.0, "models": ["shuffle", "central"], "rounding": "largest_remainder",
-            "emd": True, "smoothing": "none", "neighbour": "replace", "sigma_scales": False}
+            "emd": True, "smoothing": "none", "neighbour": "zero_out", "sigma_scales": False}
 
 
 def _settings(figure: str | None, full: bool, given: dict[str, Any]) -> dict[str, Any]:
@@ -132,8 +132,8 @@ def _values(text: Any) -> Any:
 @click.option("--neighbour", type=click.Choice(["replace", "zero_out", "add_remove"]),
               default=None,
               help="Neighbour relation of the shuffle and central releases (one for both; "
-                   "the baselines are add/remove only) [default: replace; --figure 1/2: "
-                   "add_remove; --figure 12/13: zero_out].")
+                   "the baselines are add/remove only) [default: zero_out, the toolkit's "
+                   "one default; --figure 1/2: add_remove; --figure 12/13: zero_out].")
 @click.option("--models", default=None,
               help="Comma-separated models: shuffle, central, laplace, top_1%, top_0.1% "
                    "[default: shuffle,central; --figure 1/2: the central ones].")

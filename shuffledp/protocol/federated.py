@@ -35,10 +35,17 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import dl_epsilon_for_std, dl_std, next_query_epsilon
+from shuffledp.accounting.budget import (
+    DEFAULT_EQ7,
+    DEFAULT_EQ7_C,
+    DEFAULT_FEDERATED_DROPOUT,
+    dl_epsilon_for_std,
+    dl_std,
+    next_query_epsilon,
+)
 from shuffledp.accounting.composition import Accountant
 from shuffledp.accounting.events import Sequential, polya_sum_event
-from shuffledp.accounting.guarantee import Guarantee, Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.analyzers.federated.baselines import (
     geometric_budget,
     normalise_density,
@@ -262,7 +269,7 @@ def federated_sum(
     dropout: float = 0.0,
     dropped: Any = None,
     modulus: int = 1 << 32,
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     max_users: int | None = None,
     user_ids: Any = None,
     delta: float | None = None,
@@ -295,7 +302,9 @@ def federated_sum(
     modulus : int
         m of the modular sum (2 .. 2^62).
     neighbour : Neighbour or str
-        ADD_REMOVE (default; needs ``max_users``), ZERO_OUT or REPLACE_ONE.
+        ZERO_OUT (default, :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`: n
+        public, the shard sizes and counts of users may be released), ADD_REMOVE (n
+        private; needs ``max_users``) or REPLACE_ONE.
     max_users : int, optional
         Add/remove only, required there: N, the public bound on the population the shards
         and the noise are planned for, declared before the data.
@@ -440,20 +449,20 @@ def adaptive_histogram(
     *,
     users_per_query: int | None = None,
     shard_size: int = 10_000,
-    c: float = 0.5,
+    c: float = DEFAULT_EQ7_C,
     b: float = 2.0,
-    dropout: float = 0.0,
+    dropout: float = DEFAULT_FEDERATED_DROPOUT,
     dropout_rate: float = 0.0,
     modulus: int = 1 << 32,
-    aggregation: str = "secagg",
+    aggregation: str = "simulate",
     max_queries: int = 30,
     threshold: float | None = None,
     schedule: str = "eq9",
-    neighbour: Neighbour | str = Neighbour.ADD_REMOVE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     max_users: int | None = None,
     user_ids: Any = None,
     delta: float | None = None,
-    eq7: str = "printed",
+    eq7: str = DEFAULT_EQ7,
     rng: RngLike | SecureRandom = None,
     progress: Any = None,
 ) -> AdaptiveRelease:
@@ -471,9 +480,15 @@ def adaptive_histogram(
         U, users sampled (without replacement) per sub-query; default all.
     shard_size, dropout, modulus, aggregation
         As in :func:`federated_sum` (dropout is the planned fraction the noise is
-        over-provisioned for; ``aggregation="central"`` is the central baseline).
+        over-provisioned for, default
+        :data:`~shuffledp.accounting.budget.DEFAULT_FEDERATED_DROPOUT` = 0.1;
+        ``aggregation`` defaults to ``"simulate"``, each shard's noise sum drawn from its
+        exact law, as ``shuffledp federated``; ``"secagg"`` runs the real protocol,
+        ``"central"`` is the central baseline).
     c, b : float
-        Calibration of eq. 7 and expansion parameter of eq. 9.
+        Calibration of eq. 7 (default :data:`~shuffledp.accounting.budget.DEFAULT_EQ7_C` =
+        0.05, the value the CLI uses; a public constant, no privacy cost; its measured range
+        on two data sets: ``python bench/federated_c.py``) and expansion parameter of eq. 9.
     dropout_rate : float in [0, 1)
         Simulated fraction of clients that drop before sending their masked input.
     max_queries : int
@@ -485,7 +500,9 @@ def adaptive_histogram(
         The budget schedule of eqs. 8-9 (default), or eps_total / (L + 1) per sub-query over
         L + 1 sub-queries (Table 3's "fixed eps").
     neighbour : Neighbour or str
-        ADD_REMOVE (default), ZERO_OUT (sensitivity 1 of a one-hot report) or REPLACE_ONE (2).
+        ZERO_OUT (default, :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`; n
+        public, sensitivity 1 of a one-hot report), ADD_REMOVE (n private, sensitivity 1;
+        needs ``max_users`` or ``users_per_query``) or REPLACE_ONE (2).
     max_users : int, optional
         Add/remove: N, the public bound on the population the shards and the noise are
         planned for, and eq. 7's number of users; required unless ``users_per_query`` is
@@ -498,7 +515,7 @@ def adaptive_histogram(
         Add/remove without ``users_per_query``: the total delta spent on the joining user's
         noise share, split evenly over ``max_queries`` (default ``max_queries`` times
         :data:`~shuffledp.analyzers.federated.population.DEFAULT_SHARE_DELTA`).
-    eq7 : {"printed", "shards"}
+    eq7 : {"shards", "printed"}, default :data:`~shuffledp.accounting.budget.DEFAULT_EQ7`
         sigma~ of eq. 7 as printed, c (U/T) sqrt(ceil(S_max/U)) (a factor of 1 once
         U >= S_max), or as its text explains it, the k = ceil(U/S_max) shards' noise
         accumulating: c (U/T) / sqrt(k) (docs/errata.md row 11, :func:`eq7_target`).

@@ -43,7 +43,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA
-from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.accounting.summation import (
     DEFAULT_DROPOUT,
     SummationParameters,
@@ -533,7 +533,7 @@ def derive_params(
     rounding: str = "largest_remainder",
     dropout: float = DEFAULT_DROPOUT,
     wrap_target: float = 1e-12,
-    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     round_id: bytes | None = None,
 ) -> ProtocolParams:
     """Derive the protocol record for n users from the summation accounting.
@@ -575,8 +575,11 @@ def derive_params(
         Declared dropout fraction in [0, 1).
     wrap_target : float, default 1e-12
         Largest acceptable probability that a sum wraps around the modulus.
-    neighbour : Neighbour or {"replace", "zero_out"}
-        Neighbour relation of the guarantee.
+    neighbour : Neighbour or {"zero_out", "replace"}, default DEFAULT_NEIGHBOUR (zero-out)
+        Neighbour relation of the guarantee
+        (:data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR` is the one default of the
+        central, shuffle and federated releases; add/remove is refused: n is public in the
+        shuffle protocol).
     round_id : bytes, optional
         16 bytes naming the run (default: fresh from ``os.urandom``).
 

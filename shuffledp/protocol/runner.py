@@ -44,7 +44,7 @@ import numpy as np
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA
-from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
@@ -635,7 +635,7 @@ def shuffle_heatmap(
     wire: bool = False,
     simulate_dropouts: int = 0,
     params: ProtocolParams | None = None,
-    neighbour: Neighbour | str = Neighbour.REPLACE_ONE,
+    neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     backend: str = "local",
     client: object = None,
     layout: str = "v2",
@@ -677,9 +677,10 @@ def shuffle_heatmap(
         Number of users (chosen by ``rng``) who never send their batch.
     params : ProtocolParams, optional
         Use this record instead of deriving one (must match users' grid and count).
-    neighbour : Neighbour or {"replace", "zero_out"}
-        Neighbour relation (n public in both): replace-one (Delta_i = 2B) or zero-out
-        (Delta_i = B, the like-for-like counterpart of the central add/remove mechanism).
+    neighbour : Neighbour or {"zero_out", "replace"}, default DEFAULT_NEIGHBOUR (zero-out)
+        Neighbour relation (n public in both): zero-out (Delta_i = B; the toolkit's one
+        default, :data:`~shuffledp.accounting.guarantee.DEFAULT_NEIGHBOUR`, that of the
+        central release, which it converges to as B grows) or replace-one (Delta_i = 2B).
     backend : {"local", "dask"}
         ``"dask"`` (simulation path only) runs the encoders, block shuffles and mod-q sums on
         ``client`` (a ``distributed.Client``; see :mod:`shuffledp.protocol.dask_backend`).

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shuffledp import _validation as v
-from shuffledp.accounting.guarantee import Neighbour
+from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.grid import Grid
 
 PARAMETERS = ("B", "epsilon", "n", "grid", "w", "dropout")
@@ -122,8 +122,9 @@ class SweepConfig:
         :meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed` (what
         ``shuffledp heatmap`` releases by default; ``--figure 1/2``); "none" keeps
         Reconstruct's output.
-    neighbour : {"replace", "zero_out", "add_remove"}
-        The neighbour relation of the shuffle and central releases (one relation for both,
+    neighbour : {"zero_out", "replace", "add_remove"}
+        The neighbour relation of the shuffle and central releases (default: the toolkit's
+        one default, zero-out; one relation for both,
         so they are like for like). The baselines are add/remove only, so a sweep that runs
         one needs ``"add_remove"`` (:func:`plan` refuses anything else); the shuffle protocol
         supports ``"replace"`` and ``"zero_out"``.
@@ -148,7 +149,7 @@ class SweepConfig:
     rounding: str = "largest_remainder"
     emd: bool = True
     smoothing: str = "none"
-    neighbour: str = "replace"
+    neighbour: str = DEFAULT_NEIGHBOUR.token
     sigma_scales: bool = False
 
     def __post_init__(self) -> None:

@@ -210,7 +210,7 @@ def test_every_release_carries_its_event() -> None:
 
     p = summation_parameters(n=100, epsilon=1.0, delta=1e-6, B=16, grid="16x16")
     ev = p.guarantee.event
-    assert isinstance(ev, PolyaSum) and ev.neighbour is Neighbour.REPLACE_ONE
+    assert isinstance(ev, PolyaSum) and ev.neighbour is Neighbour.ZERO_OUT  # the one default
     assert ev.certified() == pytest.approx((1.0, 1e-6))
     assert ev.tv == pytest.approx(1e-6 / (1 + math.e))
     b = shuffle_ldp(1000, 1.0, 1e-6)

@@ -23,7 +23,8 @@ def decode(s, q, low):
 
 
 def test_paper_setting_320x240():
-    p = summation_parameters(n=50, epsilon=5, delta=1e-5, B=1000, grid="320x240")
+    p = summation_parameters(n=50, epsilon=5, delta=1e-5, B=1000, grid="320x240",
+                             neighbour="replace")
     g = Grid(320, 240)
     assert p.levels == tuple(range(2, g.depth + 1))  # w = 20 -> start level 2
     assert p.m == n_coordinates(g, 2) == sum(p.level_sizes)
@@ -217,7 +218,7 @@ def test_headroom_at_least_one():
     (dict(dropout=0.5, epsilon=8e-8), r"needs headroom t >= .* so q would exceed 2\^32"),
 ])
 def test_refusal_reasons(kw, match):
-    base = dict(n=10, epsilon=1.0, delta=1e-6, B=1, grid="8x8")
+    base = dict(n=10, epsilon=1.0, delta=1e-6, B=1, grid="8x8", neighbour="replace")
     with pytest.raises(ValueError, match=match):
         summation_parameters(**{**base, **kw})
     if "dropout" in kw:

@@ -90,7 +90,8 @@ def _cell_law(rel, count, shard=None):
 
 
 def _release(n, **kw):
-    """n users, all in cell 0 of a one-cell histogram."""
+    """n users, all in cell 0 of a one-cell histogram, under add/remove."""
+    kw.setdefault("neighbour", "add_remove")
     return federated_histogram(np.zeros(n, dtype=np.int64), 1, kw.pop("epsilon", 1.0),
                                aggregation="simulate", rng=0, **kw)
 
@@ -119,9 +120,11 @@ def test_pair_inside_one_shard_on_two_cells_every_cell_changes_law():
     """The joining user's share reaches every cell, not only hers: the two-cell release
     (user data in cell 0) is checked on the exact product law."""
     r19 = federated_histogram(np.zeros(19, dtype=np.int64), 2, 2.0, aggregation="simulate",
-                              rng=0, shard_size=20, dropout=0.1, max_users=20)
+                              rng=0, shard_size=20, dropout=0.1, max_users=20,
+                              neighbour="add_remove")
     r20 = federated_histogram(np.zeros(20, dtype=np.int64), 2, 2.0, aggregation="simulate",
-                              rng=0, shard_size=20, dropout=0.1, max_users=20)
+                              rng=0, shard_size=20, dropout=0.1, max_users=20,
+                              neighbour="add_remove")
     g = r19.guarantee
     assert r20.guarantee.delta == g.delta and g.parameters["length"] == 2
     P0, m1 = _cell_law(r19, 19)
@@ -222,7 +225,8 @@ def test_calibration_meets_the_target_and_refuses_what_it_cannot_pay():
 
 def test_add_remove_needs_a_public_bound_and_zero_out_keeps_the_old_noise():
     with pytest.raises(ValueError, match="pass max_users=N"):
-        federated_histogram(np.zeros(5, dtype=int), 2, 1.0, aggregation="plain", rng=0)
+        federated_histogram(np.zeros(5, dtype=int), 2, 1.0, aggregation="plain", rng=0,
+                            neighbour="add_remove")
     with pytest.raises(ValueError, match="max_users and user_ids plan an add/remove round"):
         federated_histogram(np.zeros(5, dtype=int), 2, 1.0, neighbour="zero_out",
                             max_users=5, aggregation="plain", rng=0)
@@ -239,7 +243,7 @@ def test_public_shards_and_rounds_hold_no_count_under_add_remove():
     g = np.random.default_rng(0)
     rows, cols = g.integers(0, 8, 5000), g.integers(0, 8, 5000)
     rel = adaptive_histogram(rows, cols, 3, 1.0, shard_size=6000, aggregation="simulate",
-                             max_users=6000, dropout=0.2, rng=1)
+                             max_users=6000, dropout=0.2, rng=1, neighbour="add_remove")
     assert rel.guarantee.neighbour is Neighbour.ADD_REMOVE
     assert sum(x["epsilon"] for x in rel.rounds) == pytest.approx(1.0, rel=1e-9)
     assert all(x["noise_epsilon"] < x["epsilon"] for x in rel.rounds)
@@ -256,7 +260,7 @@ def test_sampled_users_per_query_are_calibrated_for_replace_one():
     g = np.random.default_rng(0)
     rows, cols = g.integers(0, 8, 3000), g.integers(0, 8, 3000)
     rel = adaptive_histogram(rows, cols, 3, 1.0, users_per_query=1000, shard_size=1000,
-                             aggregation="simulate", rng=1)
+                             aggregation="simulate", rng=1, neighbour="add_remove")
     assert rel.guarantee.neighbour is Neighbour.ADD_REMOVE
     assert all(e.levels[0].sensitivity == 2 for e in rel.guarantee.event.steps)
     assert sum(x["epsilon"] for x in rel.rounds) == pytest.approx(1.0, rel=1e-9)
@@ -279,8 +283,8 @@ def test_cli_private_report_does_not_state_n(tmp_path):
     data = _csv(tmp_path / "u.csv", 1237)
     common = ["federated", "--input", str(data), "--depth", "3", "--dropout-rate", "0",
               "--aggregation", "simulate", "--seed", "1"]
-    res = CliRunner().invoke(main, [*common, "--max-users", "1300", "--out",
-                                    str(tmp_path / "ar")])
+    res = CliRunner().invoke(main, [*common, "--neighbour", "add_remove", "--max-users", "1300",
+                                    "--out", str(tmp_path / "ar")])
     assert res.exit_code == 0, res.output
     text = (tmp_path / "ar" / "report.json").read_text()
     rep = json.loads(text)
@@ -289,9 +293,10 @@ def test_cli_private_report_does_not_state_n(tmp_path):
         assert key not in rep
     assert all(k not in r for r in rep["rounds"] for k in ("users", "survivors"))
     assert "1237" not in text and "1237" not in res.output
-    zo = CliRunner().invoke(main, [*common, "--neighbour", "zero_out", "--out",
-                                   str(tmp_path / "zo")])
+    zo = CliRunner().invoke(main, [*common, "--out", str(tmp_path / "zo")])  # the default
     assert zo.exit_code == 0, zo.output
-    assert json.loads((tmp_path / "zo" / "report.json").read_text())["users"] == 1237
-    bad = CliRunner().invoke(main, [*common, "--out", str(tmp_path / "x")])
+    rep = json.loads((tmp_path / "zo" / "report.json").read_text())
+    assert rep["users"] == 1237 and rep["guarantee"]["neighbour"].startswith("zero out")
+    bad = CliRunner().invoke(main, [*common, "--neighbour", "add_remove", "--out",
+                                    str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--max-users" in bad.output

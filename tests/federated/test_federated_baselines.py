@@ -46,7 +46,7 @@ def test_baselines_return_densities_and_rr_is_unbiased():
     g = np.random.default_rng(1)
     rows, cols = g.integers(0, 8, 20000), g.integers(0, 4, 20000)
     for est in (quadtree_histogram(rows, cols, 3, 1.0, shard_size=10000, aggregation="plain",
-                                   max_users=20000, rng=1),
+                                   rng=1),
                 central_tree_histogram(rows, cols, 3, 1.0, rng=1),
                 local_rr_histogram(rows, cols, 3, 4.0, rng=1)):
         assert est.shape == (8, 8) and est.sum() == pytest.approx(1.0) and (est >= 0).all()
@@ -66,7 +66,7 @@ def test_central_adaptive_adds_one_discrete_laplace_per_entry():
     g = np.random.default_rng(3)
     rows = np.clip(np.round(g.normal(20, 3, 20000)), 0, 31).astype(int)
     cols = np.clip(np.round(g.normal(10, 3, 20000)), 0, 31).astype(int)
-    rel = central_adaptive_histogram(rows, cols, 5, 1.0, max_users=20000, rng=4)
+    rel = central_adaptive_histogram(rows, cols, 5, 1.0, rng=4)  # zero-out: n public
     assert rel.guarantee.model == "central" and rel.guarantee.epsilon == 1.0
     assert sum(r["epsilon"] for r in rel.rounds) == pytest.approx(1.0, rel=1e-12)
     assert all(r["shards"] == 1 for r in rel.rounds)
