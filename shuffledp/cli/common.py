@@ -32,6 +32,7 @@ import contextlib
 import csv
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -471,16 +472,60 @@ def allow_large_option(fn: F) -> F:
     )(fn)
 
 
-def progress_bar(total: int, desc: str, unit: str, quiet: bool, delay: float = 1.0) -> Any:
+class SafeStream:
+    """A text stream for progress output that never raises: once a write or flush fails
+    (stderr closed, a broken pipe after the reader went away) it drops everything after.
+
+    tqdm takes its lock around each redraw without a ``finally``: a redraw that raises leaves
+    the lock held, and every other thread updating a bar (the metric threads, tqdm's monitor)
+    then waits forever. Progress is a courtesy; the job must not hang or fail for it.
+    """
+
+    def __init__(self, stream: Any = None) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def _target(self) -> Any:
+        return self._stream if self._stream is not None else sys.stderr
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self._target().write(text)
+            except (OSError, ValueError):
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._target().flush()
+            except (OSError, ValueError):
+                self.broken = True
+
+    def isatty(self) -> bool:
+        try:
+            return bool(self._target().isatty())
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def fileno(self) -> int:
+        return int(self._target().fileno())
+
+
+def progress_bar(total: int, desc: str, unit: str, quiet: bool, delay: float = 1.0,
+                 file: Any = None) -> Any:
     """A tqdm bar on stderr with rate and ETA, shown only once a step has run ``delay``
     seconds (short steps stay silent); a bar that draws nothing with ``quiet``.
 
-    Used as a context manager; ``bar.update(k)`` after k units of work.
+    Used as a context manager; ``bar.update(k)`` after k units of work. Output goes through
+    a :class:`SafeStream` (``file``, default stderr): a closed or broken stream silences the
+    bar instead of failing or deadlocking the job.
     """
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=quiet, delay=delay,
-                dynamic_ncols=True, leave=False)
+                dynamic_ncols=True, leave=False, file=SafeStream(file))
 
 
 class EstimatedProgress:
@@ -516,7 +561,7 @@ class EstimatedProgress:
                 return
             desc = self.desc + (" (estimated)" if total is not None else "")
             with tqdm(total=total, desc=desc, unit="s", dynamic_ncols=True, leave=False,
-                      bar_format=None if total is not None else
+                      file=SafeStream(), bar_format=None if total is not None else
                       "{desc}: {elapsed} elapsed") as bar:
                 while not self._done.wait(0.5):
                     now = time.perf_counter() - start

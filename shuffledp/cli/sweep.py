@@ -308,7 +308,10 @@ class _Bar:
         if not self.quiet:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=todo, unit="run", desc="sweep", dynamic_ncols=True)
+            from shuffledp.cli.common import SafeStream
+
+            self.bar = tqdm(total=todo, unit="run", desc="sweep", dynamic_ncols=True,
+                            file=SafeStream())
 
     def update(self, record: Any) -> None:
         if self.bar is not None:
