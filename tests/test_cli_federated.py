@@ -60,7 +60,8 @@ def test_multi_location_command_refusals(tmp_path):
     base = ["federated", "--locations", "all", "--depth", "3", "--out", str(tmp_path / "o")]
     res = CliRunner().invoke(main, base)
     assert res.exit_code == 2 and "--locations" in res.output and "--input" in res.output
-    res = CliRunner().invoke(main, [*base, "--input", str(tmp_path / "pts.csv")])
+    res = CliRunner().invoke(main, [*base, "--input", str(tmp_path / "pts.csv"),
+                                    "--neighbour", "add_remove"])
     assert res.exit_code == 2 and "--max-users" in res.output  # add/remove: n private
     res = CliRunner().invoke(main, [*base, "--input", str(tmp_path / "pts.csv"),
                                     "--depth", "10", "--neighbour", "zero_out"])

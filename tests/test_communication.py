@@ -17,7 +17,8 @@ from shuffledp.protocol.wire import HEADER_SIZE
 from shuffledp.randomness import SecureRandom
 from shuffledp.users import UserDistributions
 
-FIG12 = dict(epsilon=5.0, delta=1e-5, B=256, dropout=0.0)  # n = 50, 320 x 240, w = 20
+#: n = 50, 320 x 240, w = 20; replace-one, the relation of the table in docs/communication.md
+FIG12 = dict(epsilon=5.0, delta=1e-5, B=256, dropout=0.0, neighbour="replace")
 
 
 def _steps_from_formulas(p):
@@ -46,6 +47,11 @@ def test_fig12_steps_from_7_14_to_9_73_megabytes():
     got = [s.bytes_per_user for s in steps]
     assert got == _steps_from_formulas(p)
     assert [round(b / 1e6, 2) for b in got] == [7.14, 8.06, 8.51, 8.76, 9.73, 4.62]
+    # the default relation, zero-out (sensitivity B, not 2B): a smaller window, 34-bit records
+    z = derive_params(Grid(320, 240), 50, **{**FIG12, "neighbour": "zero_out"})
+    got_z = [s.bytes_per_user for s in communication_steps(z)]
+    assert got_z == _steps_from_formulas(z)
+    assert [round(b / 1e6, 2) for b in got_z] == [7.14, 7.83, 8.27, 8.51, 9.73, 4.38]
     # the attributes the rest of the library reports are the same numbers
     assert got[2] == math.ceil(p.bits_per_user / 8)
     assert got[3:] == [p.packed_bytes_per_user, p.bytes_per_user,

@@ -256,7 +256,8 @@ def test_cli_algorithm_dense_auto_and_refusals(tmp_path):
     assert r.exit_code == 0, r.output
     rep = json.loads((out2 / "report.json").read_text())
     assert rep["algorithm"]["ran"] == "sparse" and rep["algorithm"]["n_public"] == 300
-    r = run(main, ["heatmap", "--algorithm", "dense", "--grid", "32", "--out", str(tmp_path)])
+    r = run(main, ["heatmap", "--algorithm", "dense", "--neighbour", "add_remove", "--grid",
+                   "32", "--out", str(tmp_path / "refused")])
     assert r.exit_code == 2 and "needs --public-n" in r.output
     r = run(main, ["heatmap", "--algorithm", "dense", "--model", "shuffle", "--grid", "32",
                    "--out", str(tmp_path)])
