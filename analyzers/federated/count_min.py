@@ -36,6 +36,7 @@ References
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +94,8 @@ class CountMinSketch:
         object.__setattr__(self, "b", b)
 
     @classmethod
-    def from_seed(cls, width: int = 2000, depth: int = 20, seed: int = 0) -> CountMinSketch:
+    def from_seed(cls, width: int = 2000, depth: int = 20,
+                  seed: int | None = None) -> CountMinSketch:
         """The sketch whose hash coefficients are drawn from the public ``seed``.
 
         Parameters
@@ -102,9 +104,11 @@ class CountMinSketch:
             Counters per row ([Bagdasaryan22]_ Sec. 6.2).
         depth : int, default 20
             Rows ([Bagdasaryan22]_ Sec. 6.2).
-        seed : int, default 0
+        seed : int, optional
             Public seed of the hash coefficients (the layout is public; no noise comes from
-            it).
+            it). Default: a fresh 63-bit seed from the operating system's secure source, so
+            that no two deployments share a layout by accident; read it back from
+            :attr:`a` and :attr:`b` or pass it explicitly to reproduce a layout.
 
         Returns
         -------
@@ -123,6 +127,8 @@ class CountMinSketch:
         [Cormode05]_ Sec. 3.
         """
         d = v.count("depth", depth)
+        if seed is None:
+            seed = secrets.randbits(63)
         g = np.random.default_rng(v.count("seed", seed, 0))
         return cls(width=v.count("width", width, 2), depth=d,
                    a=tuple(int(x) for x in g.integers(1, PRIME, d)),

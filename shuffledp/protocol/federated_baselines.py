@@ -35,6 +35,7 @@ References
 from __future__ import annotations
 
 import math
+import secrets
 from typing import Any
 
 import numpy as np
@@ -214,7 +215,7 @@ def hierarchical_levels(rows: Any, cols: Any, depth: int, epsilon: float, *,
 
 def count_min_levels(rows: Any, cols: Any, depth: int, epsilon: float, *,
                      width: int = 2000, sketch_depth: int = 20, levels: Any = None,
-                     hash_seed: int = 0, method: str = "min", dropout_rate: float = 0.0,
+                     hash_seed: int | None = None, method: str = "min", dropout_rate: float = 0.0,
                      rng: RngLike | SecureRandom = None, **kwargs: Any) -> LevelEstimates:
     """Count-Min sketch reports of levels 1..L, each an Alg. 1 round with sensitivity
     ``sketch_depth``.
@@ -239,8 +240,9 @@ def count_min_levels(rows: Any, cols: Any, depth: int, epsilon: float, *,
         The sketch (the paper's 2,000 and 20).
     levels : iterable of int, optional
         The levels reported (default 1..L: the paper's "10 prefixes").
-    hash_seed : int
-        Public seed of the hash coefficients.
+    hash_seed : int, optional
+        Public seed of the hash coefficients (default: a fresh one from the secure source;
+        the seed used is recorded in the guarantee's parameters).
     method : {"min", "median", "mean"}
         The estimate of a cell from its ``sketch_depth`` counters.
     dropout_rate : float in [0, 1)
@@ -272,6 +274,8 @@ def count_min_levels(rows: Any, cols: Any, depth: int, epsilon: float, *,
     """
     L, r, c = _check_pixels(rows, cols, depth)
     eps = v.positive("epsilon", epsilon)
+    if hash_seed is None:
+        hash_seed = secrets.randbits(63)
     sketch = CountMinSketch.from_seed(width, sketch_depth, hash_seed)
     v.choice("method", method, ("min", "median", "mean"))
     lv = _levels_arg(levels, 1, L)

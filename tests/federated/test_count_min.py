@@ -114,7 +114,7 @@ def test_count_min_levels_round_trip_and_guarantee():
     assert rel.communication == 2000 and sorted(rel.counts) == [4]
     truth = np.bincount(rows * 16 + cols, minlength=256)
     assert (rel.counts[4] >= truth).all()
-    sk = CountMinSketch.from_seed(2000, 1, 0)
+    sk = CountMinSketch.from_seed(2000, 1, rel.guarantee.parameters["hash_seed"])
     exact = np.bincount(sk.positions(rows * 16 + cols).ravel(), minlength=2000)
     assert (rel.counts[4] == sk.estimate(exact, np.arange(256))).all()
     rel = count_min_levels(rows, cols, 4, 4.0, shard_size=5000, aggregation="simulate",
@@ -135,3 +135,10 @@ def test_count_min_levels_round_trip_and_guarantee():
         count_min_levels(rows, cols, 4, 1.0, method="max", neighbour="zero_out")
     with pytest.raises(ValueError, match="levels"):
         count_min_levels(rows, cols, 4, 1.0, levels=[7], neighbour="zero_out")
+
+
+def test_default_layout_seed_is_fresh_not_a_fixed_constant():
+    """Without a seed the hash layout comes from the secure source: two default sketches
+    differ (equal with probability ~ PRIME^-40), and an explicit seed still reproduces one."""
+    assert CountMinSketch.from_seed(2000, 20) != CountMinSketch.from_seed(2000, 20)
+    assert CountMinSketch.from_seed(50, 7, 5) == CountMinSketch.from_seed(50, 7, seed=5)
