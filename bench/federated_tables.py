@@ -105,7 +105,8 @@ def table1_cell(img: np.ndarray, depth: int, n: int, plan: float, rate: float, r
     out["flat"] = (mse(fl, img), 4 ** depth)
     hi = hierarchical_levels(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 200, **kw)
     out["hierarchical"] = (best_level(hi, img)[1], hi.communication)
-    cm = count_min_levels(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 300, **kw)
+    cm = count_min_levels(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 300,
+                          hash_seed=rep, **kw)
     out["CM-sketch"] = (best_level(cm, img)[1], cm.communication)
     ag = adaptive_grid_histogram(rows, cols, depth, 1.0, dropout_rate=rate, rng=rep + 400,
                                  **kw)
@@ -118,7 +119,7 @@ def table1_cell(img: np.ndarray, depth: int, n: int, plan: float, rate: float, r
     out["ours"] = (mse(ad.estimate, img), sum(r["vector_length"] for r in ad.rounds))
     # variants printed under the table (not rows of the paper)
     cmm = count_min_levels(rows, cols, depth, 1.0, method="median", dropout_rate=rate,
-                           rng=rep + 300, **kw)
+                           rng=rep + 300, hash_seed=rep, **kw)
     out["  CM-sketch, median estimate"] = (best_level(cmm, img)[1], cmm.communication)
     sdc = hierarchical_levels(rows, cols, depth, 1.0, budget="geometric", dropout_rate=rate,
                               rng=rep + 500, **kw)
