@@ -151,13 +151,20 @@ def server_cmd(mailbox, clients, length, modulus, threshold, round_timeout):
                    "refused).")
 @click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
               help="Seconds to wait for each server message.")
+@click.option("--ca-cert", "ca_cert", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help="With --server over HTTPS: verify the server's certificate against this PEM "
+                   "CA [default: the system's CAs].")
 @click.option("--stop-before-round", "stop", type=click.IntRange(0, 3), default=None,
               hidden=True, help="Fault injection for tests: leave before this round (posting a "
                                 "leave marker, so the server need not wait for a timeout).")
-def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, stop):
+def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, ca_cert, stop):
     """Run one client through the four rounds (over --dir, or over HTTP with --server)."""
     if (mailbox is None) == (server is None):
         raise click.UsageError("give exactly one of --dir (mailbox) and --server (HTTP)")
+    if ca_cert is not None and server is None:
+        raise click.UsageError(f"--ca-cert {ca_cert} applies to --server (HTTPS) only, not to "
+                               "--dir")
     from shuffledp.safe_io import UnsafeFileError, read_regular
     from shuffledp.secagg import MessageError, SecAggClient, SecAggRefused
     from shuffledp.secagg import messages as msg
@@ -175,7 +182,7 @@ def client_cmd(mailbox, server, uid, input_path, modulus, threshold, timeout, st
         raise click.BadParameter(f"{input_path} must hold a 1-d integer vector in [0, "
                                  f"{modulus})", param_hint="--input")
     if server is not None:
-        _http_client(server, uid, x, modulus, threshold, timeout, stop)
+        _http_client(server, uid, x, modulus, threshold, timeout, stop, ca_cert)
         return
     r, run = 0, None
     try:
@@ -211,11 +218,13 @@ def _named(uid: int, error: Exception) -> str:
     return text if text.startswith(f"client {uid}:") else f"client {uid}: {text}"
 
 
-def _http_client(url, uid, x, modulus, threshold, timeout, stop) -> None:
-    """The client over HTTP (:mod:`shuffledp.serve.secagg_service`, extra ``[serve]``)."""
+def _http_client(url, uid, x, modulus, threshold, timeout, stop, ca_cert=None) -> None:
+    """The client over HTTP or HTTPS (:mod:`shuffledp.serve.secagg_service`, extra
+    ``[serve]``); ``ca_cert`` is the PEM CA the server's certificate must chain to."""
     try:
         import httpx
 
+        from shuffledp.cli.serve import _client_tls
         from shuffledp.serve.secagg_service import ClientAborted, run_client
     except ImportError as e:
         raise click.ClickException(
@@ -223,12 +232,22 @@ def _http_client(url, uid, x, modulus, threshold, timeout, stop) -> None:
             f'missing)') from None
     from shuffledp.secagg import MessageError, SecAggRefused
 
+    verify = _client_tls(ca_cert)
     try:
-        how = run_client(url, uid, x, modulus, threshold, timeout=timeout, stop_before=stop)
+        how = run_client(url, uid, x, modulus, threshold, timeout=timeout, stop_before=stop,
+                         verify=verify)
     except (ClientAborted, SecAggRefused, MessageError) as e:
-        raise click.ClickException(_named(uid, e)) from None
+        text = _named(uid, e)
+        if "certificate does not verify" in text:
+            text += (f" (--server {url}: its certificate is not trusted; give its CA with "
+                     "--ca-cert)")
+        raise click.ClickException(text) from None
     except httpx.HTTPError as e:
-        raise click.ClickException(f"client {uid}: {type(e).__name__}: {e}") from None
+        hint = ""
+        if "CERTIFICATE_VERIFY_FAILED" in str(e):
+            hint = (f" (--server {url}: its certificate is not trusted; give its CA with "
+                    "--ca-cert)")
+        raise click.ClickException(f"client {uid}: {type(e).__name__}: {e}{hint}") from None
     click.echo(f"client {uid}: {'left' if how == 'left' else 'done'}")
 
 

@@ -369,6 +369,21 @@ class ClientAborted(RuntimeError):
 RETRYABLE = frozenset({429, 502, 503, 504})
 
 
+def _is_certificate_failure(error: BaseException) -> bool:
+    """Whether a connection failed because the server's certificate did not verify (an
+    :class:`ssl.SSLCertVerificationError` anywhere in the exception's chain)."""
+    import ssl
+
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(error)
+
+
 def _call(c, method: str, url: str, deadline: float, *, idempotent: bool, **kw):
     """One request, retried until ``deadline`` on a retryable answer (honouring
     ``Retry-After``) and on a failure to connect (any transport failure if ``idempotent``).
@@ -383,6 +398,9 @@ def _call(c, method: str, url: str, deadline: float, *, idempotent: bool, **kw):
         try:
             resp = c.request(method, url, **kw)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            if _is_certificate_failure(e):  # not transient: retrying cannot help
+                raise ClientAborted(f"{method} {url}: the server's TLS certificate does not "
+                                    f"verify ({e})") from None
             last: Any = e
         except httpx.TransportError as e:
             if not idempotent:  # the message may have arrived: not sent twice

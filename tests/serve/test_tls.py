@@ -179,3 +179,62 @@ def test_tls_options_are_checked(run_dir, pki, tmp_path):
     assert res.exit_code == 2 and "--tls-cert" in res.output
     res = CliRunner().invoke(main, [*base, "--client-ca", str(pki / "operator-ca.pem")])
     assert res.exit_code == 2 and "--client-ca" in res.output
+
+
+def test_the_secagg_client_over_https_with_ca_cert(pki, tmp_path):
+    """`shuffledp secagg client --server https://... --ca-cert CA`: the sum is released over
+    TLS. Without the CA the client fails at once (a certificate that does not verify is not
+    retried until --timeout) with one line naming --ca-cert; --ca-cert with --dir is refused."""
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    m, n, length = 1 << 32, 2, 5
+    rng = np.random.default_rng(4)
+    xs = [rng.integers(0, m, length, dtype=np.int64) for _ in range(n)]
+    for i, x in enumerate(xs):
+        np.save(tmp_path / f"x{i}.npy", x)
+    data = tmp_path / "svc"
+    proc, url = start_server(
+        data, "secagg", "--clients", n, "--threshold", n, "--length", length, "--modulus", m,
+        "--join-timeout", 60, "--round-timeout", 30, "--tls-cert", pki / "server.pem",
+        "--tls-key", pki / "server.key", verify=client_tls_context(pki / "server-ca.pem"))
+    assert url.startswith("https://")
+
+    def client(i, *extra):
+        return [sys.executable, "-m", "shuffledp.cli", "secagg", "client", "--server", url,
+                "--id", str(i), "--input", str(tmp_path / f"x{i}.npy"), "--modulus", str(m),
+                "--threshold", str(n), "--timeout", "60", *map(str, extra)]
+
+    try:
+        t0 = time.monotonic()
+        res = subprocess.run(client(0), capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1 and "--ca-cert" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+        assert time.monotonic() - t0 < 45  # refused at once, not after --timeout 60
+        procs = [subprocess.Popen(client(i, "--ca-cert", pki / "server-ca.pem"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(n)]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            assert out.strip().endswith("done")
+        proc.wait(timeout=120)
+    finally:
+        stop(proc)
+    report = json.loads((data / "report.json").read_text())
+    assert report["status"] == "released"
+    want = np.sum([x.astype(object) for x in xs], axis=0) % m
+    np.testing.assert_array_equal(np.load(data / "result.npy").astype(object), want)
+
+    from click.testing import CliRunner
+
+    from shuffledp.cli import main
+
+    res = CliRunner().invoke(main, ["secagg", "client", "--dir", str(tmp_path / "box"), "--id",
+                                    "0", "--input", str(tmp_path / "x0.npy"), "--modulus",
+                                    str(m), "--threshold", "2", "--ca-cert",
+                                    str(pki / "server-ca.pem")])
+    assert res.exit_code == 2 and "--ca-cert" in res.output
