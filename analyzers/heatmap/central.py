@@ -38,7 +38,12 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import DEFAULT_GAMMA, level_budgets
+from shuffledp.accounting.budget import (
+    BUDGET_RULES,
+    DEFAULT_GAMMA,
+    auto_level_budgets,
+    level_budgets,
+)
 from shuffledp.accounting.events import DiscreteLaplace, PolyaSum
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.analyzers.heatmap.reconstruct import DEFAULT_TIE_BREAK, reconstruct
@@ -59,7 +64,10 @@ DEFAULT_RESOLUTION = 1 << 20
 
 
 def _iv(users: Any, epsilon: float, w: int, gamma: float, neighbour: Any,
-        resolution: Any) -> Neighbour:
+        resolution: Any, budget: Any = "auto", public_n: Any = None) -> Neighbour:
+    v.choice("budget", budget, BUDGET_RULES)
+    if public_n is not None:
+        v.count("public_n", public_n, 1)
     if not isinstance(users, UserDistributions):
         raise TypeError(f"users must be a UserDistributions, got {type(users).__name__}")
     v.positive("epsilon", epsilon)
@@ -173,6 +181,8 @@ def central_heatmap(
     neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     resolution: int = DEFAULT_RESOLUTION,
     rng: RngLike = None,
+    budget: str = "auto",
+    public_n: int | None = None,
 ) -> HeatmapRelease:
     """eps-DP sparse EMD aggregation in the central model ([Ghazi23]_ Alg. 1-2, Thm 3.1).
 
@@ -198,6 +208,18 @@ def central_heatmap(
     rng : None, SecureRandom, int or Generator
         ``None``: cryptographically secure noise (a private release). A seed or Generator:
         reproducible evaluation (the guarantee notes say it is not a private release).
+    budget : {"auto", "paper"}, default "auto"
+        The split of eps over the levels. "paper": eps_i = eps gamma^(i - start) / Z as
+        printed ([Ghazi23]_ Sec. 4). "auto": the leaf level gets the share
+        :func:`~shuffledp.accounting.budget.leaf_share` of public numbers (eps, the grid's
+        pixels, and n when it is public) when that is more than the printed split gives it,
+        the coarse levels split the rest as printed
+        (:func:`~shuffledp.accounting.budget.auto_level_budgets`). Either split sums to eps:
+        the same eps-DP mechanism.
+    public_n : int, optional
+        A public number of users for the "auto" rule under add/remove (where the data's n is
+        private and is not used). Under zero-out and replace-one n is public and the data's
+        own n is used; ``public_n`` is then ignored.
 
     Returns
     -------
@@ -211,16 +233,21 @@ def central_heatmap(
         If ``users`` is not a UserDistributions, or a number argument has the wrong type.
     ValueError
         If ``epsilon`` or ``gamma`` is not positive, ``w`` < 1, ``resolution`` is not a power
-        of two in [1, 2^40], ``neighbour`` is unknown, or ``n_users * resolution`` >= 2^53.
+        of two in [1, 2^40], ``neighbour`` is unknown, ``budget`` is not "auto" or "paper",
+        ``public_n`` < 1, or ``n_users * resolution`` >= 2^53.
 
     References
     ----------
     [Ghazi23]_ Alg. 1-2, Thm 3.1.
     """
-    nb = _iv(users, epsilon, w, gamma, neighbour, resolution)
+    nb = _iv(users, epsilon, w, gamma, neighbour, resolution, budget, public_n)
     grid = users.grid
     start, top = measured_levels(grid, w)
-    budgets = level_budgets(epsilon, start, top, gamma)
+    n_public = public_n if nb is Neighbour.ADD_REMOVE else users.n_users
+    if budget == "auto":
+        budgets = auto_level_budgets(epsilon, start, top, grid.n_pixels, n_public, gamma)
+    else:
+        budgets = level_budgets(epsilon, start, top, gamma)
     counts = noisy_counts(users, budgets, start, neighbour=nb, resolution=resolution, rng=rng)
     raw = reconstruct(counts, grid, start, w)
     sens = nb.level_sensitivity(resolution)
@@ -233,6 +260,8 @@ def central_heatmap(
         "resolution": int(resolution),
         "w": int(w),
         "gamma": float(gamma),
+        "budget_rule": budget,
+        "leaf_share": float(budgets[-1] / float(epsilon)),
         "start_level": start,
         "top_level": top,
         "level_epsilons": [float(e) for e in budgets],

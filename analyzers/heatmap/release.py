@@ -137,12 +137,15 @@ class HeatmapRelease:
         params = {**self.parameters, "smoothing": {
             "method": "pyramid_density", "source": source, "threshold": THRESHOLD,
             "confidence": CONFIDENCE, "background": BACKGROUND, "noise_scales": scales,
-            "rule": "top down from the start level: a parent's mass goes to its children in "
-                    "proportion to max(y - threshold * b, 0), mixed with the even split with "
-                    "weight S^2 / (S^2 + (confidence * b)^2) on the counts (S: the sum of "
-                    "the thresholded children, b: the level's noise scale); then mixed with "
-                    "the start level's counts spread over their cells with weight "
-                    "min(1/2, background * relative noise of the released total)"}}
+"rule": "every cell's count combined with its subtree's by inverse-variance weights "
+                    "(bottom up); then top down from the start level a parent's mass goes to "
+                    "its children in proportion to max(z - threshold * pi0 * s, 0) (pi0: the "
+                    "level's share of cells with no mass, twice its share of negative "
+                    "estimates; s: the estimate's noise scale), mixed with the even split with "
+                    "weight S^2 / (S^2 + confidence^2 mean(s^2)) on the counts (S: the sum "
+                    "of the thresholded children); then mixed with the start level's "
+                    "estimates spread over their cells with weight "
+                    "min(1/2, background * relative noise of the estimated total)"}}
         return dataclasses.replace(self, estimate=est, parameters=params)
 
     def to_report(self) -> dict[str, Any]:

@@ -6,49 +6,60 @@ zero over most of the grid: KL(truth || estimate) charges every unit of true mas
 there about 30 nats and SIM counts only overlap. The noisy level counts that the release
 already holds (every cell of every measured level, including those Reconstruct left out)
 say where that missing mass is, at the resolution the noise allows. :func:`pyramid_density`
-reads it off them, top down, one split per level:
+reads it off them in two passes:
 
-* root: the start level's cells get the shares ``max(y, 0) / sum max(y, 0)`` mixed with the
-  uniform split, with weight ``lam_0 = T^2 / (T^2 + 2 N_0 (k b_0)^2)`` on the measured shares,
-  where ``T`` is the noisy total of the start level and ``2 N_0 b_0^2`` its noise variance:
-  a release whose total does not stand out of its own noise is spread evenly;
-* every later level: a parent of mass ``M`` hands it to its children ``c`` in proportion to
-  ``z_c = max(y_c - t b, 0)`` (the child's noisy count soft-thresholded at ``t`` noise
-  scales) mixed with the even split, with weight ``lam = S^2 / (S^2 + (k b)^2)`` on the
-  measured shares, ``S = sum_c z_c``. Where the fine level is concentrated (a spike, a dense
-  cluster: ``S >> b``) the mass follows the counts and stays sharp; where the coarse level
-  shows mass that the children's counts do not resolve (``S`` about the noise or zero) it is
-  spread evenly over the parent cell;
+* bottom up (:func:`combine_levels`): every cell's count is estimated from its own noisy
+  count and its subtree's, by inverse-variance weights (the bottom-up pass of the
+  hierarchical least-squares estimate of [Hay10]_, here with per-level noise): ``z`` with
+  variance ``v``, and ``s = sqrt(v / 2)`` its Laplace-equivalent scale. A coarse cell whose
+  own budget is small gets its count from the finer levels and vice versa;
+* top down: the whole mass is split over the start level's cells, and then every parent's
+  mass over its children, in proportion to ``max(z_c - t pi0 s_c, 0)`` mixed with the
+  even split with weight ``lam = S^2 / (S^2 + k^2 mean(s^2))`` on the measured shares
+  (``S``: the sum of the thresholded children). ``pi0 = min(1, 2 #{z < 0} / #cells)`` is
+  read off the level itself: the share of its cells that hold nothing (their estimates are
+  negative half the time, cells with mass rarely are). A level that is mostly empty (a
+  spike, sparse users) is thresholded at ``t`` noise scales and its mass stays on the cells
+  that stand out; a level that is mostly occupied (dense data) is hardly thresholded, so
+  weak cells keep their share. Where the children's counts do not resolve a parent's mass
+  (``S`` about the noise or zero) it is spread evenly over the parent cell. The start-level
+  split is further mixed with the uniform split with weight ``lam_0 = T^2 / (T^2 + k^2 V)``
+  (``T``, ``V``: the estimated total and its variance);
+* background: the result is mixed with the start level's own picture,
+  ``(max(z, 0) + s)`` spread evenly over each start cell, with weight
+  ``f = min(1/2, h sqrt(V) / T)`` (``h`` = :data:`BACKGROUND`): a release whose total is
+  mostly noise leans on its coarse picture (KL charges every unit of true mass the estimate
+  misses) and a strong one keeps its detail;
 
-* background: the result is mixed with the start level's own picture, ``(max(y, 0) + b_0)``
-  spread evenly over each start cell, with weight ``f = min(1/2, h sqrt(2 N_0) b_0 / T)``
-  (``h`` = :data:`BACKGROUND`): ``sqrt(2 N_0) b_0 / T`` is the relative noise of the released
-  total, so a release that is mostly noise leans on its coarse picture (KL charges every unit
-  of true mass the estimate misses) and a strong one keeps its detail;
+with ``t`` = :data:`THRESHOLD` and ``k`` = :data:`CONFIDENCE`. Every split keeps a parent's
+mass, so the result is a density, positive on every pixel (``lam < 1``, and the background is
+positive). It is a function of the release alone: post-processing, no privacy cost. Nothing
+in it depends on the data other than through the released counts; ``t = 2``, ``k = 1`` and
+``h = 1/2`` were chosen once on population-weighted synthetic data
+(``python bench/smoothing_grid.py``), not per release.
 
-with ``b`` the Laplace scale of that level's count noise in user units (sensitivity /
-eps_i), ``t`` = :data:`THRESHOLD` and ``k`` = :data:`CONFIDENCE`. Every split keeps a
-parent's mass, so the result is a density, positive on every pixel (``lam < 1``, and the
-background is positive). It is a function of the release alone: post-processing, no privacy
-cost. Nothing in it depends on the data being released other than through the released
-counts; ``t = 2``, ``k = 1`` and ``h = 1/2`` were chosen once on population-weighted
-synthetic data (``python bench/smoothing_grid.py``), not per release.
+The budget split. What any post-processing can do is bounded by the noise of the levels: the
+best linear unbiased estimate of one pixel's count from all levels has variance at least
+``1 / sum_i (1 / (2 b_i^2)) = 2 / sum_i eps_i^2`` (the inverse of the pixel's Fisher
+information, which bounds the diagonal of the inverse information matrix), against ``2 / eps^2``
+for the Laplace baseline; with the printed split on 64x64 (5 levels, leaf 8.9% of eps) that is
+4.1x the baseline's variance. So on dense data the printed split cannot match the baseline
+pixel by pixel whatever the post-processing. :func:`shuffledp.accounting.budget.auto_level_budgets`
+(the central mechanism's default, ``budget="auto"``) moves budget to the leaf level when a
+public number of users makes the average pixel's count stand out of its noise; the split is
+a public choice and costs nothing.
 
-What it costs and buys (``python bench/smoothing_grid.py``: population-weighted and elongated
-clusters and a one-pixel spike, 64x64, 12 trials per point, metrics on Gaussian-filtered
-heatmaps, [Ghazi23]_ Sec. 2.3 and 4; docs/errata.md has the figures): on the clustered data
-its EMD is 0.15-1.09x that of Reconstruct's output (above 1.05x at 6 of 112 points) and its
-KL 2-10x lower; 200 users who share one pixel keep 81% of the estimate within one pixel (mean
-of 240 releases at eps = 1 on 256x256). Where it still loses: a spike's EMD (1.05-1.6x
-Reconstruct's at eps <= 5: the background share, and at eps <= 0.5 a child only a few noise
-scales above its siblings is spread), and dense data at pixel resolution (thousands of users
-on 64x64, where the Laplace baseline's per-pixel noise is about ten times smaller than the
-leaf level's share of the budget allows: CC, SIM and KL go to the baseline).
+What it costs and buys: ``python bench/smoothing_grid.py`` (population-weighted and
+elongated clusters and a one-pixel spike, 64x64, metrics on Gaussian-filtered heatmaps,
+[Ghazi23]_ Sec. 2.3 and 4) prints the table; docs/errata.md quotes it.
 
 References
 ----------
 .. [Ghazi23] Ghazi et al. (2023), "Differentially private heatmaps" -- full entry in
    docs/references.md
+.. [Hay10] Hay et al. (2010), "Boosting the accuracy of DP histograms through consistency"
+   (the constrained-inference estimate of hierarchical, "universal" histograms) -- full
+   entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -60,11 +71,13 @@ import numpy as np
 
 from shuffledp.grid import Grid
 
-__all__ = ["BACKGROUND", "CONFIDENCE", "THRESHOLD", "level_sums", "pyramid_density"]
+__all__ = ["BACKGROUND", "CONFIDENCE", "THRESHOLD", "combine_levels", "level_sums",
+           "pyramid_density"]
 
-#: t: a child's noisy count counts towards its share only above t noise scales
+#: t: a child's share is its estimate soft-thresholded at t * pi0 noise scales (pi0: the
+#: level's share of cells with no signal, read off its negative estimates)
 THRESHOLD: float = 2.0
-#: k: the measured shares of a split weigh S^2 / (S^2 + (k b)^2)
+#: k: the measured shares of a split weigh S^2 / (S^2 + k^2 mean(s^2))
 CONFIDENCE: float = 1.0
 #: h: the start level's picture weighs min(1/2, h sqrt(2 N_0) b_0 / T)
 BACKGROUND: float = 0.5
@@ -99,17 +112,78 @@ def _iv(counts: Sequence[Any], grid: Grid, start: int,
     return out, scales
 
 
-def _split(mass: np.ndarray, y: np.ndarray, b: float, threshold: float,
-           confidence: float) -> np.ndarray:
-    """Each parent's mass handed to its children (module notes, "every later level")."""
-    rows, cols = y.shape
-    parent = ((np.arange(rows) // 2)[:, None] * mass.shape[1]
-              + (np.arange(cols) // 2)[None, :]).ravel()
-    z = np.maximum(y.ravel() - threshold * b, 0.0)
-    s = np.bincount(parent, weights=z, minlength=mass.size)[parent]
+def _parents(shape: tuple[int, int], parent_cols: int) -> np.ndarray:
+    """Flat index of each cell's parent (one level up) for a level of shape ``shape``."""
+    rows, cols = shape
+    return ((np.arange(rows) // 2)[:, None] * parent_cols
+            + (np.arange(cols) // 2)[None, :]).ravel()
+
+
+def combine_levels(counts: Sequence[Any], grid: Grid, start: int,
+                   noise_scales: Sequence[float]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every cell's count estimated from its own noisy count and all the levels below it.
+
+    The bottom-up pass of the hierarchical least-squares estimate ([Hay10]_, here with
+    per-level noise): a leaf keeps its count (variance ``2 b^2``); a cell one level up
+    combines its own count (variance ``2 b^2``) with the sum of its children's estimates
+    (variance ``C``, the sum of theirs) by inverse-variance weights, which is the best linear
+    unbiased estimate of the cell's count from its subtree.
+
+    Parameters
+    ----------
+    counts, grid, start, noise_scales
+        As :func:`pyramid_density`.
+
+    Returns
+    -------
+    (estimates, variances) : tuple of lists of numpy.ndarray
+        One array per level ``start..grid.depth``, shapes as ``counts``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`pyramid_density`.
+
+    References
+    ----------
+    [Hay10]_ (the hierarchical estimate; its bottom-up pass).
+    """
+    levels, scales = _iv(counts, grid, start, noise_scales)
+    return _combine(levels, scales)
+
+
+def _combine(levels: list[np.ndarray],
+             scales: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    est = [levels[-1]]
+    var = [np.full(est[0].shape, 2.0 * float(scales[-1]) ** 2)]
+    for k in range(len(levels) - 2, -1, -1):
+        y = levels[k]
+        own = 2.0 * float(scales[k]) ** 2
+        par = _parents(est[0].shape, y.shape[1])
+        child = np.bincount(par, weights=est[0].ravel(), minlength=y.size).reshape(y.shape)
+        c_var = np.bincount(par, weights=var[0].ravel(), minlength=y.size).reshape(y.shape)
+        w = c_var / (c_var + own)
+        est.insert(0, w * y + (1.0 - w) * child)
+        var.insert(0, own * c_var / (own + c_var))
+    return est, var
+
+
+def _split(mass: np.ndarray, z: np.ndarray, var: np.ndarray, threshold: float,
+           confidence: float, parent: np.ndarray | None = None) -> np.ndarray:
+    """Each parent's mass handed to its children (module notes, "every later level");
+    ``parent=zeros`` with ``mass`` of one cell: the root split of the whole mass."""
+    rows, cols = z.shape
+    if parent is None:
+        parent = _parents(z.shape, mass.shape[1])
+    s = np.sqrt(var.ravel() / 2.0)  # Laplace-equivalent scale of each child's estimate
+    null = min(1.0, 2.0 * float(np.mean(z < 0)))
+    t_eff = threshold * null * s
+    zz = np.maximum(z.ravel() - t_eff, 0.0)
+    total = np.bincount(parent, weights=zz, minlength=mass.size)[parent]
     n_children = np.bincount(parent, minlength=mass.size)[parent]
-    lam = s * s / (s * s + (confidence * b) ** 2)
-    share = np.divide(z, s, out=np.zeros_like(z), where=s > 0)
+    mean_s2 = np.bincount(parent, weights=s * s, minlength=mass.size)[parent] / n_children
+    lam = total * total / (total * total + confidence ** 2 * mean_s2)
+    share = np.divide(zz, total, out=np.zeros_like(zz), where=total > 0)
     return (mass.ravel()[parent] * (lam * share + (1.0 - lam) / n_children)).reshape(rows, cols)
 
 
@@ -119,8 +193,9 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
                     background: float = BACKGROUND) -> np.ndarray:
     """A positive density over the grid's pixels read off noisy level counts, top down.
 
-    The rule is the module's (root split, one soft-thresholded, confidence-weighted split per
-    level, then the background mix); the result sums to 1.
+    The rule is the module's (every cell's count combined with its subtree's, a root split,
+    one thresholded, confidence-weighted split per level, then the background mix); the result
+    sums to 1.
 
     Parameters
     ----------
@@ -156,7 +231,7 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
     ----------
     [Ghazi23]_ Alg. 1 (the noisy level counts), Alg. 2 (Reconstruct, whose top-w output this
     replaces as the default estimate; it stays the release's ``raw``) and Sec. 4 (the
-    metrics it is measured with).
+    metrics it is measured with); [Hay10]_ (the bottom-up combination of levels).
     """
     levels, scales = _iv(counts, grid, start, noise_scales)
     t, k = float(threshold), float(confidence)
@@ -167,19 +242,19 @@ def pyramid_density(counts: Sequence[Any], grid: Grid, start: int,
     h = float(background)
     if not (np.isfinite(h) and h >= 0):
         raise ValueError(f"background must be finite and >= 0, got background={background!r}")
-    y0 = levels[0]
-    total = float(y0.sum())
-    pos = np.maximum(y0, 0.0)
-    lam0 = total * total / (total * total + 2.0 * y0.size * (k * scales[0]) ** 2) \
-        if total > 0 else 0.0
-    shares = pos / pos.sum() if pos.sum() > 0 else np.zeros_like(pos)
-    mass = lam0 * shares + (1.0 - lam0) / y0.size
-    for y, b in zip(levels[1:], scales[1:], strict=True):
-        mass = _split(mass, y, float(b), t, k)
+    est, var = _combine(levels, scales)
+    z0 = est[0]
+    total = float(z0.sum())
+    noise = float(np.sqrt(var[0].sum()))
+    pos = np.maximum(z0, 0.0)
+    lam0 = total * total / (total * total + (k * noise) ** 2) if total > 0 else 0.0
+    root = _split(np.ones((1, 1)), z0, var[0], t, k, parent=np.zeros(z0.size, dtype=np.intp))
+    mass = lam0 * root + (1.0 - lam0) / z0.size
+    for z, v in zip(est[1:], var[1:], strict=True):
+        mass = _split(mass, z, v, t, k)
     dens = mass / mass.sum()
-    noise = float(np.sqrt(2.0 * y0.size) * scales[0])
     f = min(0.5, h * noise / total) if total > 0 else 0.5
-    return (1.0 - f) * dens + f * _background(pos + scales[0], grid, start)
+    return (1.0 - f) * dens + f * _background(pos + np.sqrt(var[0] / 2.0), grid, start)
 
 
 def _background(weights: np.ndarray, grid: Grid, start: int) -> np.ndarray:

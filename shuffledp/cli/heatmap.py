@@ -222,8 +222,10 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
     elif model == "central":  # well under a second at the default size: no bar
         from shuffledp.analyzers.heatmap.central import central_heatmap
 
-        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour,
-                               rng=rngs[0])
+        # --smoothing none: Alg. 1-2 as printed (the printed budget split); auto: the split
+        # of shuffledp.accounting.budget.auto_level_budgets (public numbers only)
+        ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour, rng=rngs[0],
+                               budget="paper" if smoothing == "none" else "auto")
     else:
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
                                 n_points, len(top_percent) if evaluate else -1, allow_large,
