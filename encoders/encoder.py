@@ -69,6 +69,8 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numba
 import numpy as np
 
@@ -694,16 +696,25 @@ def _noisy_rows(params: ProtocolParams, users: UserDistributions, select: np.nda
     if not noise:
         return out
     d = draws if draws is not None else _noise_draws(params)
+    for j, src in enumerate(_noise_sources(rng, secure, select, n_sel)):
+        d.add_to(out[j], src)
+    return out
+
+
+def _noise_sources(rng: RngLike | SecureRandom | UserStreams, secure: SecureRandom | None,
+                   select: np.ndarray | None, n_sel: int
+                   ) -> Iterator[SecureRandom | np.random.Generator]:
+    """The noise source of each selected user in turn: with :class:`UserStreams` user j's
+    own stream (keyed by its index in the population), else one stream for all in order."""
     if isinstance(rng, UserStreams):
         ids = np.arange(n_sel) if select is None else np.asarray(select, dtype=np.int64)
         sec = secure if secure is not None or rng.seeded else SecureRandom()
         for j in range(n_sel):
-            d.add_to(out[j], rng.stream(int(ids[j]), sec))  # type: ignore[arg-type]
+            yield rng.stream(int(ids[j]), sec)
     else:
         src = noise_source(rng, secure)
-        for j in range(n_sel):
-            d.add_to(out[j], src)
-    return out
+        for _ in range(n_sel):
+            yield src
 
 
 def encode_shares(
@@ -781,9 +792,26 @@ def encode_sums(
     """
     _check(params)
     src = source if source is not None else SecureRandom()
-    z = _noisy_rows(params, users, select, rng, src, draws=_cached_draws(params))
-    acc = np.zeros(params.m, dtype=np.int64)
-    return acc, share_sums(z, params.q, params.r, src, acc)
+    d = _cached_draws(params)
+    q, r, m = params.q, params.r, params.m
+    n_sel = len(select)
+    # one user at a time, in one row that stays in cache: z^j, its noise, its shares summed
+    u, c, z = _rounded_levels(params, users, select)
+    bounds = np.searchsorted(u, np.arange(n_sel + 1))  # entries come grouped by user
+    run = _ShareRun(q, r, src)
+    row = np.empty(m, dtype=np.int64)
+    vm = np.empty(m, dtype=np.uint32)
+    acc = np.zeros(m, dtype=np.int64)
+    every = max(1, (1 << 62) // (r * q))  # each user adds < r q per coordinate
+    for j, noise_src in enumerate(_noise_sources(rng, src, select, n_sel)):
+        if j and j % every == 0:
+            _mod(acc, q, acc)
+        row[:] = 0
+        row[c[bounds[j]:bounds[j + 1]]] = z[bounds[j]:bounds[j + 1]]  # distinct cells
+        d.add_to(row, noise_src)
+        _share_rows(_mod(row, q, vm), r, run, None, acc)
+    _mod(acc, q, acc)
+    return acc, n_sel * r * m
 
 
 _DRAWS: dict[tuple[float, bytes], _DifferenceDraws] = {}
