@@ -23,6 +23,7 @@ from shuffledp.encoders.noise.polya import (
     _table_kernel,
     _TableSet,
     _tail_fill,
+    _tie_fill,
     polya,
     polya_difference,
     polya_difference_sum_pmf,
@@ -195,68 +196,66 @@ def test_guided_table_kernel_is_the_plain_inversion(s, a):
 @pytest.mark.parametrize("s,a_levels", [(0.3, (0.6, 0.2)), (1 / 48, (0.995, 0.9994)),
                                         (2.5, (0.7,))])
 def test_split_difference_sampler_is_the_plain_inversion(s, a_levels):
-    """_DifferenceDraws: the leading byte A_i of every sample, then for the samples with
-    A_i >= c_0 one word W (and a second word W' on a tie of high words). Feed crafted bytes
-    and words (ties with thresholds, A_i = c_0, random) and compare every sample with the
-    inversion of U = A 2^120 + W ... built as the docstring says. Where the kernel did not
-    read the rest of U, the inversion must give the same X for the smallest and the largest
-    completion (exactness of the early decision)."""
+    """_DifferenceDraws: the leading byte A_i of every sample; for the samples with
+    A_i >= c_0 one word W each; for those whose high word ties with a threshold's one more
+    word W' each. Feed crafted bytes and words (ties with thresholds, A_i = c_0, random)
+    and compare every sample with the inversion of U = A 2^120 + W ... built as the class
+    docstring says. Where the kernels did not read the rest of U, the inversion must give
+    the same X for the smallest and the largest completion (exactness of the early
+    decision)."""
     per = 40
     a_vec = np.repeat(np.array(a_levels), per)
     m = a_vec.size
     d = _DifferenceDraws(s, a_vec, m)
-    tables = [polya_table(s, float(x)) for x in sorted(set(a_levels))]
-    by_a = {float(x): tables[i] for i, x in enumerate(sorted(set(a_levels)))}
+    by_a = {float(x): polya_table(s, float(x)) for x in set(a_levels)}
     g = np.random.default_rng(11)
     n = 2 * m
-    lead_bytes = g.integers(0, 256, n)
-    plan: dict[int, tuple[int, int | None]] = {}  # sample -> (forced u_hi low 56, lo)
+    lead = g.integers(0, 256, n)
+    plan: dict[int, tuple[int, int | None]] = {}  # sample -> (U's bits 64..119, low word)
     for i in range(n):
-        t = by_a[float(a_vec[i % m])]
-        th = t.thresholds()
-        c0 = th[0] >> 120
+        th = by_a[float(a_vec[i % m])].thresholds()
         kind = i % 5
         if kind == 0:
-            lead_bytes[i] = c0  # the edge byte: goes on, mostly to 0
+            lead[i] = th[0] >> 120  # the edge byte: goes on, mostly to 0
         elif kind in (1, 2):
             k = [0, len(th) - 1, len(th) // 3][i % 3]
-            lead_bytes[i] = th[k] >> 120
+            lead[i] = th[k] >> 120
             plan[i] = ((th[k] >> 64) & _M56, th[k] & _M64 if kind == 1 else None)
-    lead_words = np.zeros((n + 7) // 8, dtype=np.uint64)
-    for i in range(n):
-        lead_words[i // 8] |= np.uint64(int(lead_bytes[i]) << (8 * (i % 8)))
     want = np.zeros(m, dtype=np.int64)
-    words: list[int] = []
+    w1: list[int] = []  # step 2 words, one per sample that goes on
+    w2: list[int] = []  # step 3 words, one per tie
+    n_slow = 0
     for i in range(n):
         t = by_a[float(a_vec[i % m])]
         th = t.thresholds()
-        th_hi = {x >> 64 for x in th}
-        A = int(lead_bytes[i])
+        A = int(lead[i])
         if A < th[0] >> 120:
-            x_lo, x_hi = _inverse(th, A << 120), _inverse(th, (A << 120) | ((1 << 120) - 1))
-            assert x_lo == x_hi == 0
+            assert _inverse(th, A << 120) == _inverse(th, (A << 120) | ((1 << 120) - 1)) == 0
             continue
+        n_slow += 1
         hi56, lo = plan.get(i, (int(g.integers(0, 1 << 56)), None))
         lo_full = lo if lo is not None else int(g.integers(0, 1 << 63)) * 2 + 1
-        w1 = (hi56 << 8) | (lo_full >> 56)
-        words.append(w1)
+        w1.append((hi56 << 8) | (lo_full >> 56))
         u_hi = (A << 56) | hi56
-        if u_hi >= int(t.hi[0]) and u_hi in th_hi:  # a tie: the kernel reads W'
-            w2 = ((lo_full & _M56) << 8) | int(g.integers(0, 256))
-            words.append(w2)
+        if u_hi >= int(t.hi[0]) and u_hi in {x >> 64 for x in th}:  # a tie: reads W'
+            w2.append(((lo_full & _M56) << 8) | int(g.integers(0, 256)))
             x = _inverse(th, (u_hi << 64) | lo_full)
         else:
             x = _inverse(th, u_hi << 64)
             assert _inverse(th, (u_hi << 64) | _M64) == x
         want[i % m] += x if i < m else -x
-    slow = np.empty(n, dtype=np.int64)
-    ns = _lead_scan(lead_words, n, d.seg, d.seg_table, d.lead0, slow)
-    assert ns == int(sum(int(lead_bytes[i]) >= by_a[float(a_vec[i % m])].thresholds()[0] >> 120
-                         for i in range(n)))
+    assert len(w2) >= 8  # ties were exercised
+    lead8 = lead.astype(np.uint8)
+    slow, ties = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    ns = _lead_scan(lead8, d.seg, d.seg_table, d.lead0, slow)
+    assert ns == n_slow
     row = np.zeros(m, dtype=np.int64)
-    j, pos = _tail_fill(np.array(words, dtype=np.uint64), 0, slow[:ns], lead_words, row,
-                        d.which, *d.tables.args())
-    assert (j, pos) == (ns, len(words))
+    words = np.array(w1, dtype=np.uint64)
+    nt = _tail_fill(words, slow[:ns], lead8, row, d.which, *d.tables.args(), ties)
+    assert nt == len(w2)
+    ta = d.tables
+    _tie_fill(np.array(w2, dtype=np.uint64), ties[:nt], words, slow[:ns], lead8, row, d.which,
+              ta.offs, ta.sizes, ta.t_hi, ta.t_lo)
     np.testing.assert_array_equal(row, want)
 
 
@@ -266,12 +265,12 @@ def test_split_difference_sampler_reads_the_stream_as_documented():
     got = d.draw(np.random.default_rng(21))
     raw = np.random.default_rng(21).bit_generator
     n = 2 * a_vec.size
-    lead = raw.random_raw((n + 7) // 8)
-    slow = np.empty(n, dtype=np.int64)
-    ns = _lead_scan(lead, n, d.seg, d.seg_table, d.lead0, slow)
-    rest = raw.random_raw(ns + 64)
+    lead = raw.random_raw((n + 7) // 8).astype("<u8").view(np.uint8)[:n]
+    slow, ties = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    ns = _lead_scan(lead, d.seg, d.seg_table, d.lead0, slow)
     row = np.zeros(a_vec.size, dtype=np.int64)
-    assert _tail_fill(rest, 0, slow[:ns], lead, row, d.which, *d.tables.args())[0] == ns
+    assert _tail_fill(raw.random_raw(ns), slow[:ns], lead, row, d.which, *d.tables.args(),
+                      ties) == 0
     np.testing.assert_array_equal(got, row)
     with pytest.raises(ValueError, match="row"):
         d.add_to(np.zeros(3, dtype=np.int64), 0)

@@ -270,44 +270,35 @@ _LEAD_BITS = 8  # leading bits of U a sample of the split sampler reads in its f
 
 
 @numba.njit(cache=True, nogil=True)
-def _lead_scan(lead, n, seg, seg_table, lead0, slow):  # pragma: no cover - compiled
-    """First pass of the split sampler (:class:`_DifferenceDraws`). Sample i (of n = 2m; X_a
-    for i = a < m, Y_a for i = m + a) takes byte i of ``lead`` (bits 8 (i % 8) .. 8 (i % 8)
-    + 7 of word i // 8) as the top 8 bits A_i of its U. X_i = 0 when A_i < lead0[table]
-    (then U < T_0); the indices of the other samples are written to ``slow`` in order.
-    Returns their number. Branch free: ~14% of the samples go on, at random."""
-    m = n // 2
+def _lead_scan(lead, seg, seg_table, lead0, slow):  # pragma: no cover - compiled
+    """Step 1 of the split sampler (:class:`_DifferenceDraws`): sample i (of n = 2m; X_a for
+    i = a < m, Y_a for i = m + a) has the leading byte A_i = lead[i]; X_i = 0 when
+    A_i < lead0[table] (then U_i < T_0). The indices of the other samples are written to
+    ``slow`` in order; returns their number. Branch free."""
+    m = seg[-1]
     ns = 0
     for half in range(2):
         for s in range(seg_table.size):
             c0 = lead0[seg_table[s]]
             for a in range(seg[s], seg[s + 1]):
                 i = a + half * m
-                byte = (lead[i >> 3] >> np.uint64(8 * (i & 7))) & np.uint64(0xFF)
                 slow[ns] = i
-                ns += np.int64(byte >= c0)
+                ns += np.int64(lead[i] >= c0)
     return ns
 
 
 @numba.njit(cache=True, nogil=True)
-def _tail_fill(buf, j0, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs, g_shift,
-               guide):  # pragma: no cover - compiled
-    """Second pass of the split sampler: the samples slow[j0:] in order, each reading its
-    next 56 bits of U from one word of ``buf`` (a second word only when a threshold has
-    the same high word), adding X_a to ``row[a]`` or subtracting Y_a. Resumable at a
-    sample, as :func:`_table_kernel` (returns (j_next, pos))."""
+def _tail_fill(words, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs, g_shift,
+               guide, ties):  # pragma: no cover - compiled
+    """Step 2: slow sample j reads words[j]; its X is added to (Y subtracted from) ``row``.
+    A sample whose high word ties with a threshold's is left to :func:`_tie_fill`: its j is
+    written to ``ties`` (in order). Returns the number of ties. No position depends on an
+    earlier sample's value, so the loads of successive samples overlap."""
     m = row.size
-    nb = buf.size
-    pos = 0
-    for j in range(j0, slow.size):
-        start = pos
+    nt = 0
+    for j in range(slow.size):
         i = slow[j]
-        if pos >= nb:
-            return j, start
-        b1 = buf[pos]
-        pos += 1
-        lead_i = (lead[i >> 3] >> np.uint64(8 * (i & 7))) & np.uint64(0xFF)
-        u_hi = (lead_i << np.uint64(56)) | (b1 >> np.uint64(8))
+        u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
         a = i if i < m else i - m
         w = which[a]
         o = offs[w]
@@ -317,6 +308,44 @@ def _tail_fill(buf, j0, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs,
         g = g_offs[w] + np.int64((u_hi - t_hi[o]) >> g_shift[w])
         lo_i = guide[g]
         hi_i = guide[g + 1]
+        # an empty bucket gives X = lo_i, and t_hi[lo_i] lies past the bucket (no tie)
+        if lo_i < hi_i:
+            while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
+                mid = (lo_i + hi_i) // 2
+                if t_hi[o + mid] < u_hi:
+                    lo_i = mid + 1
+                else:
+                    hi_i = mid
+            if lo_i < K and t_hi[o + lo_i] == u_hi:
+                ties[nt] = j
+                nt += 1
+                continue
+        x = np.int64(lo_i)
+        if i < m:
+            row[a] += x
+        else:
+            row[a] -= x
+    return nt
+
+
+@numba.njit(cache=True, nogil=True)
+def _tie_fill(extra, ties, words, slow, lead, row, which, offs, sizes, t_hi, t_lo
+              ):  # pragma: no cover - compiled
+    """Step 3: tie t (slow sample j = ties[t]) completes U's low word from extra[t] and
+    counts the thresholds with its high word that do not exceed U."""
+    m = row.size
+    for t in range(ties.size):
+        j = ties[t]
+        i = slow[j]
+        u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
+        u_lo = (words[j] << np.uint64(56)) | (extra[t] >> np.uint64(8))
+        a = i if i < m else i - m
+        w = which[a]
+        o = offs[w]
+        K = sizes[w]
+        x = 0
+        lo_i = 0
+        hi_i = K
         while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
             mid = (lo_i + hi_i) // 2
             if t_hi[o + mid] < u_hi:
@@ -324,18 +353,12 @@ def _tail_fill(buf, j0, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs,
             else:
                 hi_i = mid
         x = lo_i
-        if x < K and t_hi[o + x] == u_hi:  # a tie on the high word: read the low one
-            if pos >= nb:
-                return j, start
-            u_lo = (b1 << np.uint64(56)) | (buf[pos] >> np.uint64(8))
-            pos += 1
-            while x < K and t_hi[o + x] == u_hi and t_lo[o + x] <= u_lo:
-                x += 1
+        while x < K and t_hi[o + x] == u_hi and t_lo[o + x] <= u_lo:
+            x += 1
         if i < m:
             row[a] += x
         else:
             row[a] -= x
-    return slow.size, pos
 
 
 class _DifferenceDraws:
@@ -346,24 +369,26 @@ class _DifferenceDraws:
     uniform on [0, 2^128) and the same 128-bit tables); the words are read in another
     order, so that the common sample X = 0 costs 8 bits instead of a 64-bit word (and the
     values differ from ``polya_difference`` for the same seed). With n = 2 size samples
-    (the X of every coordinate, then the Y):
+    (the X of every coordinate, then the Y), from one stream of 64-bit words:
 
-    1. ceil(n / 8) words give each sample i a byte A_i, the top 8 bits of U_i. If A_i is
-       below c_0, the top 8 bits of T_0, then U_i < T_0 and X_i = 0 (about 86% of the
-       samples at the protocol's settings).
-    2. The other samples, in order, each read the next word W of the stream: U_i's high
-       word is A_i 2^56 + (W >> 8), and X_i is found from it (guide table, then a short
-       search on the high words). Only when a threshold has the same high word as U_i is
-       one more word W' read: U_i's low word is (W mod 2^8) 2^56 + (W' >> 8), compared
-       exactly with the thresholds' low words. (The low 8 bits of W' are not used.)
+    1. ceil(n / 8) words, as little-endian bytes, give sample i its byte A_i, the top 8
+       bits of U_i. If A_i is below c_0, the top 8 bits of T_0, then U_i < T_0 and X_i = 0
+       (about 86% of the samples at the protocol's settings).
+    2. The next n_s words go to the n_s other samples, in order: with W the word of sample
+       i, U_i's high word is A_i 2^56 + (W >> 8), and X_i follows from it (guide table,
+       then a short search on the high words) unless a threshold has the same high word.
+    3. The next n_t words go to those n_t tied samples, in order: with W' the word of the
+       sample, U_i's low word is (W mod 2^8) 2^56 + (W' >> 8), compared exactly with the
+       thresholds' low words. (The low 8 bits of W' are not used.)
 
-    Exactness: U_i = A_i 2^120 + (W >> 8) 2^64 + (W mod 2^8) 2^56 + (W' >> 8) uses 128
-    distinct bits of the stream. The A_i are i.i.d. uniform bytes; which samples reach
-    step 2 is a function of the A's alone, and the words of step 2 come after all the A's
-    and are handed out in order, so given the A's they are i.i.d. uniform and independent
-    of them. So the U_i are i.i.d. uniform on [0, 2^128), and each X_i is decided exactly
-    from the bits it read. ``tests/test_polya.py`` checks the kernels against the plain
-    inversion of the same U on random and on crafted (tie) inputs.
+    Exactness: U_i = A_i 2^120 + (W >> 8) 2^64 + (W mod 2^8) 2^56 + (W' >> 8) is made of
+    128 distinct bits of the stream. The A_i are i.i.d. uniform bytes; which samples reach
+    step 2 depends on the A's alone, and which reach step 3 on the A's and W's alone; each
+    step's words come after all the earlier steps' words and are handed out in order. So
+    given what decided who reads them, they are i.i.d. uniform and independent of it: the
+    U_i are i.i.d. uniform on [0, 2^128), and each X_i is decided exactly from the bits it
+    read. ``tests/test_polya.py`` checks the kernels against the plain inversion of the
+    same U on random and on crafted (tie) inputs.
     """
 
     def __init__(self, shape: float, a: float | np.ndarray, size: int) -> None:
@@ -381,28 +406,30 @@ class _DifferenceDraws:
         self.seg_table = self.which[self.seg[:-1]]
         # c_0 per table (256: an empty table, every sample is 0)
         self.lead0 = np.array([int(t.hi[0]) >> (64 - _LEAD_BITS) if t.size else 256
-                               for t in tables], dtype=np.uint64)
+                               for t in tables], dtype=np.int64)
         self._scratch = threading.local()
 
     def add_to(self, row: np.ndarray, rng: RngLike | SecureRandom) -> None:
-        """Add one draw to the int64 vector ``row`` (length ``size``) in place.
-
-        The words come from ``rng`` (:func:`~shuffledp.randomness.word_source`): first the
-        ceil(2 size / 8) words of the leading bytes, then one request for the samples that
-        go on (their number, plus 64 words that stay unread unless a high word ties).
-        """
+        """Add one draw to the int64 vector ``row`` (length ``size``) in place, reading
+        ceil(2 size / 8) + n_s + n_t words of ``rng``
+        (:func:`~shuffledp.randomness.word_source`) as the class docstring says."""
         if row.shape != (self.size,) or row.dtype != np.int64:
             raise ValueError(f"row must be an int64 vector of length {self.size}, got "
                              f"{row.dtype} {row.shape}")
         n = 2 * self.size
         words = word_source(rng)
-        lead = np.ascontiguousarray(words((n + 7) // 8), dtype=np.uint64)
-        slow = getattr(self._scratch, "slow", None)
-        if slow is None or slow.size < n:
-            slow = self._scratch.slow = np.empty(n, dtype=np.int64)
-        ns = _lead_scan(lead, n, self.seg, self.seg_table, self.lead0, slow)
-        run_stream_kernel(_tail_fill, ns, words, slow[:ns], lead, row, self.which,
-                          *self.tables.args(), words_per_sample=1.0)
+        lead = np.asarray(words((n + 7) // 8), dtype="<u8").view(np.uint8)
+        sc = self._scratch
+        if getattr(sc, "n", -1) != n:
+            sc.slow, sc.ties, sc.n = np.empty(n, np.int64), np.empty(n, np.int64), n
+        ns = _lead_scan(lead, self.seg, self.seg_table, self.lead0, sc.slow)
+        slow = sc.slow[:ns]
+        w = np.asarray(words(ns), dtype=np.uint64)
+        nt = _tail_fill(w, slow, lead, row, self.which, *self.tables.args(), sc.ties)
+        if nt:  # about 2^-50 per sample at the protocol's settings
+            ta = self.tables
+            _tie_fill(np.asarray(words(nt), dtype=np.uint64), sc.ties[:nt], w, slow, lead,
+                      row, self.which, ta.offs, ta.sizes, ta.t_hi, ta.t_lo)
 
     def draw(self, rng: RngLike | SecureRandom) -> np.ndarray:
         """One vector X - Y of length ``size`` (int64), as :meth:`add_to`."""
