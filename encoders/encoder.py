@@ -317,12 +317,11 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     if v.ndim != 2:
         raise ValueError(f"values must be 1D or 2D, got shape {v.shape}")
     n, m = v.shape
-    vm = _mod(np.ascontiguousarray(v, dtype=np.int64).ravel(), q,
-              np.empty(v.size, dtype=np.uint32)).reshape(v.shape)
+    vi = np.ascontiguousarray(v, dtype=np.int64)
     out = np.empty((n, r, m), dtype=np.uint32)
     run = _ShareRun(q, r, src)
     for u in range(n):
-        _share_rows(vm[u], r, run, out[u], None)
+        _share_rows(vi[u], r, run, out[u], None)
     return out[0] if squeeze else out
 
 
@@ -367,11 +366,33 @@ class _ShareRun:
         return self.qm, self.t, self.fast, self.buf, self.sums
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mod1(v, q, invq):  # pragma: no cover - compiled
+    """v mod q in [0, q) for an int64 v: a float quotient corrected once each way when
+    |v| < 2^52 (then within one of the true quotient), the integer remainder otherwise."""
+    lim = np.int64(1) << np.int64(52)
+    if -lim < v < lim:
+        rem = v - np.int64(np.float64(v) * invq) * q
+        rem += q * np.int64(rem < 0)
+        rem -= q * np.int64(rem >= q)
+        return rem
+    return v % q
+
+
 @numba.njit(cache=True, nogil=True)
-def _last_share(sums, vm, q, total):  # pragma: no cover - compiled
-    """sums[i] (the sum s of r - 1 shares) <- the last share (vm[i] - s) mod q, or with
-    ``total`` the sum of all r shares, s + last. Branch free; s < 2^52 (r <= 2^20), so the
-    float quotient is within one of the true one and one correction each way is exact."""
+def _mod(x, q, out):  # pragma: no cover - compiled
+    """out = x mod q in [0, q) for a 1D int64 x (out may be x)."""
+    invq = 1.0 / np.float64(q)
+    for i in range(x.size):
+        out[i] = _mod1(x[i], q, invq)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _last_share(sums, z, q, total):  # pragma: no cover - compiled
+    """sums[i] (the sum s of r - 1 shares) <- the last share (z[i] - s) mod q, or with
+    ``total`` the sum of all r shares, s + last. s < 2^52 (r <= 2^20) and, but for huge
+    |z[i]|, z[i] too: float quotients within one of the true ones, one correction each way."""
     invq = 1.0 / np.float64(q)
     keep = np.int64(total)
     for i in range(sums.size):
@@ -380,7 +401,7 @@ def _last_share(sums, vm, q, total):  # pragma: no cover - compiled
         rem = s - d * q
         rem += q * np.int64(rem < 0)
         rem -= q * np.int64(rem >= q)
-        v = np.int64(vm[i])
+        v = _mod1(z[i], q, invq)
         sums[i] = v - rem + q * np.int64(v < rem) + keep * s
 
 
@@ -448,13 +469,13 @@ def _fast_blocks(buf, pos, nblk, rm1, qm, t, sums, out, a, store):  # pragma: no
 
 
 @numba.njit(cache=True, nogil=True)
-def _draw_blocks(vm, a0, q, rm1, qm, t, fast, buf, sums, out, store):  # pragma: no cover
+def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, store):  # pragma: no cover
     """Draw the r - 1 uniform shares of coordinates a0.. (``store``: into out[:r - 1]) and
     leave in sums[a - a0] each coordinate's last share (``store``) or the sum of its r
     shares. Returns the first coordinate not done (the buffer ran out or ``sums`` is
     full). ``fast`` is False when q = 2^32 (qm = 0) or rejections are frequent; a last
     block of fewer than _BLOCK coordinates always takes the sequential path."""
-    m = vm.size
+    m = z.size
     nb = buf.size
     need = rm1 * _BLOCK
     pos = 0
@@ -472,38 +493,18 @@ def _draw_blocks(vm, a0, q, rm1, qm, t, fast, buf, sums, out, store):  # pragma:
         if pos < 0:
             break
         a += c
-    _last_share(sums[: a - a0], vm[a0:a], q, not store)
+    _last_share(sums[: a - a0], z[a0:a], q, not store)
     return a
 
 
-@numba.njit(cache=True, nogil=True)
-def _mod(x, q, out):  # pragma: no cover - compiled
-    """out = x mod q in [0, q) for a 1D int64 x (out may be x): a float quotient corrected
-    once each way when |x| < 2^52, the integer remainder otherwise."""
-    xf = x
-    of = out
-    invq = 1.0 / np.float64(q)
-    lim = np.int64(1) << np.int64(52)
-    for i in range(xf.size):
-        v = xf[i]
-        if -lim < v < lim:
-            rem = v - np.int64(np.float64(v) * invq) * q
-            rem += q * np.int64(rem < 0)
-            rem -= q * np.int64(rem >= q)
-        else:
-            rem = v % q
-        of[i] = rem
-    return out
-
-
-def _share_rows(vm: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
+def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
                 acc: np.ndarray | None) -> None:
-    """Share one user's vector ``vm`` (reduced mod q): store the r shares in ``out`` (r, m)
+    """Share one user's int64 vector ``z`` (mod q): store the r shares in ``out`` (r, m)
     or add them into ``acc``."""
-    m = vm.size
+    m = z.size
     a = 0
     while a < m:
-        a1 = _draw_blocks(vm, a, run.q, r - 1, *run.args(),
+        a1 = _draw_blocks(z, a, run.q, r - 1, *run.args(),
                           _NO_OUT if out is None else out, out is not None)
         got = run.sums[: a1 - a]
         if out is not None:
@@ -555,8 +556,7 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
         raise ValueError(f"z must be (k, m) and acc an int64 array of shape (m,), got "
                          f"{v.shape} and {acc.dtype} {acc.shape}")
     k, m = v.shape
-    vm = _mod(np.ascontiguousarray(v, dtype=np.int64).ravel(), q,
-              np.empty(v.size, dtype=np.uint32)).reshape(v.shape)
+    vi = np.ascontiguousarray(v, dtype=np.int64)
     run = _ShareRun(q, r, source)
     # each user adds < r q to a coordinate: reduce before int64 could overflow
     every = max(1, (1 << 62) // (r * q))
@@ -564,7 +564,7 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
     for j in range(k):
         if j and j % every == 0:
             _mod(acc, q, acc)
-        _share_rows(vm[j], r, run, None, acc)
+        _share_rows(vi[j], r, run, None, acc)
     _mod(acc, q, acc)
     return k * r * m
 
@@ -800,7 +800,6 @@ def encode_sums(
     bounds = np.searchsorted(u, np.arange(n_sel + 1))  # entries come grouped by user
     run = _ShareRun(q, r, src)
     row = np.empty(m, dtype=np.int64)
-    vm = np.empty(m, dtype=np.uint32)
     acc = np.zeros(m, dtype=np.int64)
     every = max(1, (1 << 62) // (r * q))  # each user adds < r q per coordinate
     for j, noise_src in enumerate(_noise_sources(rng, src, select, n_sel)):
@@ -809,7 +808,7 @@ def encode_sums(
         row[:] = 0
         row[c[bounds[j]:bounds[j + 1]]] = z[bounds[j]:bounds[j + 1]]  # distinct cells
         d.add_to(row, noise_src)
-        _share_rows(_mod(row, q, vm), r, run, None, acc)
+        _share_rows(row, r, run, None, acc)
     _mod(acc, q, acc)
     return acc, n_sel * r * m
 
