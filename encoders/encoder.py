@@ -327,14 +327,15 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
 
 # ----------------------------------------------------------------------------- share kernels
 # Both kernels draw the r - 1 uniform shares of _BLOCK coordinates at a time from one buffer
-# of keystream words. Fast path: the block's (r - 1) _BLOCK words are assigned to the shares
-# in a fixed order (word b _BLOCK + i to share b of coordinate i) and the values
-# floor(w q / 2^32) are taken, a loop the compiler vectorises. That is exact only if no word
-# of the block is rejected by Lemire's test (low half of w q below t = 2^32 mod q); if one
-# is, the block is drawn again by sequential rejection from the same words. Both branches
-# give i.i.d. uniform shares: given the positions of the rejected words (which decide the
-# branch and nothing else), the accepted words are i.i.d. uniform over the accepted set and
-# each maps to a uniform value in [0, q) ([Lemire19]_). When the buffer runs out the kernel
+# of keystream words. A whole block's (r - 1) _BLOCK words are assigned to the shares in a
+# fixed order (word b _BLOCK + i to share b of coordinate i) and the values
+# floor(w q / 2^32) are taken, a loop the compiler vectorises. A word rejected by Lemire's
+# test (low half of w q below t = 2^32 mod q) is replaced by the next accepted word after
+# the block, in order (rare: the block is patched after the vectorised pass). A short last
+# block, or every block when rejections are frequent, is drawn by sequential rejection. All
+# give i.i.d. uniform shares: given the positions of the rejected words (which decide what
+# goes where and nothing else), the accepted words are i.i.d. uniform over the accepted set
+# and each maps to a uniform value in [0, q) ([Lemire19]_). When the buffer runs out the kernel
 # returns the first coordinate it did not finish and the driver refills the buffer with
 # fresh words (the unread words are dropped; which ones depends on the rejections only).
 # The sum s of each coordinate's r - 1 shares is kept, and the last share (v - s) mod q is
@@ -436,8 +437,9 @@ def _slow_block(buf, pos, c, rm1, qm, t, s, out, a, store):  # pragma: no cover 
 def _fast_blocks(buf, pos, nblk, rm1, qm, t, sums, out, a, store):  # pragma: no cover
     """The fast path on up to ``nblk`` whole blocks from buf[pos] (sums[i] for block
     coordinate i, shares of coordinate a + i into ``out`` when ``store``); stops at the
-    first block holding a rejected word (its sums are then to be redrawn). Returns the
-    number of blocks done. The constant trip count _BLOCK lets the compiler vectorise."""
+    first block holding a rejected word. Returns the
+    number of blocks done. The constant trip count _BLOCK lets the compiler vectorise.
+    A block with a rejected word is left with every word counted (see _patch_block)."""
     mask = np.uint64(0xFFFFFFFF)
     q64 = np.uint64(qm)
     need = rm1 * _BLOCK
@@ -469,12 +471,42 @@ def _fast_blocks(buf, pos, nblk, rm1, qm, t, sums, out, a, store):  # pragma: no
 
 
 @numba.njit(cache=True, nogil=True)
-def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, store):  # pragma: no cover
-    """Draw the r - 1 uniform shares of coordinates a0.. (``store``: into out[:r - 1]) and
-    leave in sums[a - a0] each coordinate's last share (``store``) or the sum of its r
-    shares. Returns the first coordinate not done (the buffer ran out or ``sums`` is
-    full). ``fast`` is False when q = 2^32 (qm = 0) or rejections are frequent; a last
-    block of fewer than _BLOCK coordinates always takes the sequential path."""
+def _patch_block(buf, pos, rm1, qm, t, s, out, a, store):  # pragma: no cover - compiled
+    """A whole block the fast path found a rejected word in (s holds its sums with every
+    word counted): each rejected word is replaced, in order, by the next accepted word
+    after the block. Returns the position after the last word read, or -1 if the buffer
+    ran out."""
+    mask = np.uint64(0xFFFFFFFF)
+    q64 = np.uint64(qm)
+    nb = buf.size
+    j = pos + rm1 * _BLOCK  # spare words
+    for b in range(rm1):
+        for i in range(_BLOCK):
+            p = np.uint64(buf[pos + b * _BLOCK + i]) * q64
+            if (p & mask) >= t:
+                continue
+            s[i] -= p >> np.uint64(32)
+            while True:
+                if j >= nb:
+                    return -1
+                p = np.uint64(buf[j]) * q64
+                j += 1
+                if (p & mask) >= t:
+                    break
+            h = p >> np.uint64(32)
+            s[i] += h
+            if store:
+                out[b, a + i] = h
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, acc, store):  # pragma: no cover
+    """Draw the r - 1 uniform shares of coordinates a0.. and with ``store`` write all r
+    into ``out`` (r, m), else add the sum of each coordinate's r shares into ``acc``.
+    Returns the first coordinate not done (the buffer ran out or ``sums`` is full).
+    ``fast`` is False when q = 2^32 (qm = 0) or rejections are frequent; a last block of
+    fewer than _BLOCK coordinates always takes the sequential path."""
     m = z.size
     nb = buf.size
     need = rm1 * _BLOCK
@@ -489,11 +521,22 @@ def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, store):  # pragma: 
             if a >= m or a - a0 + _BLOCK > sums.size:
                 break
         c = min(_BLOCK, m - a)
-        pos = _slow_block(buf, pos, c, rm1, qm, t, sums[a - a0: a - a0 + c], out, a, store)
+        if fast and c == _BLOCK and pos + need <= nb:  # the fast path stopped on a rejection
+            pos = _patch_block(buf, pos, rm1, qm, t, sums[a - a0: a - a0 + c], out, a, store)
+        else:
+            pos = _slow_block(buf, pos, c, rm1, qm, t, sums[a - a0: a - a0 + c], out, a, store)
         if pos < 0:
             break
         a += c
-    _last_share(sums[: a - a0], z[a0:a], q, not store)
+    n = a - a0
+    _last_share(sums[:n], z[a0:a], q, not store)
+    if store:
+        last = out[rm1]
+        for i in range(n):
+            last[a0 + i] = sums[i]
+    else:
+        for i in range(n):
+            acc[a0 + i] += np.int64(sums[i])  # < r q < 2^52
     return a
 
 
@@ -502,20 +545,15 @@ def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
     """Share one user's int64 vector ``z`` (mod q): store the r shares in ``out`` (r, m)
     or add them into ``acc``."""
     m = z.size
+    o = _NO_OUT if out is None else out
+    s = _NO_ACC if acc is None else acc
     a = 0
     while a < m:
-        a1 = _draw_blocks(z, a, run.q, r - 1, *run.args(),
-                          _NO_OUT if out is None else out, out is not None)
-        got = run.sums[: a1 - a]
-        if out is not None:
-            out[r - 1, a:a1] = got
-        else:
-            assert acc is not None
-            acc[a:a1] += got.view(np.int64)  # < r q < 2^52 each
-        a = a1
+        a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s, out is not None)
 
 
 _NO_OUT = np.empty((0, 0), dtype=np.uint32)
+_NO_ACC = np.empty(0, dtype=np.int64)
 
 
 def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndarray) -> int:
@@ -813,12 +851,14 @@ def encode_sums(
     return acc, n_sel * r * m
 
 
-_DRAWS: dict[tuple[float, bytes], _DifferenceDraws] = {}
+_DRAWS: dict[tuple, _DifferenceDraws] = {}
 
 
 def _cached_draws(params: ProtocolParams) -> _DifferenceDraws:
-    """The noise tables of ``params`` (built once per Polya shape and a-vector, per process)."""
-    key = (float(params.polya_shape), np.asarray(params.coordinate_a(), dtype=float).tobytes())
+    """The noise tables of ``params`` (built once per Polya shape and a-vector, per process;
+    the a-vector is a_i repeated over the level sizes, so those two tuples key it)."""
+    key = (float(params.polya_shape), tuple(float(x) for x in params.level_a),
+           tuple(params.level_sizes))
     d = _DRAWS.get(key)
     if d is None:
         if len(_DRAWS) > 16:
