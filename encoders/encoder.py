@@ -549,7 +549,8 @@ def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
     s = _NO_ACC if acc is None else acc
     a = 0
     while a < m:
-        a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s, out is not None)
+        a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s,  # type: ignore[call-arg]
+                         out is not None)
 
 
 _NO_OUT = np.empty((0, 0), dtype=np.uint32)
@@ -748,7 +749,7 @@ def _noise_sources(rng: RngLike | SecureRandom | UserStreams, secure: SecureRand
         ids = np.arange(n_sel) if select is None else np.asarray(select, dtype=np.int64)
         sec = secure if secure is not None or rng.seeded else SecureRandom()
         for j in range(n_sel):
-            yield rng.stream(int(ids[j]), sec)
+            yield rng.stream(int(ids[j]), sec)  # type: ignore[arg-type]
     else:
         src = noise_source(rng, secure)
         for _ in range(n_sel):

@@ -425,7 +425,8 @@ class _DifferenceDraws:
         ns = _lead_scan(lead, self.seg, self.seg_table, self.lead0, sc.slow)
         slow = sc.slow[:ns]
         w = np.asarray(words(ns), dtype=np.uint64)
-        nt = _tail_fill(w, slow, lead, row, self.which, *self.tables.args(), sc.ties)
+        nt = _tail_fill(w, slow, lead, row, self.which, *self.tables.args(),  # type: ignore[call-arg]
+                        sc.ties)
         if nt:  # about 2^-50 per sample at the protocol's settings
             ta = self.tables
             _tie_fill(np.asarray(words(nt), dtype=np.uint64), sc.ties[:nt], w, slow, lead,
