@@ -31,7 +31,11 @@ The total variation between the sampled law and Polya(s, a) is then at most
 (times 1/p_0 in the last term when s > 1);
 ``tests/test_polya.py`` checks the implied pmf against an independent mpmath evaluation.
 No floating-point Gamma/Poisson draw is involved, so the same words give the same integers on
-every platform.
+every platform. A guide table per threshold list (the cutpoint method: the bucket of U's high
+word bounds the search) makes the search one or two steps. The shuffle encoder's per-user
+noise (:class:`_DifferenceDraws`) inverts the same tables with the same law but reads U in
+another order: 8 leading bits per sample first (most samples stop there at 0), then one word
+for each sample that goes on, so a coordinate costs ~0.55 words instead of ~2.3.
 
 Randomness: every sampler takes ``rng``: a :class:`~shuffledp.randomness.SecureRandom`
 or ``None`` (the cryptographically secure generator: deployment), or a seed / numpy Generator
