@@ -170,7 +170,7 @@ def polya_table(shape: float, a: float) -> PolyaTable:
     return PolyaTable(s, af, hi, lo, tv)
 
 
-_GUIDE_BITS = 14  # at most 2^14 guide buckets per table
+_GUIDE_BITS = 16  # at most 2^16 guide buckets per table (and at most about 4 per threshold)
 
 
 def _guide(hi: np.ndarray) -> tuple[np.ndarray, int]:
@@ -180,20 +180,28 @@ def _guide(hi: np.ndarray) -> tuple[np.ndarray, int]:
     2^shift values; entry g is #{k : hi_k < hi_0 + g 2^shift} (the last entry is K). For a
     high word u in bucket g every threshold before entry g is below U and every one from
     entry g + 1 on is above it, so the search for X = #{k : T_k <= U} is confined to
-    [guide[g], guide[g + 1]]: the same X as a search of the whole table, in ~1.4 steps
+    [guide[g], guide[g + 1]]: the same X as a search of the whole table, in about one step
     instead of log2 K.
     """
     if hi.size == 0:
         return np.zeros(1, dtype=np.int32), 0
+    bits = min(_GUIDE_BITS, (4 * hi.size - 1).bit_length())
     base = int(hi[0])
     span = (1 << 64) - base
-    shift = max(0, (span - 1).bit_length() - _GUIDE_BITS)
+    shift = max(0, (span - 1).bit_length() - bits)
     nb = ((span - 1) >> shift) + 1
-    bounds = np.array([base + (g << shift) for g in range(nb)], dtype=np.uint64)
+    # base + g 2^shift < 2^64 for every g < nb
+    bounds = np.uint64(base) + (np.arange(nb, dtype=np.uint64) << np.uint64(shift))
     g = np.empty(nb + 1, dtype=np.int32)  # K <= 2^24
     g[:nb] = np.searchsorted(hi, bounds, side="left")
     g[nb] = hi.size
     return g, shift
+
+
+@functools.lru_cache(maxsize=64)
+def _table_guide(shape: float, a: float) -> tuple[np.ndarray, int]:
+    """The guide of ``polya_table(shape, a)``, built once."""
+    return _guide(polya_table(shape, a).hi)
 
 
 class _TableSet:
@@ -204,7 +212,7 @@ class _TableSet:
         self.offs = np.r_[0, np.cumsum(self.sizes)[:-1]].astype(np.int64)
         self.t_hi = np.concatenate([t.hi for t in tables]) if tables else np.empty(0, np.uint64)
         self.t_lo = np.concatenate([t.lo for t in tables]) if tables else np.empty(0, np.uint64)
-        guides = [_guide(t.hi) for t in tables]
+        guides = [_table_guide(t.shape, t.a) for t in tables]
         self.g_shift = np.array([sh for _, sh in guides], dtype=np.uint64)
         gs = np.array([g.size for g, _ in guides], dtype=np.int64)
         self.g_offs = np.r_[0, np.cumsum(gs)[:-1]].astype(np.int64)
