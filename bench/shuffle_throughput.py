@@ -123,8 +123,10 @@ def main() -> None:
     n_words = k * mpu
     # reference: the faster of one big fill and L2-sized pieces, per clock
     ks = [n_words / min(best["keystream"][i], best["keystream (64K pieces)"][i]) for i in (0, 1)]
+    big = n_words / best["keystream"][1]
     print(f"keystream (ChaCha20), 1 thread : {ks[0] / 1e6:8.1f} M uint32/s wall, "
-          f"{ks[1] / 1e6:.1f} M/s per CPU second   [reference]")
+          f"{ks[1] / 1e6:.1f} M/s per CPU second   [reference] (one {buf.nbytes / 1e6:.0f} MB "
+          f"fill: {big / 1e6:.1f} M/s per CPU second)")
     for name, label in (("sums", "encoder (sums), 1 thread       "),
                         ("shares", "encoder (shares), 1 thread     ")):
         e = [k * mpu / best[name][i] for i in (0, 1)]
