@@ -797,7 +797,7 @@ def encode_shares(
 def encode_sums(
     params: ProtocolParams,
     users: UserDistributions,
-    select: np.ndarray,
+    select: np.ndarray | None,
     rng: RngLike | SecureRandom | UserStreams = None,
     source: SecureRandom | None = None,
 ) -> tuple[np.ndarray, int]:
@@ -833,9 +833,14 @@ def encode_sums(
     src = source if source is not None else SecureRandom()
     d = _cached_draws(params)
     q, r, m = params.q, params.r, params.m
+    if select is None:
+        select = np.arange(users.n_users)
     n_sel = len(select)
     # one user at a time, in one row that stays in cache: z^j, its noise, its shares summed
-    u, c, z = _rounded_levels(params, users, select)
+    if users.grid != params.grid:
+        raise ValueError(f"users are on grid {users.grid}, params on grid {params.grid}")
+    u, c, z = level_entries(users.subset(np.asarray(select, dtype=np.int64)), params.start,
+                            params.B, params.rounding)  # (params checked above)
     bounds = np.searchsorted(u, np.arange(n_sel + 1))  # entries come grouped by user
     run = _ShareRun(q, r, src)
     row = np.empty(m, dtype=np.int64)
