@@ -803,8 +803,8 @@ def encode_sums(
 ) -> tuple[np.ndarray, int]:
     """Steps 1-4 for the selected users with their shares summed mod q as they are drawn.
 
-    What an analyzer sums from these users' messages, without holding their r m shares:
-    memory O(len(select) m). With a :class:`~shuffledp.randomness.UserStreams` each user's
+    What an analyzer sums from these users' messages, without holding their r m shares: one
+    user at a time (its z^j, noise and shares in one row of m), memory O(m). With a :class:`~shuffledp.randomness.UserStreams` each user's
     noise comes from its own stream, so the sums of any split of the users add up (mod q) to
     the sums of all of them, bit for bit.
 
