@@ -69,6 +69,8 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numba
 import numpy as np
 
@@ -262,6 +264,15 @@ def scale_round(
 
 
 # --------------------------------------------------------------------------- additive sharing
+_MAX_R = 1 << 20  # shares per coordinate; keeps a user's r q-bounded shares summable in int64
+
+
+def _check_r(r: int) -> int:
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 2 <= r <= _MAX_R:
+        raise ValueError(f"r must be an integer in [2, 2^20], got r={r!r}")
+    return int(r)
+
+
 def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None) -> np.ndarray:
     """Split integer vector(s) into r additive shares over Z_q ([Ghazi23]_ App. F, Split & Mix).
 
@@ -272,7 +283,7 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     q : int
         Modulus, 2 <= q <= 2^32.
     r : int
-        Number of shares, r >= 2.
+        Number of shares, 2 <= r <= 2^20.
     source : SecureRandom, optional
         Cryptographically secure source (a fresh one if omitted).
 
@@ -285,8 +296,8 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     Raises
     ------
     ValueError
-        If ``q`` is outside [2, 2^32], ``r`` is not an integer >= 2, or ``values`` is not 1D
-        or 2D.
+        If ``q`` is outside [2, 2^32], ``r`` is not an integer in [2, 2^20], or ``values`` is
+        not 1D or 2D.
     TypeError
         If ``values`` is not an integer array.
 
@@ -295,8 +306,7 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     [Ghazi23]_ App. F, Split & Mix (after [BBGN20]_); uniform draws by [Lemire19]_.
     """
     q = check_modulus(q)
-    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2:
-        raise ValueError(f"r must be an integer >= 2, got r={r!r}")
+    r = _check_r(r)
     src = source if source is not None else SecureRandom()
     v = np.asarray(values)
     if not np.issubdtype(v.dtype, np.integer):
@@ -307,74 +317,244 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
     if v.ndim != 2:
         raise ValueError(f"values must be 1D or 2D, got shape {v.shape}")
     n, m = v.shape
-    vm = np.mod(v.astype(np.int64), q).astype(np.uint32)
+    vi = np.ascontiguousarray(v, dtype=np.int64)
     out = np.empty((n, r, m), dtype=np.uint32)
-    need = n * (r - 1) * m
-    t = (1 << 32) % q
-    while True:
-        # slack: expected rejections are need * t / 2^32; 8 standard deviations + 64 more
-        mean_rej = need * t / 2.0**32
-        extra = int(mean_rej + 8.0 * mean_rej**0.5) + 64
-        buf = src.uint32(need + extra)
-        if _share_kernel(vm, np.uint64(q), np.uint64(t), buf, out) >= 0:
-            break
+    run = _ShareRun(q, r, src)
+    for u in range(n):
+        _share_rows(vi[u], r, run, out[u], None)
     return out[0] if squeeze else out
 
 
-@numba.njit(cache=True, nogil=True)
-def _share_kernel(vm, q, t, buf, out):  # pragma: no cover - compiled
-    """Fused Lemire draws + last share; returns words consumed, or -1 if ``buf`` ran out."""
-    n, r, m = out.shape
-    pos = 0
-    nb = buf.size
-    mask = np.uint64(0xFFFFFFFF)
-    for u in range(n):
-        for a in range(m):
-            acc = np.uint64(0)
-            for b in range(r - 1):
-                while True:
-                    if pos >= nb:
-                        return -1
-                    p = np.uint64(buf[pos]) * q
-                    pos += 1
-                    if (p & mask) >= t:
-                        break
-                w = p >> np.uint64(32)
-                out[u, b, a] = w
-                acc += w
-            # one division per coordinate: the last share is (vm - acc) mod q, vm < q
-            sm = acc % q
-            v = np.uint64(vm[u, a])
-            out[u, r - 1, a] = v - sm if v >= sm else v + q - sm
-    return pos
+# ----------------------------------------------------------------------------- share kernels
+# Both kernels draw the r - 1 uniform shares of _BLOCK coordinates at a time from one buffer
+# of keystream words. A whole block's (r - 1) _BLOCK words are assigned to the shares in a
+# fixed order (word b _BLOCK + i to share b of coordinate i) and the values
+# floor(w q / 2^32) are taken, a loop the compiler vectorises. A word rejected by Lemire's
+# test (low half of w q below t = 2^32 mod q) is replaced by the next accepted word after
+# the block, in order (rare: the block is patched after the vectorised pass). A short last
+# block, or every block when rejections are frequent, is drawn by sequential rejection. All
+# give i.i.d. uniform shares: given the positions of the rejected words (which decide what
+# goes where and nothing else), the accepted words are i.i.d. uniform over the accepted set
+# and each maps to a uniform value in [0, q) ([Lemire19]_). When the buffer runs out the kernel
+# returns the first coordinate it did not finish and the driver refills the buffer with
+# fresh words (the unread words are dropped; which ones depends on the rejections only).
+# The sum s of each coordinate's r - 1 shares is kept, and the last share (v - s) mod q is
+# computed in a second, branch-free pass over the finished coordinates (:func:`_last_share`).
+_BLOCK = 64
+
+
+class _ShareRun:
+    """The constants and the word buffer of one sharing run (one per thread)."""
+
+    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 64) -> None:
+        self.src = src
+        self.q = q
+        t = (1 << 32) % q
+        need = blocks * (r - 1) * _BLOCK
+        # slack: the mean number of rejections before need accepted words, 8 standard
+        # deviations and 64 more
+        mean_rej = need * t / (2.0**32 - t)
+        self.buf = np.empty(need + int(mean_rej + 8.0 * mean_rej**0.5) + 64, dtype=np.uint32)
+        # q = 2^32 does not fit a uint32: then w q / 2^32 = w and nothing is rejected
+        self.qm = np.uint32(q % (1 << 32))
+        self.t = np.uint64(t)
+        # the fast path pays off while a block rarely holds a rejected word
+        self.fast = q < 1 << 32 and t * (r - 1) * _BLOCK < 2**32 // 8
+        self.sums = np.empty(blocks * _BLOCK, dtype=np.uint64)
+
+    def args(self) -> tuple:
+        self.src.fill_uint32(self.buf)
+        return self.qm, self.t, self.fast, self.buf, self.sums
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mod1(v, q, invq):  # pragma: no cover - compiled
+    """v mod q in [0, q) for an int64 v: a float quotient corrected once each way when
+    |v| < 2^52 (then within one of the true quotient), the integer remainder otherwise."""
+    lim = np.int64(1) << np.int64(52)
+    if -lim < v < lim:
+        rem = v - np.int64(np.float64(v) * invq) * q
+        rem += q * np.int64(rem < 0)
+        rem -= q * np.int64(rem >= q)
+        return rem
+    return v % q
 
 
 @numba.njit(cache=True, nogil=True)
-def _share_sum_kernel(vm, q, t, rm1, buf, acc):  # pragma: no cover - compiled
-    """:func:`_share_kernel` for one user, adding its r shares mod q into ``acc`` instead of
-    storing them; returns words consumed, or -1 if ``buf`` ran out (``acc`` then partly
-    updated: the caller passes a copy)."""
-    m = vm.size
-    pos = 0
-    nb = buf.size
+def _mod(x, q, out):  # pragma: no cover - compiled
+    """out = x mod q in [0, q) for a 1D int64 x (out may be x)."""
+    invq = 1.0 / np.float64(q)
+    for i in range(x.size):
+        out[i] = _mod1(x[i], q, invq)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _last_share(sums, z, q, total):  # pragma: no cover - compiled
+    """sums[i] (the sum s of r - 1 shares) <- the last share (z[i] - s) mod q, or with
+    ``total`` the sum of all r shares, s + last. s < 2^52 (r <= 2^20) and, but for huge
+    |z[i]|, z[i] too: float quotients within one of the true ones, one correction each way."""
+    invq = 1.0 / np.float64(q)
+    keep = np.int64(total)
+    for i in range(sums.size):
+        s = np.int64(sums[i])
+        d = np.int64(np.float64(s) * invq)
+        rem = s - d * q
+        rem += q * np.int64(rem < 0)
+        rem -= q * np.int64(rem >= q)
+        v = _mod1(z[i], q, invq)
+        sums[i] = v - rem + q * np.int64(v < rem) + keep * s
+
+
+@numba.njit(cache=True, nogil=True)
+def _slow_block(buf, pos, c, rm1, qm, t, s, out, a, store):  # pragma: no cover - compiled
+    """One block by sequential rejection from buf[pos]; returns the new position, or -1 if
+    the buffer ran out. q = 2^32 is qm = 0 (w q / 2^32 = w, nothing rejected)."""
     mask = np.uint64(0xFFFFFFFF)
-    for a in range(m):
-        s = np.uint64(0)
-        for _ in range(rm1):
+    q64 = np.uint64(qm)
+    nb = buf.size
+    j = pos
+    for i in range(c):
+        acc = np.uint64(0)
+        b = 0
+        while b < rm1:
+            if j >= nb:
+                return -1
+            w = np.uint64(buf[j])
+            p = w * q64 if qm != 0 else w << np.uint64(32)
+            j += 1
+            if (p & mask) >= t:
+                h = p >> np.uint64(32)
+                if store:
+                    out[b, a + i] = h
+                acc += h
+                b += 1
+        s[i] = acc
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _fast_blocks(buf, pos, nblk, rm1, qm, t, sums, out, a, store):  # pragma: no cover
+    """The fast path on up to ``nblk`` whole blocks from buf[pos] (sums[i] for block
+    coordinate i, shares of coordinate a + i into ``out`` when ``store``); stops at the
+    first block holding a rejected word. Returns the
+    number of blocks done. The constant trip count _BLOCK lets the compiler vectorise.
+    A block with a rejected word is left with every word counted (see _patch_block)."""
+    mask = np.uint64(0xFFFFFFFF)
+    q64 = np.uint64(qm)
+    need = rm1 * _BLOCK
+    for k in range(nblk):
+        s = sums[k * _BLOCK: (k + 1) * _BLOCK]
+        for i in range(_BLOCK):
+            s[i] = 0
+        mn = mask
+        # unsigned indices: no negative-index wraparound test, so the loops vectorise
+        oa = np.uint64(a + k * _BLOCK)
+        for b in range(rm1):
+            base = np.uint64(pos + k * need + b * _BLOCK)
+            if store:
+                ob = out[b]
+                for i in range(np.uint64(_BLOCK)):
+                    p = np.uint64(buf[base + i]) * q64
+                    h = p >> np.uint64(32)
+                    ob[oa + i] = h
+                    s[i] += h
+                    mn = min(mn, p & mask)
+            else:
+                for i in range(np.uint64(_BLOCK)):
+                    p = np.uint64(buf[base + i]) * q64
+                    s[i] += p >> np.uint64(32)
+                    mn = min(mn, p & mask)
+        if mn < t:
+            return k
+    return nblk
+
+
+@numba.njit(cache=True, nogil=True)
+def _patch_block(buf, pos, rm1, qm, t, s, out, a, store):  # pragma: no cover - compiled
+    """A whole block the fast path found a rejected word in (s holds its sums with every
+    word counted): each rejected word is replaced, in order, by the next accepted word
+    after the block. Returns the position after the last word read, or -1 if the buffer
+    ran out."""
+    mask = np.uint64(0xFFFFFFFF)
+    q64 = np.uint64(qm)
+    nb = buf.size
+    j = pos + rm1 * _BLOCK  # spare words
+    for b in range(rm1):
+        for i in range(_BLOCK):
+            p = np.uint64(buf[pos + b * _BLOCK + i]) * q64
+            if (p & mask) >= t:
+                continue
+            s[i] -= p >> np.uint64(32)
             while True:
-                if pos >= nb:
+                if j >= nb:
                     return -1
-                p = np.uint64(buf[pos]) * q
-                pos += 1
+                p = np.uint64(buf[j]) * q64
+                j += 1
                 if (p & mask) >= t:
                     break
-            s += p >> np.uint64(32)
-        # one division per coordinate; acc is reduced mod q by the caller
-        sm = s % q
-        v = np.uint64(vm[a])
-        last = v - sm if v >= sm else v + q - sm
-        acc[a] += np.int64(s + last)
-    return pos
+            h = p >> np.uint64(32)
+            s[i] += h
+            if store:
+                out[b, a + i] = h
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, acc, store):  # pragma: no cover
+    """Draw the r - 1 uniform shares of coordinates a0.. and with ``store`` write all r
+    into ``out`` (r, m), else add the sum of each coordinate's r shares into ``acc``.
+    Returns the first coordinate not done (the buffer ran out or ``sums`` is full).
+    ``fast`` is False when q = 2^32 (qm = 0) or rejections are frequent; a last block of
+    fewer than _BLOCK coordinates always takes the sequential path."""
+    m = z.size
+    nb = buf.size
+    need = rm1 * _BLOCK
+    pos = 0
+    a = a0
+    while a < m and a - a0 + _BLOCK <= sums.size:
+        if fast:
+            nblk = min((m - a) // _BLOCK, (sums.size - (a - a0)) // _BLOCK, (nb - pos) // need)
+            k = _fast_blocks(buf, pos, nblk, rm1, qm, t, sums[a - a0:], out, a, store)
+            pos += k * need
+            a += k * _BLOCK
+            if a >= m or a - a0 + _BLOCK > sums.size:
+                break
+        c = min(_BLOCK, m - a)
+        if fast and c == _BLOCK and pos + need <= nb:  # the fast path stopped on a rejection
+            pos = _patch_block(buf, pos, rm1, qm, t, sums[a - a0: a - a0 + c], out, a, store)
+        else:
+            pos = _slow_block(buf, pos, c, rm1, qm, t, sums[a - a0: a - a0 + c], out, a, store)
+        if pos < 0:
+            break
+        a += c
+    n = a - a0
+    _last_share(sums[:n], z[a0:a], q, not store)
+    if store:
+        last = out[rm1]
+        for i in range(n):
+            last[a0 + i] = sums[i]
+    else:
+        for i in range(n):
+            acc[a0 + i] += np.int64(sums[i])  # < r q < 2^52
+    return a
+
+
+def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
+                acc: np.ndarray | None) -> None:
+    """Share one user's int64 vector ``z`` (mod q): store the r shares in ``out`` (r, m)
+    or add them into ``acc``."""
+    m = z.size
+    o = _NO_OUT if out is None else out
+    s = _NO_ACC if acc is None else acc
+    a = 0
+    while a < m:
+        a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s,  # type: ignore[call-arg]
+                         out is not None)
+
+
+_NO_OUT = np.empty((0, 0), dtype=np.uint32)
+_NO_ACC = np.empty(0, dtype=np.int64)
 
 
 def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndarray) -> int:
@@ -388,7 +568,7 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
     q : int
         Modulus, 2 <= q <= 2^32.
     r : int
-        Shares per coordinate, >= 2.
+        Shares per coordinate, 2 <= r <= 2^20.
     source : SecureRandom
         The secure source of the r - 1 uniform shares (one per thread).
     acc : ndarray of int64, shape (m,)
@@ -409,31 +589,22 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
     [Ghazi23]_ App. F, Split & Mix; uniform draws by [Lemire19]_.
     """
     q = check_modulus(q)
-    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2:
-        raise ValueError(f"r must be an integer >= 2, got r={r!r}")
+    r = _check_r(r)
     v = np.asarray(z)
     if v.ndim != 2 or acc.shape != (v.shape[1],) or acc.dtype != np.int64:
         raise ValueError(f"z must be (k, m) and acc an int64 array of shape (m,), got "
                          f"{v.shape} and {acc.dtype} {acc.shape}")
     k, m = v.shape
-    vm = np.mod(v.astype(np.int64), q).astype(np.uint32)
-    t = (1 << 32) % q
-    need = (r - 1) * m
-    mean_rej = need * t / 2.0**32
-    size = need + int(mean_rej + 8.0 * mean_rej**0.5) + 64
-    buf = np.empty(size, dtype=np.uint32)
-    acc %= q  # each user adds < r q < 2^38 below; reduced again after every 2^20 users
+    vi = np.ascontiguousarray(v, dtype=np.int64)
+    run = _ShareRun(q, r, source)
+    # each user adds < r q to a coordinate: reduce before int64 could overflow
+    every = max(1, (1 << 62) // (r * q))
+    _mod(acc, q, acc)
     for j in range(k):
-        if j and j % (1 << 20) == 0:
-            acc %= q
-        while True:  # a redraw (buffer ran out) has probability far below 1e-15
-            trial = acc.copy() if t else acc  # q a power of two: no rejection, no redraw
-            source.fill_uint32(buf)
-            if _share_sum_kernel(vm[j], np.uint64(q), np.uint64(t), r - 1, buf, trial) >= 0:
-                if trial is not acc:
-                    acc[:] = trial
-                break
-    acc %= q
+        if j and j % every == 0:
+            _mod(acc, q, acc)
+        _share_rows(vi[j], r, run, None, acc)
+    _mod(acc, q, acc)
     return k * r * m
 
 
@@ -564,16 +735,25 @@ def _noisy_rows(params: ProtocolParams, users: UserDistributions, select: np.nda
     if not noise:
         return out
     d = draws if draws is not None else _noise_draws(params)
+    for j, src in enumerate(_noise_sources(rng, secure, select, n_sel)):
+        d.add_to(out[j], src)
+    return out
+
+
+def _noise_sources(rng: RngLike | SecureRandom | UserStreams, secure: SecureRandom | None,
+                   select: np.ndarray | None, n_sel: int
+                   ) -> Iterator[SecureRandom | np.random.Generator]:
+    """The noise source of each selected user in turn: with :class:`UserStreams` user j's
+    own stream (keyed by its index in the population), else one stream for all in order."""
     if isinstance(rng, UserStreams):
         ids = np.arange(n_sel) if select is None else np.asarray(select, dtype=np.int64)
         sec = secure if secure is not None or rng.seeded else SecureRandom()
-        for j in range(n_sel):  # each stream is drawn once: ask for all its words at once
-            out[j] += d.draw(rng.stream(int(ids[j]), sec), 1.5)  # type: ignore[arg-type]
+        for j in range(n_sel):
+            yield rng.stream(int(ids[j]), sec)  # type: ignore[arg-type]
     else:
         src = noise_source(rng, secure)
-        for j in range(n_sel):
-            out[j] += d.draw(src)
-    return out
+        for _ in range(n_sel):
+            yield src
 
 
 def encode_shares(
@@ -617,14 +797,14 @@ def encode_shares(
 def encode_sums(
     params: ProtocolParams,
     users: UserDistributions,
-    select: np.ndarray,
+    select: np.ndarray | None,
     rng: RngLike | SecureRandom | UserStreams = None,
     source: SecureRandom | None = None,
 ) -> tuple[np.ndarray, int]:
     """Steps 1-4 for the selected users with their shares summed mod q as they are drawn.
 
-    What an analyzer sums from these users' messages, without holding their r m shares:
-    memory O(len(select) m). With a :class:`~shuffledp.randomness.UserStreams` each user's
+    What an analyzer sums from these users' messages, without holding their r m shares: one
+    user at a time (its z^j, noise and shares in one row of m), memory O(m). With a :class:`~shuffledp.randomness.UserStreams` each user's
     noise comes from its own stream, so the sums of any split of the users add up (mod q) to
     the sums of all of them, bit for bit.
 
@@ -651,17 +831,40 @@ def encode_sums(
     """
     _check(params)
     src = source if source is not None else SecureRandom()
-    z = _noisy_rows(params, users, select, rng, src, draws=_cached_draws(params))
-    acc = np.zeros(params.m, dtype=np.int64)
-    return acc, share_sums(z, params.q, params.r, src, acc)
+    d = _cached_draws(params)
+    q, r, m = params.q, params.r, params.m
+    if select is None:
+        select = np.arange(users.n_users)
+    n_sel = len(select)
+    # one user at a time, in one row that stays in cache: z^j, its noise, its shares summed
+    if users.grid != params.grid:
+        raise ValueError(f"users are on grid {users.grid}, params on grid {params.grid}")
+    u, c, z = level_entries(users.subset(np.asarray(select, dtype=np.int64)), params.start,
+                            params.B, params.rounding)  # (params checked above)
+    bounds = np.searchsorted(u, np.arange(n_sel + 1))  # entries come grouped by user
+    run = _ShareRun(q, r, src)
+    row = np.empty(m, dtype=np.int64)
+    acc = np.zeros(m, dtype=np.int64)
+    every = max(1, (1 << 62) // (r * q))  # each user adds < r q per coordinate
+    for j, noise_src in enumerate(_noise_sources(rng, src, select, n_sel)):
+        if j and j % every == 0:
+            _mod(acc, q, acc)
+        row[:] = 0
+        row[c[bounds[j]:bounds[j + 1]]] = z[bounds[j]:bounds[j + 1]]  # distinct cells
+        d.add_to(row, noise_src)
+        _share_rows(row, r, run, None, acc)
+    _mod(acc, q, acc)
+    return acc, n_sel * r * m
 
 
-_DRAWS: dict[tuple[float, bytes], _DifferenceDraws] = {}
+_DRAWS: dict[tuple, _DifferenceDraws] = {}
 
 
 def _cached_draws(params: ProtocolParams) -> _DifferenceDraws:
-    """The noise tables of ``params`` (built once per Polya shape and a-vector, per process)."""
-    key = (float(params.polya_shape), np.asarray(params.coordinate_a(), dtype=float).tobytes())
+    """The noise tables of ``params`` (built once per Polya shape and a-vector, per process;
+    the a-vector is a_i repeated over the level sizes, so those two tuples key it)."""
+    key = (float(params.polya_shape), tuple(float(x) for x in params.level_a),
+           tuple(params.level_sizes))
     d = _DRAWS.get(key)
     if d is None:
         if len(_DRAWS) > 16:

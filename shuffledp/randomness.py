@@ -369,12 +369,19 @@ def _secure_words(source: SecureRandom | None = None) -> WordSource:
 def _generator_words(rng: RngLike) -> WordSource:
     """Word source backed by a numpy Generator (research path, reproducible from a seed)."""
     g = as_generator(rng)
+    if type(g.bit_generator) in _RAW_IS_UINT64:
+        # the same words as the integers() call below, without its range handling
+        return g.bit_generator.random_raw
 
     def draw(n: int) -> np.ndarray:
         return g.integers(0, np.iinfo(np.uint64).max, size=int(n), dtype=np.uint64,
                           endpoint=True)
 
     return draw
+
+
+#: bit generators whose raw output is their full-range uint64 (MT19937's is 32 bits)
+_RAW_IS_UINT64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.SFC64, np.random.Philox)
 
 
 def word_source(rng: RngLike | SecureRandom, *, secure_if_none: bool = True) -> WordSource:

@@ -167,3 +167,117 @@ def test_share_sums_refuses_bad_arguments():
         share_sums(np.zeros((1, 5), dtype=np.int64), 7, 2, SecureRandom(), acc)
     with pytest.raises(ValueError, match="q"):
         share_sums(np.zeros((1, 4), dtype=np.int64), 1, 2, SecureRandom(), acc)
+
+
+def _reference_shares(words_of_chunk, q, r, m, chunk, sums_size, fast):
+    """The block draw of encoders.encoder written plainly: for every chunk of keystream
+    words, blocks of 64 coordinates; a whole block takes word b 64 + i as share b of
+    coordinate i, a word rejected by Lemire's test replaced by the next accepted word after
+    the block; a short block (or any when the fast path is off) is drawn by sequential
+    rejection; a block the chunk cannot finish is redrawn from the next chunk."""
+    t = (1 << 32) % q
+    out = np.zeros((r, m), dtype=np.int64)
+    a = seq = chunks = patched = 0
+    while a < m:
+        chunks += 1
+        w = [int(x) for x in words_of_chunk()]
+        pos, a0 = 0, a
+        while a < m and a - a0 + 64 <= sums_size:
+            c = min(64, m - a)
+            need = (r - 1) * c
+            if fast and c == 64 and pos + need <= len(w):
+                # rejected words replaced, in order, by the next accepted words after the block
+                spare, ok = pos + need, True
+                for b in range(r - 1):
+                    for i in range(64):
+                        x = w[pos + b * 64 + i]
+                        if (x * q) & 0xFFFFFFFF < t:
+                            patched += 1
+                            while True:
+                                if spare >= len(w):
+                                    ok = False
+                                    break
+                                x = w[spare]
+                                spare += 1
+                                if (x * q) & 0xFFFFFFFF >= t:
+                                    break
+                        if ok:
+                            out[b, a + i] = (x * q) >> 32
+                if not ok:
+                    break
+                pos = spare
+            else:
+                seq += 1
+                j, ok, vals = pos, True, np.zeros((r - 1, c), dtype=np.int64)
+                for i in range(c):
+                    b = 0
+                    while b < r - 1:
+                        if j >= len(w):
+                            ok = False
+                            break
+                        p = w[j] * q
+                        j += 1
+                        if p & 0xFFFFFFFF >= t:
+                            vals[b, i] = p >> 32
+                            b += 1
+                    if not ok:
+                        break
+                if not ok:
+                    break
+                out[: r - 1, a:a + c] = vals
+                pos = j
+            a += c
+    return out, seq, chunks, patched
+
+
+@pytest.mark.parametrize("q,r,min_seq,min_patched", [(161271, 19, 1, 2), (1000, 3, 1, 0),
+                                                      (2**31 + 11, 4, 151, 0)])
+def test_share_blocks_follow_the_documented_draw(q, r, min_seq, min_patched):
+    # q = 161271, r = 19: about 4% of the blocks hold a rejected word (patched);
+    # q = 2^31 + 11 rejects half the words: the fast path is off, every block sequential.
+    from shuffledp.encoders.encoder import _ShareRun
+
+    m = 64 * 150 + 17  # whole blocks over three buffers, and a short last one
+    v = np.random.default_rng(q % 97).integers(0, q, m)
+    got = share(v, q, r, SecureRandom.for_testing(4))
+    run = _ShareRun(q, r, SecureRandom.for_testing(4))
+    size, sums_size, fast = run.buf.size, run.sums.size, run.fast
+    src = SecureRandom.for_testing(4)
+    want, seq, chunks, patched = _reference_shares(lambda: src.uint32(size), q, r, m, size,
+                                                   sums_size, fast)
+    # the sequential path, patched rejections and buffer ends are seen
+    assert seq >= min_seq and patched >= min_patched and chunks >= 3
+    np.testing.assert_array_equal(got[: r - 1].astype(np.int64), want[: r - 1])
+    np.testing.assert_array_equal(reconstruct_shares(got, q), v)
+
+
+@pytest.mark.parametrize("q", [161271, 2**31 + 11])
+def test_shares_are_uniform_on_both_paths(q):
+    src = SecureRandom.for_testing(q % 1000)
+    r, m = 19 if q < 2**20 else 3, 30_000
+    s = share(np.zeros(m, dtype=np.int64), q, r, src)
+    bins = 50
+    for row in (0, r // 2, r - 2, r - 1):  # r - 1: the completing share, uniform too
+        x = s[row].astype(np.int64)
+        obs = np.bincount(x * bins // q, minlength=bins)
+        edges = -(-np.arange(bins + 1) * q // bins)
+        assert stats.chisquare(obs, np.diff(edges) / q * m).pvalue > ALPHA
+
+
+def test_sharing_reduces_large_and_negative_values_exactly():
+    v = np.array([-(2**62), 2**62 + 5, -1, 2**52, -(2**52) - 3, 2**53 + 1, 0], dtype=np.int64)
+    for q in (7, 161271, 2**32 - 5, 2**32):
+        s = share(v, q, 3, SecureRandom.for_testing(2))
+        np.testing.assert_array_equal(reconstruct_shares(s, q), np.mod(v, q))
+        acc = np.array([2**62, -5, 0, 1, 2, 3, 4], dtype=np.int64)
+        want = (np.mod(acc, q) + np.mod(v, q)) % q
+        share_sums(v[None, :], q, 3, SecureRandom.for_testing(3), acc)
+        np.testing.assert_array_equal(acc, want)
+
+
+def test_r_is_bounded():
+    with pytest.raises(ValueError, match="r must"):
+        share(np.zeros(3, dtype=np.int64), 7, 2**20 + 1)
+    with pytest.raises(ValueError, match="r must"):
+        share_sums(np.zeros((1, 3), dtype=np.int64), 7, 2**20 + 1, SecureRandom(),
+                   np.zeros(3, dtype=np.int64))

@@ -31,7 +31,11 @@ The total variation between the sampled law and Polya(s, a) is then at most
 (times 1/p_0 in the last term when s > 1);
 ``tests/test_polya.py`` checks the implied pmf against an independent mpmath evaluation.
 No floating-point Gamma/Poisson draw is involved, so the same words give the same integers on
-every platform.
+every platform. A guide table per threshold list (the cutpoint method: the bucket of U's high
+word bounds the search) makes the search one or two steps. The shuffle encoder's per-user
+noise (:class:`_DifferenceDraws`) inverts the same tables with the same law but reads U in
+another order: 8 leading bits per sample first (most samples stop there at 0), then one word
+for each sample that goes on, so a coordinate costs ~0.55 words instead of ~2.3.
 
 Randomness: every sampler takes ``rng``: a :class:`~shuffledp.randomness.SecureRandom`
 or ``None`` (the cryptographically secure generator: deployment), or a seed / numpy Generator
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
@@ -165,8 +170,83 @@ def polya_table(shape: float, a: float) -> PolyaTable:
     return PolyaTable(s, af, hi, lo, tv)
 
 
+_GUIDE_BITS = 16  # at most 2^16 guide buckets per table (and at most about 4 per threshold)
+
+
+def _guide(hi: np.ndarray) -> tuple[np.ndarray, int]:
+    """Guide table of one threshold list (the cutpoint method of Chen and Asau).
+
+    The range [T_0 hi, 2^64) of the high word is cut into at most 2^_GUIDE_BITS buckets of
+    2^shift values; entry g is #{k : hi_k < hi_0 + g 2^shift} (the last entry is K). For a
+    high word u in bucket g every threshold before entry g is below U and every one from
+    entry g + 1 on is above it, so the search for X = #{k : T_k <= U} is confined to
+    [guide[g], guide[g + 1]]: the same X as a search of the whole table, in about one step
+    instead of log2 K.
+    """
+    if hi.size == 0:
+        return np.zeros(1, dtype=np.int32), 0
+    bits = min(_GUIDE_BITS, (4 * hi.size - 1).bit_length())
+    base = int(hi[0])
+    span = (1 << 64) - base
+    shift = max(0, (span - 1).bit_length() - bits)
+    nb = ((span - 1) >> shift) + 1
+    # base + g 2^shift < 2^64 for every g < nb
+    bounds = np.uint64(base) + (np.arange(nb, dtype=np.uint64) << np.uint64(shift))
+    g = np.empty(nb + 1, dtype=np.int32)  # K <= 2^24
+    g[:nb] = np.searchsorted(hi, bounds, side="left")
+    g[nb] = hi.size
+    return g, shift
+
+
+@functools.lru_cache(maxsize=64)
+def _table_guide(shape: float, a: float) -> tuple[np.ndarray, int]:
+    """The guide of ``polya_table(shape, a)``, built once."""
+    return _guide(polya_table(shape, a).hi)
+
+
+class _TableSet:
+    """Several :class:`PolyaTable` concatenated, with their guide tables, for the kernels."""
+
+    def __init__(self, tables: list[PolyaTable]) -> None:
+        self.sizes = np.array([t.size for t in tables], dtype=np.int64)
+        self.offs = np.r_[0, np.cumsum(self.sizes)[:-1]].astype(np.int64)
+        self.t_hi = np.concatenate([t.hi for t in tables]) if tables else np.empty(0, np.uint64)
+        self.t_lo = np.concatenate([t.lo for t in tables]) if tables else np.empty(0, np.uint64)
+        guides = [_table_guide(t.shape, t.a) for t in tables]
+        self.g_shift = np.array([sh for _, sh in guides], dtype=np.uint64)
+        gs = np.array([g.size for g, _ in guides], dtype=np.int64)
+        self.g_offs = np.r_[0, np.cumsum(gs)[:-1]].astype(np.int64)
+        self.guide = (np.concatenate([g for g, _ in guides]) if tables
+                      else np.empty(0, np.int32))
+
+    def args(self) -> tuple[np.ndarray, ...]:
+        return (self.offs, self.sizes, self.t_hi, self.t_lo, self.g_offs, self.g_shift,
+                self.guide)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _invert(u_hi, buf, pos, o, K, go, sh, t_hi, t_lo, guide):  # pragma: no cover - compiled
+    """X = #{k : T_k <= (u_hi, lo word)} for a table with t_hi[o] <= u_hi; reads the low
+    word at ``pos``. Returns (X, pos after the low word), or (-1, pos) if ``buf`` ran out."""
+    if pos >= buf.size:
+        return -1, pos
+    u_lo = buf[pos]
+    g = go + np.int64((u_hi - t_hi[o]) >> sh)  # (int64 + uint64 would be a float)
+    lo_i = guide[g]
+    hi_i = guide[g + 1]
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        th = t_hi[o + mid]
+        if th < u_hi or (th == u_hi and t_lo[o + mid] <= u_lo):
+            lo_i = mid + 1
+        else:
+            hi_i = mid
+    return lo_i, pos + 1
+
+
 @numba.njit(cache=True, nogil=True)
-def _table_kernel(buf, i0, out, which, offs, sizes, t_hi, t_lo):  # pragma: no cover - compiled
+def _table_kernel(buf, i0, out, which, offs, sizes, t_hi, t_lo, g_offs, g_shift,
+                  guide):  # pragma: no cover - compiled
     """X = #{k : T_k <= U} with U = (hi word, lo word); lo read only when needed."""
     nb = buf.size
     pos = 0
@@ -176,68 +256,199 @@ def _table_kernel(buf, i0, out, which, offs, sizes, t_hi, t_lo):  # pragma: no c
             return i, start
         u_hi = buf[pos]
         pos += 1
-        o = offs[which[i]]
-        K = sizes[which[i]]
+        w = which[i]
+        o = offs[w]
+        K = sizes[w]
         if K == 0 or u_hi < t_hi[o]:
             out[i] = 0
             continue
-        if pos >= nb:
+        x, pos = _invert(u_hi, buf, pos, o, K, g_offs[w], g_shift[w], t_hi, t_lo, guide)
+        if x < 0:
             return i, start
-        u_lo = buf[pos]
-        pos += 1
-        lo_i = 0
-        hi_i = K
-        while lo_i < hi_i:
-            mid = (lo_i + hi_i) // 2
-            th = t_hi[o + mid]
-            if th < u_hi or (th == u_hi and t_lo[o + mid] <= u_lo):
-                lo_i = mid + 1
-            else:
-                hi_i = mid
-        out[i] = lo_i
+        out[i] = x
     return out.size, pos
 
 
 def _sample_tables(tables: list[PolyaTable], which: np.ndarray, rng: RngLike | SecureRandom
                    ) -> np.ndarray:
-    sizes = np.array([t.size for t in tables], dtype=np.int64)
-    offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
-    t_hi = np.concatenate([t.hi for t in tables]) if tables else np.empty(0, np.uint64)
-    t_lo = np.concatenate([t.lo for t in tables]) if tables else np.empty(0, np.uint64)
+    ts = _TableSet(tables)
     out = np.empty(which.size, dtype=np.int64)
-    run_stream_kernel(_table_kernel, out.size, word_source(rng), out, which, offs, sizes,
-                      t_hi, t_lo, words_per_sample=1.1)
+    run_stream_kernel(_table_kernel, out.size, word_source(rng), out, which, *ts.args(),
+                      words_per_sample=1.1)
     return out
 
 
-class _DifferenceDraws:
-    """polya_difference(shape, a, size, .) with the tables and their layout built once.
+_LEAD_BITS = 8  # leading bits of U a sample of the split sampler reads in its first pass
 
-    :func:`polya_difference` rebuilds the per-coordinate table index (a ``np.unique`` over
-    ``size`` entries) on every call; an encoder drawing one vector per user keeps one of these
-    and calls :meth:`draw` with each user's source: the same words give the same integers.
+
+@numba.njit(cache=True, nogil=True)
+def _lead_scan(lead, seg, seg_table, lead0, slow):  # pragma: no cover - compiled
+    """Step 1 of the split sampler (:class:`_DifferenceDraws`): sample i (of n = 2m; X_a for
+    i = a < m, Y_a for i = m + a) has the leading byte A_i = lead[i]; X_i = 0 when
+    A_i < lead0[table] (then U_i < T_0). The indices of the other samples are written to
+    ``slow`` in order; returns their number. Branch free."""
+    m = seg[-1]
+    ns = 0
+    for half in range(2):
+        for s in range(seg_table.size):
+            c0 = lead0[seg_table[s]]
+            for a in range(seg[s], seg[s + 1]):
+                i = a + half * m
+                slow[ns] = i
+                ns += np.int64(lead[i] >= c0)
+    return ns
+
+
+@numba.njit(cache=True, nogil=True)
+def _tail_fill(words, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs, g_shift,
+               guide, ties):  # pragma: no cover - compiled
+    """Step 2: slow sample j reads words[j]; its X is added to (Y subtracted from) ``row``.
+    A sample whose high word ties with a threshold's is left to :func:`_tie_fill`: its j is
+    written to ``ties`` (in order). Returns the number of ties. No position depends on an
+    earlier sample's value, so the loads of successive samples overlap."""
+    m = row.size
+    nt = 0
+    for j in range(slow.size):
+        i = slow[j]
+        u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
+        a = i if i < m else i - m
+        w = which[a]
+        o = offs[w]
+        K = sizes[w]
+        if K == 0 or u_hi < t_hi[o]:
+            continue  # X = 0 (A_i equalled T_0's leading byte)
+        g = g_offs[w] + np.int64((u_hi - t_hi[o]) >> g_shift[w])
+        lo_i = guide[g]
+        hi_i = guide[g + 1]
+        # an empty bucket gives X = lo_i, and t_hi[lo_i] lies past the bucket (no tie)
+        if lo_i < hi_i:
+            while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
+                mid = (lo_i + hi_i) // 2
+                if t_hi[o + mid] < u_hi:
+                    lo_i = mid + 1
+                else:
+                    hi_i = mid
+            if lo_i < K and t_hi[o + lo_i] == u_hi:
+                ties[nt] = j
+                nt += 1
+                continue
+        x = np.int64(lo_i)
+        if i < m:
+            row[a] += x
+        else:
+            row[a] -= x
+    return nt
+
+
+@numba.njit(cache=True, nogil=True)
+def _tie_fill(extra, ties, words, slow, lead, row, which, offs, sizes, t_hi, t_lo
+              ):  # pragma: no cover - compiled
+    """Step 3: tie t (slow sample j = ties[t]) completes U's low word from extra[t] and
+    counts the thresholds with its high word that do not exceed U."""
+    m = row.size
+    for t in range(ties.size):
+        j = ties[t]
+        i = slow[j]
+        u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
+        u_lo = (words[j] << np.uint64(56)) | (extra[t] >> np.uint64(8))
+        a = i if i < m else i - m
+        w = which[a]
+        o = offs[w]
+        K = sizes[w]
+        x = 0
+        lo_i = 0
+        hi_i = K
+        while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
+            mid = (lo_i + hi_i) // 2
+            if t_hi[o + mid] < u_hi:
+                lo_i = mid + 1
+            else:
+                hi_i = mid
+        x = lo_i
+        while x < K and t_hi[o + x] == u_hi and t_lo[o + x] <= u_lo:
+            x += 1
+        if i < m:
+            row[a] += x
+        else:
+            row[a] -= x
+
+
+class _DifferenceDraws:
+    """X - Y with X, Y i.i.d. Polya(shape, a) per coordinate, the tables built once: one
+    user's noise share in the encoder, by a split inversion of the exact tables.
+
+    The law is exactly that of :func:`polya_difference` (X = #{k : T_k <= U} with U
+    uniform on [0, 2^128) and the same 128-bit tables); the words are read in another
+    order, so that the common sample X = 0 costs 8 bits instead of a 64-bit word (and the
+    values differ from ``polya_difference`` for the same seed). With n = 2 size samples
+    (the X of every coordinate, then the Y), from one stream of 64-bit words:
+
+    1. ceil(n / 8) words, as little-endian bytes, give sample i its byte A_i, the top 8
+       bits of U_i. If A_i is below c_0, the top 8 bits of T_0, then U_i < T_0 and X_i = 0
+       (about 86% of the samples at the protocol's settings).
+    2. The next n_s words go to the n_s other samples, in order: with W the word of sample
+       i, U_i's high word is A_i 2^56 + (W >> 8), and X_i follows from it (guide table,
+       then a short search on the high words) unless a threshold has the same high word.
+    3. The next n_t words go to those n_t tied samples, in order: with W' the word of the
+       sample, U_i's low word is (W mod 2^8) 2^56 + (W' >> 8), compared exactly with the
+       thresholds' low words. (The low 8 bits of W' are not used.)
+
+    Exactness: U_i = A_i 2^120 + (W >> 8) 2^64 + (W mod 2^8) 2^56 + (W' >> 8) is made of
+    128 distinct bits of the stream. The A_i are i.i.d. uniform bytes; which samples reach
+    step 2 depends on the A's alone, and which reach step 3 on the A's and W's alone; each
+    step's words come after all the earlier steps' words and are handed out in order. So
+    given what decided who reads them, they are i.i.d. uniform and independent of it: the
+    U_i are i.i.d. uniform on [0, 2^128), and each X_i is decided exactly from the bits it
+    read. ``tests/test_polya.py`` checks the kernels against the plain inversion of the
+    same U on random and on crafted (tie) inputs.
     """
 
     def __init__(self, shape: float, a: float | np.ndarray, size: int) -> None:
         _check_shape_a(shape, 0.5)
         self.size = _size(size)
         tables, which = _tables_for(shape, a, self.size)
-        sizes = np.array([t.size for t in tables], dtype=np.int64)
-        self.offs = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
-        self.sizes = sizes
-        self.t_hi = np.concatenate([t.hi for t in tables])
-        self.t_lo = np.concatenate([t.lo for t in tables])
-        self.which2 = np.concatenate([which, which])
+        self.tables = _TableSet(tables)
+        self.which = which.astype(np.int64)
+        # runs of coordinates sharing a table (the levels of a pyramid)
+        if which.size:
+            cut = np.flatnonzero(np.diff(which)) + 1
+            self.seg = np.r_[0, cut, self.size].astype(np.int64)
+        else:
+            self.seg = np.zeros(1, np.int64)
+        self.seg_table = self.which[self.seg[:-1]]
+        # c_0 per table (256: an empty table, every sample is 0)
+        self.lead0 = np.array([int(t.hi[0]) >> (64 - _LEAD_BITS) if t.size else 256
+                               for t in tables], dtype=np.int64)
+        self._scratch = threading.local()
 
-    def draw(self, rng: RngLike | SecureRandom, words_per_sample: float = 1.1) -> np.ndarray:
-        """One vector, as ``polya_difference(shape, a, size, rng)``. A larger
-        ``words_per_sample`` asks for more words at once (fewer kernel restarts) and leaves
-        more unread: use it only on a stream drawn once (one user's own stream)."""
-        out = np.empty(self.which2.size, dtype=np.int64)
-        run_stream_kernel(_table_kernel, out.size, word_source(rng), out, self.which2,
-                          self.offs, self.sizes, self.t_hi, self.t_lo,
-                          words_per_sample=words_per_sample)
-        return out[: self.size] - out[self.size :]
+    def add_to(self, row: np.ndarray, rng: RngLike | SecureRandom) -> None:
+        """Add one draw to the int64 vector ``row`` (length ``size``) in place, reading
+        ceil(2 size / 8) + n_s + n_t words of ``rng``
+        (:func:`~shuffledp.randomness.word_source`) as the class docstring says."""
+        if row.shape != (self.size,) or row.dtype != np.int64:
+            raise ValueError(f"row must be an int64 vector of length {self.size}, got "
+                             f"{row.dtype} {row.shape}")
+        n = 2 * self.size
+        words = word_source(rng)
+        lead = np.asarray(words((n + 7) // 8), dtype="<u8").view(np.uint8)
+        sc = self._scratch
+        if getattr(sc, "n", -1) != n:
+            sc.slow, sc.ties, sc.n = np.empty(n, np.int64), np.empty(n, np.int64), n
+        ns = _lead_scan(lead, self.seg, self.seg_table, self.lead0, sc.slow)
+        slow = sc.slow[:ns]
+        w = np.asarray(words(ns), dtype=np.uint64)
+        nt = _tail_fill(w, slow, lead, row, self.which, *self.tables.args(),  # type: ignore[call-arg]
+                        sc.ties)
+        if nt:  # about 2^-50 per sample at the protocol's settings
+            ta = self.tables
+            _tie_fill(np.asarray(words(nt), dtype=np.uint64), sc.ties[:nt], w, slow, lead,
+                      row, self.which, ta.offs, ta.sizes, ta.t_hi, ta.t_lo)
+
+    def draw(self, rng: RngLike | SecureRandom) -> np.ndarray:
+        """One vector X - Y of length ``size`` (int64), as :meth:`add_to`."""
+        out = np.zeros(self.size, dtype=np.int64)
+        self.add_to(out, rng)
+        return out
 
 
 def _tables_for(shape: float, a: float | np.ndarray, size: int) -> tuple[list, np.ndarray]:
