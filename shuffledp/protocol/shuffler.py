@@ -125,8 +125,9 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -144,11 +145,14 @@ from shuffledp.protocol.wire import (
     BatchWriter,
     Header,
     WireError,
+    _fast_records,
+    _keep_mask,
+    _record_at,
     decode_batch,
     header_mismatch,
     unpack_records,
 )
-from shuffledp.randomness import SecureRandom, secure_permutation
+from shuffledp.randomness import SecureRandom, _fisher_yates
 
 #: the first five of a header that parses are checked by
 #: :func:`shuffledp.protocol.wire.header_mismatch` (:data:`~shuffledp.protocol.wire.HEADER_REASONS`)
@@ -177,7 +181,18 @@ IGNORED_REASONS = (
 DEFAULT_MEMORY_LIMIT = 256 << 20
 _MIN_MEMORY_LIMIT = 1 << 20
 _MAX_BUCKETS = 1 << 16
-_IDX_BYTES = 4  # batch index stored next to each record in the bucket files
+_IDX_BYTES = 4  # batch index stored next to each encrypted record in the bucket files
+#: buckets hold at most about this many records on average (more buckets otherwise), so a
+#: bucket's permutation (an int64 index per record) stays within a core's cache
+_BUCKET_RECORDS = 1 << 18
+
+
+def _check_threads(workers: int | None) -> int:
+    if workers is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1 or None, got workers={workers!r}")
+    return int(workers)
 
 
 def _duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
@@ -273,29 +288,72 @@ class ShuffleReport:
 
 @numba.njit(cache=True, nogil=True)
 def _scatter_by_label(rows, tail, labels, k, out):  # pragma: no cover - compiled
-    """Counting sort of ``rows`` by bucket label into ``out`` (each row then ``tail``, the
-    batch index bytes); returns the bucket bounds (k + 1,). Stable within a bucket."""
+    """Counting sort of ``rows`` by bucket label ``labels[i] & (k - 1)`` (k a power of two)
+    into ``out`` (each row then ``tail``, the batch index bytes); returns the bucket bounds
+    (k + 1,). Stable within a bucket."""
     n, rb = rows.shape
+    msk = np.int64(k - 1)
     bounds = np.zeros(k + 1, dtype=np.int64)
     for i in range(n):
-        bounds[labels[i] + 1] += 1
+        bounds[(np.int64(labels[i]) & msk) + 1] += 1
     for b in range(k):
         bounds[b + 1] += bounds[b]
     pos = bounds[:-1].copy()
     nt = tail.size
+    slot = np.uint64(rb + nt)
+    src = rows.reshape(-1)
+    dst = out.reshape(-1)
+    if nt == 0 and rb <= 8:
+        # plaintext: read 8 bytes, write 8 bytes (the extra ones are rewritten by the next
+        # records of the same bucket), the last bytes of a bucket byte by byte
+        nf = _fast_records(src.size, rb)
+        keep = _keep_mask(rb)
+        for i in range(n):
+            lab = np.int64(labels[i]) & msk
+            p = pos[lab]
+            pos[lab] = p + 1
+            d = np.uint64(p) * slot
+            v = _record_at(src, i, rb, keep, nf)
+            if d + np.uint64(8) <= np.uint64(bounds[lab + 1]) * slot:
+                for c in range(8):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+        return bounds
     for i in range(n):
-        d = pos[labels[i]]
-        pos[labels[i]] += 1
+        lab = np.int64(labels[i]) & msk
+        d = np.uint64(pos[lab]) * slot
+        pos[lab] += 1
+        s0 = np.uint64(i) * np.uint64(rb)
         for c in range(rb):
-            out[d, c] = rows[i, c]
+            dst[d + np.uint64(c)] = src[s0 + np.uint64(c)]
         for c in range(nt):
-            out[d, rb + c] = tail[c]
+            dst[d + np.uint64(rb + c)] = tail[c]
     return bounds
 
 
 @numba.njit(cache=True, nogil=True)
 def _gather_rows(rows, perm, rb, out):  # pragma: no cover - compiled
     """out[i] = rows[perm[i], :rb] (the permuted records without their batch index)."""
+    slot = rows.shape[1]
+    if slot <= 8 and rows.shape[0] > 0:
+        # 8-byte reads and writes (each write's extra bytes are rewritten by the next one)
+        flat = rows.reshape(-1)
+        dst = out.reshape(-1)
+        nf = _fast_records(flat.size, slot)
+        keep = _keep_mask(slot)
+        end = np.uint64(dst.size)
+        for i in range(perm.size):
+            v = _record_at(flat, perm[i], slot, keep, nf)
+            d = np.uint64(i) * np.uint64(rb)
+            if d + np.uint64(8) <= end:
+                for c in range(8):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+        return
     for i in range(perm.size):
         src = perm[i]
         for c in range(rb):
@@ -303,25 +361,101 @@ def _gather_rows(rows, perm, rb, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _radix_sort_bytes(rows):  # pragma: no cover - compiled
-    """The rows (n, rb <= 8 bytes) in lexicographic byte order: an LSD radix sort, one
-    counting pass per byte from the last to the first (stable), O(n rb)."""
-    n, rb = rows.shape
-    a = rows.copy()
-    b = np.empty_like(a)
-    for c in range(rb - 1, -1, -1):
-        cnt = np.zeros(257, dtype=np.int64)
+def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - compiled
+    """Validate plaintext records and write them in canonical order.
+
+    ``body`` holds the records (``rb`` bytes each, little-endian integers
+    ``(a << share_bits) | w``). Returns 0 if every share is < q, every coordinate < m and every
+    coordinate occurs exactly r times; else 1 (a share >= q), 2 (a coordinate >= m) or 3
+    (incomplete), in that precedence. On 0, ``canon`` (r m,) holds the shares of coordinate
+    0 in ascending order, then those of coordinate 1, ...: the records in ascending numeric
+    order, a function of the multiset of records only. Pass 1 checks and counts; pass 2
+    places each share at its coordinate's slot: block by block of coordinates when the
+    records come as the encoder writes them (record i at coordinate i mod m, so the writes
+    stay in cache), else in input order; each coordinate's r shares are then sorted.
+    """
+    n = body.size // rb
+    nf = _fast_records(body.size, rb)
+    keep = _keep_mask(rb)
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    cnt = np.zeros(m, dtype=np.int64)
+    bad_share = False
+    bad_coord = False
+    row_major = n == r * m
+    a_expect = 0
+    for i in range(n):
+        v = _record_at(body, i, rb, keep, nf)
+        a = np.int64(v >> sb)
+        if np.int64(v & mask) >= q:
+            bad_share = True
+        if a >= m:
+            bad_coord = True
+            continue
+        cnt[a] += 1
+        if a != a_expect:
+            row_major = False
+        a_expect += 1
+        if a_expect == m:
+            a_expect = 0
+    if bad_share:
+        return 1
+    if bad_coord:
+        return 2
+    if n != r * m:
+        return 3
+    for a in range(m):
+        if cnt[a] != r:
+            return 3
+    if row_major:
+        block = 2048
+        for c0 in range(0, m, block):
+            c1 = min(m, c0 + block)
+            for j in range(r):
+                for a in range(c0, c1):
+                    canon[a * r + j] = _record_at(body, j * m + a, rb, keep, nf) & mask
+            _sort_groups(canon, c0, c1, r)
+    else:
+        cnt[:] = 0
         for i in range(n):
-            cnt[a[i, c] + 1] += 1
-        for d in range(256):
-            cnt[d + 1] += cnt[d]
-        for i in range(n):
-            d = cnt[a[i, c]]
-            cnt[a[i, c]] += 1
-            for k in range(rb):
-                b[d, k] = a[i, k]
-        a, b = b, a
-    return a
+            v = _record_at(body, i, rb, keep, nf)
+            a = np.int64(v >> sb)
+            canon[a * r + cnt[a]] = v & mask
+            cnt[a] += 1
+        _sort_groups(canon, 0, m, r)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_groups(canon, c0, c1, r):  # pragma: no cover - compiled
+    """Sort each coordinate's r shares, coordinates c0..c1-1, by rank: share i goes to
+    position #{j : (w_j, j) < (w_i, i)} (branch-free, O(r^2) per coordinate, r is small)."""
+    key = np.empty(r, dtype=np.uint64)
+    for a in range(c0, c1):
+        lo = a * r
+        for i in range(r):
+            key[i] = (np.uint64(canon[lo + i]) << np.uint64(32)) | np.uint64(i)
+        for i in range(r):
+            k = key[i]
+            c = 0
+            for j in range(r):
+                c += key[j] < k
+            canon[lo + c] = np.uint32(k >> np.uint64(32))
+
+
+_PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "incomplete"}
+
+
+def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
+    """(rows uniformly permuted without their batch index, rows, perm, 0), or, when the words
+    run out first (more Lemire rejections than provided for), (None, rows, perm, position)."""
+    perm = np.arange(rows.shape[0], dtype=np.int64)
+    i = int(_fisher_yates(perm, rows.shape[0] - 1, words)) if rows.shape[0] > 1 else 0
+    if i > 0:
+        return None, rows, perm, i
+    out = np.empty((rows.shape[0], rb), dtype=np.uint8)
+    _gather_rows(rows, perm, rb, out)
+    return out, rows, perm, 0
 
 
 class _Buckets:
@@ -403,6 +537,10 @@ class Shuffler:
     memory_limit : int
         Approximate bound, in bytes, on the memory the shuffler's data takes (default
         256 MiB; the interpreter and libraries come on top).
+    workers : int, optional
+        Threads that permute buckets in :meth:`mix_to` (default: every core); the random
+        words are drawn from ``source`` in bucket order, so the mixed batch for a given
+        source is the same for every value.
     """
 
     def __init__(
@@ -414,6 +552,7 @@ class Shuffler:
         mac_key: bytes | None = None,
         workdir: str | None = None,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        workers: int | None = None,
     ) -> None:
         if not isinstance(params, ProtocolParams):
             raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
@@ -433,11 +572,15 @@ class Shuffler:
         self.mac_key = mac_key
         self.report = ShuffleReport()
         self._rb = encrypted_record_bytes(params) if encrypted else params.record_bytes
-        self._slot = self._rb + _IDX_BYTES
-        expected = params.n * params.messages_per_user * self._slot
+        # the batch index next to each record serves the copied-record check only
+        self._slot = self._rb + (_IDX_BYTES if self.encrypted else 0)
+        n_expected = params.n * params.messages_per_user
+        expected = n_expected * self._slot
         k = 1
-        while k * (int(memory_limit) // 8) < expected and k < _MAX_BUCKETS:
+        while ((k * (int(memory_limit) // 8) < expected or k * _BUCKET_RECORDS < n_expected)
+               and k < _MAX_BUCKETS):
             k *= 2
+        self.workers = _check_threads(workers)
         self._buckets = _Buckets(k, int(memory_limit) // 4, workdir)
         self._sip_key = self.source.bytes(16)
         self._batch_hashes: set[bytes] = set()
@@ -462,41 +605,63 @@ class Shuffler:
 
     def _validate(self, data: bytes) -> tuple[str | None, np.ndarray | None]:
         """(reason, records as 2D uint8 rows); reason None when the batch is acceptable."""
+        reason, rows, _ = self.inspect(data)
+        return reason, rows
+
+    def inspect(self, data: bytes) -> tuple[str | None, np.ndarray | None, bytes | None]:
+        """Check one user's batch without changing the shuffler: (reason, rows, fingerprint).
+
+        ``reason`` is None when the batch is acceptable so far (every check of
+        :meth:`submit` that does not depend on earlier batches), else one of
+        :data:`REJECT_REASONS`; ``rows`` are then its records (2D uint8) and ``fingerprint``
+        the order-free digest :meth:`submit` compares with accepted batches. Reads only the
+        parameters, so several threads may inspect batches at once; hand the result to
+        :meth:`submit` (``inspected=``) to accept the batch.
+        """
         p = self.params
         try:
             h = Header.unpack(bytes(data[:HEADER_SIZE]))
         except WireError:
-            return "malformed", None
+            return "malformed", None, None
         bad = header_mismatch(p, h, KIND_USER_ENC if self.encrypted else KIND_USER)
         if bad is not None:  # wrong_digest, wrong_kind, wrong_record_size, incomplete
-            return bad.reason, None
+            return bad.reason, None, None
         if len(data) < h.total_bytes:
-            return "truncated", None
+            return "truncated", None, None
         if len(data) != h.total_bytes:
-            return "malformed", None
+            return "malformed", None, None
         rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
-        if self.encrypted:
-            coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
-        else:
-            _, rec = decode_batch(data)
-            v = unpack_records(rec, self._rb).astype(np.uint64)
-            coords = (v >> np.uint64(p.share_bits)).astype(np.int64)
-            if v.size and (v & np.uint64((1 << p.share_bits) - 1)).max() >= p.q:
-                return "share_out_of_range", None
+        if not self.encrypted:
+            code, canon = self._canonical(rows)
+            if code:
+                return _PLAIN_REASONS[code], None, None
+            return None, rows, hashlib.sha256(canon).digest()
+        coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
-            return "coordinate_out_of_range", None
+            return "coordinate_out_of_range", None, None
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
-            return "incomplete", None
-        if self.encrypted and _duplicate_groups(rows[:, 4:36]):
-            return "duplicate_record", None
-        return None, rows
+            return "incomplete", None, None
+        if _duplicate_groups(rows[:, 4:36]):
+            return "duplicate_record", None, None
+        return None, rows, self._fingerprint(rows)
 
-    def submit(self, data: bytes, sender: Hashable | None = None) -> bool:
+    def _canonical(self, rows: np.ndarray) -> tuple[int, np.ndarray]:
+        """(check code of :func:`_check_plain`, the plaintext records in canonical order)."""
+        p = self.params
+        canon = np.empty(p.r * p.m, dtype=np.uint32)  # shares < q <= 2^32
+        body = np.ascontiguousarray(rows).reshape(-1)
+        return int(_check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r, canon)), canon
+
+    def submit(self, data: bytes, sender: Hashable | None = None, *,
+               inspected: tuple[str | None, np.ndarray | None, bytes | None] | None = None,
+               ) -> bool:
         """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
 
         ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
         batch from a sender already accepted; a sender whose batch was rejected may submit
-        again. It is forgotten once the batch is mixed.
+        again. It is forgotten once the batch is mixed. ``inspected`` is what
+        :meth:`inspect` returned for exactly these ``data`` (e.g. computed on another
+        thread); without it the batch is inspected here.
         """
         if self._mixed:
             raise RuntimeError("this Shuffler has already mixed; make a new one per round")
@@ -504,10 +669,9 @@ class Shuffler:
             raise TypeError(f"data must be bytes, got {type(data).__name__}")
         if sender is not None and sender in self._accepted:
             return self._fail(sender, "duplicate_sender")
-        reason, rows = self._validate(data)
-        if reason is not None or rows is None:
+        reason, rows, fingerprint = self.inspect(data) if inspected is None else inspected
+        if reason is not None or rows is None or fingerprint is None:
             return self._fail(sender, reason or "malformed")
-        fingerprint = self._fingerprint(rows)
         if fingerprint in self._batch_hashes:
             return self._fail(sender, "replayed_batch")
         if self._n_accepted >= self.params.n:
@@ -523,35 +687,40 @@ class Shuffler:
                 self.report.n_failed_users -= 1
         return True
 
-    @staticmethod
-    def _fingerprint(rows: np.ndarray) -> bytes:
+    def _fingerprint(self, rows: np.ndarray) -> bytes:
         """SHA-256 of the batch's records in sorted order: the same for any reordering.
 
         A copy of an accepted batch with its records permuted is thus a replay, refused on
         arrival (before it can take one of the n places); two honest batches never share an
         encrypted record (fresh ephemeral keys), and two plaintext ones hold the same
-        multiset of r m uniform shares with negligible probability.
+        multiset of r m uniform shares with negligible probability. Plaintext records are
+        put in ascending numeric order (coordinate, then share) without a comparison sort:
+        a batch that passed the checks holds exactly r records per coordinate, so a counting
+        placement by coordinate and a sort of each coordinate's r shares give that order in
+        O(r m) (:func:`_check_plain`); encrypted records are sorted as byte strings.
         """
+        if not self.encrypted:
+            code, canon = self._canonical(rows)
+            if code:
+                raise ValueError(f"rows are not a valid plaintext batch ({_PLAIN_REASONS[code]})")
+            return hashlib.sha256(canon).digest()
         rb = rows.shape[1]
-        if rb <= 8:
-            # a radix sort in lexicographic byte order: the same bytes hashed as numpy's sort
-            # of void records, O(n rb) instead of a comparison sort of n byte strings
-            srt = _radix_sort_bytes(np.ascontiguousarray(rows, dtype=np.uint8))
-            return hashlib.sha256(srt.tobytes()).digest()
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()
 
     def _labels(self, rows: np.ndarray) -> np.ndarray:
-        mask = np.uint64(self.n_buckets - 1)
+        """Bucket labels (only their low log2 k bits are used): SipHash of the ephemeral key
+        of an encrypted record, a uniform word from ``source`` for a plaintext one."""
         if self.encrypted:
-            return (siphash24(self._sip_key, rows[:, 4:36]) & mask).astype(np.int64)
-        return (self.source.uint32(rows.shape[0]).astype(np.uint64) & mask).astype(np.int64)
+            return siphash24(self._sip_key, rows[:, 4:36])
+        return self.source.uint32(rows.shape[0])
 
     def _bucket(self, rows: np.ndarray, index: int) -> None:
-        tail = np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
+        tail = (np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
+                if self.encrypted else np.zeros(0, dtype=np.uint8))
         b = self._buckets
         labels = (self._labels(rows) if b.k > 1
-                  else np.zeros(rows.shape[0], dtype=np.int64))
+                  else np.zeros(rows.shape[0], dtype=np.uint32))
         slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
         bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, b.k, slots)
         for i in np.flatnonzero(np.diff(bounds)):
@@ -631,19 +800,36 @@ class Shuffler:
             h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
                        rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
             bad_arr = np.fromiter(bad, dtype=np.uint32, count=len(bad))
-            with BatchWriter(f, h, self.mac_key) as w:
+            with BatchWriter(f, h, self.mac_key) as w, \
+                    ThreadPoolExecutor(self.workers) as ex:
+                pending: deque = deque()
                 for i in range(self.n_buckets):
                     rows = self._rows(self._buckets.load(i, release=True))
                     if bad_arr.size:
                         rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
-                    perm = secure_permutation(rows.shape[0], self.source)
-                    out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
-                    _gather_rows(rows, perm, self._rb, out)
-                    w.write(out.tobytes())
-                    del rows, perm, out
+                    # the words are drawn here, in bucket order: the output for a given
+                    # source does not depend on the threads
+                    n = rows.shape[0]
+                    words = self.source.uint32(n + 64 + (n * n >> 31))
+                    pending.append(ex.submit(_permute_bucket, rows, words, self._rb))
+                    if len(pending) > self.workers:
+                        w.write(self._finish(*pending.popleft().result()))
+                while pending:
+                    w.write(self._finish(*pending.popleft().result()))
             return w.header
         finally:
             self.close()
+
+    def _finish(self, out: np.ndarray | None, rows: np.ndarray, perm: np.ndarray,
+                i: int) -> memoryview:
+        """The permuted bucket: ``out``, or, if the words ran out at position i, the
+        Fisher-Yates continued from ``source`` and the rows gathered here."""
+        if out is None:
+            while i > 0:
+                i = int(_fisher_yates(perm, i, self.source.uint32(i + 64)))
+            out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
+            _gather_rows(rows, perm, self._rb, out)
+        return out.reshape(-1).data
 
     def mix(self) -> tuple[Header, np.ndarray]:
         """In-memory :meth:`mix_to` for small runs: returns (header, records).

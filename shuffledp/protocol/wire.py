@@ -106,6 +106,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING
 
+import numba
 import numpy as np
 
 if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
@@ -414,6 +415,45 @@ def check_header(params: ProtocolParams, header: Header, kind: int, *,
     return header
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _record_at(body, i, rb, keep, n_fast):  # pragma: no cover - compiled
+    """Record i of ``body`` (uint8, ``rb``-byte little-endian records) as a uint64.
+
+    Records below ``n_fast`` (:func:`_fast_records`) are read as 8 bytes and masked with
+    ``keep`` (:func:`_keep_mask`; unsigned indices, so the compiler merges the byte loads),
+    the last few byte by byte.
+    """
+    if i < n_fast:
+        b = np.uint64(i) * np.uint64(rb)
+        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
+        return v & keep
+    v = np.uint64(0)
+    for c in range(rb):
+        v |= np.uint64(body[i * rb + c]) << np.uint64(c << 3)
+    return v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fast_records(nbytes, rb):  # pragma: no cover - compiled
+    """How many leading ``rb``-byte records of ``nbytes`` bytes have 8 bytes from their start."""
+    n = nbytes // rb
+    return min(n, (nbytes - 8) // rb + 1) if nbytes >= 8 else 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _keep_mask(rb):  # pragma: no cover - compiled
+    """The low ``rb`` bytes of a uint64 (1 <= rb <= 8)."""
+    if rb >= 8:
+        return np.uint64(0xFFFFFFFFFFFFFFFF)
+    return (np.uint64(1) << np.uint64(8 * rb)) - np.uint64(1)
+
+
 def _record_dtype(record_bytes: int) -> np.dtype:
     """numpy dtype of a raw record: little-endian uint32/uint64, else ``record_bytes`` raw bytes."""
     if record_bytes == 4:
@@ -560,14 +600,85 @@ def unpack_bits(data: bytes | memoryview | np.ndarray, bits: int, count: int) ->
     return np.packbits(mat, axis=1, bitorder="little").view("<u8").ravel().astype(np.uint64)
 
 
-def _body(records: np.ndarray | bytes, record_bytes: int, packed: bool = False) -> bytes:
+def _body(records: np.ndarray | bytes | memoryview, record_bytes: int,
+          packed: bool = False) -> bytes | memoryview:
     if isinstance(records, np.ndarray):
         if records.dtype.kind in "ui":
             if packed:
                 return pack_bits(records, record_bytes)
             return _pack_records(records, record_bytes).tobytes()
         return records.tobytes()
+    if isinstance(records, memoryview):  # raw bytes, written without a copy
+        return records.cast("B") if records.format != "B" or records.ndim != 1 else records
     return bytes(records)
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_share_records(shares, share_bits, rb, out):  # pragma: no cover - compiled
+    """out[HEADER_SIZE:] = the records (a << share_bits) | shares[j, a], j-major, ``rb`` bytes
+    little-endian each; returns the largest share (the caller checks it is < q)."""
+    r, m = shares.shape
+    top = np.uint64(0)
+    end = np.uint64(out.size)
+    pos = np.uint64(HEADER_SIZE)
+    urb = np.uint64(rb)
+    for j in range(r):
+        for a in range(m):
+            w = np.uint64(shares[j, a])
+            if w > top:
+                top = w
+            v = (np.uint64(a) << np.uint64(share_bits)) | w
+            if pos + np.uint64(8) <= end:  # 8 bytes; the next record overwrites the extra ones
+                for c in range(8):
+                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            pos += urb
+    return top
+
+
+def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
+    """One user's plaintext batch (kind 1) straight from its shares, in one pass.
+
+    The same bytes as ``encode_batch(Header(KIND_USER, ...), messages(params, shares))``
+    (:func:`shuffledp.encoders.encoder.messages`: record ``(a << share_bits) | w`` for
+    every row of shares in turn, each ``record_bytes`` bytes little-endian), without the
+    intermediate message array.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), unsigned integers < q (:func:`~shuffledp.encoders.encoder.encode_shares`).
+
+    Returns
+    -------
+    bytes
+        The user batch: header, then r m records.
+
+    Raises
+    ------
+    ValueError
+        If ``shares`` has another shape, is not integer or holds a share >= q.
+    """
+    s = np.asarray(shares)
+    if s.shape != (params.r, params.m):
+        raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got "
+                         f"shares.shape={s.shape}")
+    if s.dtype.kind not in "ui":
+        raise ValueError(f"shares must be integers, got shares.dtype={s.dtype}")
+    h = Header(KIND_USER, params.record_bytes, params.digest, params.messages_per_user)
+    out = np.empty(h.total_bytes, dtype=np.uint8)
+    if s.dtype.kind == "i" and s.size and int(s.min()) < 0:
+        raise ValueError(f"shares must be in [0, q), got a share {int(s.min())}")
+    top = int(_write_share_records(np.ascontiguousarray(s), params.share_bits,
+                                   params.record_bytes, out))
+    if s.size and top >= params.q:
+        raise ValueError(f"shares must be in [0, q = {params.q}), got a share {top}")
+    out[:HEADER_SIZE] = np.frombuffer(h.pack(), dtype=np.uint8)
+    return out.tobytes()
 
 
 def _check_mac_key(mac_key: bytes | None) -> bytes | None:
@@ -825,7 +936,7 @@ class BatchWriter:
             self._tag.update(head)
         f.write(head)
 
-    def _emit(self, body: bytes) -> None:
+    def _emit(self, body: bytes | memoryview) -> None:
         if self._tag is not None:
             self._tag.update(body)
         self._f.write(body)
@@ -842,8 +953,9 @@ class BatchWriter:
         self._emit(pack_bits(allv[:cut], self.header.record_bytes))
         self._pending = allv[cut:]
 
-    def write(self, records: np.ndarray | bytes) -> None:
-        """Append records: integers (packed here), raw records, or raw bytes.
+    def write(self, records: np.ndarray | bytes | memoryview) -> None:
+        """Append records: integers (packed here), raw records, or raw bytes (a C-contiguous
+        memoryview is written without a copy).
 
         A bit-packed batch takes integer arrays only (any sizes; whole groups of 8 records
         are written at once, the rest on :meth:`close`).
