@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import tempfile
+import queue
 import threading
 import time
 from collections import deque
@@ -48,13 +48,23 @@ from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
-from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
+from shuffledp.protocol.crypto import (
+    encrypted_record_bytes,
+    generate_analyzer_key,
+    generate_mac_key,
+    public_bytes,
+)
 from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
-from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Inspection, Shuffler
+from shuffledp.protocol.wire import frame_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
+
+
+#: a wire round whose records take at most this many bytes is shuffled in memory
+_IN_MEMORY_BYTES = 1 << 30
 
 
 def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
@@ -247,9 +257,28 @@ def user_batches(
 
     def one(j: int) -> bytes:
         sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
+        if analyzer_public is None:
+            return frame_shares(params, sh)  # = frame_messages(params, messages(params, sh))
         return frame_messages(params, messages(params, sh), analyzer_public)
 
     yield from _ordered_map(one, ids, k)
+
+
+def _inspected_batches(rnd: _Round, shuffler: Shuffler) -> Iterator[tuple[bytes, Inspection]]:
+    """Plaintext user batches with the shuffler's :meth:`~Shuffler.inspect` of each (checks,
+    fingerprint, records spread over the buckets with labels from the thread's secure
+    generator), done on the encoder threads and yielded in order: what is left for the
+    shuffler per batch is its bookkeeping."""
+    params, users, streams = rnd.params, rnd.users, rnd.streams
+    get_src = _thread_source()
+
+    def one(j: int) -> tuple[bytes, Inspection]:
+        src = get_src()
+        data = frame_shares(params, encode_shares(params, users, np.array([j]), streams,
+                                                  src)[0])
+        return data, shuffler.inspect(data, source=src)
+
+    yield from _ordered_map(one, (int(j) for j in rnd.participants), rnd.workers)
 
 
 _BATCH_STATE: dict = {}
@@ -577,27 +606,100 @@ def deployment_heatmap(
                     "deployment", timings)
 
 
+class _Pipe:
+    """A one-writer, one-reader byte stream between two threads (bounded queue of chunks):
+    the shuffler writes the mixed batch while the analyzer reads it, so nothing holds the
+    whole batch. ``write`` keeps a reference to each chunk (the shuffler never reuses them)."""
+
+    def __init__(self, max_chunks: int = 8) -> None:
+        self._q: queue.Queue = queue.Queue(max_chunks)
+        self._head = memoryview(b"")
+        self._eof = False
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        if view.nbytes:
+            self._q.put(view)
+        return view.nbytes
+
+    def close(self) -> None:
+        self._q.put(None)
+
+    def _next(self) -> bool:
+        if self._eof:
+            return False
+        item = self._q.get()
+        if item is None:
+            self._eof = True
+            return False
+        self._head = item
+        return True
+
+    def read(self, n: int = -1) -> bytes | memoryview:
+        """The next ``n`` bytes (fewer at the end): bytes up to 64, else a memoryview."""
+        if n < 0:
+            raise ValueError(f"a _Pipe reads bounded chunks only, got n={n}")
+        if not self._head.nbytes:
+            self._next()
+        if self._head.nbytes >= n:
+            out, self._head = self._head[:n], self._head[n:]
+        else:
+            buf = bytearray()
+            while len(buf) < n and (self._head.nbytes or self._next()):
+                take = self._head[: n - len(buf)]
+                buf += take
+                self._head = self._head[take.nbytes :]
+            out = memoryview(buf)
+        return bytes(out) if out.nbytes <= 64 else out
+
+
 def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
-    """Users -> shuffler (streaming, to a spooled file) -> analyzer; (MixedBatchResult, report)."""
+    """Users -> shuffler -> analyzer; (MixedBatchResult, report).
+
+    The shuffler keeps the round in memory when its records take at most
+    :data:`_IN_MEMORY_BYTES` (else it spills to bucket files within its default memory
+    limit); it writes the mixed batch on one thread while the analyzer reads, verifies and
+    sums it on this one (:class:`_Pipe`).
+    """
     params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
     key = generate_analyzer_key() if encrypt else None
     mac_key = generate_mac_key()
-    batches = user_batches(params, users, rnd.participants, rnd.streams, None,
-                           public_bytes(key) if key else None, workers=rnd.workers)
-    with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key) as s, \
-            tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
-        for k, data in enumerate(batches):
-            s.submit(data, sender=k)
+    size = params.n * params.messages_per_user * (
+        encrypted_record_bytes(params) if encrypt else params.record_bytes)
+    limit = 8 * size if size <= _IN_MEMORY_BYTES else DEFAULT_MEMORY_LIMIT
+    with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key,
+                  workers=rnd.workers, memory_limit=max(limit, DEFAULT_MEMORY_LIMIT)) as s:
+        if encrypt:
+            batches = user_batches(params, users, rnd.participants, rnd.streams, None,
+                                   public_bytes(key) if key else None, workers=rnd.workers)
+            for k, data in enumerate(batches):
+                s.submit(data, sender=k)
+        else:
+            for k, (data, seen) in enumerate(_inspected_batches(rnd, s)):
+                s.submit(data, sender=k, inspected=seen)
         s.missing(users.n_users - s.n_users_seen)
-        s.mix_to(f)
-        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+        timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        f.seek(0)
-        # a SpooledTemporaryFile is a binary file, but typeshed does not declare it a BinaryIO
-        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
-                               workers=rnd.workers)
-        timings["analyzer_seconds"] = time.perf_counter() - t1
+        pipe = _Pipe()
+
+        def mix() -> None:
+            try:
+                s.mix_to(cast(BinaryIO, pipe))
+            finally:
+                pipe.close()
+
+        with ThreadPoolExecutor(1) as ex:
+            mixing = ex.submit(mix)
+            try:
+                res = accumulate_mixed(params, cast(BinaryIO, pipe), key=key, mac_key=mac_key,
+                                       workers=rnd.workers)
+            finally:
+                while not mixing.done():  # unblock the writer if the reader stopped early
+                    pipe._next()
+            mixing.result()
+        timings["mix_and_analyze_seconds"] = time.perf_counter() - t1
+        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
     return res, s.report
 
 

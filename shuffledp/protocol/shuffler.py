@@ -458,14 +458,42 @@ def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
     return out, rows, perm, 0
 
 
+@dataclass(frozen=True)
+class Inspection:
+    """What :meth:`Shuffler.inspect` found in one user's batch.
+
+    Attributes
+    ----------
+    reason : str or None
+        None if the batch passed every check that does not depend on earlier batches, else
+        one of :data:`REJECT_REASONS`.
+    rows : numpy.ndarray or None
+        The records (2D uint8, one row each) of a batch that passed.
+    fingerprint : bytes or None
+        Its order-free digest (:meth:`Shuffler._fingerprint`).
+    spread : tuple of numpy.ndarray, optional
+        (slots, bounds): a plaintext batch's records already grouped by bucket label.
+    """
+
+    reason: str | None
+    rows: np.ndarray | None = None
+    fingerprint: bytes | None = None
+    spread: tuple[np.ndarray, np.ndarray] | None = None
+
+
 class _Buckets:
-    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files."""
+    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files.
+
+    A bucket's buffer is a list of the chunks appended (read-only views the caller no longer
+    writes to), so appending copies nothing; :meth:`load` assembles a bucket in one copy.
+    """
 
     def __init__(self, k: int, flush_bytes: int, workdir: str | None) -> None:
         self.k = k
         self.flush_bytes = flush_bytes
         self.workdir = workdir
-        self.buffers = [bytearray() for _ in range(k)]
+        self.buffers: list[list[memoryview]] = [[] for _ in range(k)]
+        self.sizes = [0] * k
         self.buffered = 0
         self.dir: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
@@ -476,8 +504,11 @@ class _Buckets:
         return os.path.join(self.dir, f"bucket{i:05d}")
 
     def append(self, i: int, data: bytes | memoryview) -> None:
-        self.buffers[i] += data
-        self.buffered += len(data)
+        """Append ``data`` to bucket i (kept by reference: it must not change afterwards)."""
+        view = memoryview(data).cast("B")
+        self.buffers[i].append(view)
+        self.sizes[i] += view.nbytes
+        self.buffered += view.nbytes
 
     def maybe_flush(self) -> None:
         if self.buffered < self.flush_bytes:
@@ -485,32 +516,39 @@ class _Buckets:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="shuffledp-", dir=self.workdir)
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
-        for i, buf in enumerate(self.buffers):
-            if buf:
+        for i, chunks in enumerate(self.buffers):
+            if chunks:
                 with open(self._path(i), "ab") as fh:
-                    fh.write(buf)
-                self.buffers[i] = bytearray()
+                    fh.writelines(chunks)
+                self.buffers[i] = []
+                self.sizes[i] = 0
         self.buffered = 0
 
     def load(self, i: int, release: bool = False) -> bytearray:
         """Whole content of bucket i (file part then buffer); ``release`` frees it."""
         path = self._path(i) if self.dir is not None else None
         size = os.path.getsize(path) if path is not None and os.path.exists(path) else 0
-        out = bytearray(size + len(self.buffers[i]))
+        out = bytearray(size + self.sizes[i])
+        view = memoryview(out)
         if path is not None and size:
             with open(path, "rb", buffering=0) as fh:
-                if fh.readinto(memoryview(out)[:size]) != size:
+                if fh.readinto(view[:size]) != size:
                     raise OSError(f"short read of shuffler bucket file {path}")
-        out[size:] = self.buffers[i]
+        at = size
+        for c in self.buffers[i]:
+            view[at : at + c.nbytes] = c
+            at += c.nbytes
         if release:
-            self.buffered -= len(self.buffers[i])
-            self.buffers[i] = bytearray()
+            self.buffered -= self.sizes[i]
+            self.buffers[i] = []
+            self.sizes[i] = 0
             if path is not None and size:
                 os.remove(path)
         return out
 
     def close(self) -> None:
-        self.buffers = [bytearray() for _ in range(self.k)]
+        self.buffers = [[] for _ in range(self.k)]
+        self.sizes = [0] * self.k
         if self._cleanup is not None:
             self._cleanup()
 
@@ -605,45 +643,48 @@ class Shuffler:
 
     def _validate(self, data: bytes) -> tuple[str | None, np.ndarray | None]:
         """(reason, records as 2D uint8 rows); reason None when the batch is acceptable."""
-        reason, rows, _ = self.inspect(data)
-        return reason, rows
+        seen = self.inspect(data)
+        return seen.reason, seen.rows
 
-    def inspect(self, data: bytes) -> tuple[str | None, np.ndarray | None, bytes | None]:
-        """Check one user's batch without changing the shuffler: (reason, rows, fingerprint).
+    def inspect(self, data: bytes, source: SecureRandom | None = None) -> Inspection:
+        """Check one user's batch without changing the shuffler (:class:`Inspection`).
 
-        ``reason`` is None when the batch is acceptable so far (every check of
-        :meth:`submit` that does not depend on earlier batches), else one of
-        :data:`REJECT_REASONS`; ``rows`` are then its records (2D uint8) and ``fingerprint``
-        the order-free digest :meth:`submit` compares with accepted batches. Reads only the
+        Every check of :meth:`submit` that does not depend on earlier batches, and the
+        order-free fingerprint :meth:`submit` compares with accepted batches. With
+        ``source`` (a secure generator this caller uses alone), a plaintext batch's records
+        are also spread over the buckets here, labels drawn from ``source`` (i.i.d. uniform
+        like those :meth:`submit` draws from the shuffler's own source). Reads only the
         parameters, so several threads may inspect batches at once; hand the result to
-        :meth:`submit` (``inspected=``) to accept the batch.
+        :meth:`submit` (``inspected=``) with the same ``data`` to accept the batch.
         """
         p = self.params
         try:
             h = Header.unpack(bytes(data[:HEADER_SIZE]))
         except WireError:
-            return "malformed", None, None
+            return Inspection("malformed")
         bad = header_mismatch(p, h, KIND_USER_ENC if self.encrypted else KIND_USER)
         if bad is not None:  # wrong_digest, wrong_kind, wrong_record_size, incomplete
-            return bad.reason, None, None
+            return Inspection(bad.reason)
         if len(data) < h.total_bytes:
-            return "truncated", None, None
+            return Inspection("truncated")
         if len(data) != h.total_bytes:
-            return "malformed", None, None
+            return Inspection("malformed")
         rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
         if not self.encrypted:
             code, canon = self._canonical(rows)
             if code:
-                return _PLAIN_REASONS[code], None, None
-            return None, rows, hashlib.sha256(canon).digest()
+                return Inspection(_PLAIN_REASONS[code])
+            spread = None if source is None else self._scatter(rows,
+                                                                self._draw_labels(rows, source))
+            return Inspection(None, rows, hashlib.sha256(canon).digest(), spread)
         coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
-            return "coordinate_out_of_range", None, None
+            return Inspection("coordinate_out_of_range")
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
-            return "incomplete", None, None
+            return Inspection("incomplete")
         if _duplicate_groups(rows[:, 4:36]):
-            return "duplicate_record", None, None
-        return None, rows, self._fingerprint(rows)
+            return Inspection("duplicate_record")
+        return Inspection(None, rows, self._fingerprint(rows))
 
     def _canonical(self, rows: np.ndarray) -> tuple[int, np.ndarray]:
         """(check code of :func:`_check_plain`, the plaintext records in canonical order)."""
@@ -653,8 +694,7 @@ class Shuffler:
         return int(_check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r, canon)), canon
 
     def submit(self, data: bytes, sender: Hashable | None = None, *,
-               inspected: tuple[str | None, np.ndarray | None, bytes | None] | None = None,
-               ) -> bool:
+               inspected: Inspection | None = None) -> bool:
         """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
 
         ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
@@ -669,15 +709,16 @@ class Shuffler:
             raise TypeError(f"data must be bytes, got {type(data).__name__}")
         if sender is not None and sender in self._accepted:
             return self._fail(sender, "duplicate_sender")
-        reason, rows, fingerprint = self.inspect(data) if inspected is None else inspected
-        if reason is not None or rows is None or fingerprint is None:
-            return self._fail(sender, reason or "malformed")
+        seen = self.inspect(data) if inspected is None else inspected
+        rows, fingerprint = seen.rows, seen.fingerprint
+        if seen.reason is not None or rows is None or fingerprint is None:
+            return self._fail(sender, seen.reason or "malformed")
         if fingerprint in self._batch_hashes:
             return self._fail(sender, "replayed_batch")
         if self._n_accepted >= self.params.n:
             return self._fail(sender, "over_capacity")
         self._batch_hashes.add(fingerprint)
-        self._bucket(rows, self._n_accepted)
+        self._bucket(rows, self._n_accepted, seen.spread)
         self._n_accepted += 1
         self.report.n_forwarded += 1
         if sender is not None:
@@ -708,21 +749,31 @@ class Shuffler:
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()
 
-    def _labels(self, rows: np.ndarray) -> np.ndarray:
+    def _draw_labels(self, rows: np.ndarray, source: SecureRandom | None = None) -> np.ndarray:
         """Bucket labels (only their low log2 k bits are used): SipHash of the ephemeral key
-        of an encrypted record, a uniform word from ``source`` for a plaintext one."""
+        of an encrypted record, a uniform word from ``source`` (default: the shuffler's) for
+        a plaintext one; all 0 when there is one bucket."""
+        if self._buckets.k == 1:
+            return np.zeros(rows.shape[0], dtype=np.uint32)
         if self.encrypted:
             return siphash24(self._sip_key, rows[:, 4:36])
-        return self.source.uint32(rows.shape[0])
+        return (source or self.source).uint32(rows.shape[0])
 
-    def _bucket(self, rows: np.ndarray, index: int) -> None:
+    def _scatter(self, rows: np.ndarray, labels: np.ndarray,
+                 index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, bounds): the rows (then the batch index, encrypted only) grouped by bucket."""
         tail = (np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
                 if self.encrypted else np.zeros(0, dtype=np.uint8))
-        b = self._buckets
-        labels = (self._labels(rows) if b.k > 1
-                  else np.zeros(rows.shape[0], dtype=np.uint32))
         slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
-        bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, b.k, slots)
+        bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, self._buckets.k,
+                                   slots)
+        return slots, bounds
+
+    def _bucket(self, rows: np.ndarray, index: int,
+                spread: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        b = self._buckets
+        slots, bounds = (spread if spread is not None
+                         else self._scatter(rows, self._draw_labels(rows), index))
         for i in np.flatnonzero(np.diff(bounds)):
             b.append(int(i), slots[bounds[i] : bounds[i + 1]].data.cast("B"))
         b.maybe_flush()
