@@ -65,6 +65,8 @@ from shuffledp.users import UserDistributions
 
 #: a wire round whose records take at most this many bytes is shuffled in memory
 _IN_MEMORY_BYTES = 1 << 30
+#: users encoded per call on the plaintext wire path
+_USERS_PER_CALL = 4
 
 
 def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
@@ -271,14 +273,20 @@ def _inspected_batches(rnd: _Round, shuffler: Shuffler) -> Iterator[tuple[bytes,
     shuffler per batch is its bookkeeping."""
     params, users, streams = rnd.params, rnd.users, rnd.streams
     get_src = _thread_source()
+    # a few users per encoder call: the call's set-up (the noise tables) is shared by them
+    per = max(1, min(_USERS_PER_CALL, -(-rnd.participants.size // (2 * rnd.workers))))
 
-    def one(j: int) -> tuple[bytes, Inspection]:
+    def some(sel: np.ndarray) -> list[tuple[bytes, Inspection]]:
         src = get_src()
-        data = frame_shares(params, encode_shares(params, users, np.array([j]), streams,
-                                                  src)[0])
-        return data, shuffler.inspect(data, source=src)
+        out = []
+        for sh in encode_shares(params, users, sel, streams, src):
+            data = frame_shares(params, sh)
+            out.append((data, shuffler.inspect(data, source=src)))
+        return out
 
-    yield from _ordered_map(one, (int(j) for j in rnd.participants), rnd.workers)
+    sels = [rnd.participants[i : i + per] for i in range(0, rnd.participants.size, per)]
+    for part in _ordered_map(some, sels, rnd.workers):
+        yield from part
 
 
 _BATCH_STATE: dict = {}
