@@ -780,15 +780,18 @@ def accumulate_mixed(
         h = read_header(fh)
         check_header(params, h, KIND_MIXED if k is None else KIND_MIXED_ENC)
         acc = ModularAccumulator(params, threads=nw)
-        # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
-        chunks = iter_records(fh, h, chunk_records if k is not None
-                              else max(chunk_records, 1 << 22), mac_key)
         failed = 0
         if k is None:
-            for c in chunks:
+            # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
+            for c in iter_records(fh, h, max(chunk_records, 1 << 22), mac_key):
                 acc.add_raw(c, h.record_bytes)
         else:
             use = nw if h.n_records > chunk_records else 1
+            # decryption tasks of equal size, a multiple of the processes in number: no
+            # process waits at the end for a long last task
+            tasks = use * -(-h.n_records // (use * chunk_records))
+            per = max(1, -(-h.n_records // max(1, tasks)))
+            chunks = iter_records(fh, h, per, mac_key)
             for c, s, f in _decrypted_chunks(params, chunks, k, use):
                 acc.add_pairs(c, s)
                 failed += acc.add_unusable(f)
