@@ -109,10 +109,10 @@ from shuffledp.protocol.wire import (
     KIND_MIXED,
     KIND_MIXED_ENC,
     Header,
-    check_header,
     _fast_records,
     _keep_mask,
     _record_at,
+    check_header,
     iter_records,
     read_header,
 )

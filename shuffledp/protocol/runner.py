@@ -62,7 +62,6 @@ from shuffledp.protocol.wire import frame_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
 
-
 #: a wire round whose records take at most this many bytes is shuffled in memory
 _IN_MEMORY_BYTES = 1 << 30
 #: users encoded per call on the plaintext wire path

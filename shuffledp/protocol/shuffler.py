@@ -676,7 +676,7 @@ class Shuffler:
                 return Inspection(_PLAIN_REASONS[code])
             spread = None if source is None else self._scatter(rows,
                                                                 self._draw_labels(rows, source))
-            return Inspection(None, rows, hashlib.sha256(canon).digest(), spread)
+            return Inspection(None, rows, hashlib.sha256(canon.data).digest(), spread)
         coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
             return Inspection("coordinate_out_of_range")
@@ -744,7 +744,7 @@ class Shuffler:
             code, canon = self._canonical(rows)
             if code:
                 raise ValueError(f"rows are not a valid plaintext batch ({_PLAIN_REASONS[code]})")
-            return hashlib.sha256(canon).digest()
+            return hashlib.sha256(canon.data).digest()
         rb = rows.shape[1]
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()

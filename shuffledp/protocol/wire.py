@@ -941,7 +941,7 @@ class BatchWriter:
             self._tag.update(body)
         self._f.write(body)
 
-    def _write_packed(self, records: np.ndarray | bytes) -> None:
+    def _write_packed(self, records: np.ndarray | bytes | memoryview) -> None:
         v = np.asarray(records)
         if v.dtype.kind not in "ui":
             raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")
