@@ -49,6 +49,7 @@ from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_m
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
 from shuffledp.protocol.crypto import (
+    encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
     generate_mac_key,
@@ -58,7 +59,7 @@ from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
 from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Inspection, Shuffler
-from shuffledp.protocol.wire import frame_shares
+from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch, frame_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
 
@@ -251,8 +252,9 @@ def user_batches(
     streams = _streams(rng)
     ids = (int(j) for j in participants)
     if analyzer_public is not None and k > 1:
-        # one HPKE seal per message holds the GIL: encrypt on k processes, in order
-        yield from _ordered_map_processes((params, users, streams, analyzer_public), ids, k)
+        # one HPKE seal per message holds the GIL: seal on k processes, in order
+        yield from _sealed_batches(params, users, participants, streams, source,
+                                   analyzer_public, k)
         return
     get_src = (lambda: source) if (source is not None and k == 1) else _thread_source()
 
@@ -288,32 +290,56 @@ def _inspected_batches(rnd: _Round, shuffler: Shuffler) -> Iterator[tuple[bytes,
         yield from part
 
 
-_BATCH_STATE: dict = {}
+#: records per sealing task of the encrypted path (about 0.3-1 s of HPKE seals)
+_SEAL_RECORDS = 2048
+_SEAL_STATE: dict = {}
 
 
-def _init_batch_worker(state: tuple) -> None:
-    _BATCH_STATE["state"] = state
+def _init_seal_worker(params: ProtocolParams, public: bytes) -> None:
+    _SEAL_STATE["state"] = (params, public)
 
 
-def _batch_in_worker(j: int) -> bytes:
-    params, users, streams, public = _BATCH_STATE["state"]
-    sh = encode_shares(params, users, np.array([j]), streams, SecureRandom())[0]
-    return frame_messages(params, messages(params, sh), public)
+def _seal_part(records: np.ndarray) -> bytes:
+    params, public = _SEAL_STATE["state"]
+    return encrypt_records(params, records, public)
 
 
-def _ordered_map_processes(state: tuple, ids: Iterable[int], workers: int) -> Iterator[bytes]:
-    """Users' encrypted batches on ``workers`` processes, in order, 2 per process pending."""
+def _sealed_batches(params: ProtocolParams, users: UserDistributions,
+                    participants: np.ndarray, streams: UserStreams,
+                    source: SecureRandom | None, public: bytes,
+                    workers: int) -> Iterator[bytes]:
+    """Encrypted user batches, in order, the HPKE seals on ``workers`` processes.
+
+    This process encodes the users a few per call (the call's set-up, e.g. the noise
+    tables, is shared; encoding is a small fraction of the seals) and hands out tasks of
+    :data:`_SEAL_RECORDS` messages, so every process stays busy to the last message whatever
+    the number of users; each user's sealed parts are joined in order under its header (the
+    bytes :func:`~shuffledp.encoders.encoder.frame_messages` writes: each message is sealed
+    on its own).
+    """
+    src = source if source is not None else SecureRandom()
+    rb = encrypted_record_bytes(params)
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_batch_worker,
-                             initargs=(state,)) as ex:
+    per = max(1, min(_USERS_PER_CALL, -(-participants.size // workers)))
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_seal_worker,
+                             initargs=(params, public)) as ex:
         pending: deque = deque()
-        for j in ids:
-            pending.append(ex.submit(_batch_in_worker, j))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
+
+        def joined(futures: list) -> bytes:
+            body = b"".join(f.result() for f in futures)
+            n = len(body) // rb
+            return encode_batch(Header(KIND_USER_ENC, rb, params.digest, n), body)
+
+        for lo in range(0, participants.size, per):
+            for sh in encode_shares(params, users, participants[lo : lo + per], streams, src):
+                rec = messages(params, sh)
+                pending.append([ex.submit(_seal_part, rec[i : i + _SEAL_RECORDS])
+                                for i in range(0, rec.size, _SEAL_RECORDS)])
+                if len(pending) > 1:  # the next user's tasks are queued: no process idles
+                    yield joined(pending.popleft())
         while pending:
-            yield pending.popleft().result()
+            yield joined(pending.popleft())
 
 
 @dataclasses.dataclass(frozen=True)
