@@ -92,12 +92,13 @@ def _wire_stages(p, users, streams) -> None:
     shuf = Shuffler(p, memory_limit=8 * p.n * p.messages_per_user * p.record_bytes)
     rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
     k = shuf.n_buckets
-    nb = rows.shape[0] // k
-    bucket = np.ascontiguousarray(rows[:nb])
+    nb = min(rows.shape[0], p.n * rows.shape[0] // k)  # records in a bucket of the round
+    reps = max(1, round(rows.shape[0] / nb))  # buckets holding one user's worth of records
+    bucket = np.ascontiguousarray(np.tile(rows, (-(-nb // rows.shape[0]), 1))[:nb])
 
-    def permute():  # one user's worth of records: k buckets of the round's bucket size
+    def permute():  # one user's worth of records in buckets of the round's size
         return [_permute_bucket(bucket, src.uint32(nb + 64 + (nb * nb >> 31)),
-                                p.record_bytes)[0] for _ in range(k)]
+                                p.record_bytes)[0] for _ in range(reps)]
 
     mixed = np.concatenate(permute()).reshape(-1)
     key = src.bytes(32)
@@ -118,8 +119,8 @@ def _wire_stages(p, users, streams) -> None:
             best[name] = min(best[name], _best(f, repeat=1))
     ref = best["simulation: encode_sums"]
     total = 0.0
-    print(f"plaintext wire path per user ({p.messages_per_user / 1e6:.2f} M messages, "
-          f"{k} buckets), one thread:")
+    print(f"plaintext wire path per user ({p.messages_per_user / 1e6:.2f} M messages; "
+          f"{k} buckets of {nb} records in the round), one thread:")
     for name, t in best.items():
         times = 2 if "(x2)" in name else 1
         if not name.startswith("simulation"):
