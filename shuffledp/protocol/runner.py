@@ -12,6 +12,9 @@ point and dispatches to one function per path, each taking the derived
 - :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
   :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
   analyzer streams the mixed batch (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
+  The encoder threads also run the shuffler's per-batch checks (:meth:`Shuffler.inspect`);
+  the mixed batch goes from the shuffler's thread to the analyzer through a pipe, and a
+  round of at most 1 GiB of records is shuffled in memory.
   Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
   integrity;
 - :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted

@@ -9,7 +9,9 @@ forget who sent what. :class:`Shuffler`:
    accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
    records reordered is a replay too); a bad batch is rejected and counted by a named
    reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
-   user can resubmit;
+   user can resubmit (:meth:`Shuffler.inspect` runs the checks that do not depend on earlier
+   batches without changing the shuffler, so a caller may run them on several threads and
+   hand each result to :meth:`Shuffler.submit`);
 2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
    partial batch would leave a share-sum that is not the user's noisy value;
 3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
@@ -37,9 +39,13 @@ the same computational assumption as the ChaCha20 generator behind every other d
 keys -- a duplicated or replayed record -- land in the same bucket, where pass 2 finds them
 exactly. Removing duplicates depends only on record contents, not on labels, so the
 surviving records keep i.i.d. labels. k is the least power of two with n r m (record + 4)
-bytes / k <= memory_limit / 8 (n the provisioned users), so the expected bucket fits with
-room for the copies pass 2 makes; bucket sizes are binomial, within a few per cent of the
-mean at the sizes where buckets matter.
+bytes / k <= memory_limit / 8 (n the provisioned users; the 4 bytes of batch index are kept
+for encrypted records only) and n r m / k <= 2^18 records, so the expected bucket fits with
+room for the copies pass 2 makes and its permutation stays in a core's cache; bucket sizes
+are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
+permutes several buckets at once on worker threads; the random words of each bucket are
+drawn from the shuffler's source in bucket order, so the output for a given source does not
+depend on the threads.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -656,6 +662,19 @@ class Shuffler:
         like those :meth:`submit` draws from the shuffler's own source). Reads only the
         parameters, so several threads may inspect batches at once; hand the result to
         :meth:`submit` (``inspected=``) with the same ``data`` to accept the batch.
+
+        Parameters
+        ----------
+        data : bytes
+            One user's batch.
+        source : SecureRandom, optional
+            A secure generator for the bucket labels of a plaintext batch (used by this
+            caller alone); without it :meth:`submit` spreads the records.
+
+        Returns
+        -------
+        Inspection
+            The reason a batch fails (or None), its records, fingerprint and spread.
         """
         p = self.params
         try:
