@@ -50,8 +50,9 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
-from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
+from shuffledp.encoders.encoder import encode_shares, encode_sums, messages
 from shuffledp.protocol.crypto import (
+    analyzer_key_id,
     encrypt_records,
     encrypted_record_bytes,
     generate_analyzer_key,
@@ -216,7 +217,9 @@ def user_batches(
 ) -> Iterator[bytes]:
     """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given).
 
-    Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
+    Encrypted batches name the analyzer's key in their header
+    (:func:`~shuffledp.protocol.crypto.analyzer_key_id`). Without ``analyzer_public`` the
+    batches are plaintext: a simulation aid only (whoever
     relays them reads every share, and a flipped bit is an undetectable valid share). The
     batches are encoded on ``workers`` threads and yielded in the order of
     ``participants``; user j's noise comes from its own stream (as :func:`simulate_sums`).
@@ -265,7 +268,8 @@ def user_batches(
         sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
         if analyzer_public is None:
             return frame_shares(params, sh)  # = frame_messages(params, messages(params, sh))
-        return frame_messages(params, messages(params, sh), analyzer_public)
+        return _sealed_batch(params, encrypt_records(params, messages(params, sh),
+                                                     analyzer_public), analyzer_public)
 
     yield from _ordered_map(one, ids, k)
 
@@ -307,6 +311,13 @@ def _seal_part(records: np.ndarray) -> bytes:
     return encrypt_records(params, records, public)
 
 
+def _sealed_batch(params: ProtocolParams, body: bytes, public: bytes) -> bytes:
+    """An encrypted user batch: header naming the analyzer key (its id), then ``body``."""
+    rb = encrypted_record_bytes(params)
+    return encode_batch(Header(KIND_USER_ENC, rb, params.digest, len(body) // rb,
+                               key_id=analyzer_key_id(public)), body)
+
+
 def _sealed_batches(params: ProtocolParams, users: UserDistributions,
                     participants: np.ndarray, streams: UserStreams,
                     source: SecureRandom | None, public: bytes,
@@ -317,11 +328,10 @@ def _sealed_batches(params: ProtocolParams, users: UserDistributions,
     tables, is shared; encoding is a small fraction of the seals) and hands out tasks of
     :data:`_SEAL_RECORDS` messages, so every process stays busy to the last message whatever
     the number of users; each user's sealed parts are joined in order under its header (the
-    bytes :func:`~shuffledp.encoders.encoder.frame_messages` writes: each message is sealed
-    on its own).
+    bytes :func:`~shuffledp.encoders.encoder.frame_messages` writes, each message sealed on
+    its own, with the analyzer's key id in the header).
     """
     src = source if source is not None else SecureRandom()
-    rb = encrypted_record_bytes(params)
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else "spawn")
     per = max(1, min(_USERS_PER_CALL, -(-participants.size // workers)))
@@ -330,9 +340,7 @@ def _sealed_batches(params: ProtocolParams, users: UserDistributions,
         pending: deque = deque()
 
         def joined(futures: list) -> bytes:
-            body = b"".join(f.result() for f in futures)
-            n = len(body) // rb
-            return encode_batch(Header(KIND_USER_ENC, rb, params.digest, n), body)
+            return _sealed_batch(params, b"".join(f.result() for f in futures), public)
 
         for lo in range(0, participants.size, per):
             for sh in encode_shares(params, users, participants[lo : lo + per], streams, src):
@@ -705,7 +713,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
         encrypted_record_bytes(params) if encrypt else params.record_bytes)
     limit = 8 * size if size <= _IN_MEMORY_BYTES else DEFAULT_MEMORY_LIMIT
     with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key,
-                  workers=rnd.workers, memory_limit=max(limit, DEFAULT_MEMORY_LIMIT)) as s:
+                  workers=rnd.workers, memory_limit=max(limit, DEFAULT_MEMORY_LIMIT),
+                  analyzer_key_id=analyzer_key_id(key) if key else None) as s:
         if encrypt:
             batches = user_batches(params, users, rnd.participants, rnd.streams, None,
                                    public_bytes(key) if key else None, workers=rnd.workers)

@@ -7,7 +7,9 @@ forget who sent what. :class:`Shuffler`:
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
    batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
    accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
-   records reordered is a replay too); a bad batch is rejected and counted by a named
+   records reordered is a replay too; when the shuffler is given the analyzer's key id,
+   an encrypted batch must name that key in its header); a bad batch is rejected and
+   counted by a named
    reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
    user can resubmit (:meth:`Shuffler.inspect` runs the checks that do not depend on earlier
    batches without changing the shuffler, so a caller may run them on several threads and
@@ -144,6 +146,7 @@ from shuffledp.protocol.crypto import encrypted_record_bytes, siphash24
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.wire import (
     HEADER_SIZE,
+    KEY_ID_SIZE,
     KIND_MIXED,
     KIND_MIXED_ENC,
     KIND_USER,
@@ -167,6 +170,7 @@ REJECT_REASONS = (
     "truncated",  # the header parses but fewer bytes follow than it promises
     "wrong_digest",  # produced under other protocol parameters or in another run
     "wrong_kind",  # not a user batch, or encrypted when plaintext expected (or vice versa)
+    "wrong_key",  # does not name the analyzer key the shuffler was given (another, or none)
     "wrong_record_size",
     "coordinate_out_of_range",
     "share_out_of_range",
@@ -581,6 +585,12 @@ class Shuffler:
     memory_limit : int
         Approximate bound, in bytes, on the memory the shuffler's data takes (default
         256 MiB; the interpreter and libraries come on top).
+    analyzer_key_id : bytes, optional
+        The 8-byte id of the analyzer's public key
+        (:func:`~shuffledp.protocol.crypto.analyzer_key_id`; encrypted batches only). An
+        encrypted batch whose header names another key, or none, is then rejected on arrival
+        as ``wrong_key`` (its user dropped whole) instead of failing at the analyzer after
+        mixing. Without it the header's key id is not checked.
     workers : int, optional
         Threads that permute buckets in :meth:`mix_to` (default: every core); the random
         words are drawn from ``source`` in bucket order, so the mixed batch for a given
@@ -596,6 +606,7 @@ class Shuffler:
         mac_key: bytes | None = None,
         workdir: str | None = None,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        analyzer_key_id: bytes | None = None,
         workers: int | None = None,
     ) -> None:
         if not isinstance(params, ProtocolParams):
@@ -610,6 +621,13 @@ class Shuffler:
         if mac_key is not None and (not isinstance(mac_key, bytes) or len(mac_key) < 16):
             raise ValueError(f"mac_key must be bytes of length >= 16, got {type(mac_key).__name__}"
                              f" of length {len(mac_key) if isinstance(mac_key, bytes) else '-'}")
+        if analyzer_key_id is not None and (
+                not encrypted or not isinstance(analyzer_key_id, bytes)
+                or len(analyzer_key_id) != KEY_ID_SIZE):
+            raise ValueError(f"analyzer_key_id must be {KEY_ID_SIZE} bytes and needs "
+                             f"encrypted=True, got analyzer_key_id={analyzer_key_id!r}, "
+                             f"encrypted={encrypted!r}")
+        self.analyzer_key_id = analyzer_key_id
         self.params = params
         self.encrypted = bool(encrypted)
         self.source = source if source is not None else SecureRandom()
@@ -684,6 +702,8 @@ class Shuffler:
         bad = header_mismatch(p, h, KIND_USER_ENC if self.encrypted else KIND_USER)
         if bad is not None:  # wrong_digest, wrong_kind, wrong_record_size, incomplete
             return Inspection(bad.reason)
+        if self.analyzer_key_id is not None and h.key_id != self.analyzer_key_id:
+            return Inspection("wrong_key")
         if len(data) < h.total_bytes:
             return Inspection("truncated")
         if len(data) != h.total_bytes:

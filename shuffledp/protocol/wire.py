@@ -22,8 +22,13 @@ Header (64 bytes)::
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
     48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed;
-                                 bit 1 (bit-packed kinds only): coordinate-major layout
-    49     15   reserved         zero (a non-zero byte is malformed)
+                                 bit 1 (bit-packed kinds only): coordinate-major layout;
+                                 bit 2 (encrypted user batches only): bytes 49..56 hold
+                                 the analyzer key id
+    49     15   reserved         zero (a non-zero byte is malformed), but bytes 49..56 are
+                                 the 8-byte id of the analyzer public key the messages are
+                                 sealed to when flags bit 2 is set
+                                 (:func:`shuffledp.protocol.crypto.analyzer_key_id`)
 
 Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
 low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
@@ -123,6 +128,8 @@ HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
 FLAG_COORD_MAJOR = 2
+FLAG_KEY_ID = 4
+KEY_ID_SIZE = 8
 KIND_USER = 1
 KIND_MIXED = 2
 KIND_USER_ENC = 3
@@ -187,7 +194,11 @@ class Header:
     version : int, optional
         Wire format version; None: the version the kind is written with.
     flags : int, default 0
-        ``FLAG_KEYED`` (mixed batch tagged under a MAC key) and/or ``FLAG_COORD_MAJOR``.
+        ``FLAG_KEYED`` (mixed batch tagged under a MAC key) and/or ``FLAG_COORD_MAJOR``;
+        ``FLAG_KEY_ID`` is set from ``key_id``.
+    key_id : bytes, default b""
+        An encrypted user batch's analyzer key id (:data:`KEY_ID_SIZE` bytes, in the
+        reserved bytes with flags bit 2), or empty.
 
     Raises
     ------
@@ -204,6 +215,7 @@ class Header:
     n_dropped: int = 0
     version: int | None = None
     flags: int = 0
+    key_id: bytes = b""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -226,13 +238,25 @@ class Header:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
             object.__setattr__(self, name, int(v))
+        kid = self.key_id
+        if not isinstance(kid, bytes) or len(kid) not in (0, KEY_ID_SIZE):
+            raise ValueError(f"key_id must be empty or {KEY_ID_SIZE} bytes, got key_id={kid!r}")
+        if kid and self.kind != KIND_USER_ENC:
+            raise ValueError(f"only an encrypted user batch (kind {KIND_USER_ENC}) names its "
+                             f"analyzer key, got a key_id on kind {self.kind}")
         f = self.flags
-        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR) or f < 0
+        if isinstance(f, int) and f & FLAG_KEY_ID and not kid:
+            raise ValueError(f"flags bit {FLAG_KEY_ID} says the header names a key, but "
+                             "key_id is empty")
+        if kid and isinstance(f, int):
+            f = f | FLAG_KEY_ID
+            object.__setattr__(self, "flags", f)
+        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR | FLAG_KEY_ID) or f < 0
                 or (f & FLAG_KEYED and self.kind not in MIXED_KINDS)
                 or (f & FLAG_COORD_MAJOR and self.kind not in PACKED_KINDS)):
             raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, plus "
-                             f"{FLAG_COORD_MAJOR} on a bit-packed batch, got flags={f!r} on "
-                             f"kind {self.kind}")
+                             f"{FLAG_COORD_MAJOR} on a bit-packed batch ({FLAG_KEY_ID} with a "
+                             f"key_id), got flags={f!r} on kind {self.kind}")
 
     @property
     def mixed(self) -> bool:
@@ -276,7 +300,8 @@ class Header:
     def pack(self) -> bytes:
         return _HEADER.pack(
             MAGIC, self.version, self.kind, self.record_bytes, self.digest,
-            self.n_records, self.n_users, self.n_dropped, self.flags, bytes(15),
+            self.n_records, self.n_users, self.n_dropped, self.flags,
+            self.key_id + bytes(15 - len(self.key_id)),
         )
 
     @classmethod
@@ -292,10 +317,13 @@ class Header:
         if version not in READ_VERSIONS:
             raise WireError(f"unsupported format version {version} (this reader: "
                             f"{' or '.join(map(str, READ_VERSIONS))})")
+        kid = b""
+        if isinstance(flags, int) and flags & FLAG_KEY_ID:
+            kid, reserved = reserved[:KEY_ID_SIZE], reserved[KEY_ID_SIZE:]
         if any(reserved):
-            raise WireError("reserved header bytes 49..63 must be zero")
+            raise WireError(f"reserved header bytes {49 + len(kid)}..63 must be zero")
         try:
-            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags)
+            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags, kid)
         except ValueError as e:
             raise WireError(str(e)) from None
 
