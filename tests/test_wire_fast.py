@@ -165,3 +165,19 @@ def test_pipe_reads_across_chunks_and_ends():
     assert pipe.read(1) == b""
     with pytest.raises(ValueError, match="bounded"):
         pipe.read()
+
+
+def test_a_failing_shuffler_surfaces_its_own_error_not_a_cut_stream(monkeypatch):
+    from shuffledp.protocol import runner
+    from shuffledp.protocol.shuffler import Shuffler as S
+
+    def broken(self, f):
+        f.write(b"SDPW" + bytes(60))  # part of a header, then the shuffler fails
+        raise RuntimeError("shuffler failed mid-batch")
+
+    monkeypatch.setattr(S, "mix_to", broken)
+    users = random_users(Grid(6, 5), 4)
+    p = params_for(Grid(6, 5), n=4, B=8)
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        runner.shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, params=p, rng=1,
+                               wire=True, workers=2)

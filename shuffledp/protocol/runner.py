@@ -739,9 +739,13 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
             try:
                 res = accumulate_mixed(params, cast(BinaryIO, pipe), key=key, mac_key=mac_key,
                                        workers=rnd.workers)
-            finally:
-                while not mixing.done():  # unblock the writer if the reader stopped early
-                    pipe._next()
+            except BaseException:
+                while pipe._next():  # drain, so a writer blocked on the full pipe can end
+                    pass
+                failed = mixing.exception()
+                if failed is not None:  # the reader saw a cut stream: the writer's error
+                    raise failed from None
+                raise
             mixing.result()
         timings["mix_and_analyze_seconds"] = time.perf_counter() - t1
         timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
