@@ -379,21 +379,39 @@ def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - co
     coordinate occurs exactly r times; else 1 (a share >= q), 2 (a coordinate >= m) or 3
     (incomplete), in that precedence. On 0, ``canon`` (r m,) holds the shares of coordinate
     0 in ascending order, then those of coordinate 1, ...: the records in ascending numeric
-    order, a function of the multiset of records only. Pass 1 checks and counts; pass 2
-    places each share at its coordinate's slot: block by block of coordinates when the
-    records come as the encoder writes them (record i at coordinate i mod m, so the writes
-    stay in cache), else in input order; each coordinate's r shares are then sorted.
+    order, a function of the multiset of records only. Records as the encoder writes them
+    (record i at coordinate i mod m) are checked and placed in one pass, block by block of
+    coordinates (the writes stay in cache); any other batch takes two passes (check and count,
+    then place in input order). Each coordinate's r shares are then sorted.
     """
     n = body.size // rb
     nf = _fast_records(body.size, rb)
     keep = _keep_mask(rb)
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
+    uq = np.uint64(q)
+    if n == r * m:
+        # the encoder's layout (record j m + a at coordinate a) in one pass, block by block
+        # of coordinates so the placement stays in cache; any other batch (or a bad record)
+        # goes through the general passes below, which also name the reason
+        block = 2048
+        misfit = False
+        for c0 in range(0, m, block):
+            c1 = min(m, c0 + block)
+            for j in range(r):
+                for a in range(c0, c1):
+                    v = _record_at(body, j * m + a, rb, keep, nf)
+                    w = v & mask
+                    misfit |= ((v >> sb) != np.uint64(a)) | (w >= uq)
+                    canon[a * r + j] = w
+            if misfit:
+                break
+            _sort_groups(canon, c0, c1, r)
+        if not misfit:
+            return 0
     cnt = np.zeros(m, dtype=np.int64)
     bad_share = False
     bad_coord = False
-    row_major = n == r * m
-    a_expect = 0
     for i in range(n):
         v = _record_at(body, i, rb, keep, nf)
         a = np.int64(v >> sb)
@@ -403,11 +421,6 @@ def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - co
             bad_coord = True
             continue
         cnt[a] += 1
-        if a != a_expect:
-            row_major = False
-        a_expect += 1
-        if a_expect == m:
-            a_expect = 0
     if bad_share:
         return 1
     if bad_coord:
@@ -417,22 +430,13 @@ def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - co
     for a in range(m):
         if cnt[a] != r:
             return 3
-    if row_major:
-        block = 2048
-        for c0 in range(0, m, block):
-            c1 = min(m, c0 + block)
-            for j in range(r):
-                for a in range(c0, c1):
-                    canon[a * r + j] = _record_at(body, j * m + a, rb, keep, nf) & mask
-            _sort_groups(canon, c0, c1, r)
-    else:
-        cnt[:] = 0
-        for i in range(n):
-            v = _record_at(body, i, rb, keep, nf)
-            a = np.int64(v >> sb)
-            canon[a * r + cnt[a]] = v & mask
-            cnt[a] += 1
-        _sort_groups(canon, 0, m, r)
+    cnt[:] = 0
+    for i in range(n):
+        v = _record_at(body, i, rb, keep, nf)
+        a = np.int64(v >> sb)
+        canon[a * r + cnt[a]] = v & mask
+        cnt[a] += 1
+    _sort_groups(canon, 0, m, r)
     return 0
 
 
