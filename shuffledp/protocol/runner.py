@@ -36,6 +36,7 @@ import dataclasses
 import multiprocessing
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections import deque
@@ -697,13 +698,40 @@ class _Pipe:
         return bytes(out) if out.nbytes <= 64 else out
 
 
+def _mix_and_sum(s: Shuffler, params: ProtocolParams, mac_key: bytes, workers: int):
+    """The shuffler writes the mixed batch on one thread while the analyzer reads, verifies
+    and sums it on this one (:class:`_Pipe`); the :class:`MixedBatchResult`."""
+    pipe = _Pipe()
+
+    def mix() -> None:
+        try:
+            s.mix_to(cast(BinaryIO, pipe))
+        finally:
+            pipe.close()
+
+    with ThreadPoolExecutor(1) as ex:
+        mixing = ex.submit(mix)
+        try:
+            res = accumulate_mixed(params, cast(BinaryIO, pipe), mac_key=mac_key,
+                                   workers=workers)
+        except BaseException:
+            while pipe._next():  # drain, so a writer blocked on the full pipe can end
+                pass
+            failed = mixing.exception()
+            if failed is not None:  # the reader saw a cut stream: the writer's error
+                raise failed from None
+            raise
+        mixing.result()
+    return res
+
+
 def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
     """Users -> shuffler -> analyzer; (MixedBatchResult, report).
 
     The shuffler keeps the round in memory when its records take at most
     :data:`_IN_MEMORY_BYTES` (else it spills to bucket files within its default memory
-    limit); it writes the mixed batch on one thread while the analyzer reads, verifies and
-    sums it on this one (:class:`_Pipe`).
+    limit). Plaintext: it writes the mixed batch on one thread while the analyzer reads,
+    verifies and sums it (:func:`_mix_and_sum`); encrypted: through a spooled file.
     """
     params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
@@ -726,27 +754,17 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
         s.missing(users.n_users - s.n_users_seen)
         timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        pipe = _Pipe()
-
-        def mix() -> None:
-            try:
-                s.mix_to(cast(BinaryIO, pipe))
-            finally:
-                pipe.close()
-
-        with ThreadPoolExecutor(1) as ex:
-            mixing = ex.submit(mix)
-            try:
-                res = accumulate_mixed(params, cast(BinaryIO, pipe), key=key, mac_key=mac_key,
+        if encrypt:
+            # mix to a spooled file first, then open on forked processes with no other
+            # thread running (mixing is a small part of this path)
+            with tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
+                s.mix_to(f)
+                f.seek(0)
+                # a SpooledTemporaryFile is a binary file; typeshed does not say BinaryIO
+                res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
                                        workers=rnd.workers)
-            except BaseException:
-                while pipe._next():  # drain, so a writer blocked on the full pipe can end
-                    pass
-                failed = mixing.exception()
-                if failed is not None:  # the reader saw a cut stream: the writer's error
-                    raise failed from None
-                raise
-            mixing.result()
+        else:
+            res = _mix_and_sum(s, params, mac_key, rnd.workers)
         timings["mix_and_analyze_seconds"] = time.perf_counter() - t1
         timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
     return res, s.report
