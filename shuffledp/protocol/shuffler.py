@@ -742,9 +742,9 @@ class Shuffler:
 
         ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
         batch from a sender already accepted; a sender whose batch was rejected may submit
-        again. It is forgotten once the batch is mixed. ``inspected`` is what
-        :meth:`inspect` returned for exactly these ``data`` (e.g. computed on another
-        thread); without it the batch is inspected here.
+        again. It is forgotten once the batch is mixed. ``inspected`` is what this
+        shuffler's :meth:`inspect` returned for exactly these ``data`` (e.g. computed on
+        another thread); without it the batch is inspected here.
         """
         if self._mixed:
             raise RuntimeError("this Shuffler has already mixed; make a new one per round")
