@@ -13,7 +13,10 @@ alone, no framing, one thread), measured in the same run. The deployment path en
 on one process and on every core; its wall time per message is compared with the floor per
 core divided by the cores (target: within 1.2x).
 
-Run: ``python bench/shuffle_deploy.py [--messages 4000] [--B 256]``
+The floor, the path on one and on every core, and the machine's own efficiency for that many
+busy processes are measured interleaved, best of ``--repeat`` each.
+
+Run: ``python bench/shuffle_deploy.py [--messages 4000] [--B 256] [--repeat 3]``
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=4000)
     ap.add_argument("--B", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     p = derive_params(Grid(320, 240), 50, epsilon=5.0, delta=1e-5, B=args.B)
     key = generate_analyzer_key()
@@ -113,39 +117,49 @@ def main() -> None:
     suite = _hpke_suite()
     pub = key.public_key()
     info = b"floor" * 8
-    msgs = [bytes(8) for _ in range(2000)]
-    t = time.perf_counter()
-    cts = [suite.encrypt(w, pub, info) for w in msgs]
-    t_seal = (time.perf_counter() - t) / len(msgs)
-    t = time.perf_counter()
-    for c in cts:
-        suite.decrypt(c, key, info)
-    t_open = (time.perf_counter() - t) / len(msgs)
-    floor = t_seal + t_open
-    print(f"HPKE floor (seal {t_seal * 1e6:.1f} + open {t_open * 1e6:.1f} us), one thread: "
-          f"{floor * 1e6:.1f} us/message   [reference]")
+
+    def floor_once() -> float:
+        msgs = [bytes(8) for _ in range(1000)]
+        t = time.perf_counter()
+        cts = [suite.encrypt(w, pub, info) for w in msgs]
+        t_seal = (time.perf_counter() - t) / len(msgs)
+        t = time.perf_counter()
+        for c in cts:
+            suite.decrypt(c, key, info)
+        return t_seal + (time.perf_counter() - t) / len(msgs)
+
     print(f"ours, encrypt_records + decrypt_records, one thread: {(t_enc + t_dec) * 1e6:.1f} "
-          f"us/message = {(t_enc + t_dec) / floor:.2f} x floor")
+          f"us/message = {(t_enc + t_dec) / floor_once():.2f} x floor")
     cores = os.cpu_count() or 1
     users = synthetic_mixture(8, rng=0).to_users(Grid(16, 16))
-    res = {}
-    for w in sorted({1, cores}):
-        t = time.perf_counter()
-        rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=4, rng=3, encrypt=True,
-                              workers=w)
-        dt = time.perf_counter() - t
-        n_msg = rel.protocol["messages_per_user"] * rel.protocol["n_users"]
-        res[w] = (dt / n_msg, rel.raw.tobytes())
-        print(f"deployment path end to end, {w} process(es): {dt:.1f} s for {n_msg} messages "
-              f"= {dt / n_msg * 1e6:.1f} us/message = {dt / n_msg / (floor / w):.2f} x "
-              f"(floor / {w})")
+    # interleaved, best of --repeat each: the floor, the path on 1 and on every core, and the
+    # machine's own efficiency for `cores` busy processes (a load spike hits them alike)
+    floor = np.inf
+    res: dict[int, tuple[float, bytes]] = {}
+    eff = 0.0
+    for _ in range(args.repeat):
+        floor = min(floor, floor_once())
+        for w in sorted({1, cores}):
+            t = time.perf_counter()
+            rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=4, rng=3, encrypt=True,
+                                  workers=w)
+            n_msg = rel.protocol["messages_per_user"] * rel.protocol["n_users"]
+            per = (time.perf_counter() - t) / n_msg
+            if w not in res or per < res[w][0]:
+                res[w] = (per, rel.raw.tobytes())
+        eff = max(eff, _machine_efficiency(cores))
+    print(f"HPKE floor (seal + open of the primitive), one thread, best of {args.repeat}: "
+          f"{floor * 1e6:.1f} us/message   [reference]")
+    for w, (per, _) in sorted(res.items()):
+        print(f"deployment path end to end, {w} process(es), best of {args.repeat}: "
+              f"{per * 1e6:.1f} us/message = {per / (floor / w):.2f} x (floor / {w})")
     ratio = res[cores][0] / (floor / cores)
     print(f"on {cores} cores: {ratio:.2f} x the floor per core / cores (target <= 1.2: "
           f"{'MET' if ratio <= 1.2 else 'NOT MET'}); releases identical: "
           f"{res[1][1] == res[cores][1]}")
-    eff = _machine_efficiency(cores)
-    print(f"the machine's own efficiency for {cores} busy processes now: {eff:.2f} "
-          f"[reference]; the path's speed-up {res[1][0] / res[cores][0]:.2f} against "
+    print(f"the machine's own efficiency for {cores} busy processes (best of {args.repeat}): "
+          f"{eff:.2f} [reference], i.e. at best {1 / eff:.2f} x (floor / {cores}) for any "
+          f"code; the path's speed-up {res[1][0] / res[cores][0]:.2f} against "
           f"{eff * cores:.2f} available")
 
 

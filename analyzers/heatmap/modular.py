@@ -109,10 +109,12 @@ from shuffledp.protocol.wire import (
     KIND_MIXED,
     KIND_MIXED_ENC,
     Header,
+    _fast_records,
+    _keep_mask,
+    _record_at,
     check_header,
     iter_records,
     read_header,
-    unpack_records,
 )
 from shuffledp.pyramid import unflatten
 
@@ -148,6 +150,27 @@ def _accumulate_packed(rec, share_bits, m, q, both):  # pragma: no cover - compi
             bad += 1
             continue
         both[a, 0] += np.int64(w)
+        both[a, 1] += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_raw(body, rb, share_bits, m, q, both):  # pragma: no cover - compiled
+    """:func:`_accumulate_packed` straight from the wire bytes (``rb``-byte little-endian
+    records), without unpacking them to an integer array first."""
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    nf = _fast_records(body.size, rb)
+    keep = _keep_mask(rb)
+    bad = 0
+    for i in range(body.size // rb):
+        v = _record_at(body, i, rb, keep, nf)
+        a = np.int64(v >> sb)
+        w = np.int64(v & mask)
+        if a >= m or w >= q:
+            bad += 1
+            continue
+        both[a, 0] += w
         both[a, 1] += 1
     return bad
 
@@ -232,6 +255,30 @@ class ModularAccumulator:
         bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
                                                               both), rec, 1)
         self.messages += rec.size
+        return bad
+
+    def add_raw(self, body: np.ndarray | bytes | memoryview, record_bytes: int) -> int:
+        """Add plaintext wire records (``record_bytes`` bytes each, little-endian
+        ``(a << share_bits) | w``) straight from their bytes; returns the number rejected.
+
+        The same sums, counts and rejections as :meth:`add_records` of the unpacked records.
+
+        Raises
+        ------
+        ValueError
+            If ``record_bytes`` is not in 1..8 or ``body`` is not whole records.
+        """
+        rb = int(record_bytes)
+        if not 1 <= rb <= 8:
+            raise ValueError(f"plaintext records have 1..8 bytes, got record_bytes={rb}")
+        raw = (body.reshape(-1).view(np.uint8) if isinstance(body, np.ndarray)
+               else np.frombuffer(body, dtype=np.uint8))
+        if raw.size % rb:
+            raise ValueError(f"body holds {raw.size} bytes, not whole {rb}-byte records")
+        p = self.params
+        bad = self._run(lambda part, both: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
+                                                           both), raw, rb)
+        self.messages += raw.size // rb
         return bad
 
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
@@ -733,15 +780,18 @@ def accumulate_mixed(
         h = read_header(fh)
         check_header(params, h, KIND_MIXED if k is None else KIND_MIXED_ENC)
         acc = ModularAccumulator(params, threads=nw)
-        # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
-        chunks = iter_records(fh, h, chunk_records if k is not None
-                              else max(chunk_records, 1 << 22), mac_key)
         failed = 0
         if k is None:
-            for c in chunks:
-                acc.add_records(unpack_records(c, h.record_bytes))
+            # plaintext records are summed in chunks of at least 2^22 (threads split a chunk)
+            for c in iter_records(fh, h, max(chunk_records, 1 << 22), mac_key):
+                acc.add_raw(c, h.record_bytes)
         else:
             use = nw if h.n_records > chunk_records else 1
+            # decryption tasks of equal size, a multiple of the processes in number: no
+            # process waits at the end for a long last task
+            tasks = use * -(-h.n_records // (use * chunk_records))
+            per = max(1, -(-h.n_records // max(1, tasks)))
+            chunks = iter_records(fh, h, per, mac_key)
             for c, s, f in _decrypted_chunks(params, chunks, k, use):
                 acc.add_pairs(c, s)
                 failed += acc.add_unusable(f)

@@ -295,6 +295,32 @@ def key_id(kind: str, raw: bytes) -> str:
     return hashlib.sha256(_KEY_ID_LABEL + algorithm.encode() + raw).digest()[:8].hex()
 
 
+def analyzer_key_id(public: X25519PublicKey | X25519PrivateKey | bytes) -> bytes:
+    """The 8-byte id of an analyzer X25519 key that encrypted user batches carry.
+
+    The raw bytes of :func:`key_id` of the public key (the same id whichever half is given):
+    a user batch names the key its messages are sealed to, so the shuffler can refuse a
+    batch sealed to another key before mixing (``wrong_key``).
+
+    Parameters
+    ----------
+    public : X25519PublicKey, X25519PrivateKey or bytes
+        The analyzer's key (object, or the 32 raw bytes of the public key).
+
+    Returns
+    -------
+    bytes
+        8 bytes.
+
+    Raises
+    ------
+    ValueError
+        If raw bytes are not 32 long.
+    """
+    raw = public if isinstance(public, (bytes, bytearray)) else public_bytes(public)
+    return bytes.fromhex(key_id(KEY_ANALYZER_PUBLIC, bytes(raw)))
+
+
 def _check_public_key(raw: bytes) -> bytes:
     """``raw`` if it is a usable X25519 public key (32 bytes, not a low-order point)."""
     if len(raw) != 32:

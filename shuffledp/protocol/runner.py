@@ -12,6 +12,9 @@ point and dispatches to one function per path, each taking the derived
 - :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
   :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
   analyzer streams the mixed batch (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
+  The encoder threads also run the shuffler's per-batch checks (:meth:`Shuffler.inspect`);
+  the mixed batch goes from the shuffler's thread to the analyzer through a pipe, and a
+  round of at most 1 GiB of records is shuffled in memory.
   Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
   integrity;
 - :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted
@@ -32,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import queue
 import tempfile
 import threading
 import time
@@ -47,14 +51,27 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
-from shuffledp.encoders.encoder import encode_shares, encode_sums, frame_messages, messages
-from shuffledp.protocol.crypto import generate_analyzer_key, generate_mac_key, public_bytes
+from shuffledp.encoders.encoder import encode_shares, encode_sums, messages
+from shuffledp.protocol.crypto import (
+    analyzer_key_id,
+    encrypt_records,
+    encrypted_record_bytes,
+    generate_analyzer_key,
+    generate_mac_key,
+    public_bytes,
+)
 from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
-from shuffledp.protocol.shuffler import Shuffler
+from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Inspection, Shuffler
+from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch, frame_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
+
+#: a wire round whose records take at most this many bytes is shuffled in memory
+_IN_MEMORY_BYTES = 1 << 30
+#: users encoded per call on the plaintext wire path
+_USERS_PER_CALL = 4
 
 
 def _chunk_users(params: ProtocolParams, budget_bytes: int = 1 << 28) -> int:
@@ -201,7 +218,9 @@ def user_batches(
 ) -> Iterator[bytes]:
     """Yield each participant's batch as wire bytes (encrypted if ``analyzer_public`` given).
 
-    Without ``analyzer_public`` the batches are plaintext: a simulation aid only (whoever
+    Encrypted batches name the analyzer's key in their header
+    (:func:`~shuffledp.protocol.crypto.analyzer_key_id`). Without ``analyzer_public`` the
+    batches are plaintext: a simulation aid only (whoever
     relays them reads every share, and a flipped bit is an undetectable valid share). The
     batches are encoded on ``workers`` threads and yielded in the order of
     ``participants``; user j's noise comes from its own stream (as :func:`simulate_sums`).
@@ -240,44 +259,99 @@ def user_batches(
     streams = _streams(rng)
     ids = (int(j) for j in participants)
     if analyzer_public is not None and k > 1:
-        # one HPKE seal per message holds the GIL: encrypt on k processes, in order
-        yield from _ordered_map_processes((params, users, streams, analyzer_public), ids, k)
+        # one HPKE seal per message holds the GIL: seal on k processes, in order
+        yield from _sealed_batches(params, users, participants, streams, source,
+                                   analyzer_public, k)
         return
     get_src = (lambda: source) if (source is not None and k == 1) else _thread_source()
 
     def one(j: int) -> bytes:
         sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
-        return frame_messages(params, messages(params, sh), analyzer_public)
+        if analyzer_public is None:
+            return frame_shares(params, sh)  # = frame_messages(params, messages(params, sh))
+        return _sealed_batch(params, encrypt_records(params, messages(params, sh),
+                                                     analyzer_public), analyzer_public)
 
     yield from _ordered_map(one, ids, k)
 
 
-_BATCH_STATE: dict = {}
+def _inspected_batches(rnd: _Round, shuffler: Shuffler) -> Iterator[tuple[bytes, Inspection]]:
+    """Plaintext user batches with the shuffler's :meth:`~Shuffler.inspect` of each (checks,
+    fingerprint, records spread over the buckets with labels from the thread's secure
+    generator), done on the encoder threads and yielded in order: what is left for the
+    shuffler per batch is its bookkeeping."""
+    params, users, streams = rnd.params, rnd.users, rnd.streams
+    get_src = _thread_source()
+    # a few users per encoder call: the call's set-up (the noise tables) is shared by them
+    per = max(1, min(_USERS_PER_CALL, -(-rnd.participants.size // (2 * rnd.workers))))
+
+    def some(sel: np.ndarray) -> list[tuple[bytes, Inspection]]:
+        src = get_src()
+        out = []
+        for sh in encode_shares(params, users, sel, streams, src):
+            data = frame_shares(params, sh)
+            out.append((data, shuffler.inspect(data, source=src)))
+        return out
+
+    sels = [rnd.participants[i : i + per] for i in range(0, rnd.participants.size, per)]
+    for part in _ordered_map(some, sels, rnd.workers):
+        yield from part
 
 
-def _init_batch_worker(state: tuple) -> None:
-    _BATCH_STATE["state"] = state
+#: records per sealing task of the encrypted path (about 0.3-1 s of HPKE seals)
+_SEAL_RECORDS = 2048
+_SEAL_STATE: dict = {}
 
 
-def _batch_in_worker(j: int) -> bytes:
-    params, users, streams, public = _BATCH_STATE["state"]
-    sh = encode_shares(params, users, np.array([j]), streams, SecureRandom())[0]
-    return frame_messages(params, messages(params, sh), public)
+def _init_seal_worker(params: ProtocolParams, public: bytes) -> None:
+    _SEAL_STATE["state"] = (params, public)
 
 
-def _ordered_map_processes(state: tuple, ids: Iterable[int], workers: int) -> Iterator[bytes]:
-    """Users' encrypted batches on ``workers`` processes, in order, 2 per process pending."""
+def _seal_part(records: np.ndarray) -> bytes:
+    params, public = _SEAL_STATE["state"]
+    return encrypt_records(params, records, public)
+
+
+def _sealed_batch(params: ProtocolParams, body: bytes, public: bytes) -> bytes:
+    """An encrypted user batch: header naming the analyzer key (its id), then ``body``."""
+    rb = encrypted_record_bytes(params)
+    return encode_batch(Header(KIND_USER_ENC, rb, params.digest, len(body) // rb,
+                               key_id=analyzer_key_id(public)), body)
+
+
+def _sealed_batches(params: ProtocolParams, users: UserDistributions,
+                    participants: np.ndarray, streams: UserStreams,
+                    source: SecureRandom | None, public: bytes,
+                    workers: int) -> Iterator[bytes]:
+    """Encrypted user batches, in order, the HPKE seals on ``workers`` processes.
+
+    This process encodes the users a few per call (the call's set-up, e.g. the noise
+    tables, is shared; encoding is a small fraction of the seals) and hands out tasks of
+    :data:`_SEAL_RECORDS` messages, so every process stays busy to the last message whatever
+    the number of users; each user's sealed parts are joined in order under its header (the
+    bytes :func:`~shuffledp.encoders.encoder.frame_messages` writes, each message sealed on
+    its own, with the analyzer's key id in the header).
+    """
+    src = source if source is not None else SecureRandom()
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_batch_worker,
-                             initargs=(state,)) as ex:
+    per = max(1, min(_USERS_PER_CALL, -(-participants.size // workers)))
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_seal_worker,
+                             initargs=(params, public)) as ex:
         pending: deque = deque()
-        for j in ids:
-            pending.append(ex.submit(_batch_in_worker, j))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
+
+        def joined(futures: list) -> bytes:
+            return _sealed_batch(params, b"".join(f.result() for f in futures), public)
+
+        for lo in range(0, participants.size, per):
+            for sh in encode_shares(params, users, participants[lo : lo + per], streams, src):
+                rec = messages(params, sh)
+                pending.append([ex.submit(_seal_part, rec[i : i + _SEAL_RECORDS])
+                                for i in range(0, rec.size, _SEAL_RECORDS)])
+                if len(pending) > 1:  # the next user's tasks are queued: no process idles
+                    yield joined(pending.popleft())
         while pending:
-            yield pending.popleft().result()
+            yield joined(pending.popleft())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -577,27 +651,122 @@ def deployment_heatmap(
                     "deployment", timings)
 
 
+class _Pipe:
+    """A one-writer, one-reader byte stream between two threads (bounded queue of chunks):
+    the shuffler writes the mixed batch while the analyzer reads it, so nothing holds the
+    whole batch. ``write`` keeps a reference to each chunk (the shuffler never reuses them)."""
+
+    def __init__(self, max_chunks: int = 8) -> None:
+        self._q: queue.Queue = queue.Queue(max_chunks)
+        self._head = memoryview(b"")
+        self._eof = False
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        if view.nbytes:
+            self._q.put(view)
+        return view.nbytes
+
+    def close(self) -> None:
+        self._q.put(None)
+
+    def _next(self) -> bool:
+        if self._eof:
+            return False
+        item = self._q.get()
+        if item is None:
+            self._eof = True
+            return False
+        self._head = item
+        return True
+
+    def read(self, n: int = -1) -> bytes | memoryview:
+        """The next ``n`` bytes (fewer at the end): bytes up to 64, else a memoryview."""
+        if n < 0:
+            raise ValueError(f"a _Pipe reads bounded chunks only, got n={n}")
+        if not self._head.nbytes:
+            self._next()
+        if self._head.nbytes >= n:
+            out, self._head = self._head[:n], self._head[n:]
+        else:
+            buf = bytearray()
+            while len(buf) < n and (self._head.nbytes or self._next()):
+                take = self._head[: n - len(buf)]
+                buf += take
+                self._head = self._head[take.nbytes :]
+            out = memoryview(buf)
+        return bytes(out) if out.nbytes <= 64 else out
+
+
+def _mix_and_sum(s: Shuffler, params: ProtocolParams, mac_key: bytes, workers: int):
+    """The shuffler writes the mixed batch on one thread while the analyzer reads, verifies
+    and sums it on this one (:class:`_Pipe`); the :class:`MixedBatchResult`."""
+    pipe = _Pipe()
+
+    def mix() -> None:
+        try:
+            s.mix_to(cast(BinaryIO, pipe))
+        finally:
+            pipe.close()
+
+    with ThreadPoolExecutor(1) as ex:
+        mixing = ex.submit(mix)
+        try:
+            res = accumulate_mixed(params, cast(BinaryIO, pipe), mac_key=mac_key,
+                                   workers=workers)
+        except BaseException:
+            while pipe._next():  # drain, so a writer blocked on the full pipe can end
+                pass
+            failed = mixing.exception()
+            if failed is not None:  # the reader saw a cut stream: the writer's error
+                raise failed from None
+            raise
+        mixing.result()
+    return res
+
+
 def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
-    """Users -> shuffler (streaming, to a spooled file) -> analyzer; (MixedBatchResult, report)."""
+    """Users -> shuffler -> analyzer; (MixedBatchResult, report).
+
+    The shuffler keeps the round in memory when its records take at most
+    :data:`_IN_MEMORY_BYTES` (else it spills to bucket files within its default memory
+    limit). Plaintext: it writes the mixed batch on one thread while the analyzer reads,
+    verifies and sums it (:func:`_mix_and_sum`); encrypted: through a spooled file.
+    """
     params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
     key = generate_analyzer_key() if encrypt else None
     mac_key = generate_mac_key()
-    batches = user_batches(params, users, rnd.participants, rnd.streams, None,
-                           public_bytes(key) if key else None, workers=rnd.workers)
-    with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key) as s, \
-            tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
-        for k, data in enumerate(batches):
-            s.submit(data, sender=k)
+    size = params.n * params.messages_per_user * (
+        encrypted_record_bytes(params) if encrypt else params.record_bytes)
+    limit = 8 * size if size <= _IN_MEMORY_BYTES else DEFAULT_MEMORY_LIMIT
+    with Shuffler(params, encrypted=encrypt, source=rnd.source, mac_key=mac_key,
+                  workers=rnd.workers, memory_limit=max(limit, DEFAULT_MEMORY_LIMIT),
+                  analyzer_key_id=analyzer_key_id(key) if key else None) as s:
+        if encrypt:
+            batches = user_batches(params, users, rnd.participants, rnd.streams, None,
+                                   public_bytes(key) if key else None, workers=rnd.workers)
+            for k, data in enumerate(batches):
+                s.submit(data, sender=k)
+        else:
+            for k, (data, seen) in enumerate(_inspected_batches(rnd, s)):
+                s.submit(data, sender=k, inspected=seen)
         s.missing(users.n_users - s.n_users_seen)
-        s.mix_to(f)
-        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
+        timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        f.seek(0)
-        # a SpooledTemporaryFile is a binary file, but typeshed does not declare it a BinaryIO
-        res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
-                               workers=rnd.workers)
-        timings["analyzer_seconds"] = time.perf_counter() - t1
+        if encrypt:
+            # mix to a spooled file first, then open on forked processes with no other
+            # thread running (mixing is a small part of this path)
+            with tempfile.SpooledTemporaryFile(max_size=1 << 28) as f:
+                s.mix_to(f)
+                f.seek(0)
+                # a SpooledTemporaryFile is a binary file; typeshed does not say BinaryIO
+                res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
+                                       workers=rnd.workers)
+        else:
+            res = _mix_and_sum(s, params, mac_key, rnd.workers)
+        timings["mix_and_analyze_seconds"] = time.perf_counter() - t1
+        timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
     return res, s.report
 
 

@@ -7,9 +7,13 @@ forget who sent what. :class:`Shuffler`:
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
    batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
    accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
-   records reordered is a replay too); a bad batch is rejected and counted by a named
+   records reordered is a replay too; when the shuffler is given the analyzer's key id,
+   an encrypted batch must name that key in its header); a bad batch is rejected and
+   counted by a named
    reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
-   user can resubmit;
+   user can resubmit (:meth:`Shuffler.inspect` runs the checks that do not depend on earlier
+   batches without changing the shuffler, so a caller may run them on several threads and
+   hand each result to :meth:`Shuffler.submit`);
 2. drops a user whose batch is incomplete (not exactly r messages for every coordinate): a
    partial batch would leave a share-sum that is not the user's noisy value;
 3. strips sender identity and spreads the records over bucket files (pass 1), then loads one
@@ -37,9 +41,13 @@ the same computational assumption as the ChaCha20 generator behind every other d
 keys -- a duplicated or replayed record -- land in the same bucket, where pass 2 finds them
 exactly. Removing duplicates depends only on record contents, not on labels, so the
 surviving records keep i.i.d. labels. k is the least power of two with n r m (record + 4)
-bytes / k <= memory_limit / 8 (n the provisioned users), so the expected bucket fits with
-room for the copies pass 2 makes; bucket sizes are binomial, within a few per cent of the
-mean at the sizes where buckets matter.
+bytes / k <= memory_limit / 8 (n the provisioned users; the 4 bytes of batch index are kept
+for encrypted records only) and n r m / k <= 2^18 records, so the expected bucket fits with
+room for the copies pass 2 makes and its permutation stays in a core's cache; bucket sizes
+are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
+permutes several buckets at once on worker threads; the random words of each bucket are
+drawn from the shuffler's source in bucket order, so the output for a given source does not
+depend on the threads.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -125,8 +133,9 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -137,6 +146,7 @@ from shuffledp.protocol.crypto import encrypted_record_bytes, siphash24
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.wire import (
     HEADER_SIZE,
+    KEY_ID_SIZE,
     KIND_MIXED,
     KIND_MIXED_ENC,
     KIND_USER,
@@ -144,11 +154,14 @@ from shuffledp.protocol.wire import (
     BatchWriter,
     Header,
     WireError,
+    _fast_records,
+    _keep_mask,
+    _record_at,
     decode_batch,
     header_mismatch,
     unpack_records,
 )
-from shuffledp.randomness import SecureRandom, secure_permutation
+from shuffledp.randomness import SecureRandom, _fisher_yates
 
 #: the first five of a header that parses are checked by
 #: :func:`shuffledp.protocol.wire.header_mismatch` (:data:`~shuffledp.protocol.wire.HEADER_REASONS`)
@@ -157,6 +170,7 @@ REJECT_REASONS = (
     "truncated",  # the header parses but fewer bytes follow than it promises
     "wrong_digest",  # produced under other protocol parameters or in another run
     "wrong_kind",  # not a user batch, or encrypted when plaintext expected (or vice versa)
+    "wrong_key",  # does not name the analyzer key the shuffler was given (another, or none)
     "wrong_record_size",
     "coordinate_out_of_range",
     "share_out_of_range",
@@ -177,7 +191,18 @@ IGNORED_REASONS = (
 DEFAULT_MEMORY_LIMIT = 256 << 20
 _MIN_MEMORY_LIMIT = 1 << 20
 _MAX_BUCKETS = 1 << 16
-_IDX_BYTES = 4  # batch index stored next to each record in the bucket files
+_IDX_BYTES = 4  # batch index stored next to each encrypted record in the bucket files
+#: buckets hold at most about this many records on average (more buckets otherwise), so a
+#: bucket's permutation (an int64 index per record) stays within a core's cache
+_BUCKET_RECORDS = 1 << 18
+
+
+def _check_threads(workers: int | None) -> int:
+    if workers is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1 or None, got workers={workers!r}")
+    return int(workers)
 
 
 def _duplicate_groups(keys: np.ndarray) -> list[np.ndarray]:
@@ -273,29 +298,72 @@ class ShuffleReport:
 
 @numba.njit(cache=True, nogil=True)
 def _scatter_by_label(rows, tail, labels, k, out):  # pragma: no cover - compiled
-    """Counting sort of ``rows`` by bucket label into ``out`` (each row then ``tail``, the
-    batch index bytes); returns the bucket bounds (k + 1,). Stable within a bucket."""
+    """Counting sort of ``rows`` by bucket label ``labels[i] & (k - 1)`` (k a power of two)
+    into ``out`` (each row then ``tail``, the batch index bytes); returns the bucket bounds
+    (k + 1,). Stable within a bucket."""
     n, rb = rows.shape
+    msk = np.int64(k - 1)
     bounds = np.zeros(k + 1, dtype=np.int64)
     for i in range(n):
-        bounds[labels[i] + 1] += 1
+        bounds[(np.int64(labels[i]) & msk) + 1] += 1
     for b in range(k):
         bounds[b + 1] += bounds[b]
     pos = bounds[:-1].copy()
     nt = tail.size
+    slot = np.uint64(rb + nt)
+    src = rows.reshape(-1)
+    dst = out.reshape(-1)
+    if nt == 0 and rb <= 8:
+        # plaintext: read 8 bytes, write 8 bytes (the extra ones are rewritten by the next
+        # records of the same bucket), the last bytes of a bucket byte by byte
+        nf = _fast_records(src.size, rb)
+        keep = _keep_mask(rb)
+        for i in range(n):
+            lab = np.int64(labels[i]) & msk
+            p = pos[lab]
+            pos[lab] = p + 1
+            d = np.uint64(p) * slot
+            v = _record_at(src, i, rb, keep, nf)
+            if d + np.uint64(8) <= np.uint64(bounds[lab + 1]) * slot:
+                for c in range(8):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+        return bounds
     for i in range(n):
-        d = pos[labels[i]]
-        pos[labels[i]] += 1
+        lab = np.int64(labels[i]) & msk
+        d = np.uint64(pos[lab]) * slot
+        pos[lab] += 1
+        s0 = np.uint64(i) * np.uint64(rb)
         for c in range(rb):
-            out[d, c] = rows[i, c]
+            dst[d + np.uint64(c)] = src[s0 + np.uint64(c)]
         for c in range(nt):
-            out[d, rb + c] = tail[c]
+            dst[d + np.uint64(rb + c)] = tail[c]
     return bounds
 
 
 @numba.njit(cache=True, nogil=True)
 def _gather_rows(rows, perm, rb, out):  # pragma: no cover - compiled
     """out[i] = rows[perm[i], :rb] (the permuted records without their batch index)."""
+    slot = rows.shape[1]
+    if slot <= 8 and rows.shape[0] > 0:
+        # 8-byte reads and writes (each write's extra bytes are rewritten by the next one)
+        flat = rows.reshape(-1)
+        dst = out.reshape(-1)
+        nf = _fast_records(flat.size, slot)
+        keep = _keep_mask(slot)
+        end = np.uint64(dst.size)
+        for i in range(perm.size):
+            v = _record_at(flat, perm[i], slot, keep, nf)
+            d = np.uint64(i) * np.uint64(rb)
+            if d + np.uint64(8) <= end:
+                for c in range(8):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    dst[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+        return
     for i in range(perm.size):
         src = perm[i]
         for c in range(rb):
@@ -303,35 +371,143 @@ def _gather_rows(rows, perm, rb, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _radix_sort_bytes(rows):  # pragma: no cover - compiled
-    """The rows (n, rb <= 8 bytes) in lexicographic byte order: an LSD radix sort, one
-    counting pass per byte from the last to the first (stable), O(n rb)."""
-    n, rb = rows.shape
-    a = rows.copy()
-    b = np.empty_like(a)
-    for c in range(rb - 1, -1, -1):
-        cnt = np.zeros(257, dtype=np.int64)
-        for i in range(n):
-            cnt[a[i, c] + 1] += 1
-        for d in range(256):
-            cnt[d + 1] += cnt[d]
-        for i in range(n):
-            d = cnt[a[i, c]]
-            cnt[a[i, c]] += 1
-            for k in range(rb):
-                b[d, k] = a[i, k]
-        a, b = b, a
-    return a
+def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - compiled
+    """Validate plaintext records and write them in canonical order.
+
+    ``body`` holds the records (``rb`` bytes each, little-endian integers
+    ``(a << share_bits) | w``). Returns 0 if every share is < q, every coordinate < m and every
+    coordinate occurs exactly r times; else 1 (a share >= q), 2 (a coordinate >= m) or 3
+    (incomplete), in that precedence. On 0, ``canon`` (r m,) holds the shares of coordinate
+    0 in ascending order, then those of coordinate 1, ...: the records in ascending numeric
+    order, a function of the multiset of records only. Records as the encoder writes them
+    (record i at coordinate i mod m) are checked and placed in one pass, block by block of
+    coordinates (the writes stay in cache); any other batch takes two passes (check and count,
+    then place in input order). Each coordinate's r shares are then sorted.
+    """
+    n = body.size // rb
+    nf = _fast_records(body.size, rb)
+    keep = _keep_mask(rb)
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    uq = np.uint64(q)
+    if n == r * m:
+        # the encoder's layout (record j m + a at coordinate a) in one pass, block by block
+        # of coordinates so the placement stays in cache; any other batch (or a bad record)
+        # goes through the general passes below, which also name the reason
+        block = 2048
+        misfit = False
+        for c0 in range(0, m, block):
+            c1 = min(m, c0 + block)
+            for j in range(r):
+                for a in range(c0, c1):
+                    v = _record_at(body, j * m + a, rb, keep, nf)
+                    w = v & mask
+                    misfit |= ((v >> sb) != np.uint64(a)) | (w >= uq)
+                    canon[a * r + j] = w
+            if misfit:
+                break
+            _sort_groups(canon, c0, c1, r)
+        if not misfit:
+            return 0
+    cnt = np.zeros(m, dtype=np.int64)
+    bad_share = False
+    bad_coord = False
+    for i in range(n):
+        v = _record_at(body, i, rb, keep, nf)
+        a = np.int64(v >> sb)
+        if np.int64(v & mask) >= q:
+            bad_share = True
+        if a >= m:
+            bad_coord = True
+            continue
+        cnt[a] += 1
+    if bad_share:
+        return 1
+    if bad_coord:
+        return 2
+    if n != r * m:
+        return 3
+    for a in range(m):
+        if cnt[a] != r:
+            return 3
+    cnt[:] = 0
+    for i in range(n):
+        v = _record_at(body, i, rb, keep, nf)
+        a = np.int64(v >> sb)
+        canon[a * r + cnt[a]] = v & mask
+        cnt[a] += 1
+    _sort_groups(canon, 0, m, r)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_groups(canon, c0, c1, r):  # pragma: no cover - compiled
+    """Sort each coordinate's r shares, coordinates c0..c1-1, by rank: share i goes to
+    position #{j : (w_j, j) < (w_i, i)} (branch-free, O(r^2) per coordinate, r is small)."""
+    key = np.empty(r, dtype=np.uint64)
+    for a in range(c0, c1):
+        lo = a * r
+        for i in range(r):
+            key[i] = (np.uint64(canon[lo + i]) << np.uint64(32)) | np.uint64(i)
+        for i in range(r):
+            k = key[i]
+            c = 0
+            for j in range(r):
+                c += key[j] < k
+            canon[lo + c] = np.uint32(k >> np.uint64(32))
+
+
+_PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "incomplete"}
+
+
+def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
+    """(rows uniformly permuted without their batch index, rows, perm, 0), or, when the words
+    run out first (more Lemire rejections than provided for), (None, rows, perm, position)."""
+    perm = np.arange(rows.shape[0], dtype=np.int64)
+    i = int(_fisher_yates(perm, rows.shape[0] - 1, words)) if rows.shape[0] > 1 else 0
+    if i > 0:
+        return None, rows, perm, i
+    out = np.empty((rows.shape[0], rb), dtype=np.uint8)
+    _gather_rows(rows, perm, rb, out)
+    return out, rows, perm, 0
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What :meth:`Shuffler.inspect` found in one user's batch.
+
+    Attributes
+    ----------
+    reason : str or None
+        None if the batch passed every check that does not depend on earlier batches, else
+        one of :data:`REJECT_REASONS`.
+    rows : numpy.ndarray or None
+        The records (2D uint8, one row each) of a batch that passed.
+    fingerprint : bytes or None
+        Its order-free digest (:meth:`Shuffler._fingerprint`).
+    spread : tuple of numpy.ndarray, optional
+        (slots, bounds): a plaintext batch's records already grouped by bucket label.
+    """
+
+    reason: str | None
+    rows: np.ndarray | None = None
+    fingerprint: bytes | None = None
+    spread: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class _Buckets:
-    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files."""
+    """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files.
+
+    A bucket's buffer is a list of the chunks appended (read-only views the caller no longer
+    writes to), so appending copies nothing; :meth:`load` assembles a bucket in one copy.
+    """
 
     def __init__(self, k: int, flush_bytes: int, workdir: str | None) -> None:
         self.k = k
         self.flush_bytes = flush_bytes
         self.workdir = workdir
-        self.buffers = [bytearray() for _ in range(k)]
+        self.buffers: list[list[memoryview]] = [[] for _ in range(k)]
+        self.sizes = [0] * k
         self.buffered = 0
         self.dir: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
@@ -342,8 +518,11 @@ class _Buckets:
         return os.path.join(self.dir, f"bucket{i:05d}")
 
     def append(self, i: int, data: bytes | memoryview) -> None:
-        self.buffers[i] += data
-        self.buffered += len(data)
+        """Append ``data`` to bucket i (kept by reference: it must not change afterwards)."""
+        view = memoryview(data).cast("B")
+        self.buffers[i].append(view)
+        self.sizes[i] += view.nbytes
+        self.buffered += view.nbytes
 
     def maybe_flush(self) -> None:
         if self.buffered < self.flush_bytes:
@@ -351,32 +530,39 @@ class _Buckets:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="shuffledp-", dir=self.workdir)
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
-        for i, buf in enumerate(self.buffers):
-            if buf:
+        for i, chunks in enumerate(self.buffers):
+            if chunks:
                 with open(self._path(i), "ab") as fh:
-                    fh.write(buf)
-                self.buffers[i] = bytearray()
+                    fh.writelines(chunks)
+                self.buffers[i] = []
+                self.sizes[i] = 0
         self.buffered = 0
 
     def load(self, i: int, release: bool = False) -> bytearray:
         """Whole content of bucket i (file part then buffer); ``release`` frees it."""
         path = self._path(i) if self.dir is not None else None
         size = os.path.getsize(path) if path is not None and os.path.exists(path) else 0
-        out = bytearray(size + len(self.buffers[i]))
+        out = bytearray(size + self.sizes[i])
+        view = memoryview(out)
         if path is not None and size:
             with open(path, "rb", buffering=0) as fh:
-                if fh.readinto(memoryview(out)[:size]) != size:
+                if fh.readinto(view[:size]) != size:
                     raise OSError(f"short read of shuffler bucket file {path}")
-        out[size:] = self.buffers[i]
+        at = size
+        for c in self.buffers[i]:
+            view[at : at + c.nbytes] = c
+            at += c.nbytes
         if release:
-            self.buffered -= len(self.buffers[i])
-            self.buffers[i] = bytearray()
+            self.buffered -= self.sizes[i]
+            self.buffers[i] = []
+            self.sizes[i] = 0
             if path is not None and size:
                 os.remove(path)
         return out
 
     def close(self) -> None:
-        self.buffers = [bytearray() for _ in range(self.k)]
+        self.buffers = [[] for _ in range(self.k)]
+        self.sizes = [0] * self.k
         if self._cleanup is not None:
             self._cleanup()
 
@@ -403,6 +589,16 @@ class Shuffler:
     memory_limit : int
         Approximate bound, in bytes, on the memory the shuffler's data takes (default
         256 MiB; the interpreter and libraries come on top).
+    analyzer_key_id : bytes, optional
+        The 8-byte id of the analyzer's public key
+        (:func:`~shuffledp.protocol.crypto.analyzer_key_id`; encrypted batches only). An
+        encrypted batch whose header names another key, or none, is then rejected on arrival
+        as ``wrong_key`` (its user dropped whole) instead of failing at the analyzer after
+        mixing. Without it the header's key id is not checked.
+    workers : int, optional
+        Threads that permute buckets in :meth:`mix_to` (default: every core); the random
+        words are drawn from ``source`` in bucket order, so the mixed batch for a given
+        source is the same for every value.
     """
 
     def __init__(
@@ -414,6 +610,8 @@ class Shuffler:
         mac_key: bytes | None = None,
         workdir: str | None = None,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        analyzer_key_id: bytes | None = None,
+        workers: int | None = None,
     ) -> None:
         if not isinstance(params, ProtocolParams):
             raise TypeError(f"params must be a ProtocolParams, got {type(params).__name__}")
@@ -427,17 +625,28 @@ class Shuffler:
         if mac_key is not None and (not isinstance(mac_key, bytes) or len(mac_key) < 16):
             raise ValueError(f"mac_key must be bytes of length >= 16, got {type(mac_key).__name__}"
                              f" of length {len(mac_key) if isinstance(mac_key, bytes) else '-'}")
+        if analyzer_key_id is not None and (
+                not encrypted or not isinstance(analyzer_key_id, bytes)
+                or len(analyzer_key_id) != KEY_ID_SIZE):
+            raise ValueError(f"analyzer_key_id must be {KEY_ID_SIZE} bytes and needs "
+                             f"encrypted=True, got analyzer_key_id={analyzer_key_id!r}, "
+                             f"encrypted={encrypted!r}")
+        self.analyzer_key_id = analyzer_key_id
         self.params = params
         self.encrypted = bool(encrypted)
         self.source = source if source is not None else SecureRandom()
         self.mac_key = mac_key
         self.report = ShuffleReport()
         self._rb = encrypted_record_bytes(params) if encrypted else params.record_bytes
-        self._slot = self._rb + _IDX_BYTES
-        expected = params.n * params.messages_per_user * self._slot
+        # the batch index next to each record serves the copied-record check only
+        self._slot = self._rb + (_IDX_BYTES if self.encrypted else 0)
+        n_expected = params.n * params.messages_per_user
+        expected = n_expected * self._slot
         k = 1
-        while k * (int(memory_limit) // 8) < expected and k < _MAX_BUCKETS:
+        while ((k * (int(memory_limit) // 8) < expected or k * _BUCKET_RECORDS < n_expected)
+               and k < _MAX_BUCKETS):
             k *= 2
+        self.workers = _check_threads(workers)
         self._buckets = _Buckets(k, int(memory_limit) // 4, workdir)
         self._sip_key = self.source.bytes(16)
         self._batch_hashes: set[bytes] = set()
@@ -462,41 +671,80 @@ class Shuffler:
 
     def _validate(self, data: bytes) -> tuple[str | None, np.ndarray | None]:
         """(reason, records as 2D uint8 rows); reason None when the batch is acceptable."""
+        seen = self.inspect(data)
+        return seen.reason, seen.rows
+
+    def inspect(self, data: bytes, source: SecureRandom | None = None) -> Inspection:
+        """Check one user's batch without changing the shuffler (:class:`Inspection`).
+
+        Every check of :meth:`submit` that does not depend on earlier batches, and the
+        order-free fingerprint :meth:`submit` compares with accepted batches. With
+        ``source`` (a secure generator this caller uses alone), a plaintext batch's records
+        are also spread over the buckets here, labels drawn from ``source`` (i.i.d. uniform
+        like those :meth:`submit` draws from the shuffler's own source). Reads only the
+        parameters, so several threads may inspect batches at once; hand the result to
+        :meth:`submit` (``inspected=``) with the same ``data`` to accept the batch.
+
+        Parameters
+        ----------
+        data : bytes
+            One user's batch.
+        source : SecureRandom, optional
+            A secure generator for the bucket labels of a plaintext batch (used by this
+            caller alone); without it :meth:`submit` spreads the records.
+
+        Returns
+        -------
+        Inspection
+            The reason a batch fails (or None), its records, fingerprint and spread.
+        """
         p = self.params
         try:
             h = Header.unpack(bytes(data[:HEADER_SIZE]))
         except WireError:
-            return "malformed", None
+            return Inspection("malformed")
         bad = header_mismatch(p, h, KIND_USER_ENC if self.encrypted else KIND_USER)
         if bad is not None:  # wrong_digest, wrong_kind, wrong_record_size, incomplete
-            return bad.reason, None
+            return Inspection(bad.reason)
+        if self.analyzer_key_id is not None and h.key_id != self.analyzer_key_id:
+            return Inspection("wrong_key")
         if len(data) < h.total_bytes:
-            return "truncated", None
+            return Inspection("truncated")
         if len(data) != h.total_bytes:
-            return "malformed", None
+            return Inspection("malformed")
         rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
-        if self.encrypted:
-            coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
-        else:
-            _, rec = decode_batch(data)
-            v = unpack_records(rec, self._rb).astype(np.uint64)
-            coords = (v >> np.uint64(p.share_bits)).astype(np.int64)
-            if v.size and (v & np.uint64((1 << p.share_bits) - 1)).max() >= p.q:
-                return "share_out_of_range", None
+        if not self.encrypted:
+            code, canon = self._canonical(rows)
+            if code:
+                return Inspection(_PLAIN_REASONS[code])
+            spread = None if source is None else self._scatter(rows,
+                                                                self._draw_labels(rows, source))
+            return Inspection(None, rows, hashlib.sha256(canon.data).digest(), spread)
+        coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
-            return "coordinate_out_of_range", None
+            return Inspection("coordinate_out_of_range")
         if coords.size != p.r * p.m or np.any(np.bincount(coords, minlength=p.m) != p.r):
-            return "incomplete", None
-        if self.encrypted and _duplicate_groups(rows[:, 4:36]):
-            return "duplicate_record", None
-        return None, rows
+            return Inspection("incomplete")
+        if _duplicate_groups(rows[:, 4:36]):
+            return Inspection("duplicate_record")
+        return Inspection(None, rows, self._fingerprint(rows))
 
-    def submit(self, data: bytes, sender: Hashable | None = None) -> bool:
+    def _canonical(self, rows: np.ndarray) -> tuple[int, np.ndarray]:
+        """(check code of :func:`_check_plain`, the plaintext records in canonical order)."""
+        p = self.params
+        canon = np.empty(p.r * p.m, dtype=np.uint32)  # shares < q <= 2^32
+        body = np.ascontiguousarray(rows).reshape(-1)
+        return int(_check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r, canon)), canon
+
+    def submit(self, data: bytes, sender: Hashable | None = None, *,
+               inspected: Inspection | None = None) -> bool:
         """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
 
         ``sender`` (any hashable, e.g. a connection id) is only used to refuse a second
         batch from a sender already accepted; a sender whose batch was rejected may submit
-        again. It is forgotten once the batch is mixed.
+        again. It is forgotten once the batch is mixed. ``inspected`` is what this
+        shuffler's :meth:`inspect` returned for exactly these ``data`` (e.g. computed on
+        another thread); without it the batch is inspected here.
         """
         if self._mixed:
             raise RuntimeError("this Shuffler has already mixed; make a new one per round")
@@ -504,16 +752,16 @@ class Shuffler:
             raise TypeError(f"data must be bytes, got {type(data).__name__}")
         if sender is not None and sender in self._accepted:
             return self._fail(sender, "duplicate_sender")
-        reason, rows = self._validate(data)
-        if reason is not None or rows is None:
-            return self._fail(sender, reason or "malformed")
-        fingerprint = self._fingerprint(rows)
+        seen = self.inspect(data) if inspected is None else inspected
+        rows, fingerprint = seen.rows, seen.fingerprint
+        if seen.reason is not None or rows is None or fingerprint is None:
+            return self._fail(sender, seen.reason or "malformed")
         if fingerprint in self._batch_hashes:
             return self._fail(sender, "replayed_batch")
         if self._n_accepted >= self.params.n:
             return self._fail(sender, "over_capacity")
         self._batch_hashes.add(fingerprint)
-        self._bucket(rows, self._n_accepted)
+        self._bucket(rows, self._n_accepted, seen.spread)
         self._n_accepted += 1
         self.report.n_forwarded += 1
         if sender is not None:
@@ -523,37 +771,52 @@ class Shuffler:
                 self.report.n_failed_users -= 1
         return True
 
-    @staticmethod
-    def _fingerprint(rows: np.ndarray) -> bytes:
+    def _fingerprint(self, rows: np.ndarray) -> bytes:
         """SHA-256 of the batch's records in sorted order: the same for any reordering.
 
         A copy of an accepted batch with its records permuted is thus a replay, refused on
         arrival (before it can take one of the n places); two honest batches never share an
         encrypted record (fresh ephemeral keys), and two plaintext ones hold the same
-        multiset of r m uniform shares with negligible probability.
+        multiset of r m uniform shares with negligible probability. Plaintext records are
+        put in ascending numeric order (coordinate, then share) without a comparison sort:
+        a batch that passed the checks holds exactly r records per coordinate, so a counting
+        placement by coordinate and a sort of each coordinate's r shares give that order in
+        O(r m) (:func:`_check_plain`); encrypted records are sorted as byte strings.
         """
+        if not self.encrypted:
+            code, canon = self._canonical(rows)
+            if code:
+                raise ValueError(f"rows are not a valid plaintext batch ({_PLAIN_REASONS[code]})")
+            return hashlib.sha256(canon.data).digest()
         rb = rows.shape[1]
-        if rb <= 8:
-            # a radix sort in lexicographic byte order: the same bytes hashed as numpy's sort
-            # of void records, O(n rb) instead of a comparison sort of n byte strings
-            srt = _radix_sort_bytes(np.ascontiguousarray(rows, dtype=np.uint8))
-            return hashlib.sha256(srt.tobytes()).digest()
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()
 
-    def _labels(self, rows: np.ndarray) -> np.ndarray:
-        mask = np.uint64(self.n_buckets - 1)
+    def _draw_labels(self, rows: np.ndarray, source: SecureRandom | None = None) -> np.ndarray:
+        """Bucket labels (only their low log2 k bits are used): SipHash of the ephemeral key
+        of an encrypted record, a uniform word from ``source`` (default: the shuffler's) for
+        a plaintext one; all 0 when there is one bucket."""
+        if self._buckets.k == 1:
+            return np.zeros(rows.shape[0], dtype=np.uint32)
         if self.encrypted:
-            return (siphash24(self._sip_key, rows[:, 4:36]) & mask).astype(np.int64)
-        return (self.source.uint32(rows.shape[0]).astype(np.uint64) & mask).astype(np.int64)
+            return siphash24(self._sip_key, rows[:, 4:36])
+        return (source or self.source).uint32(rows.shape[0])
 
-    def _bucket(self, rows: np.ndarray, index: int) -> None:
-        tail = np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
-        b = self._buckets
-        labels = (self._labels(rows) if b.k > 1
-                  else np.zeros(rows.shape[0], dtype=np.int64))
+    def _scatter(self, rows: np.ndarray, labels: np.ndarray,
+                 index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, bounds): the rows (then the batch index, encrypted only) grouped by bucket."""
+        tail = (np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
+                if self.encrypted else np.zeros(0, dtype=np.uint8))
         slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
-        bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, b.k, slots)
+        bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, self._buckets.k,
+                                   slots)
+        return slots, bounds
+
+    def _bucket(self, rows: np.ndarray, index: int,
+                spread: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        b = self._buckets
+        slots, bounds = (spread if spread is not None
+                         else self._scatter(rows, self._draw_labels(rows), index))
         for i in np.flatnonzero(np.diff(bounds)):
             b.append(int(i), slots[bounds[i] : bounds[i + 1]].data.cast("B"))
         b.maybe_flush()
@@ -631,19 +894,36 @@ class Shuffler:
             h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
                        rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
             bad_arr = np.fromiter(bad, dtype=np.uint32, count=len(bad))
-            with BatchWriter(f, h, self.mac_key) as w:
+            with BatchWriter(f, h, self.mac_key) as w, \
+                    ThreadPoolExecutor(self.workers) as ex:
+                pending: deque = deque()
                 for i in range(self.n_buckets):
                     rows = self._rows(self._buckets.load(i, release=True))
                     if bad_arr.size:
                         rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
-                    perm = secure_permutation(rows.shape[0], self.source)
-                    out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
-                    _gather_rows(rows, perm, self._rb, out)
-                    w.write(out.tobytes())
-                    del rows, perm, out
+                    # the words are drawn here, in bucket order: the output for a given
+                    # source does not depend on the threads
+                    n = rows.shape[0]
+                    words = self.source.uint32(n + 64 + (n * n >> 31))
+                    pending.append(ex.submit(_permute_bucket, rows, words, self._rb))
+                    if len(pending) > self.workers:
+                        w.write(self._finish(*pending.popleft().result()))
+                while pending:
+                    w.write(self._finish(*pending.popleft().result()))
             return w.header
         finally:
             self.close()
+
+    def _finish(self, out: np.ndarray | None, rows: np.ndarray, perm: np.ndarray,
+                i: int) -> memoryview:
+        """The permuted bucket: ``out``, or, if the words ran out at position i, the
+        Fisher-Yates continued from ``source`` and the rows gathered here."""
+        if out is None:
+            while i > 0:
+                i = int(_fisher_yates(perm, i, self.source.uint32(i + 64)))
+            out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
+            _gather_rows(rows, perm, self._rb, out)
+        return out.reshape(-1).data
 
     def mix(self) -> tuple[Header, np.ndarray]:
         """In-memory :meth:`mix_to` for small runs: returns (header, records).

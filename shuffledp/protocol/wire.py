@@ -22,8 +22,13 @@ Header (64 bytes)::
     32     8    n_users          uint64: 1 for a user batch, users forwarded for a mixed batch
     40     8    n_dropped        uint64: users the shuffler dropped or rejected (mixed batch)
     48     1    flags            uint8: bit 0 set when the tag of a mixed batch is keyed;
-                                 bit 1 (bit-packed kinds only): coordinate-major layout
-    49     15   reserved         zero (a non-zero byte is malformed)
+                                 bit 1 (bit-packed kinds only): coordinate-major layout;
+                                 bit 2 (encrypted user batches only): bytes 49..56 hold
+                                 the analyzer key id
+    49     15   reserved         zero (a non-zero byte is malformed), but bytes 49..56 are
+                                 the 8-byte id of the analyzer public key the messages are
+                                 sealed to when flags bit 2 is set
+                                 (:func:`shuffledp.protocol.crypto.analyzer_key_id`)
 
 Plaintext record (``record_bytes`` = ceil((ceil(log2 m) + share_bits) / 8), 1..8): the
 low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share_bits) | w``
@@ -106,6 +111,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING
 
+import numba
 import numpy as np
 
 if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
@@ -122,6 +128,8 @@ HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
 FLAG_COORD_MAJOR = 2
+FLAG_KEY_ID = 4
+KEY_ID_SIZE = 8
 KIND_USER = 1
 KIND_MIXED = 2
 KIND_USER_ENC = 3
@@ -186,7 +194,11 @@ class Header:
     version : int, optional
         Wire format version; None: the version the kind is written with.
     flags : int, default 0
-        ``FLAG_KEYED`` (mixed batch tagged under a MAC key) and/or ``FLAG_COORD_MAJOR``.
+        ``FLAG_KEYED`` (mixed batch tagged under a MAC key) and/or ``FLAG_COORD_MAJOR``;
+        ``FLAG_KEY_ID`` is set from ``key_id``.
+    key_id : bytes, default b""
+        An encrypted user batch's analyzer key id (:data:`KEY_ID_SIZE` bytes, in the
+        reserved bytes with flags bit 2), or empty.
 
     Raises
     ------
@@ -203,6 +215,7 @@ class Header:
     n_dropped: int = 0
     version: int | None = None
     flags: int = 0
+    key_id: bytes = b""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -225,13 +238,25 @@ class Header:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {name}={v!r}")
             object.__setattr__(self, name, int(v))
+        kid = self.key_id
+        if not isinstance(kid, bytes) or len(kid) not in (0, KEY_ID_SIZE):
+            raise ValueError(f"key_id must be empty or {KEY_ID_SIZE} bytes, got key_id={kid!r}")
+        if kid and self.kind != KIND_USER_ENC:
+            raise ValueError(f"only an encrypted user batch (kind {KIND_USER_ENC}) names its "
+                             f"analyzer key, got a key_id on kind {self.kind}")
         f = self.flags
-        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR) or f < 0
+        if isinstance(f, int) and f & FLAG_KEY_ID and not kid:
+            raise ValueError(f"flags bit {FLAG_KEY_ID} says the header names a key, but "
+                             "key_id is empty")
+        if kid and isinstance(f, int):
+            f = f | FLAG_KEY_ID
+            object.__setattr__(self, "flags", f)
+        if (not isinstance(f, int) or f & ~(FLAG_KEYED | FLAG_COORD_MAJOR | FLAG_KEY_ID) or f < 0
                 or (f & FLAG_KEYED and self.kind not in MIXED_KINDS)
                 or (f & FLAG_COORD_MAJOR and self.kind not in PACKED_KINDS)):
             raise ValueError(f"flags must be 0, or {FLAG_KEYED} on a mixed batch, plus "
-                             f"{FLAG_COORD_MAJOR} on a bit-packed batch, got flags={f!r} on "
-                             f"kind {self.kind}")
+                             f"{FLAG_COORD_MAJOR} on a bit-packed batch ({FLAG_KEY_ID} with a "
+                             f"key_id), got flags={f!r} on kind {self.kind}")
 
     @property
     def mixed(self) -> bool:
@@ -275,7 +300,8 @@ class Header:
     def pack(self) -> bytes:
         return _HEADER.pack(
             MAGIC, self.version, self.kind, self.record_bytes, self.digest,
-            self.n_records, self.n_users, self.n_dropped, self.flags, bytes(15),
+            self.n_records, self.n_users, self.n_dropped, self.flags,
+            self.key_id + bytes(15 - len(self.key_id)),
         )
 
     @classmethod
@@ -291,10 +317,13 @@ class Header:
         if version not in READ_VERSIONS:
             raise WireError(f"unsupported format version {version} (this reader: "
                             f"{' or '.join(map(str, READ_VERSIONS))})")
+        kid = b""
+        if isinstance(flags, int) and flags & FLAG_KEY_ID:
+            kid, reserved = reserved[:KEY_ID_SIZE], reserved[KEY_ID_SIZE:]
         if any(reserved):
-            raise WireError("reserved header bytes 49..63 must be zero")
+            raise WireError(f"reserved header bytes {49 + len(kid)}..63 must be zero")
         try:
-            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags)
+            return cls(kind, rb, digest, nrec, nusers, ndrop, version, flags, kid)
         except ValueError as e:
             raise WireError(str(e)) from None
 
@@ -412,6 +441,45 @@ def check_header(params: ProtocolParams, header: Header, kind: int, *,
     if bad is not None:
         raise bad
     return header
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _record_at(body, i, rb, keep, n_fast):  # pragma: no cover - compiled
+    """Record i of ``body`` (uint8, ``rb``-byte little-endian records) as a uint64.
+
+    Records below ``n_fast`` (:func:`_fast_records`) are read as 8 bytes and masked with
+    ``keep`` (:func:`_keep_mask`; unsigned indices, so the compiler merges the byte loads),
+    the last few byte by byte.
+    """
+    if i < n_fast:
+        b = np.uint64(i) * np.uint64(rb)
+        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
+        return v & keep
+    v = np.uint64(0)
+    for c in range(rb):
+        v |= np.uint64(body[i * rb + c]) << np.uint64(c << 3)
+    return v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fast_records(nbytes, rb):  # pragma: no cover - compiled
+    """How many leading ``rb``-byte records of ``nbytes`` bytes have 8 bytes from their start."""
+    n = nbytes // rb
+    return min(n, (nbytes - 8) // rb + 1) if nbytes >= 8 else 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _keep_mask(rb):  # pragma: no cover - compiled
+    """The low ``rb`` bytes of a uint64 (1 <= rb <= 8)."""
+    if rb >= 8:
+        return np.uint64(0xFFFFFFFFFFFFFFFF)
+    return (np.uint64(1) << np.uint64(8 * rb)) - np.uint64(1)
 
 
 def _record_dtype(record_bytes: int) -> np.dtype:
@@ -560,14 +628,85 @@ def unpack_bits(data: bytes | memoryview | np.ndarray, bits: int, count: int) ->
     return np.packbits(mat, axis=1, bitorder="little").view("<u8").ravel().astype(np.uint64)
 
 
-def _body(records: np.ndarray | bytes, record_bytes: int, packed: bool = False) -> bytes:
+def _body(records: np.ndarray | bytes | memoryview, record_bytes: int,
+          packed: bool = False) -> bytes | memoryview:
     if isinstance(records, np.ndarray):
         if records.dtype.kind in "ui":
             if packed:
                 return pack_bits(records, record_bytes)
             return _pack_records(records, record_bytes).tobytes()
         return records.tobytes()
+    if isinstance(records, memoryview):  # raw bytes, written without a copy
+        return records.cast("B") if records.format != "B" or records.ndim != 1 else records
     return bytes(records)
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_share_records(shares, share_bits, rb, out):  # pragma: no cover - compiled
+    """out[HEADER_SIZE:] = the records (a << share_bits) | shares[j, a], j-major, ``rb`` bytes
+    little-endian each; returns the largest share (the caller checks it is < q)."""
+    r, m = shares.shape
+    top = np.uint64(0)
+    end = np.uint64(out.size)
+    pos = np.uint64(HEADER_SIZE)
+    urb = np.uint64(rb)
+    for j in range(r):
+        for a in range(m):
+            w = np.uint64(shares[j, a])
+            if w > top:
+                top = w
+            v = (np.uint64(a) << np.uint64(share_bits)) | w
+            if pos + np.uint64(8) <= end:  # 8 bytes; the next record overwrites the extra ones
+                for c in range(8):
+                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            else:
+                for c in range(rb):
+                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+            pos += urb
+    return top
+
+
+def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
+    """One user's plaintext batch (kind 1) straight from its shares, in one pass.
+
+    The same bytes as ``encode_batch(Header(KIND_USER, ...), messages(params, shares))``
+    (:func:`shuffledp.encoders.encoder.messages`: record ``(a << share_bits) | w`` for
+    every row of shares in turn, each ``record_bytes`` bytes little-endian), without the
+    intermediate message array.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), unsigned integers < q (:func:`~shuffledp.encoders.encoder.encode_shares`).
+
+    Returns
+    -------
+    bytes
+        The user batch: header, then r m records.
+
+    Raises
+    ------
+    ValueError
+        If ``shares`` has another shape, is not integer or holds a share >= q.
+    """
+    s = np.asarray(shares)
+    if s.shape != (params.r, params.m):
+        raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got "
+                         f"shares.shape={s.shape}")
+    if s.dtype.kind not in "ui":
+        raise ValueError(f"shares must be integers, got shares.dtype={s.dtype}")
+    h = Header(KIND_USER, params.record_bytes, params.digest, params.messages_per_user)
+    out = np.empty(h.total_bytes, dtype=np.uint8)
+    if s.dtype.kind == "i" and s.size and int(s.min()) < 0:
+        raise ValueError(f"shares must be in [0, q), got a share {int(s.min())}")
+    top = int(_write_share_records(np.ascontiguousarray(s), params.share_bits,
+                                   params.record_bytes, out))
+    if s.size and top >= params.q:
+        raise ValueError(f"shares must be in [0, q = {params.q}), got a share {top}")
+    out[:HEADER_SIZE] = np.frombuffer(h.pack(), dtype=np.uint8)
+    return out.tobytes()
 
 
 def _check_mac_key(mac_key: bytes | None) -> bytes | None:
@@ -825,12 +964,12 @@ class BatchWriter:
             self._tag.update(head)
         f.write(head)
 
-    def _emit(self, body: bytes) -> None:
+    def _emit(self, body: bytes | memoryview) -> None:
         if self._tag is not None:
             self._tag.update(body)
         self._f.write(body)
 
-    def _write_packed(self, records: np.ndarray | bytes) -> None:
+    def _write_packed(self, records: np.ndarray | bytes | memoryview) -> None:
         v = np.asarray(records)
         if v.dtype.kind not in "ui":
             raise TypeError(f"a bit-packed batch takes integer records, got dtype {v.dtype}")
@@ -842,8 +981,9 @@ class BatchWriter:
         self._emit(pack_bits(allv[:cut], self.header.record_bytes))
         self._pending = allv[cut:]
 
-    def write(self, records: np.ndarray | bytes) -> None:
-        """Append records: integers (packed here), raw records, or raw bytes.
+    def write(self, records: np.ndarray | bytes | memoryview) -> None:
+        """Append records: integers (packed here), raw records, or raw bytes (a C-contiguous
+        memoryview is written without a copy).
 
         A bit-packed batch takes integer arrays only (any sizes; whole groups of 8 records
         are written at once, the rest on :meth:`close`).

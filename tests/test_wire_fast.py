@@ -1,0 +1,183 @@
+"""The plaintext wire path's one-pass kernels agree with their plain numpy definitions.
+
+frame_shares (user batch straight from shares), the shuffler's one-pass check and canonical
+fingerprint, the bucket scatter / permuted gather with 8-byte record moves, the analyzer's
+sums straight from wire bytes, inspection on other threads and the pipe between the
+shuffler and the analyzer. Deterministic (fixed seeds and test keys): no false failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+import pytest
+from shuffle_helpers import params_for, random_users
+
+from shuffledp import Grid
+from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
+from shuffledp.protocol.runner import _Pipe
+from shuffledp.protocol.shuffler import Shuffler, _gather_rows, _scatter_by_label
+from shuffledp.protocol.wire import HEADER_SIZE, decode_batch, frame_shares, unpack_records
+from shuffledp.randomness import SecureRandom, UserStreams
+
+
+@pytest.fixture(scope="module")
+def small():
+    p = params_for(Grid(6, 5), n=4, B=8)
+    users = random_users(Grid(6, 5), 4)
+    shares = encode_shares(p, users, np.arange(4), UserStreams(1), SecureRandom.for_testing(2))
+    return p, shares
+
+
+def _reference_fingerprint(p, data: bytes) -> bytes:
+    """SHA-256 of the shares as uint32, records in ascending numeric order (numpy sort)."""
+    h, raw = decode_batch(data)
+    v = np.sort(unpack_records(raw, h.record_bytes).astype(np.uint64))
+    return hashlib.sha256((v & np.uint64((1 << p.share_bits) - 1)).astype("<u4")).digest()
+
+
+def test_frame_shares_writes_the_bytes_of_frame_messages(small):
+    p, shares = small
+    for sh in shares:
+        assert frame_shares(p, sh) == frame_messages(p, messages(p, sh))
+    with pytest.raises(ValueError, match="shape"):
+        frame_shares(p, shares[0][:, :-1])
+    bad = shares[0].copy()
+    bad[1, 2] = p.q
+    with pytest.raises(ValueError, match="q ="):
+        frame_shares(p, bad)
+
+
+def test_fingerprint_is_the_sorted_records_whatever_their_order(small):
+    p, shares = small
+    s = Shuffler(p)
+    data = frame_shares(p, shares[0])
+    rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
+    shuffled = data[:HEADER_SIZE] + rows[np.random.default_rng(3).permutation(len(rows))].tobytes()
+    a, b = s.inspect(data), s.inspect(shuffled)
+    assert a.reason is None and b.reason is None
+    assert a.fingerprint == b.fingerprint == _reference_fingerprint(p, data)
+    other = s.inspect(frame_shares(p, shares[1]))
+    assert other.fingerprint != a.fingerprint
+
+
+@pytest.mark.parametrize("edit, reason", [
+    ("share", "share_out_of_range"), ("coord", "coordinate_out_of_range"),
+    ("both", "share_out_of_range"), ("swap", "incomplete"),
+])
+def test_one_pass_check_names_the_same_reason(small, edit, reason):
+    p, shares = small
+    rec = messages(p, shares[0]).astype(np.uint64)
+    sb = np.uint64(p.share_bits)
+    if edit in ("share", "both"):
+        rec[5] = (rec[5] >> sb << sb) | np.uint64(p.q)
+    if edit in ("coord", "both"):
+        rec[9] = (np.uint64(p.m) << sb) | (rec[9] & np.uint64((1 << p.share_bits) - 1))
+    if edit == "swap":  # coordinate 0 once more, coordinate 1 once less
+        rec[1] = rec[0]
+    assert p.m < 1 << (p.record_bits - p.share_bits)  # coordinate m fits in a record
+    assert Shuffler(p).inspect(frame_messages(p, rec)).reason == reason
+
+
+@pytest.mark.parametrize("rb", range(1, 9))
+def test_scatter_and_gather_move_whole_records(rb):
+    rng = np.random.default_rng(rb)
+    for n in (0, 1, 2, 7, 1000):
+        rows = rng.integers(0, 256, (n, rb), dtype=np.uint8)
+        labels = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        for k in (1, 4, 64):
+            out = np.empty_like(rows)
+            bounds = _scatter_by_label(rows, np.zeros(0, np.uint8), labels, k, out)
+            lab = labels.astype(np.int64) & (k - 1)
+            order = np.argsort(lab, kind="stable")
+            np.testing.assert_array_equal(out, rows[order])
+            np.testing.assert_array_equal(bounds, np.r_[0, np.cumsum(np.bincount(lab,
+                                                                                 minlength=k))])
+        perm = rng.permutation(n).astype(np.int64)
+        got = np.empty_like(rows)
+        _gather_rows(rows, perm, rb, got)
+        np.testing.assert_array_equal(got, rows[perm])
+
+
+@pytest.mark.parametrize("rb", range(1, 9))
+def test_sums_from_wire_bytes_equal_sums_of_unpacked_records(small, rb):
+    p, _ = small
+    rng = np.random.default_rng(10 + rb)
+    vals = rng.integers(0, 2 ** min(63, 8 * rb), 5000, dtype=np.uint64)
+    vals[:50] = (rng.integers(0, p.m, 50).astype(np.uint64) << np.uint64(p.share_bits)) | \
+        rng.integers(0, p.q, 50).astype(np.uint64)
+    vals &= np.uint64((1 << (8 * rb)) - 1) if rb < 8 else np.uint64(2**64 - 1)
+    raw = vals.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :rb].copy()
+    a, b = ModularAccumulator(p, threads=1), ModularAccumulator(p, threads=1)
+    assert a.add_raw(raw.tobytes(), rb) == b.add_records(vals)
+    np.testing.assert_array_equal(a.sums % p.q, b.sums % p.q)
+    np.testing.assert_array_equal(a.counts, b.counts)
+    assert a.messages == b.messages == vals.size
+    with pytest.raises(ValueError, match="record_bytes"):
+        a.add_raw(raw.tobytes(), 9)
+    if rb > 1:
+        with pytest.raises(ValueError, match="whole"):
+            a.add_raw(raw.tobytes()[:-1], rb)
+
+
+def test_inspection_on_other_threads_mixes_the_same_records(small):
+    p, shares = small
+    batches = [frame_shares(p, sh) for sh in shares]
+
+    def mixed(pre: bool, workers: int):
+        s = Shuffler(p, source=SecureRandom.for_testing(4), workers=workers, memory_limit=1 << 20)
+        for k, b in enumerate(batches):
+            seen = s.inspect(b, source=SecureRandom.for_testing(20 + k)) if pre else None
+            assert s.submit(b, sender=k, inspected=seen)
+        assert not s.submit(batches[0], sender=99, inspected=s.inspect(batches[0]))
+        assert s.report.rejected["replayed_batch"] == 1
+        return s.mix()
+
+    (h1, r1), (_h2, r2), (h3, r3) = mixed(False, 1), mixed(False, 2), mixed(True, 2)
+    np.testing.assert_array_equal(r1, r2)  # same source: the same mixed batch for any threads
+    pooled = np.sort(np.concatenate([messages(p, sh).astype(np.uint64) for sh in shares]))
+    np.testing.assert_array_equal(np.sort(r1), pooled)
+    np.testing.assert_array_equal(np.sort(r3), pooled)
+    assert h1.n_users == h3.n_users == 4
+
+
+def test_pipe_reads_across_chunks_and_ends():
+    pipe = _Pipe(max_chunks=2)
+    data = bytes(range(256)) * 40
+
+    def write():
+        for i in range(0, len(data), 777):
+            pipe.write(memoryview(data)[i : i + 777])
+        pipe.close()
+
+    t = threading.Thread(target=write)
+    t.start()
+    got = bytearray()
+    for n in (10, 64, 65, 2000, 3, 5000):
+        got += pipe.read(n)
+    while chunk := pipe.read(1000):
+        got += chunk
+    t.join()
+    assert bytes(got) == data
+    assert pipe.read(1) == b""
+    with pytest.raises(ValueError, match="bounded"):
+        pipe.read()
+
+
+def test_a_failing_shuffler_surfaces_its_own_error_not_a_cut_stream(monkeypatch):
+    from shuffledp.protocol import runner
+    from shuffledp.protocol.shuffler import Shuffler as S
+
+    def broken(self, f):
+        f.write(b"SDPW" + bytes(60))  # part of a header, then the shuffler fails
+        raise RuntimeError("shuffler failed mid-batch")
+
+    monkeypatch.setattr(S, "mix_to", broken)
+    users = random_users(Grid(6, 5), 4)
+    p = params_for(Grid(6, 5), n=4, B=8)
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        runner.shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, params=p, rng=1,
+                               wire=True, workers=2)
