@@ -77,7 +77,7 @@ import numpy as np
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.accounting.summation import check_rounding, check_scale
 from shuffledp.encoders.noise.polya import _DifferenceDraws
-from shuffledp.protocol.crypto import encrypt_records, encrypted_record_bytes
+from shuffledp.protocol.crypto import analyzer_key_id, encrypt_records, encrypted_record_bytes
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.wire import KIND_USER, KIND_USER_ENC, Header, encode_batch
 from shuffledp.randomness import (
@@ -716,7 +716,8 @@ def noisy_vectors(
     Delta_i (see the module docstring).
     """
     _check(params)
-    return _noisy_rows(params, users, select, rng, None, noise=noise)
+    return _noisy_rows(params, users, select, rng, None, noise=noise,
+                       draws=_cached_draws(params) if noise else None)
 
 
 def _noise_draws(params: ProtocolParams) -> _DifferenceDraws:
@@ -790,7 +791,7 @@ def encode_shares(
     """
     _check(params)
     src = source if source is not None else SecureRandom()
-    z = _noisy_rows(params, users, select, rng, src)
+    z = _noisy_rows(params, users, select, rng, src, draws=_cached_draws(params))
     return share(z, params.q, params.r, src)
 
 
@@ -804,7 +805,8 @@ def encode_sums(
     """Steps 1-4 for the selected users with their shares summed mod q as they are drawn.
 
     What an analyzer sums from these users' messages, without holding their r m shares: one
-    user at a time (its z^j, noise and shares in one row of m), memory O(m). With a :class:`~shuffledp.randomness.UserStreams` each user's
+    user at a time (its z^j, noise and shares in one row of m), memory O(m). With a
+    :class:`~shuffledp.randomness.UserStreams` each user's
     noise comes from its own stream, so the sums of any split of the users add up (mod q) to
     the sums of all of them, bit for bit.
 
@@ -1008,7 +1010,10 @@ def frame_messages(
         h = Header(KIND_USER, params.record_bytes, params.digest, records.size)
         return encode_batch(h, records)
     body = encrypt_records(params, records, analyzer_public)
-    h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, records.size)
+    # the batch names the key it is sealed to: a shuffler that knows the analyzer's key
+    # refuses a batch sealed to another one before mixing (wrong_key)
+    h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, records.size,
+               key_id=analyzer_key_id(analyzer_public))
     return encode_batch(h, body)
 
 

@@ -13,6 +13,8 @@ from shuffledp.analyzers.heatmap.modular import accumulate_mixed
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
 from shuffledp.protocol.crypto import (
     analyzer_key_id,
+    encrypt_records,
+    encrypted_record_bytes,
     generate_analyzer_key,
     generate_mac_key,
     key_id,
@@ -27,6 +29,7 @@ from shuffledp.protocol.wire import (
     KIND_USER_ENC,
     Header,
     WireError,
+    encode_batch,
 )
 from shuffledp.randomness import SecureRandom, UserStreams
 
@@ -71,7 +74,11 @@ def test_shuffler_refuses_batches_sealed_to_another_key_before_mixing(keys):
     ours = list(user_batches(p, users, np.arange(3), rng=0, analyzer_public=good))
     theirs = next(user_batches(p, users, np.arange(3, 4), rng=0, analyzer_public=other))
     sh = encode_shares(p, users, np.array([3]), UserStreams(0), SecureRandom())[0]
-    unnamed = frame_messages(p, messages(p, sh), good)  # sealed to the key, names none
+    named = frame_messages(p, messages(p, sh), good)  # the device framing names the key
+    assert Header.unpack(named[:HEADER_SIZE]).key_id == analyzer_key_id(good)
+    recs = messages(p, sh)  # sealed to the key but naming none (a device from before)
+    unnamed = encode_batch(Header(KIND_USER_ENC, encrypted_record_bytes(p), p.digest, recs.size),
+                           encrypt_records(p, recs, good))
     assert Header.unpack(unnamed[:HEADER_SIZE]).key_id == b""
     mac = generate_mac_key()
     s = Shuffler(p, encrypted=True, mac_key=mac, analyzer_key_id=analyzer_key_id(good))

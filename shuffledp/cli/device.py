@@ -60,7 +60,7 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
         The batch: the 64-byte header, then the records (encrypted when a key is given).
     """
     from shuffledp.encoders.encoder import encode_user, frame_messages
-    from shuffledp.protocol.crypto import encrypt_records
+    from shuffledp.protocol.crypto import analyzer_key_id, encrypt_records
     from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch
 
     records = encode_user(params, pixels, weights)
@@ -84,7 +84,8 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
             parts.append(encrypt_records(params, chunk, analyzer_public))
             if progress is not None:
                 progress(chunk.size)
-    header = Header(KIND_USER_ENC, params.encrypted_record_bytes, params.digest, records.size)
+    header = Header(KIND_USER_ENC, params.encrypted_record_bytes, params.digest, records.size,
+                    key_id=analyzer_key_id(analyzer_public))
     return encode_batch(header, b"".join(parts))
 
 

@@ -653,10 +653,15 @@ def _submit_one(s: Any, f: Path, k: int, limit: int, other: int, names: list[str
 @click.option("--encrypted/--plaintext-simulation", default=True, show_default=True,
               help="Expect encrypted batches (deployment path), or plaintext ones "
                    "(simulation aid only: the shuffler sees every user's shares).")
+@click.option("--analyzer-pub", "analyzer_pub", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help="The analyzer's public key (analyzer.pub): refuse, before mixing, a batch "
+                   "that names another key or none in its header (counted as 'wrong_key', its "
+                   "user dropped whole). Without it the key id is not checked.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @allow_large_option
 def shuffle(params_path, input_dir, out_path, force, mac_key_path, report_path, expected_users,
-            memory_limit, encrypted, quiet, allow_large):
+            memory_limit, encrypted, analyzer_pub, quiet, allow_large):
     """Validate users' batches, drop incomplete ones, permute, write the mixed batch.
 
     Batches of other parameters or of another setup (round id), replays (in any record
@@ -676,8 +681,16 @@ def shuffle(params_path, input_dir, out_path, force, mac_key_path, report_path, 
         warn(PLAINTEXT_WARNING)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
+    kid = None
+    if analyzer_pub is not None:
+        if not encrypted:
+            raise click.UsageError(f"--analyzer-pub {analyzer_pub} checks the key id of "
+                                   "encrypted batches: not with --plaintext-simulation")
+        from shuffledp.protocol.crypto import analyzer_key_id
+
+        kid = analyzer_key_id(_load_public_key(analyzer_pub))
     with Shuffler(p, encrypted=encrypted, mac_key=mac_key, workdir=os.fspath(out.parent),
-                  memory_limit=memory_limit << 20) as s:
+                  memory_limit=memory_limit << 20, analyzer_key_id=kid) as s:
         s.report.ignored.update(ignored)
         n_read, n_other = _submit_all(s, p, files, encrypted, names, quiet)
         if expected_users is not None:
