@@ -210,7 +210,8 @@ def test_params_come_from_the_accounting_record():
 #: the accounting record's numbers a ProtocolParams reads as its own (properties,
 #: no __getattr__ redirect)
 RECORD_NUMBERS = ("n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min",
-                  "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma")
+                  "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma",
+                  "budget_rule")
 
 
 def test_params_list_every_number_they_read_from_the_record():

@@ -477,6 +477,7 @@ def guarantee(params: ProtocolParams) -> Guarantee:
         neighbour=params.neighbour,
         theorem=THEOREM,
         parameters={
+            "budget_rule": params.budget_rule,
             "level_epsilons": list(params.level_epsilons),
             "level_sensitivities": list(params.level_sensitivities),
             "q": params.q,
