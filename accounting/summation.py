@@ -52,12 +52,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 from scipy.stats import nbinom
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import DEFAULT_DROPOUT, DEFAULT_GAMMA, level_budgets, start_level
+from shuffledp.accounting.budget import (
+    BUDGET_RULES,
+    DEFAULT_DROPOUT,
+    DEFAULT_GAMMA,
+    auto_level_budgets,
+    level_budgets,
+    start_level,
+)
 from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
 from shuffledp.grid import Grid
@@ -184,6 +192,10 @@ class SummationParameters:
     notes : tuple of str
     gamma : float
         Decay of the per-level budget the split used.
+    budget_rule : {"auto", "paper"}
+        The rule of the per-level split (:data:`~shuffledp.accounting.budget.BUDGET_RULES`):
+        ``"paper"`` as printed, ``"auto"``
+        :func:`~shuffledp.accounting.budget.auto_level_budgets` with n public.
     """
 
     n: int
@@ -216,6 +228,7 @@ class SummationParameters:
     guarantee: Guarantee | None = field(default=None, compare=False)
     notes: tuple[str, ...] = ()
     gamma: float = DEFAULT_GAMMA
+    budget_rule: str = "auto"
 
     @property
     def start(self) -> int | None:
@@ -423,6 +436,7 @@ def summation_parameters(
     dropout: float = DEFAULT_DROPOUT,
     wrap_target: float = 1e-12,
     decoding: str = "shifted",
+    budget: str = "auto",
 ) -> SummationParameters:
     """Derive q, r, noise and communication of the App. F shuffle heatmap protocol.
 
@@ -431,7 +445,8 @@ def summation_parameters(
     n : int
         Users provisioned for (>= 2; public).
     epsilon : float
-        Total epsilon (> 0), split over the measured levels ([Ghazi23]_ proof of Thm 3.1).
+        Total epsilon (> 0), split over the measured levels by the rule ``budget``
+        ([Ghazi23]_ proof of Thm 3.1: any split summing to eps, basic composition).
     delta : float
         In (0, 1): spent on the split-and-mix hiding of [BBGN20]_.
     B : int
@@ -464,6 +479,14 @@ def summation_parameters(
         window (union bound over the m coordinates).
     decoding : {"shifted", "centred"}
         Decoding window [-t, q - 1 - t] (minimal q) or centred (q = 2 (n B + t) + 1).
+    budget : {"auto", "paper"}, default "auto"
+        The split of eps over the measured levels, the same rule and default as
+        ``central_heatmap(budget=...)``: ``"paper"`` eps_i = eps gamma^i / Z as printed
+        ([Ghazi23]_ Sec. 4); ``"auto"``
+        :func:`~shuffledp.accounting.budget.auto_level_budgets` with the grid's pixels
+        (the finest level's size with ``level_sizes``) and n, public under both relations
+        the protocol supports, so the leaf level gets more of eps when eps n / N is large.
+        Either split sums to at most eps.
 
     Returns
     -------
@@ -476,10 +499,11 @@ def summation_parameters(
     TypeError
         ``level_sizes`` is not a sequence of integers, or an integer argument is not one.
     ValueError
-        An argument is out of its range, both or neither of ``grid`` and ``level_sizes``
-        are given, n_min < 2, a level budget underflows, the noise needs a modulus above
-        2^32 (:data:`MAX_Q`) or a message above :data:`MAX_RECORD_BITS` bits, or the
-        sampler's part of delta is not below delta / 2 (:func:`delta_split`).
+        An argument is out of its range, ``budget`` is not "auto" or "paper", both or
+        neither of ``grid`` and ``level_sizes`` are given, n_min < 2, a level budget
+        underflows, the noise needs a modulus above 2^32 (:data:`MAX_Q`) or a message
+        above :data:`MAX_RECORD_BITS` bits, or the sampler's part of delta is not below
+        delta / 2 (:func:`delta_split`).
 
     References
     ----------
@@ -489,10 +513,11 @@ def summation_parameters(
     n, eps, delta, B, sizes, levels, gamma, rounding, neighbour, dropout, wrap_target, \
         decoding = _iv_summation(n, epsilon, delta, B, grid, level_sizes, w, gamma, rounding,
                                  neighbour, dropout, wrap_target, decoding)
+    budget = v.choice("budget", budget, BUDGET_RULES)
     nbr = Neighbour.parse(neighbour)  # already parsed by _iv_summation: typed here
     m = int(sum(sizes))
     n_min = _minimum_users(n, dropout)
-    budgets, sens, a, std = _level_noise(eps, gamma, sizes, nbr, B)
+    budgets, sens, a, std = _level_noise(eps, gamma, sizes, nbr, B, budget, n)
     shape = n / n_min  # all n present: noise per coordinate is NegBin(n/n_min, a) differences
     t, q, low = _modulus(n, B, m, eps, budgets, sens, a, shape, wrap_target, decoding)
     margin = min(low, q - 1 - low - n * B)  # = t in both layouts
@@ -504,7 +529,8 @@ def summation_parameters(
     notes = _notes(n_min, t, wrap, nbr)
     g = _guarantee(delta, nbr, budgets, sens, sizes, a, notes,
                    {"n": n, "n_min": n_min, "B": B, "m": m, "q": q, "r": r,
-                    "rounding": rounding, "dropout": dropout})
+                    "rounding": rounding, "dropout": dropout, "budget_rule": budget,
+                    "leaf_share": budgets[-1] / eps})
     return SummationParameters(
         n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
         levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,
@@ -513,7 +539,7 @@ def summation_parameters(
         messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
         wrap_target=wrap_target, wrap_probability=wrap,
         delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler}, gamma=gamma,
-        guarantee=g, notes=tuple(notes),
+        guarantee=g, notes=tuple(notes), budget_rule=budget,
     )
 
 
@@ -530,16 +556,22 @@ def _minimum_users(n: int, dropout: float) -> int:
 
 
 def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Neighbour,
-                 B: int) -> tuple[tuple[float, ...], tuple[int, ...], tuple[float, ...],
-                                  tuple[float, ...]]:
+                 B: int, budget: str, n: int) -> tuple[tuple[float, ...], tuple[int, ...],
+                                                       tuple[float, ...], tuple[float, ...]]:
     """The budget split and each level's discrete Laplace: (eps_i, Delta_i, a_i, std_i).
 
-    eps_i proportional to gamma^i over the measured levels, summing to eps ([Ghazi23]_ proof
-    of Thm 3.1); Delta_i the scaled level vector's sensitivity under ``neighbour`` (entries
+    eps_i by the rule ``budget`` over the measured levels, summing to at most eps
+    ([Ghazi23]_ proof of Thm 3.1): ``"paper"`` proportional to gamma^i, ``"auto"``
+    :func:`auto_level_budgets` with N = the finest level's size (the grid's pixels) and the
+    public n (zero-out and replace-one: the only relations the protocol supports); Delta_i
+    the scaled level vector's sensitivity under ``neighbour`` (entries
     in [0, B], level sum <= B under both rounding rules); a_i = exp(-eps_i / Delta_i) and
     std_i = sqrt(2 a_i) / (1 - a_i), the standard deviation of DL(a_i).
     """
-    budgets = tuple(float(e) for e in level_budgets(eps, 0, len(sizes) - 1, gamma))
+    top = len(sizes) - 1
+    split = (auto_level_budgets(eps, 0, top, sizes[-1], n, gamma) if budget == "auto"
+             else level_budgets(eps, 0, top, gamma))
+    budgets = _at_most(tuple(float(e) for e in split), eps)
     if not min(budgets) > 0:
         raise ValueError(f"a level budget underflows to 0 (or is not a number) with "
                          f"epsilon={eps!r}, gamma={gamma!r} over {len(sizes)} levels")
@@ -550,6 +582,18 @@ def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Ne
     std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
                 for ai, e, s in zip(a, budgets, sens, strict=True))
     return budgets, sens, a, std
+
+
+def _at_most(budgets: tuple[float, ...], eps: float) -> tuple[float, ...]:
+    """The budgets with the largest lowered by as many ulps as needed for their exact
+    (rational) sum to be at most eps: the float split can exceed it by a few ulps (a
+    float sum that is <= eps does not make the exact sum so). Basic composition then
+    gives at most eps exactly."""
+    out = list(budgets)
+    k = max(range(len(out)), key=out.__getitem__)
+    while sum(map(Fraction, out)) > Fraction(eps):
+        out[k] = math.nextafter(out[k], 0.0)
+    return tuple(out)
 
 
 def _modulus(n: int, B: int, m: int, eps: float, budgets: tuple[float, ...],
@@ -609,7 +653,8 @@ def _guarantee(delta: float, neighbour: Neighbour, budgets: tuple[float, ...],
                notes: list[str], record: dict) -> Guarantee:
     """The guarantee assembly: (sum eps_i, delta)-shuffle DP with its composable event.
 
-    ``record`` holds the protocol's numbers (n, n_min, B, m, q, r, rounding, dropout); the
+    ``record`` holds the protocol's numbers (n, n_min, B, m, q, r, rounding, dropout, the
+    budget rule and the leaf level's share of eps); the
     event is, per level, DL(a_i) at sensitivity Delta_i, plus the statistical distance
     delta / (1 + e^eps) of split-and-mix and the sampler tables.
     """

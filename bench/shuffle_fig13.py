@@ -9,7 +9,10 @@ sensitivity B for the protocol, 1 for the central release), then the same under 
 (sensitivity 2B and 2: what the protocol defaulted to). Metrics are EMD, KL, CC and SIM on
 heatmaps filtered on both sides with sigma = 2.5 px (2 px per 256 px of side;
 ``shuffledp.sweep.SIGMA_NOTE``: the paper does not state its sigma), mean and 95% Student-t
-interval over ``--runs`` noise draws on the same data (the paper: 20 runs).
+interval over ``--runs`` noise draws on the same data (the paper: 20 runs). Both sides use
+one budget split, the rule of ``shuffledp heatmap``: ``--smoothing none`` (the default, Alg.
+1-2 as printed) the printed split, ``--smoothing auto`` the default ``"auto"`` split (at the
+paper's setting, eps n / N = 0.003, the two are the same numbers).
 
 Run: ``python bench/shuffle_fig13.py [--runs 20] [--n 50] [--grid 320x240]``
 
@@ -31,6 +34,7 @@ from shuffledp.analyzers.heatmap.metrics import all_metrics
 from shuffledp.analyzers.heatmap.release import normalise
 from shuffledp.analyzers.heatmap.render import gaussian_heatmap
 from shuffledp.datasets import synthetic_mixture
+from shuffledp.protocol.params import derive_params
 from shuffledp.protocol.runner import shuffle_heatmap
 from shuffledp.sweep import PRESETS, SIGMA_NOTE, t_interval
 
@@ -53,6 +57,7 @@ def main() -> None:
     truth = gaussian_heatmap(normalise(users.aggregate()), sigma)
     eps, delta = 5.0, 1e-5
     seeds = np.random.SeedSequence(2023)
+    budget = "paper" if args.smoothing == "none" else "auto"  # one rule on both sides
 
     def run(label: str, nb: str, make) -> dict:
         ms = []
@@ -71,16 +76,17 @@ def main() -> None:
         return mean
 
     print(f"Fig. 13: {grid}, n={users.n_users}, eps={eps}, delta={delta}, runs={args.runs}, "
-          f"rounding=floor, smoothing={args.smoothing}; {SIGMA_NOTE}")
+          f"rounding=floor, smoothing={args.smoothing}, budget={budget}; {SIGMA_NOTE}")
     bs = [int(b) for b in args.Bs.split(",")]
     for nb in (fig["neighbour"], "replace"):
         rows = {}
         for B in bs:
-            rows[B] = run(f"B={B}", nb, lambda g, B=B, nb=nb: shuffle_heatmap(
-                users, epsilon=eps, delta=delta, B=B, rng=g, dropout=0.0, rounding="floor",
-                neighbour=nb))
+            params = derive_params(grid, users.n_users, epsilon=eps, delta=delta, B=B,
+                                   dropout=0.0, rounding="floor", neighbour=nb, budget=budget)
+            rows[B] = run(f"B={B}", nb, lambda g, B=B, p=params: shuffle_heatmap(
+                users, epsilon=eps, delta=delta, B=B, rng=g, params=p))
         ref = run("B=inf central", nb, lambda g, nb=nb: central_heatmap(
-            users, eps, neighbour=nb, rng=g, budget="paper"))  # the shuffle's split
+            users, eps, neighbour=nb, rng=g, budget=budget))
         for B, mean in rows.items():
             print(f"{'B=' + str(B):>14} {nb:>10}  EMD / central EMD (same relation) = "
                   f"{mean['emd'] / ref['emd']:.3f}")

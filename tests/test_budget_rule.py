@@ -112,3 +112,55 @@ def test_the_split_uses_n_only_where_it_is_public():
         central_heatmap(small, 1.0, budget="leafy")
     with pytest.raises((TypeError, ValueError), match="public_n"):
         central_heatmap(small, 1.0, public_n=0)
+
+
+# ------------------------------------------------------------ the shuffle protocol's split
+@pytest.mark.parametrize("budget", ["auto", "paper"])
+@pytest.mark.parametrize("eps", [0.3, 1.0, 3.3, 10.0])
+@pytest.mark.parametrize("n", [2, 50, 1000, 10_000])
+@pytest.mark.parametrize("grid", ["8x8", "12x9", "64x64", "320x240"])
+def test_shuffle_level_budgets_sum_to_at_most_eps_exactly(budget, eps, n, grid):
+    """The shuffle protocol's eps_i (summation_parameters) follow the central rule of the
+    same name with the grid's pixels and the public n, and their exact rational sum is at
+    most eps: the float split alone exceeds eps by a few ulps in about a third of such
+    settings (both rules), so the largest budget is lowered by ulps until it does not."""
+    from shuffledp.accounting.summation import summation_parameters
+
+    g = Grid.parse(grid)
+    try:
+        p = summation_parameters(n=n, epsilon=eps, delta=1e-5, B=16, grid=g, budget=budget)
+    except ValueError as exc:  # a setting no protocol supports (the modulus): not the split
+        assert "budget" not in str(exc)
+        return
+    start, top = measured_levels(g, 20)
+    want = (auto_level_budgets(eps, start, top, g.n_pixels, n) if budget == "auto"
+            else level_budgets(eps, start, top))
+    np.testing.assert_allclose(p.level_epsilons, want, rtol=1e-15, atol=0)
+    assert sum(Fraction(e) for e in p.level_epsilons) <= Fraction(eps)
+    assert p.guarantee.epsilon <= eps and min(p.level_epsilons) > 0
+    assert p.budget_rule == p.guarantee.parameters["budget_rule"] == budget
+
+
+def test_shuffle_split_is_the_printed_one_at_the_fig12_setting():
+    """Fig. 12 (320x240, n = 50, eps = 5): eps n / N = 0.003, so the default split is the
+    printed one bit for bit and the communication figures do not move."""
+    from shuffledp.protocol.params import derive_params
+
+    kw = dict(epsilon=5.0, delta=1e-5, B=256)
+    auto = derive_params(Grid(320, 240), 50, **kw)
+    paper = derive_params(Grid(320, 240), 50, **kw, budget="paper")
+    assert auto.level_epsilons == paper.level_epsilons
+    assert (auto.q, auto.r, auto.bits_per_user) == (paper.q, paper.r, paper.bits_per_user)
+    assert auto.budget_rule == "auto" and paper.budget_rule == "paper"
+    assert auto.digest != paper.digest  # the rule is part of what the parties agree on
+
+
+def test_shuffle_budget_rule_is_checked():
+    from shuffledp.accounting.summation import summation_parameters
+    from shuffledp.protocol.params import derive_params
+
+    for bad in ("leafy", None, 1):
+        with pytest.raises(ValueError, match=f"budget must be one of .*got budget={bad!r}"):
+            summation_parameters(n=10, epsilon=1.0, delta=1e-5, B=4, grid="8x8", budget=bad)
+        with pytest.raises(ValueError, match="budget"):
+            derive_params(Grid(8, 8), 10, epsilon=1.0, delta=1e-5, B=4, budget=bad)

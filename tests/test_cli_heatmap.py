@@ -358,3 +358,23 @@ def test_evaluation_and_a_charged_release_do_not_mix(tmp_path, args, msg):
                *args])
     assert res.exit_code == 2 and msg in res.output, res.output
     assert not (tmp_path / "o").exists() and not (tmp_path / "L").exists()
+
+
+@pytest.mark.parametrize("smoothing,rule", [("none", "paper"), ("auto", "auto")])
+def test_heatmap_uses_one_budget_rule_for_the_central_and_shuffle_models(tmp_path, smoothing,
+                                                                          rule):
+    """--smoothing none is Alg. 1-2 as printed (the printed budget split) in both models,
+    otherwise both take the default "auto" split: at 100 users on 8x8 with eps = 2
+    (eps n / N = 3.1) the two rules give the leaf level different budgets."""
+    splits = {}
+    for model in ("central", "shuffle"):
+        out = tmp_path / model
+        res = run(["heatmap", "--grid", "8", "--n", "100", "--epsilon", "2", "--model", model,
+                   "--B", "64", "--neighbour", "zero_out", "--smoothing", smoothing,
+                   "--seed", "1", "--no-metrics", "--quiet", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        par = json.loads((out / "report.json").read_text())["parameters"]
+        assert par["budget_rule"] == rule, model
+        splits[model] = par["level_epsilons"]
+    np.testing.assert_allclose(splits["shuffle"], splits["central"], rtol=1e-15)
+    assert (splits["central"][-1] > 1.8) == (rule == "auto")  # auto: 0.97 eps on the leaf

@@ -407,6 +407,38 @@ def test_setup_neighbour_relation_reaches_the_params(tmp_path, nb, text):
     assert p.level_sensitivities[0] == (8 if nb == "replace" else 4)  # 2B or B, B = 4
 
 
+@pytest.mark.parametrize("budget", [None, "auto", "paper"])
+def test_setup_budget_rule_reaches_the_params_file(tmp_path, budget):
+    """setup records the budget rule in params.json (default "auto", the central release's);
+    encode and analyze re-derive the record from the file, so they use the file's rule."""
+    from shuffledp.protocol.params import ProtocolParams, derive_params
+
+    extra = [] if budget is None else ["--budget", budget]
+    params = _setup(tmp_path, *extra, n=200, grid="8x8")  # eps n / N = 6.25: rules differ
+    p = ProtocolParams.from_json(params.read_text())
+    rule = budget or "auto"
+    assert json.loads(params.read_text())["budget_rule"] == p.budget_rule == rule
+    want = derive_params(p.grid, 200, epsilon=2.0, delta=1e-3, B=4, budget=rule)
+    assert p.level_epsilons == want.level_epsilons
+    run("setup", "--grid", "8x8", "--n", 200, "--epsilon", 2, "--delta", 1e-3, "--B", 4,
+        "--out", tmp_path / "bad", "--budget", "leafy", code=2)
+    assert "[default: auto]" in " ".join(run("setup", "--help").output.split())
+
+
+def test_encode_refuses_a_params_file_without_budget_rule(tmp_path):
+    """A params.json written before the rule was recorded is refused (exit 1) with the
+    reason on one line, as one without round_id: no traceback, no assumed rule."""
+    params = _setup(tmp_path, "--plaintext-simulation", "--no-keys")
+    d = json.loads(params.read_text())
+    del d["budget_rule"]
+    params.write_text(json.dumps(d))
+    pts = tmp_path / "u.csv"
+    pts.write_text("0.1,0.2\n")
+    res = run("encode", "--params", params, "--input", pts, "--out", tmp_path / "b.bin",
+              "--plaintext-simulation", code=1)
+    assert "no budget_rule" in res.output and "re-run setup" in res.output
+
+
 # --------------------------------------------------------------------------- the input
 # directory and the named reasons
 _NOT_BATCHES = {

@@ -178,8 +178,15 @@ def test_noise_converges_to_the_central_laplace_and_estimates_agree():
 
     truth_map = users.aggregate() / n
     e_shuffle, e_central = [], []
+    # like for like: the same relation (replace-one) and the same default budget rule; at
+    # eps n / N = 0.31 the "auto" split gives the leaf 0.28 of eps (printed: 0.23)
+    rc0 = central_heatmap(users, 2.0, neighbour="replace", rng=0)
+    assert rc0.parameters["budget_rule"] == p.budget_rule == "auto"
+    np.testing.assert_allclose(p.level_epsilons, rc0.parameters["level_epsilons"], rtol=1e-15)
+    assert p.level_epsilons[-1] / 2.0 == pytest.approx(0.28, abs=0.01)
     for seed in range(6):
-        rs = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=B, rng=100 + seed)
+        rs = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=B, rng=100 + seed,
+                             neighbour="replace")
         rc = central_heatmap(users, 2.0, neighbour="replace", rng=200 + seed)
         e_shuffle.append(emd(truth_map, rs.estimate, grid))
         e_central.append(emd(truth_map, rc.estimate, grid))
@@ -203,7 +210,8 @@ def test_params_come_from_the_accounting_record():
 #: the accounting record's numbers a ProtocolParams reads as its own (properties,
 #: no __getattr__ redirect)
 RECORD_NUMBERS = ("n", "epsilon", "delta", "B", "rounding", "neighbour", "dropout", "n_min",
-                  "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma")
+                  "q", "r", "decode_low", "wrap_probability", "wrap_target", "gamma",
+                  "budget_rule")
 
 
 def test_params_list_every_number_they_read_from_the_record():
@@ -284,3 +292,31 @@ def test_one_decode_centred_serves_both_windows(m):
         np.testing.assert_array_equal(np.mod(d, m), s)
     with pytest.raises(ValueError, match="low"):
         decode_centred(s, m, m)
+
+
+@pytest.mark.parametrize("budget", ["auto", "paper"])
+def test_budget_rule_is_agreed_and_kept_by_json(budget):
+    """params.json carries the budget rule like every other agreed field: it is part of the
+    digest, survives the round trip, and a file whose rule does not match its budgets is
+    refused. A file without the field (written before the rule was recorded) is refused as
+    one without round_id is, naming the field: its numbers are not re-derived under an
+    assumed rule."""
+    grid = Grid(8, 8)  # 200 users, eps = 2: eps n / N = 6.25, the two rules differ
+    p = derive_params(grid, 200, epsilon=2.0, delta=1e-5, B=8, budget=budget)
+    again = ProtocolParams.from_json(p.to_json())
+    assert again.budget_rule == p.budget_rule == budget
+    assert again.level_epsilons == p.level_epsilons and again.digest == p.digest
+    d = json.loads(p.to_json())
+    assert d["budget_rule"] == budget and p.canonical()["budget_rule"] == budget
+    other = "paper" if budget == "auto" else "auto"
+    with pytest.raises(ValueError, match="differs from .*re-run setup"):
+        ProtocolParams.from_json(json.dumps({**d, "budget_rule": other}))
+    with pytest.raises(ValueError, match="budget must be one of"):
+        ProtocolParams.from_json(json.dumps({**d, "budget_rule": "leafy"}))
+    del d["budget_rule"]
+    with pytest.raises(ValueError, match="no budget_rule .*re-run setup"):
+        ProtocolParams.from_json(json.dumps(d))
+    # the record checks its own rule
+    with pytest.raises(ValueError, match="budget_rule"):
+        ProtocolParams(p.grid, p.w, dataclasses.replace(p.summation, budget_rule="leafy"),
+                       p.round_id)

@@ -17,6 +17,14 @@ They changed a second time when the encoder's noise moved to the split inversion
 a sample reads 8 leading bits first and a 64-bit word only when those do not already give 0,
 so the same seed gives other values): before, c5fcb9be... (no dropout), 5638085f... (one
 dropout) and 192d09f1... (two dropouts). The grouping of the paths is unchanged.
+
+The digests are of the printed budget split (``budget="paper"``, the only split the protocol
+had when they were pinned). Since the shuffle protocol's default became the central
+release's ``"auto"`` rule, this 6x4 grid with n = 12 and eps = 2 (eps n / N = 1) moves the
+leaf level's share from 0.41 to 0.80 of eps under the default, which changes the noise and so
+every digest; the paths are pinned on the printed split so that these digests still check
+that nothing else about the paths changed (``test_default_split_is_auto_here`` checks the
+default does differ at this setting).
 """
 
 from __future__ import annotations
@@ -70,7 +78,15 @@ def _digest(rel) -> str:
 
 
 def _params():
-    return derive_params(GRID, N, **KW, dropout=0.2, neighbour="replace")  # as pinned
+    return derive_params(GRID, N, **KW, dropout=0.2, neighbour="replace",
+                         budget="paper")  # as pinned
+
+
+def test_default_split_is_auto_here():
+    """The pins use the printed split on purpose: at this setting the default differs."""
+    auto = derive_params(GRID, N, **KW, dropout=0.2, neighbour="replace")
+    assert auto.budget_rule == "auto" and _params().budget_rule == "paper"
+    assert auto.level_epsilons[-1] > 1.5 * _params().level_epsilons[-1]
 
 
 @pytest.mark.parametrize("name", sorted(PATHS))

@@ -227,9 +227,11 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
         ours = central_heatmap(users, epsilon, w=w, neighbour=neighbour, rng=rngs[0],
                                budget="paper" if smoothing == "none" else "auto")
     else:
+        # the central path's rule: --smoothing none runs Alg. 1-2 as printed
         ours = _shuffle_release(users, source, grid, epsilon, delta, B, w, neighbour, rngs[0],
                                 n_points, len(top_percent) if evaluate else -1, allow_large,
-                                backend, scheduler, quiet=quiet, rounding=rounding)
+                                backend, scheduler, quiet=quiet, rounding=rounding,
+                                budget="paper" if smoothing == "none" else "auto")
     if smoothing == "auto" and ours.parameters.get("mechanism") != "DenseEMDAgg":
         ours = ours.smoothed()  # the dense algorithm's output is already a dense map
     seconds_ours = time.perf_counter() - t_ours
@@ -606,7 +608,7 @@ def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: 
                      w: int, neighbour: str | None, rng: Any, n_points: int, n_baselines: int,
                      allow_large: bool, backend: str = "local",
                      scheduler: str | None = None, quiet: bool = True,
-                     rounding: str = "largest_remainder") -> Any:
+                     rounding: str = "largest_remainder", budget: str = "auto") -> Any:
     """Derive the protocol (refused, exit 1, if none fits), check its size, run it."""
     from shuffledp.cli.common import as_refusal
     from shuffledp.protocol.params import derive_params
@@ -619,7 +621,7 @@ def _shuffle_release(users: Any, source: str, grid: Any, epsilon: float, delta: 
         f"no shuffle protocol for --epsilon {epsilon} --delta {delta} --B {B} with "
         f"{users.n_users} users on --grid {grid}",
         derive_params, grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w,
-        neighbour=neighbour, rounding=rounding)
+        neighbour=neighbour, rounding=rounding, budget=budget)
     refuse_if_large(
         f"--model shuffle --grid {grid} --B {B} with {users.n_users} users",
         memory_bytes=heatmap_memory(grid.n_pixels, n_points, 1 + n_baselines,

@@ -294,6 +294,12 @@ _params_option = click.option(
               help="Neighbour relation of the guarantee (n public): zero out one user's input "
                    "(sensitivity B; the toolkit's one default, that of the central release) or "
                    "replace it (sensitivity 2B).")
+@click.option("--budget", type=click.Choice(["auto", "paper"]), default="auto",
+              show_default=True,
+              help="Split of epsilon over the levels, recorded in params.json: auto (the "
+                   "central release's default: more on the leaf level when eps n / N is "
+                   "large, public numbers only) or paper (Ghazi et al. Sec. 4 as printed; "
+                   "with `analyze --smoothing none` Alg. 1-2 as printed).")
 @click.option("--keys/--no-keys", default=True, show_default=True,
               help=f"Write the analyzer's X25519 key pair ({KEY_FILE} mode 0600, {PUB_FILE}) "
                    f"and the shuffler-analyzer MAC key ({MAC_FILE}, mode 0600); --no-keys "
@@ -304,7 +310,7 @@ _params_option = click.option(
                    f"({KEY_FILE}, {PUB_FILE}, {MAC_FILE}).")
 @allow_large_option
 @out_dir_option(writes=("params.json", KEY_FILE, MAC_FILE, PUB_FILE), required=True)
-def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
+def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, budget, keys,
           plaintext_simulation, force, allow_large, out_dir):
     """Derive and write the protocol parameters and the keys of one protocol run.
 
@@ -324,9 +330,9 @@ def setup(grid, n, epsilon, delta, B, w, rounding, dropout, neighbour, keys,
             "the deployment path encrypts every message to the analyzer's key; --no-keys is "
             "only allowed with --plaintext-simulation", param_hint="--no-keys")
     p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
-                   f"--B {B} --dropout {dropout}",
+                   f"--B {B} --dropout {dropout} --budget {budget}",
                    derive_params, grid, n, epsilon=epsilon, delta=delta, B=B, w=w,
-                   rounding=rounding, dropout=dropout, neighbour=neighbour)
+                   rounding=rounding, dropout=dropout, neighbour=neighbour, budget=budget)
     refuse_if_large(f"--grid {grid} with --n {n} --B {B}", memory_bytes=protocol_memory(p),
                     messages_per_user=p.messages_per_user, allow_large=allow_large)
     out = Path(out_dir)

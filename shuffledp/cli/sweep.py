@@ -280,14 +280,15 @@ def _check_sizes(runs: list[Any], allow_large: bool) -> None:
     for run in runs:
         c = run.config
         key = (run.model == "shuffle", c.grid, c.n, c.epsilon, c.delta, c.B, c.w, c.dropout,
-               c.rounding)
+               c.rounding, c.neighbour)
         if key in seen:
             continue
         seen.add(key)
         what = f"--grid {c.grid} --n {c.n} --epsilon {c.epsilon:g} --delta {c.delta:g} --B {c.B}"
         params = (as_refusal(f"no shuffle protocol for {what} --dropout {c.dropout:g}",
                              derive_params, c.grid, c.n, epsilon=c.epsilon, delta=c.delta,
-                             B=c.B, w=c.w, dropout=c.dropout, rounding=c.rounding)
+                             B=c.B, w=c.w, dropout=c.dropout, rounding=c.rounding,
+                             neighbour=c.neighbour)
                   if run.model == "shuffle" else None)
         refuse_if_large(
             what, memory_bytes=heatmap_memory(

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import DEFAULT_GAMMA
+from shuffledp.accounting.budget import BUDGET_RULES, DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.accounting.summation import (
     DEFAULT_DROPOUT,
@@ -73,11 +73,12 @@ class ProtocolParams:
     summation : SummationParameters
         The accounting record (:func:`shuffledp.accounting.summation.summation_parameters`):
         the one home of n, epsilon, delta, B, rounding, neighbour (REPLACE_ONE or ZERO_OUT),
-        dropout, n_min, q, r, decode_low, the per-level budgets and sensitivities, the
-        wrap-around probability and the delta split. They read as properties of this record
-        (``params.q``, ``params.level_epsilons``..., listed under "the accounting record's
-        numbers" below; nothing else is forwarded). r must reach the split-and-mix
-        requirement (:meth:`check_supported`); q must leave headroom for sums in [0, B n].
+        dropout, the budget rule, n_min, q, r, decode_low, the per-level budgets and
+        sensitivities, the wrap-around probability and the delta split. They read as
+        properties of this record (``params.q``, ``params.level_epsilons``..., listed
+        under "the accounting record's numbers" below; nothing else is forwarded). r must
+        reach the split-and-mix requirement (:meth:`check_supported`); q must leave
+        headroom for sums in [0, B n].
     round_id : bytes
         16 random bytes naming this run of the protocol (fresh from ``os.urandom`` unless
         given). Part of :attr:`digest`, hence of every wire header and of the HPKE info
@@ -106,6 +107,7 @@ class ProtocolParams:
         n_lev = top - start + 1
         eps = v.interval("epsilon", self.epsilon, 0.0, math.inf)
         v.interval("delta", self.delta, 0.0, 1.0)
+        v.choice("budget_rule", self.budget_rule, BUDGET_RULES)
         le = self.level_epsilons
         if len(le) != n_lev or not all(e > 0 and math.isfinite(e) for e in le):
             raise ValueError(f"level_epsilons must hold {n_lev} positive budgets, got {le!r}")
@@ -255,6 +257,12 @@ class ProtocolParams:
     def gamma(self) -> float:
         """Decay of the per-level budget split (eps_i proportional to gamma^|i - start|)."""
         return self.summation.gamma
+
+    @property
+    def budget_rule(self) -> str:
+        """The rule of the per-level split, ``"auto"`` or ``"paper"``
+        (:data:`~shuffledp.accounting.budget.BUDGET_RULES`)."""
+        return self.summation.budget_rule
 
     def check_supported(self) -> None:
         """Re-check that the parameters support the guarantee they claim; raise otherwise.
@@ -409,6 +417,7 @@ class ProtocolParams:
             "decode_low": self.decode_low,
             "round_id": self.round_id.hex(),
             "gamma": repr(self.gamma),
+            "budget_rule": self.budget_rule,
             "wrap_target": repr(self.wrap_target),
         }
 
@@ -479,12 +488,14 @@ class ProtocolParams:
     @classmethod
     def from_json(cls, text: str) -> ProtocolParams:
         """Rebuild from :meth:`to_json` by re-deriving the accounting record from the file's
-        inputs (n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout,
-        wrap_target) and comparing every agreed field with the file's.
+        inputs (n, epsilon, delta, B, grid, w, gamma, budget_rule, rounding, neighbour,
+        dropout, wrap_target) and comparing every agreed field with the file's.
 
         A file whose q, r, budgets, sensitivities or decoding window differ from what the
         accounting derives (hand-edited, or written by another version) is refused: a record
-        never carries numbers its accounting does not support.
+        never carries numbers its accounting does not support. A file without
+        ``budget_rule`` (written before the rule was recorded) is refused as one without
+        ``round_id`` is: its numbers are not re-derived under an assumed rule.
         """
         d = json.loads(text)
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
@@ -492,6 +503,10 @@ class ProtocolParams:
             raise ValueError(f"not a {FORMAT_NAME} parameter file (format={got!r})")
         if "round_id" not in d:
             raise ValueError("parameter file has no round_id (written by an older version); "
+                             "re-run setup")
+        if "budget_rule" not in d:
+            raise ValueError("parameter file has no budget_rule (written by an older version, "
+                             "which split eps over the levels as printed, budget='paper'); "
                              "re-run setup")
         try:
             rid = bytes.fromhex(d["round_id"])
@@ -502,7 +517,7 @@ class ProtocolParams:
             Grid(*d["grid"]), d["n"], epsilon=float(d["epsilon"]), delta=float(d["delta"]),
             B=d["B"], w=d["w"], gamma=float(d["gamma"]), rounding=d["rounding"],
             dropout=float(d["dropout"]), wrap_target=float(d["wrap_target"]),
-            neighbour=d["neighbour"], round_id=rid,
+            neighbour=d["neighbour"], round_id=rid, budget=d["budget_rule"],
         )
         ours = p.canonical()
         if "derived" in d and d["derived"] != p._derived():
@@ -535,6 +550,7 @@ def derive_params(
     wrap_target: float = 1e-12,
     neighbour: Neighbour | str = DEFAULT_NEIGHBOUR,
     round_id: bytes | None = None,
+    budget: str = "auto",
 ) -> ProtocolParams:
     """Derive the protocol record for n users from the summation accounting.
 
@@ -582,6 +598,12 @@ def derive_params(
         shuffle protocol).
     round_id : bytes, optional
         16 bytes naming the run (default: fresh from ``os.urandom``).
+    budget : {"auto", "paper"}, default "auto"
+        The split of eps over the levels, the central release's rule and default
+        (``central_heatmap(budget=...)``): ``"paper"`` as printed ([Ghazi23]_ Sec. 4),
+        ``"auto"`` :func:`~shuffledp.accounting.budget.auto_level_budgets` from the grid's
+        pixels and n (public under both relations the protocol supports). Recorded as
+        :attr:`ProtocolParams.budget_rule`, part of :attr:`ProtocolParams.digest`.
 
     Returns
     -------
@@ -592,7 +614,7 @@ def derive_params(
     ------
     ValueError
         If an argument is out of range (n, epsilon, delta, B, dropout, rounding, neighbour,
-        round_id), or the derived record is not supported (messages wider than 64 bits,
+        round_id, budget), or the derived record is not supported (messages wider than 64 bits,
         no decoding window).
     TypeError
         If a count is not an integer.
@@ -606,7 +628,7 @@ def derive_params(
     summ = summation_parameters(
         n=n, epsilon=epsilon, delta=delta, B=B, grid=grid, w=w, gamma=g, rounding=rounding,
         neighbour=Neighbour.parse(neighbour), dropout=dropout, wrap_target=wrap_target,
-        decoding="shifted",
+        decoding="shifted", budget=budget,
     )
     return ProtocolParams(
         grid=grid, w=int(w), summation=summ,

@@ -196,9 +196,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
                                      simulate_dropouts=math.floor(c.dropout * c.n),
                                      neighbour=c.neighbour)
     elif run.model == "central":
-        # the printed budget split, as the shuffle protocol uses: like for like
-        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour=c.neighbour, rng=rng,
-                              budget="paper")
+        # the default budget split ("auto"), the shuffle protocol's too: like for like
+        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour=c.neighbour, rng=rng)
     else:  # the Sec. 4 baselines: central, add/remove (plan() keeps them like for like)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
     if c.smoothing == "auto" and run.model in ("shuffle", "central"):
