@@ -140,3 +140,17 @@ def test_dask_path_runs_twice_on_one_client():
         rels = [runner.shuffle_heatmap(users, **KW, rng=5, params=_params(), backend="dask",
                                        client=client, simulate_dropouts=1) for _ in range(3)]
     assert {_digest(r) for r in rels} == {PINNED["dask"]}
+
+
+def test_shuffle_heatmap_passes_its_budget_rule_to_the_record():
+    """shuffle_heatmap(budget=...) derives the record with that rule: "paper" gives the pinned
+    simulation release, the default "auto" another split; a bad rule names the argument."""
+    users = random_users(GRID, N, seed=3)
+    kw = dict(**KW, dropout=0.2, neighbour="replace", rng=5)
+    paper = runner.shuffle_heatmap(users, **kw, budget="paper")
+    auto = runner.shuffle_heatmap(users, **kw)
+    assert paper.guarantee.parameters["budget_rule"] == "paper"
+    assert auto.guarantee.parameters["budget_rule"] == "auto"
+    assert paper.guarantee.parameters["level_epsilons"] == list(_params().level_epsilons)
+    with pytest.raises(ValueError, match="budget"):
+        runner.shuffle_heatmap(users, **kw, budget="even")

@@ -810,6 +810,7 @@ def shuffle_heatmap(
     layout: str = "v2",
     progress: Callable[[int], object] | None = None,
     workers: int | None = None,
+    budget: str = "auto",
 ) -> HeatmapRelease:
     """(eps, delta)-shuffle-DP heatmap ([Ghazi23]_ App. F; Alg. 1-2 after the aggregation).
 
@@ -868,6 +869,11 @@ def shuffle_heatmap(
         Threads of the local paths (default: every core). Every user's noise comes from its
         own stream, so a seeded release is bit-identical for every ``workers`` (and on the
         Dask backend for every cluster size).
+    budget : {"auto", "paper"}, default "auto"
+        The split of eps over the levels when the record is derived here (ignored with
+        ``params``, which carries its own): the central release's rule and default
+        (:func:`~shuffledp.accounting.budget.auto_level_budgets`), or "paper", the printed
+        split (:func:`~shuffledp.accounting.budget.level_budgets`).
 
     Returns
     -------
@@ -893,7 +899,7 @@ def shuffle_heatmap(
     if params is None:
         params = derive_params(
             users.grid, users.n_users, epsilon=epsilon, delta=delta, B=B, w=w, gamma=gamma,
-            rounding=rounding, dropout=dropout, neighbour=neighbour,
+            rounding=rounding, dropout=dropout, neighbour=neighbour, budget=budget,
         )
     sd, nw = simulate_dropouts, workers
     if backend == "dask":
