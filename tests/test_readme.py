@@ -147,4 +147,8 @@ def test_readme_walk_every_line_but_the_slowest():
 
 def test_readme_states_the_test_duration():
     text = " ".join(README.read_text().split())
-    assert "runs the test suite: about 2.5 minutes on 2 quiet cores" in text
+    assert "runs the test suite on every core (pytest-xdist, `-n auto` in pyproject.toml" in text
+    assert "about 5 minutes on 2 quiet cores" in text
+    # the claim holds only while the suite runs on every core
+    pyproject = (README.parent / "pyproject.toml").read_text()
+    assert 'addopts = "-q -n auto"' in pyproject and '"pytest-xdist>=' in pyproject
