@@ -424,7 +424,9 @@ def test_b_sweep_reports_encrypted_bytes_and_plots_utility_against_bits(tmp_path
     assert (out / "bits_per_user.png").stat().st_size > 0
     rows = read_runs(out)
     for b in (1, 16):
-        p = derive_params(Grid(8, 8), 10, epsilon=5.0, delta=1e-5, B=b, dropout=0.0)
+        # the sweep's default --smoothing none runs the printed budget split (as heatmap does)
+        p = derive_params(Grid(8, 8), 10, epsilon=5.0, delta=1e-5, B=b, dropout=0.0,
+                          budget="paper")
         row = next(r for r in rows if r["model"] == "shuffle" and r["B"] == b)
         assert wire_bytes(row) == {"bytes_per_user": p.bytes_per_user,
                                    "encrypted_bytes_per_user": p.encrypted_bytes_per_user}

@@ -477,3 +477,41 @@ def test_cli_figure_1_smooths_the_central_release(tmp_path):
     assert res.exit_code == 0, res.output
     rows = _rows(tmp_path)
     assert all(("smoothing=auto" in r["key"]) == (r["model"] == "central") for r in rows)
+
+
+@pytest.mark.parametrize("smoothing,rule", [("none", "paper"), ("auto", "auto")])
+def test_both_models_of_a_sweep_take_the_budget_rule_of_its_smoothing(monkeypatch, smoothing,
+                                                                      rule):
+    """Like for like, and as `shuffledp heatmap` does: --smoothing none runs Alg. 1-2 with the
+    printed split in both models, auto the default split of both; the run's plaintext size is
+    derived again under the rule it used (wire_bytes)."""
+    import shuffledp.protocol.runner as protocol
+
+    seen = {}
+    real_shuffle, real_central = protocol.shuffle_heatmap, sweep_run.central_heatmap
+
+    def spy_shuffle(users, **kw):
+        seen["shuffle"] = kw["budget"]
+        return real_shuffle(users, **kw)
+
+    def spy_central(users, *a, **kw):
+        seen["central"] = kw["budget"]
+        return real_central(users, *a, **kw)
+
+    monkeypatch.setattr(protocol, "shuffle_heatmap", spy_shuffle)
+    monkeypatch.setattr(sweep_run, "central_heatmap", spy_central)
+    # eps n / N = 2 * 300 / 64 = 9.4: the two rules give other splits here
+    cfg = sw.SweepConfig(grid=Grid(8, 8), n=300, epsilon=2.0, B=64, smoothing=smoothing)
+    rec = sw.run_one(sw.Run(cfg, "shuffle", "B", 0), rng=1)
+    sw.run_one(sw.Run(cfg, "central", "B", 0), rng=1)
+    assert seen == {"shuffle": rule, "central": rule}
+    from dataclasses import asdict
+
+    from shuffledp.sweep.plot import _WIRE_CACHE, wire_bytes
+
+    _WIRE_CACHE.clear()
+    row = {k: (str(v) if k == "grid" else v) for k, v in asdict(rec).items()}
+    got = wire_bytes(row)
+    want = derive_params(Grid(8, 8), 300, epsilon=2.0, delta=cfg.delta, B=64, w=cfg.w,
+                         dropout=cfg.dropout, budget=rule)
+    assert got is not None and got["encrypted_bytes_per_user"] == want.encrypted_bytes_per_user

@@ -140,8 +140,11 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
     """Plaintext and encrypted bytes per user of a shuffle run's record.
 
     The protocol record is derived again from the run's grid, n, epsilon, delta, B, w and
-    dropout (:func:`shuffledp.protocol.params.derive_params`); its plaintext size must equal
-    the record's ``bytes_per_user`` (else None: the run used other parameters).
+    dropout (:func:`shuffledp.protocol.params.derive_params`) under each budget rule
+    ("auto", then "paper": a sweep runs "paper" with ``smoothing="none"``); the first whose
+    plaintext size, messages and bits equal the record's ``bytes_per_user``,
+    ``messages_per_user`` and ``bits_per_user`` gives the sizes (None: the run used other
+    parameters).
 
     Parameters
     ----------
@@ -164,18 +167,25 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
     if row.get("model") != "shuffle" or row.get("bytes_per_user") is None:
         return None
     key = tuple(row.get(k) for k in ("grid", "n", "epsilon", "delta", "B", "w", "dropout",
-                                     "bytes_per_user"))
+                                     "bytes_per_user", "messages_per_user", "bits_per_user"))
     if key not in _WIRE_CACHE:
-        try:
-            p = derive_params(Grid.parse(str(row["grid"])), int(row["n"]),
-                              epsilon=float(row["epsilon"]), delta=float(row["delta"]),
-                              B=int(row["B"]), w=int(row["w"]),
-                              dropout=float(row.get("dropout") or 0.0))
-            _WIRE_CACHE[key] = ({"bytes_per_user": p.bytes_per_user,
-                                 "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
-                                if p.bytes_per_user == int(row["bytes_per_user"]) else None)
-        except (ValueError, TypeError, KeyError):
-            _WIRE_CACHE[key] = None
+        _WIRE_CACHE[key] = None
+        # the run's budget rule is that of its --smoothing (not in the record): the rule
+        # whose derived record has the run's plaintext size
+        for budget in ("auto", "paper"):
+            try:
+                p = derive_params(Grid.parse(str(row["grid"])), int(row["n"]),
+                                  epsilon=float(row["epsilon"]), delta=float(row["delta"]),
+                                  B=int(row["B"]), w=int(row["w"]),
+                                  dropout=float(row.get("dropout") or 0.0), budget=budget)
+            except (ValueError, TypeError, KeyError):
+                continue
+            if p.bytes_per_user == int(row["bytes_per_user"]) and all(
+                    row.get(k) is None or getattr(p, k) == int(row[k])
+                    for k in ("messages_per_user", "bits_per_user")):
+                _WIRE_CACHE[key] = {"bytes_per_user": p.bytes_per_user,
+                                    "encrypted_bytes_per_user": p.encrypted_bytes_per_user}
+                break
     return _WIRE_CACHE[key]
 
 

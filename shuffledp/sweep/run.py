@@ -188,16 +188,19 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
     c = run.config
     users = _users(c)
     aggregate = users.aggregate()
+    # one budget rule on both sides, as `shuffledp heatmap` chooses it: --smoothing none is
+    # Alg. 1-2 as printed (the printed split), auto the default split of both models
+    budget = "paper" if c.smoothing == "none" else "auto"
     t0 = time.perf_counter()
     if run.model == "shuffle":
         # runner.shuffle_heatmap, not an imported name: tests spy on the runner module
         rel = runner.shuffle_heatmap(users, epsilon=c.epsilon, delta=c.delta, B=c.B, w=c.w,
                                      rng=rng, dropout=c.dropout, rounding=c.rounding,
                                      simulate_dropouts=math.floor(c.dropout * c.n),
-                                     neighbour=c.neighbour)
+                                     neighbour=c.neighbour, budget=budget)
     elif run.model == "central":
-        # the default budget split ("auto"), the shuffle protocol's too: like for like
-        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour=c.neighbour, rng=rng)
+        rel = central_heatmap(users, c.epsilon, w=c.w, neighbour=c.neighbour, rng=rng,
+                              budget=budget)
     else:  # the Sec. 4 baselines: central, add/remove (plan() keeps them like for like)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
     if c.smoothing == "auto" and run.model in ("shuffle", "central"):
