@@ -225,6 +225,19 @@ class _TableSet:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _first_at_least(t_hi, o, lo, hi, u_hi):  # pragma: no cover - compiled
+    """The first k in [lo, hi) with t_hi[o + k] >= u_hi (hi if none): binary search of a
+    table's sorted high words."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t_hi[o + mid] < u_hi:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _invert(u_hi, buf, pos, o, K, go, sh, t_hi, t_lo, guide):  # pragma: no cover - compiled
     """X = #{k : T_k <= (u_hi, lo word)} for a table with t_hi[o] <= u_hi; reads the low
     word at ``pos``. Returns (X, pos after the low word), or (-1, pos) if ``buf`` ran out."""
@@ -322,12 +335,7 @@ def _tail_fill(words, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs, g
         hi_i = guide[g + 1]
         # an empty bucket gives X = lo_i, and t_hi[lo_i] lies past the bucket (no tie)
         if lo_i < hi_i:
-            while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
-                mid = (lo_i + hi_i) // 2
-                if t_hi[o + mid] < u_hi:
-                    lo_i = mid + 1
-                else:
-                    hi_i = mid
+            lo_i = _first_at_least(t_hi, o, lo_i, hi_i, u_hi)
             if lo_i < K and t_hi[o + lo_i] == u_hi:
                 ties[nt] = j
                 nt += 1
@@ -355,16 +363,7 @@ def _tie_fill(extra, ties, words, slow, lead, row, which, offs, sizes, t_hi, t_l
         w = which[a]
         o = offs[w]
         K = sizes[w]
-        x = 0
-        lo_i = 0
-        hi_i = K
-        while lo_i < hi_i:  # first k with t_hi[k] >= u_hi
-            mid = (lo_i + hi_i) // 2
-            if t_hi[o + mid] < u_hi:
-                lo_i = mid + 1
-            else:
-                hi_i = mid
-        x = lo_i
+        x = _first_at_least(t_hi, o, 0, K, u_hi)
         while x < K and t_hi[o + x] == u_hi and t_lo[o + x] <= u_lo:
             x += 1
         if i < m:
