@@ -181,3 +181,40 @@ def test_a_failing_shuffler_surfaces_its_own_error_not_a_cut_stream(monkeypatch)
     with pytest.raises(RuntimeError, match="mid-batch"):
         runner.shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=8, params=p, rng=1,
                                wire=True, workers=2)
+
+
+@pytest.mark.parametrize("q", [3, 161_271, (1 << 29) - 3, (1 << 31) - 1])
+def test_one_word_accumulator_equals_the_exact_sums(q):
+    """The analyzer's one-word accumulator (count << 40 | sum, flushed every chunk records)
+    gives the exact sums and counts of a plain integer reference, on records with invalid
+    coordinates and shares mixed in, across several flushes (small q: chunks of 2^24 - 1
+    records; q near 2^31: too large for chunks, the two-field path); from integers and from
+    wire bytes alike."""
+    from shuffledp.analyzers.heatmap.modular import (
+        _accumulate_packed,
+        _accumulate_raw,
+        _word_chunk,
+    )
+
+    rng = np.random.default_rng(q)
+    m, share_bits, n = 37, 31, 60_000
+    a = rng.integers(0, m + 2, n).astype(np.uint64)  # a >= m: rejected
+    w = rng.integers(0, q + 3, n).astype(np.uint64)  # w >= q: rejected
+    rec = (a << np.uint64(share_bits)) | w
+    ok = (a < m) & (w < q)
+    want_sum = np.zeros(m, dtype=object)
+    want_cnt = np.zeros(m, dtype=np.int64)
+    for ai, wi in zip(a[ok].tolist(), w[ok].tolist(), strict=True):
+        want_sum[ai] += wi
+        want_cnt[ai] += 1
+    chunk = _word_chunk(q)
+    assert (chunk == 0) == (q > (1 << 28)) and chunk < (1 << 24)
+    for c in sorted({chunk, min(chunk, 4096) if chunk else 0}):  # several flushes too
+        both = np.zeros((m, 2), np.int64)
+        assert _accumulate_packed(rec, share_bits, m, q, both, c) == int((~ok).sum())
+        assert both[:, 0].astype(object).tolist() == want_sum.tolist()
+        assert both[:, 1].tolist() == want_cnt.tolist()
+        raw = rec.astype("<u8").view(np.uint8)
+        both2 = np.zeros((m, 2), np.int64)
+        assert _accumulate_raw(raw, 8, share_bits, m, q, both2, c) == int((~ok).sum())
+        assert (both2 == both).all()

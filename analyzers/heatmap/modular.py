@@ -133,45 +133,107 @@ class ReleaseRefused(Refused, RuntimeError):
     """
 
 
+#: Bits of the sum field in the one-word accumulator of :func:`_accumulate_packed` and
+#: :func:`_accumulate_raw`: a coordinate's word holds ``count << SUM_BITS | sum``.
+SUM_BITS = 40
+
+
+def _word_chunk(q: int) -> int:
+    """Records per chunk of the one-word accumulator: a chunk's sum at one coordinate stays
+    below 2^SUM_BITS (at most chunk (q - 1)) and its count below 2^(64 - SUM_BITS); 0 when q
+    is too large for chunks worth having (the two-field accumulator is used instead)."""
+    chunk = min((1 << (64 - SUM_BITS)) - 1, ((1 << SUM_BITS) - 1) // max(1, q - 1))
+    return chunk if chunk >= (1 << 12) else 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _flush_words(acc, both):  # pragma: no cover - compiled
+    """Move the one-word accumulator ``acc`` (count << SUM_BITS | sum) into ``both`` and
+    clear it."""
+    low = (np.uint64(1) << np.uint64(SUM_BITS)) - np.uint64(1)
+    for k in range(acc.size):
+        x = acc[k]
+        if x:
+            both[k, 0] += np.int64(x & low)
+            both[k, 1] += np.int64(x >> np.uint64(SUM_BITS))
+            acc[k] = 0
+
+
 @numba.njit(cache=True, nogil=True)
-def _accumulate_packed(rec, share_bits, m, q, both):  # pragma: no cover - compiled
-    """Sum packed records into ``both[a] = (sum of shares, count)``: the sum and the count of
-    a coordinate share a cache line, so each message costs one random access, not two."""
+def _accumulate_packed(rec, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
+    """Sum packed records into ``both[a] = (sum of shares, count)``.
+
+    With ``chunk > 0`` (:func:`_word_chunk`) a coordinate's sum and count share one 64-bit
+    word (count << SUM_BITS | sum: one read-modify-write per message into m words, half the
+    footprint of the two fields), flushed into ``both`` every ``chunk`` records, before
+    either field can overflow. With ``chunk == 0`` both fields are added in place (they share
+    a cache line)."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
     qq = np.uint64(q)
     bad = 0
-    for i in range(rec.size):
-        v = np.uint64(rec[i])
-        a = v >> sb
-        w = v & mask
-        if a >= mm or w >= qq:
-            bad += 1
-            continue
-        both[a, 0] += np.int64(w)
-        both[a, 1] += 1
+    if chunk == 0:
+        for i in range(rec.size):
+            v = np.uint64(rec[i])
+            a = v >> sb
+            w = v & mask
+            if a >= mm or w >= qq:
+                bad += 1
+                continue
+            both[a, 0] += np.int64(w)
+            both[a, 1] += 1
+        return bad
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    acc = np.zeros(m, np.uint64)
+    for s in range(0, rec.size, chunk):
+        for i in range(s, min(rec.size, s + chunk)):
+            v = np.uint64(rec[i])
+            a = v >> sb
+            w = v & mask
+            if a >= mm or w >= qq:
+                bad += 1
+                continue
+            acc[a] += one + w
+        _flush_words(acc, both)
     return bad
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate_raw(body, rb, share_bits, m, q, both):  # pragma: no cover - compiled
+def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
     """:func:`_accumulate_packed` straight from the wire bytes (``rb``-byte little-endian
     records), without unpacking them to an integer array first."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
+    mm = np.uint64(m)
+    qq = np.uint64(q)
     nf = _fast_records(body.size, rb)
     keep = _keep_mask(rb)
+    n = body.size // rb
     bad = 0
-    for i in range(body.size // rb):
-        v = _record_at(body, i, rb, keep, nf)
-        a = np.int64(v >> sb)
-        w = np.int64(v & mask)
-        if a >= m or w >= q:
-            bad += 1
-            continue
-        both[a, 0] += w
-        both[a, 1] += 1
+    if chunk == 0:
+        for i in range(n):
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if a >= mm or w >= qq:
+                bad += 1
+                continue
+            both[a, 0] += np.int64(w)
+            both[a, 1] += 1
+        return bad
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    acc = np.zeros(m, np.uint64)
+    for s in range(0, n, chunk):
+        for i in range(s, min(n, s + chunk)):
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if a >= mm or w >= qq:
+                bad += 1
+                continue
+            acc[a] += one + w
+        _flush_words(acc, both)
     return bad
 
 
@@ -252,8 +314,9 @@ class ModularAccumulator:
         if rec.dtype not in (np.uint32, np.uint64) and rec.dtype.kind != "u":
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
+        chunk = _word_chunk(p.q)
         bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
-                                                              both), rec, 1)
+                                                              both, chunk), rec, 1)
         self.messages += rec.size
         return bad
 
@@ -276,8 +339,9 @@ class ModularAccumulator:
         if raw.size % rb:
             raise ValueError(f"body holds {raw.size} bytes, not whole {rb}-byte records")
         p = self.params
+        chunk = _word_chunk(p.q)
         bad = self._run(lambda part, both: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
-                                                           both), raw, rb)
+                                                           both, chunk), raw, rb)
         self.messages += raw.size // rb
         return bad
 
