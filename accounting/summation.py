@@ -246,7 +246,7 @@ class SummationParameters:
             "neighbour", "decoding", "dropout", "level_epsilons", "level_sensitivities",
             "dl_parameters", "polya_shape", "level_noise_std", "headroom", "q", "decode_low",
             "r", "messages_per_user", "bits_per_message", "bits_per_user", "wrap_target",
-            "wrap_probability",
+            "wrap_probability", "budget_rule",
         ):
             val = getattr(self, k)
             out[k] = list(val) if isinstance(val, tuple) else val

@@ -296,9 +296,14 @@ def shuffle_ldp_cmd(n, eps0, delta, method, randomizer, k, d, rtol, as_json):
               show_default=True,
               help="Decoding window of the sums mod q: shifted [-t, q - 1 - t] (the smallest "
                    "q = n B + 2 t + 1) or centred (q = 2 (n B + t) + 1).")
+@click.option("--budget", type=click.Choice(["auto", "paper"]), default="auto",
+              show_default=True,
+              help="Split of eps over the levels, as `shuffledp setup --budget`: auto (the "
+                   "default of both models: more on the finest level when eps n / pixels is "
+                   "large) or paper (Ghazi et al.'s printed split).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dropout, wrap_target,
-                  decoding, as_json):
+                  decoding, budget, as_json):
     """Parameters of the App. F shuffle summation protocol (Ghazi et al. (AAAI 2023)).
 
     Refuses (exit 1, the reason on one line) every configuration the protocol record
@@ -307,9 +312,11 @@ def summation_cmd(n, epsilon, delta, B, grid, w, gamma, rounding, neighbour, dro
     """
     from shuffledp.accounting.summation import summation_parameters
 
-    kw = {} if gamma is None else {"gamma": gamma}
+    kw: dict[str, Any] = {"budget": budget}
+    if gamma is not None:
+        kw["gamma"] = gamma
     p = as_refusal(f"no protocol for --grid {grid} --n {n} --epsilon {epsilon} --delta {delta} "
-                   f"--B {B} --dropout {dropout}",
+                   f"--B {B} --dropout {dropout} --budget {budget}",
                    summation_parameters, n=n, epsilon=epsilon, delta=delta, B=B, grid=grid,
                    w=w, rounding=rounding, neighbour=neighbour, dropout=dropout,
                    wrap_target=wrap_target, decoding=decoding, **kw)

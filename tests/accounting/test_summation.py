@@ -241,3 +241,32 @@ def test_shares_needed_tiny_delta():
     ref = mp.ceil((2 * mp.log(mp.e + 1) + 2 * mp.log(mp.mpf(5 * 10**9) / mp.mpf(5e-324))
                    + mp.log(2**20)) / mp.log(10) + 1)
     assert r == int(ref)
+
+
+def test_account_summation_budget_option_matches_setup():
+    """`shuffledp account summation --budget auto|paper` states the split `shuffledp setup
+    --budget` records: at eps n / N = 9.4 the two differ, and each equals derive_params'."""
+    import json
+
+    from click.testing import CliRunner
+
+    from shuffledp.cli import main
+    from shuffledp.protocol.params import derive_params
+
+    args = ["account", "summation", "--n", "300", "--epsilon", "2", "--delta", "1e-5", "--B",
+            "64", "--grid", "8x8", "--json"]
+    got = {}
+    for rule in ("auto", "paper"):
+        res = CliRunner().invoke(main, [*args, "--budget", rule])
+        assert res.exit_code == 0, res.output
+        rec = json.loads(res.output)
+        want = derive_params(Grid(8, 8), 300, epsilon=2.0, delta=1e-5, B=64, budget=rule)
+        assert rec["budget_rule"] == rule
+        assert rec["level_epsilons"] == list(want.level_epsilons)
+        assert rec["encrypted_bytes_per_user"] == want.encrypted_bytes_per_user
+        got[rule] = rec["level_epsilons"]
+    assert got["auto"] != got["paper"]
+    default = json.loads(CliRunner().invoke(main, args).output)
+    assert default["level_epsilons"] == got["auto"]
+    res = CliRunner().invoke(main, [*args, "--budget", "even"])
+    assert res.exit_code == 2 and "--budget" in res.output
