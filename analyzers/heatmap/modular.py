@@ -160,49 +160,16 @@ def _flush_words(acc, both):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate_packed(rec, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
-    """Sum packed records into ``both[a] = (sum of shares, count)``.
+def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
+    """Sum ``rb``-byte little-endian records ``(a << share_bits) | w`` read straight from
+    their bytes into ``both[a] = (sum of shares, count)``; returns the number rejected
+    (a >= m or w >= q).
 
     With ``chunk > 0`` (:func:`_word_chunk`) a coordinate's sum and count share one 64-bit
     word (count << SUM_BITS | sum: one read-modify-write per message into m words, half the
     footprint of the two fields), flushed into ``both`` every ``chunk`` records, before
     either field can overflow. With ``chunk == 0`` both fields are added in place (they share
     a cache line)."""
-    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
-    sb = np.uint64(share_bits)
-    mm = np.uint64(m)
-    qq = np.uint64(q)
-    bad = 0
-    if chunk == 0:
-        for i in range(rec.size):
-            v = np.uint64(rec[i])
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            both[a, 0] += np.int64(w)
-            both[a, 1] += 1
-        return bad
-    one = np.uint64(1) << np.uint64(SUM_BITS)
-    acc = np.zeros(m, np.uint64)
-    for s in range(0, rec.size, chunk):
-        for i in range(s, min(rec.size, s + chunk)):
-            v = np.uint64(rec[i])
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            acc[a] += one + w
-        _flush_words(acc, both)
-    return bad
-
-
-@numba.njit(cache=True, nogil=True)
-def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
-    """:func:`_accumulate_packed` straight from the wire bytes (``rb``-byte little-endian
-    records), without unpacking them to an integer array first."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
@@ -235,6 +202,14 @@ def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cove
             acc[a] += one + w
         _flush_words(acc, both)
     return bad
+
+
+def _accumulate_packed(rec: np.ndarray, share_bits: int, m: int, q: int, both: np.ndarray,
+                       chunk: int) -> int:
+    """:func:`_accumulate_raw` of unsigned integer records (their little-endian bytes)."""
+    le = np.ascontiguousarray(rec, dtype=rec.dtype.newbyteorder("<"))
+    return int(_accumulate_raw(le.reshape(-1).view(np.uint8), le.dtype.itemsize, share_bits,
+                               m, q, both, chunk))
 
 
 @numba.njit(cache=True, nogil=True)
