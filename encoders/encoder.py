@@ -1009,12 +1009,41 @@ def frame_messages(
     if analyzer_public is None:
         h = Header(KIND_USER, params.record_bytes, params.digest, records.size)
         return encode_batch(h, records)
-    body = encrypt_records(params, records, analyzer_public)
-    # the batch names the key it is sealed to: a shuffler that knows the analyzer's key
-    # refuses a batch sealed to another one before mixing (wrong_key)
-    h = Header(KIND_USER_ENC, encrypted_record_bytes(params), params.digest, records.size,
-               key_id=analyzer_key_id(analyzer_public))
-    return encode_batch(h, body)
+    return sealed_batch(params, encrypt_records(params, records, analyzer_public),
+                        analyzer_public)
+
+
+def sealed_batch(params: ProtocolParams, body: bytes, analyzer_public: bytes) -> bytes:
+    """An encrypted user batch: the header, naming the analyzer key the records are sealed to
+    (its id: a shuffler that knows the key refuses a batch sealed to another one before
+    mixing, ``wrong_key``), then ``body``, whole encrypted records.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The round's record (digest and encrypted record size).
+    body : bytes
+        The records sealed by :func:`shuffledp.protocol.crypto.encrypt_records`.
+    analyzer_public : bytes
+        The analyzer's raw 32-byte X25519 public key they are sealed to.
+
+    Returns
+    -------
+    bytes
+        Header then ``body``.
+
+    Raises
+    ------
+    ValueError
+        If ``analyzer_public`` is not a valid key.
+
+    References
+    ----------
+    [Ghazi23]_ App. F, step 5 (the messages sent to the shuffler).
+    """
+    rb = encrypted_record_bytes(params)
+    return encode_batch(Header(KIND_USER_ENC, rb, params.digest, len(body) // rb,
+                               key_id=analyzer_key_id(analyzer_public)), body)
 
 
 def user_batch(

@@ -59,9 +59,8 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
     bytes
         The batch: the 64-byte header, then the records (encrypted when a key is given).
     """
-    from shuffledp.encoders.encoder import encode_user, frame_messages
-    from shuffledp.protocol.crypto import analyzer_key_id, encrypt_records
-    from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch
+    from shuffledp.encoders.encoder import encode_user, frame_messages, sealed_batch
+    from shuffledp.protocol.crypto import encrypt_records
 
     records = encode_user(params, pixels, weights)
     if analyzer_public is None:
@@ -84,9 +83,7 @@ def encode_one(params: Any, pixels: np.ndarray, weights: np.ndarray,
             parts.append(encrypt_records(params, chunk, analyzer_public))
             if progress is not None:
                 progress(chunk.size)
-    header = Header(KIND_USER_ENC, params.encrypted_record_bytes, params.digest, records.size,
-                    key_id=analyzer_key_id(analyzer_public))
-    return encode_batch(header, b"".join(parts))
+    return sealed_batch(params, b"".join(parts), analyzer_public)
 
 
 def batch_name(user_id: str) -> str:

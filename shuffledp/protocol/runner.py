@@ -51,7 +51,7 @@ from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
-from shuffledp.encoders.encoder import encode_shares, encode_sums, messages
+from shuffledp.encoders.encoder import encode_shares, encode_sums, messages, sealed_batch
 from shuffledp.protocol.crypto import (
     analyzer_key_id,
     encrypt_records,
@@ -64,7 +64,7 @@ from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
 from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Inspection, Shuffler
-from shuffledp.protocol.wire import KIND_USER_ENC, Header, encode_batch, frame_shares
+from shuffledp.protocol.wire import frame_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
 
@@ -269,7 +269,7 @@ def user_batches(
         sh = encode_shares(params, users, np.array([j]), streams, get_src())[0]
         if analyzer_public is None:
             return frame_shares(params, sh)  # = frame_messages(params, messages(params, sh))
-        return _sealed_batch(params, encrypt_records(params, messages(params, sh),
+        return sealed_batch(params, encrypt_records(params, messages(params, sh),
                                                      analyzer_public), analyzer_public)
 
     yield from _ordered_map(one, ids, k)
@@ -312,13 +312,6 @@ def _seal_part(records: np.ndarray) -> bytes:
     return encrypt_records(params, records, public)
 
 
-def _sealed_batch(params: ProtocolParams, body: bytes, public: bytes) -> bytes:
-    """An encrypted user batch: header naming the analyzer key (its id), then ``body``."""
-    rb = encrypted_record_bytes(params)
-    return encode_batch(Header(KIND_USER_ENC, rb, params.digest, len(body) // rb,
-                               key_id=analyzer_key_id(public)), body)
-
-
 def _sealed_batches(params: ProtocolParams, users: UserDistributions,
                     participants: np.ndarray, streams: UserStreams,
                     source: SecureRandom | None, public: bytes,
@@ -341,7 +334,7 @@ def _sealed_batches(params: ProtocolParams, users: UserDistributions,
         pending: deque = deque()
 
         def joined(futures: list) -> bytes:
-            return _sealed_batch(params, b"".join(f.result() for f in futures), public)
+            return sealed_batch(params, b"".join(f.result() for f in futures), public)
 
         for lo in range(0, participants.size, per):
             for sh in encode_shares(params, users, participants[lo : lo + per], streams, src):
