@@ -274,7 +274,8 @@ def serve_shuffler(params_path, mac_key_path, analyzer_pub, listen, data_dir, to
     try:
         registry = DeviceRegistry(data)
         state = ShufflerState(p, data, mac_key=mac, memory_limit=memory_limit << 20,
-                              expected_users=expected_users, min_batches=min_batches)
+                              expected_users=expected_users, min_batches=min_batches,
+                              analyzer_pub=pub)
     except (RuntimeError, ValueError) as e:
         raise click.ClickException(f"--data {data_dir}: {e}") from None
     note = (f"round {state.round}: closed" if state.closed else

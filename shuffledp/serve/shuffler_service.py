@@ -69,7 +69,8 @@ limits, ...) are counted by reason in ``refused_requests``, not as users.
 
 Refusals (problem type ``urn:shuffledp:problem:<reason>``): 400 with the shuffler's
 :data:`~shuffledp.protocol.shuffler.REJECT_REASONS` for a batch it rejects (``malformed``,
-``truncated``, ``wrong_digest``, ``incomplete``, ...) and ``digest_mismatch``,
+``truncated``, ``wrong_digest``, ``incomplete``, ``wrong_key`` when the state holds the
+analyzer's key, ...) and ``digest_mismatch``,
 ``report_too_early`` / ``report_too_old``, ``outdated_config``; 401 ``unauthorized``; 403
 ``forbidden`` (no client certificate); 404 ``unknown_round``; 408 ``request_timeout``;
 409 ``replayed_batch`` / ``over_capacity`` / ``report_id_conflict`` /
@@ -104,7 +105,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from shuffledp.protocol.crypto import KEM_X25519, encrypted_record_bytes
+from shuffledp.protocol.crypto import KEM_X25519, analyzer_key_id, encrypted_record_bytes
 from shuffledp.protocol.params import ProtocolParams
 from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Shuffler
 from shuffledp.protocol.wire import HEADER_SIZE
@@ -212,12 +213,20 @@ class ShufflerState:
         Users admitted to the round; absent ones count as dropped at close.
     min_batches : int, optional
         Fewest accepted batches close accepts (default: the parameters' n_min).
+    analyzer_pub : bytes, optional
+        The analyzer's raw X25519 public key. With it, a batch whose header names another
+        key (or none) is refused on upload as ``wrong_key``
+        (:func:`shuffledp.protocol.crypto.analyzer_key_id`), before it is stored or mixed.
     """
 
     def __init__(self, params: ProtocolParams, data_dir: str | os.PathLike, *,
                  mac_key: bytes | None = None, memory_limit: int = DEFAULT_MEMORY_LIMIT,
-                 expected_users: int | None = None, min_batches: int | None = None) -> None:
+                 expected_users: int | None = None, min_batches: int | None = None,
+                 analyzer_pub: bytes | None = None) -> None:
         self.params = params
+        self.analyzer_pub = None if analyzer_pub is None else bytes(analyzer_pub)
+        # raises ValueError naming the length for raw bytes that are not a 32-byte key
+        self.key_id = None if analyzer_pub is None else analyzer_key_id(self.analyzer_pub)
         self.mac_key = mac_key
         self.memory_limit = memory_limit
         self.expected_users = expected_users
@@ -232,7 +241,8 @@ class ShufflerState:
         self.batch_dir.mkdir(parents=True, exist_ok=True)
         self.max_body = HEADER_SIZE + params.messages_per_user * encrypted_record_bytes(params)
         # the shuffler's own batch checks (validation and replay fingerprint), nothing stored
-        self._checker = Shuffler(params, encrypted=True, memory_limit=1 << 40)
+        self._checker = Shuffler(params, encrypted=True, memory_limit=1 << 40,
+                                 analyzer_key_id=self.key_id)
         self._validating = threading.BoundedSemaphore(MAX_VALIDATING)
         self.lock = threading.Condition()
         # what is stored (and therefore seen): report id -> (seq, device, path, sha256)
@@ -508,7 +518,8 @@ class ShufflerState:
         work = Path(tempfile.mkdtemp(prefix=".close-", dir=self.dir))
         out = self.dir / MIXED_FILE
         s = Shuffler(self.params, encrypted=True, mac_key=self.mac_key,
-                     workdir=os.fspath(work), memory_limit=self.memory_limit)
+                     workdir=os.fspath(work), memory_limit=self.memory_limit,
+                     analyzer_key_id=self.key_id)
         written = False
         try:
             for _seq, rid, _dev, path, _sha in entries:
@@ -566,6 +577,7 @@ _REASON_DETAIL = {
     "incomplete": "not exactly r messages for every coordinate",
     "replayed_batch": "the same records as an accepted batch (any order, any id)",
     "duplicate_record": "an ephemeral key twice in one batch",
+    "wrong_key": "sealed to another analyzer key than this round's (the header's key id)",
     "over_capacity": "the round already holds the n batches its parameters provision for",
     "duplicate_sender": "this report id already holds a batch",
 }
@@ -586,7 +598,9 @@ def make_app(state: ShufflerState, *, token: str, registry: DeviceRegistry,
         The enrolled devices (uploads).
     analyzer_pub : bytes, optional
         The analyzer's X25519 public key, published at ``/hpke_config``; its config id is
-        then checked against the one an upload names.
+        then checked against the one an upload names. Default: ``state.analyzer_pub`` (the
+        key whose id the state checks in every batch's header); another key than the
+        state's is refused.
     body_timeout : float
         Seconds a client has to send a whole batch (408 after).
     replay_window : float
@@ -616,6 +630,11 @@ def make_app(state: ShufflerState, *, token: str, registry: DeviceRegistry,
     from starlette.responses import FileResponse, JSONResponse, Response
     from starlette.routing import Route
 
+    if analyzer_pub is None:
+        analyzer_pub = state.analyzer_pub
+    elif state.analyzer_pub is not None and bytes(analyzer_pub) != state.analyzer_pub:
+        raise ValueError("analyzer_pub differs from the key the ShufflerState checks batches "
+                         f"against (key id {state.key_id.hex() if state.key_id else None})")
     config_id = hpke_config_id(analyzer_pub) if analyzer_pub is not None else None
     devices = TokenBuckets(device_rate, device_burst)
     counters = counters if counters is not None else Counter()

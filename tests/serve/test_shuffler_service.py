@@ -156,6 +156,17 @@ def test_refusals_are_problem_details(run_dir, tmp_path):
                 "--analyzer-pub", other / "analyzer.pub", "--out", other / "b.bin")
         is_problem(signed_put(url, rnd, r1, (other / "b.bin").read_bytes(), cred), 400,
                    "wrong_digest")
+        # this round's parameters, sealed to another analyzer key -> wrong_key, not stored
+        import numpy as np
+
+        from shuffledp.encoders.encoder import user_batch
+        from shuffledp.protocol.crypto import generate_analyzer_key, public_bytes
+
+        stray = user_batch(p, np.array([0]), np.array([1.0]),
+                           analyzer_public=public_bytes(generate_analyzer_key()))
+        is_problem(signed_put(url, rnd, r1, stray, cred), 400, "wrong_key")
+        st = httpx.get(f"{url}/rounds/{rnd.hex()}").json()
+        assert st["accepted"] == 0 and st["rejected"].get("wrong_key") == 1
         # a slow client: headers and half the body, then silence -> 408 after --body-timeout
         from shuffledp.serve.admission import sign_upload
 
@@ -179,3 +190,20 @@ def test_refusals_are_problem_details(run_dir, tmp_path):
         assert st["accepted"] == 1 and st["rejected"]["malformed"] == 1
     finally:
         stop(proc)
+
+
+def test_state_and_app_agree_on_the_analyzer_key(run_dir, tmp_path):
+    from shuffledp.protocol.crypto import generate_analyzer_key, public_bytes
+    from shuffledp.serve.admission import DeviceRegistry
+    from shuffledp.serve.shuffler_service import make_app
+
+    p = params(run_dir)
+    mine, other = (public_bytes(generate_analyzer_key()) for _ in range(2))
+    state = ShufflerState(p, tmp_path / "svc", analyzer_pub=mine)
+    registry = DeviceRegistry(tmp_path / "svc")
+    make_app(state, token="t" * 32, registry=registry)  # the state's key by default
+    make_app(state, token="t" * 32, registry=registry, analyzer_pub=mine)
+    with pytest.raises(ValueError, match="analyzer_pub differs"):
+        make_app(state, token="t" * 32, registry=registry, analyzer_pub=other)
+    with pytest.raises(ValueError, match="32"):
+        ShufflerState(p, tmp_path / "svc2", analyzer_pub=mine[:31])
