@@ -503,8 +503,11 @@ def test_both_models_of_a_sweep_take_the_budget_rule_of_its_smoothing(monkeypatc
     # eps n / N = 2 * 300 / 64 = 9.4: the two rules give other splits here
     cfg = sw.SweepConfig(grid=Grid(8, 8), n=300, epsilon=2.0, B=64, smoothing=smoothing)
     rec = sw.run_one(sw.Run(cfg, "shuffle", "B", 0), rng=1)
-    sw.run_one(sw.Run(cfg, "central", "B", 0), rng=1)
+    central = sw.run_one(sw.Run(cfg, "central", "B", 0), rng=1)
     assert seen == {"shuffle": rule, "central": rule}
+    assert rec.budget_rule == central.budget_rule == rule  # the runs.csv column
+    base = sw.run_one(sw.Run(cfg, "laplace", "B", 0), rng=1)
+    assert base.budget_rule is None
     from dataclasses import asdict
 
     from shuffledp.sweep.plot import _WIRE_CACHE, wire_bytes
@@ -515,3 +518,7 @@ def test_both_models_of_a_sweep_take_the_budget_rule_of_its_smoothing(monkeypatc
     want = derive_params(Grid(8, 8), 300, epsilon=2.0, delta=cfg.delta, B=64, w=cfg.w,
                          dropout=cfg.dropout, budget=rule)
     assert got is not None and got["encrypted_bytes_per_user"] == want.encrypted_bytes_per_user
+    # a record from before the column (no budget_rule): found by its sizes
+    _WIRE_CACHE.clear()
+    row.pop("budget_rule")
+    assert wire_bytes(row) == got

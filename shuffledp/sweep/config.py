@@ -221,6 +221,10 @@ class RunRecord:
     guarantee_epsilon, guarantee_delta : float
         The release's proven guarantee.
     neighbour : str
+    budget_rule : {"auto", "paper"} or None
+        The budget split of the algorithm's run (:func:`shuffledp.accounting.budget.level_budgets`
+        as printed, or :func:`~shuffledp.accounting.budget.auto_level_budgets`; the rule of
+        the sweep's ``smoothing``); None for a baseline.
     messages_per_user, bits_per_user, bytes_per_user : int or None
         Shuffle model only: the paper's ``r m ceil(log2(m q))`` bits, and the wire bytes.
     seconds_mechanism, seconds_metrics : float
@@ -247,6 +251,7 @@ class RunRecord:
     guarantee_epsilon: float
     guarantee_delta: float
     neighbour: str
+    budget_rule: str | None
     messages_per_user: int | None
     bits_per_user: int | None
     bytes_per_user: int | None

@@ -140,8 +140,9 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
     """Plaintext and encrypted bytes per user of a shuffle run's record.
 
     The protocol record is derived again from the run's grid, n, epsilon, delta, B, w and
-    dropout (:func:`shuffledp.protocol.params.derive_params`) under each budget rule
-    ("auto", then "paper": a sweep runs "paper" with ``smoothing="none"``); the first whose
+    dropout (:func:`shuffledp.protocol.params.derive_params`) under the record's
+    ``budget_rule`` (a record without one: each rule, "auto", then "paper"; a sweep runs
+    "paper" with ``smoothing="none"``); the first whose
     plaintext size, messages and bits equal the record's ``bytes_per_user``,
     ``messages_per_user`` and ``bits_per_user`` gives the sizes (None: the run used other
     parameters).
@@ -170,9 +171,10 @@ def wire_bytes(row: dict[str, Any]) -> dict[str, int] | None:
                                      "bytes_per_user", "messages_per_user", "bits_per_user"))
     if key not in _WIRE_CACHE:
         _WIRE_CACHE[key] = None
-        # the run's budget rule is that of its --smoothing (not in the record): the rule
-        # whose derived record has the run's plaintext size
-        for budget in ("auto", "paper"):
+        # the run's budget rule (in records since the column was added; before, the rule
+        # whose derived record has the run's sizes)
+        rule = row.get("budget_rule")
+        for budget in (rule,) if rule in ("auto", "paper") else ("auto", "paper"):
             try:
                 p = derive_params(Grid.parse(str(row["grid"])), int(row["n"]),
                                   epsilon=float(row["epsilon"]), delta=float(row["delta"]),

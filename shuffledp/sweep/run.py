@@ -224,6 +224,7 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
         seed=rng if isinstance(rng, int) else None, release=report["release"],
         guarantee_epsilon=float(rel.guarantee.epsilon),
         guarantee_delta=float(rel.guarantee.delta), neighbour=str(rel.guarantee.neighbour),
+        budget_rule=budget if run.model in ("shuffle", "central") else None,
         messages_per_user=proto.get("messages_per_user"),
         bits_per_user=proto.get("bits_per_user"), bytes_per_user=proto.get("bytes_per_user"),
         seconds_mechanism=t1 - t0, seconds_metrics=t2 - t1,
