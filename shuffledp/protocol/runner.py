@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import queue
 import tempfile
 import threading
 import time
@@ -280,27 +281,38 @@ def user_batches(
 
 
 def _inspected_batches(rnd: _Round, shuffler: Shuffler
-                       ) -> Iterator[tuple[memoryview, Inspection]]:
+                       ) -> Iterator[tuple[np.ndarray, Inspection]]:
     """Plaintext user batches with the shuffler's :meth:`~Shuffler.inspect` of each (checks,
     fingerprint, records spread over the buckets with labels from the thread's secure
     generator), done on the encoder threads and yielded in order: what is left for the
-    shuffler per batch is its bookkeeping."""
+    shuffler per batch is its bookkeeping. Each batch is written into a buffer from a pool,
+    returned to it when the caller asks for the next batch (the caller must be done with
+    the previous one: :meth:`Shuffler.submit` keeps no reference to the bytes it gets with
+    a spread inspection), so the batches' memory is reused rather than mapped anew per
+    user."""
     params, users, streams = rnd.params, rnd.users, rnd.streams
     get_src = _thread_source()
     # a few users per encoder call: the call's set-up (the noise tables) is shared by them
     per = max(1, min(_USERS_PER_CALL, -(-rnd.participants.size // (2 * rnd.workers))))
+    pool: queue.SimpleQueue = queue.SimpleQueue()
 
-    def some(sel: np.ndarray) -> list[tuple[memoryview, Inspection]]:
+    def some(sel: np.ndarray) -> list[tuple[np.ndarray, Inspection]]:
         src = get_src()
         out = []
         for sh in encode_shares(params, users, sel, streams, src):
-            data = framed_shares(params, sh).data  # the bytes of frame_shares, not copied
-            out.append((data, shuffler.inspect(data, source=src)))
+            try:
+                buf = pool.get_nowait()
+            except queue.Empty:
+                buf = None
+            data = framed_shares(params, sh, buf)  # the bytes of frame_shares
+            out.append((data, shuffler.inspect(data.data, source=src)))
         return out
 
     sels = [rnd.participants[i : i + per] for i in range(0, rnd.participants.size, per)]
     for part in _ordered_map(some, sels, rnd.workers):
-        yield from part
+        for data, seen in part:
+            yield data, seen
+            pool.put(data)  # submitted: nothing refers to these bytes any more
 
 
 #: records per sealing task of the encrypted path (about 0.3-1 s of HPKE seals)
@@ -736,7 +748,7 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
                 s.submit(data, sender=k)
         else:
             for k, (data, seen) in enumerate(_inspected_batches(rnd, s)):
-                s.submit(data, sender=k, inspected=seen)
+                s.submit(data.data, sender=k, inspected=seen)
         s.missing(users.n_users - s.n_users_seen)
         timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()

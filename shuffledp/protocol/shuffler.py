@@ -132,6 +132,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -196,6 +197,8 @@ _IDX_BYTES = 4  # batch index stored next to each encrypted record in the bucket
 #: buckets hold at most about this many records on average (more buckets otherwise), so a
 #: bucket's permutation (an int64 index per record) stays within a core's cache
 _BUCKET_RECORDS = 1 << 18
+#: :meth:`Shuffler.mix_each` reads buckets held in memory in groups of about this many bytes
+_GROUP_BYTES = 8 << 20
 
 
 def _check_threads(workers: int | None) -> int:
@@ -562,32 +565,22 @@ class _Spread:
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather_spreads(flats, bounds, gaps, i, slot, out):  # pragma: no cover - compiled
-    """out = bucket i of every spread in turn (see :class:`_Spread`); returns bytes written."""
-    at = 0
-    for s in range(len(flats)):
-        f = flats[s]
-        lo = bounds[s, i] * slot + gaps[s] * i
-        nb = (bounds[s, i + 1] - bounds[s, i]) * slot
-        out[at : at + nb] = f[lo : lo + nb]
-        at += nb
-    return at
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather_spreads_u64(flats, bounds, gaps, i, rb, out):  # pragma: no cover - compiled
-    """out = bucket i of every spread in turn, each record (``rb`` <= 8 bytes) as a uint64."""
-    at = 0
+def _gather_group(buf, at, cnt, j, rb, out):  # pragma: no cover - compiled
+    """out = bucket j of a group as uint64 integers: for each spread s, the ``cnt[s, j]``
+    records (``rb`` <= 8 bytes each, little-endian) from byte ``at[s, j]`` of ``buf``, in
+    turn. ``buf`` ends with 8 spare bytes, so every record is read as 8 bytes and masked."""
     keep = _keep_mask(rb)
-    for s in range(len(flats)):
-        lo = bounds[s, i] * rb + gaps[s] * i
-        cnt = bounds[s, i + 1] - bounds[s, i]
-        f = flats[s][lo:]
-        nf = _fast_records(f.size, rb)
-        for j in range(cnt):
-            out[at + j] = _record_at(f, j, rb, keep, nf)
-        at += cnt
-    return at
+    o = 0
+    for s in range(at.shape[0]):
+        b = np.uint64(at[s, j])
+        for _ in range(cnt[s, j]):
+            v = np.uint64(0)
+            for c in range(8):
+                v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
+            out[o] = v & keep
+            o += 1
+            b += np.uint64(rb)
+    return o
 
 
 class _Buckets:
@@ -609,7 +602,6 @@ class _Buckets:
         self.buffered = 0
         self.dir: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
-        self._compiled: tuple | None = None
 
     def _path(self, i: int) -> str:
         if self.dir is None:
@@ -624,7 +616,6 @@ class _Buckets:
         added = np.diff(spread.bounds) * self.slot
         self.sizes += added
         self.buffered += int(added.sum())
-        self._compiled = None
 
     def maybe_flush(self) -> None:
         if self.buffered < self.flush_bytes:
@@ -638,7 +629,6 @@ class _Buckets:
         self.spreads = []
         self.sizes[:] = 0
         self.buffered = 0
-        self._compiled = None
 
     def load(self, i: int, release: bool = False) -> np.ndarray:
         """Whole content of bucket i (file part then memory), flat uint8; ``release`` frees
@@ -651,8 +641,11 @@ class _Buckets:
                 if fh.readinto(out[:size].data) != size:
                     raise OSError(f"short read of shuffler bucket file {path}")
         if self.sizes[i]:
-            flats, bounds, gaps = self._arrays()
-            _gather_spreads(flats, bounds, gaps, i, self.slot, out[size:])
+            at = size
+            for sp in self.spreads:
+                part = sp.part(i, self.slot)
+                out[at : at + part.size] = part
+                at += part.size
         if release:
             self.buffered -= int(self.sizes[i])
             self.sizes[i] = 0
@@ -660,40 +653,52 @@ class _Buckets:
                 os.remove(path)
             if not self.buffered:
                 self.spreads = []
-                self._compiled = None
         return out
 
-    def values(self, i: int) -> np.ndarray:
-        """Bucket i's records as uint64 integers (records of at most 8 bytes, nothing
-        flushed to files); reads only, so threads may call it for several buckets at once
-        once :meth:`prepare` ran."""
-        out = np.empty(int(self.sizes[i]) // self.slot, dtype=np.uint64)
-        if out.size:
-            flats, bounds, gaps = self._arrays()
-            _gather_spreads_u64(flats, bounds, gaps, i, self.slot, out)
-        return out
+    def groups(self, size: int) -> Iterator[tuple[int, int]]:
+        """Consecutive bucket ranges [g0, g1) of about ``size`` bytes each."""
+        g0 = 0
+        while g0 < self.k:
+            g1 = g0 + 1
+            held = int(self.sizes[g0])
+            while g1 < self.k and held + int(self.sizes[g1]) <= size:
+                held += int(self.sizes[g1])
+                g1 += 1
+            yield g0, g1
+            g0 = g1
 
-    def prepare(self) -> None:
-        """Build what :meth:`values` reads (before calling it on several threads)."""
-        if self.spreads:
-            self._arrays()
-
-    def _arrays(self) -> tuple:
-        """The spreads as the compiled loader takes them (built once per set of spreads)."""
-        if self._compiled is None:
-            flats = numba.typed.List()
-            for sp in self.spreads:
-                flats.append(sp.flat)
-            bounds = np.stack([sp.bounds for sp in self.spreads]).astype(np.int64)
-            gaps = np.array([sp.gap for sp in self.spreads], dtype=np.int64)
-            self._compiled = (flats, bounds, gaps)
-        return self._compiled
+    def group_values(self, g0: int, g1: int) -> Iterator[np.ndarray]:
+        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
+        as uint64 integers, in order: each spread's part of the group is copied once (one
+        slice), then every bucket is read from the copy by a compiled pass. Reads only, so
+        threads may read several groups at once."""
+        slot = self.slot
+        n_sp = len(self.spreads)
+        start = np.empty((n_sp, g1 - g0 + 1), dtype=np.int64)  # byte offsets in the copy
+        cnt = np.empty((n_sp, g1 - g0), dtype=np.int64)
+        pieces = []
+        base = 0
+        for s, sp in enumerate(self.spreads):
+            b = sp.bounds[g0 : g1 + 1].astype(np.int64)
+            off = b * slot + sp.gap * np.arange(g0, g1 + 1)
+            start[s] = base + off - off[0]
+            cnt[s] = np.diff(b)
+            pieces.append(sp.flat[off[0] : off[-1]])
+            base += int(off[-1] - off[0])
+        buf = np.empty(base + 8, dtype=np.uint8)  # 8 spare bytes: every record read as 8
+        at = 0
+        for piece in pieces:
+            buf[at : at + piece.size] = piece
+            at += piece.size
+        for j in range(g1 - g0):
+            out = np.empty(int(cnt[:, j].sum()), dtype=np.uint64)
+            _gather_group(buf, start, cnt, j, slot, out)
+            yield out
 
     def close(self) -> None:
         self.spreads = []
         self.sizes[:] = 0
         self.buffered = 0
-        self._compiled = None
         if self._cleanup is not None:
             self._cleanup()
 
@@ -780,6 +785,7 @@ class Shuffler:
         self.workers = _check_threads(workers)
         self._buckets = _Buckets(k, int(memory_limit) // 4, workdir, self._slot)
         self._sip_key = self.source.bytes(16)
+        self._scratch = threading.local()
         self._batch_hashes: set[bytes] = set()
         self._accepted: set = set()
         self._failed: set = set()
@@ -936,7 +942,11 @@ class Shuffler:
             return np.zeros(rows.shape[0], dtype=np.uint32)
         if self.encrypted:
             return siphash24(self._sip_key, rows[:, 4:36])
-        return (source or self.source).fill_uint32(np.empty(rows.shape[0], dtype=np.uint32))
+        # one scratch array per thread: the labels are used up before inspect returns
+        buf = getattr(self._scratch, "labels", None)
+        if buf is None or buf.size != rows.shape[0]:
+            buf = self._scratch.labels = np.empty(rows.shape[0], dtype=np.uint32)
+        return (source or self.source).fill_uint32(buf)
 
     def _scatter(self, rows: np.ndarray, labels: np.ndarray, index: int = 0) -> _Spread:
         """The rows (then the batch index, encrypted only) grouped by bucket label."""
@@ -1100,37 +1110,45 @@ class Shuffler:
         try:
             h, _ = self._mix_header()
             b = self._buckets
-            in_memory = b.dir is None
-            b.prepare()
 
-            def task(src: int | np.ndarray, words: np.ndarray) -> tuple:
-                # a bucket in memory is read here; one from a file was loaded in bucket order
-                vals = b.values(src) if isinstance(src, int) else _widened(src)
+            def permute(vals: np.ndarray, words: np.ndarray) -> tuple:
                 k = int(_fisher_yates(vals, vals.size - 1, words)) if vals.size > 1 else 0
                 if k > 0:
-                    return vals, k
+                    return (vals, k)
                 consume(vals)
                 return ()
 
-            def done(res: tuple) -> None:
-                if res:  # the words ran out: finished here, in bucket order
-                    vals, k = res
-                    while k > 0:
-                        k = int(_fisher_yates(vals, k, self._words(k + 64)))
-                    consume(vals)
+            def group(g0: int, g1: int, words: list) -> list:
+                # buckets in memory are read here, a group of them at a time
+                return [permute(v, w) for v, w in zip(b.group_values(g0, g1), words,
+                                                      strict=True)]
+
+            def done(results: list) -> None:
+                for res in results:
+                    if res:  # the words ran out: finished here, in bucket order
+                        vals, k = res
+                        while k > 0:
+                            k = int(_fisher_yates(vals, k, self._words(k + 64)))
+                        consume(vals)
+
+            def words(n: int) -> np.ndarray:  # drawn here, in bucket order
+                return self._words(n + 64 + (n * n >> 31))
 
             pending: deque = deque()
             with ThreadPoolExecutor(self.workers) as ex:
-                for i in range(self.n_buckets):
-                    src: int | np.ndarray = i
-                    if in_memory:
-                        n = int(b.sizes[i]) // self._slot
-                    else:
-                        src = self._rows(b.load(i, release=True))
-                        n = src.shape[0]
-                    pending.append(ex.submit(task, src, self._words(n + 64 + (n * n >> 31))))
-                    if len(pending) > self.workers:
-                        done(pending.popleft().result())
+                if b.dir is None:
+                    for g0, g1 in b.groups(_GROUP_BYTES):
+                        ws = [words(int(b.sizes[i]) // self._slot) for i in range(g0, g1)]
+                        pending.append(ex.submit(group, g0, g1, ws))
+                        if len(pending) > self.workers:
+                            done(pending.popleft().result())
+                else:
+                    for i in range(self.n_buckets):
+                        vals = _widened(self._rows(b.load(i, release=True)))
+                        pending.append(ex.submit(lambda v, w: [permute(v, w)], vals,
+                                                 words(vals.size)))
+                        if len(pending) > self.workers:
+                            done(pending.popleft().result())
                 while pending:
                     done(pending.popleft().result())
             return h

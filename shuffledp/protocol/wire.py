@@ -775,9 +775,11 @@ def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
     return framed_shares(params, shares).tobytes()
 
 
-def framed_shares(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
+def framed_shares(params: ProtocolParams, shares: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """:func:`frame_shares` as a uint8 array (no copy into ``bytes``; its ``.data`` is what
-    :meth:`~shuffledp.protocol.shuffler.Shuffler.submit` takes). Same arguments and errors."""
+    :meth:`~shuffledp.protocol.shuffler.Shuffler.submit` takes), written into ``out`` when
+    it is a uint8 array of the batch's length (else a new one). Same arguments and errors."""
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got "
@@ -788,7 +790,9 @@ def framed_shares(params: ProtocolParams, shares: np.ndarray) -> np.ndarray:
         bad = int(s.min()) if int(s.min()) < 0 else int(s.max())
         raise ValueError(f"shares must be in [0, q = {params.q}), got a share {bad}")
     h = Header(KIND_USER, params.record_bytes, params.digest, params.messages_per_user)
-    out = np.empty(h.total_bytes, dtype=np.uint8)
+    if (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != (h.total_bytes,)
+            or not out.flags.c_contiguous):
+        out = np.empty(h.total_bytes, dtype=np.uint8)
     if params.r <= _NETWORK_MAX_R:
         top = int(_write_canonical(np.ascontiguousarray(s, dtype=np.uint32), params.share_bits,
                                    params.record_bytes, _network(params.r), out))
