@@ -11,10 +11,13 @@ point and dispatches to one function per path, each taking the derived
 - :func:`dask_heatmap` (``backend="dask"``): the simulation path on a Dask cluster;
 - :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
   :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
-  analyzer streams the mixed batch (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
-  The encoder threads also run the shuffler's per-batch checks (:meth:`Shuffler.inspect`);
-  the mixed batch goes from the shuffler's thread to the analyzer through a pipe, and a
-  round of at most 1 GiB of records is shuffled in memory.
+  analyzer sums the mixed records. The encoder threads also run the shuffler's per-batch
+  checks and bucket spread (:meth:`Shuffler.inspect`); a round of at most 1 GiB of records
+  is shuffled in memory, and the threads that permute the buckets hand them straight to
+  the analyzer's accumulators (:meth:`Shuffler.mix_each`): shuffler and analyzer share this
+  process, so the mixed batch is neither serialised nor tagged (the roles in separate
+  processes, ``shuffledp shuffle`` / ``analyze``, write and verify the tagged wire format,
+  :meth:`Shuffler.mix_to` and :func:`~shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
   Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
   integrity;
 - :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted
@@ -728,8 +731,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
 
     The shuffler keeps the round in memory when its records take at most
     :data:`_IN_MEMORY_BYTES` (else it spills to bucket files within its default memory
-    limit). Plaintext: it writes the mixed batch on one thread while the analyzer reads,
-    verifies and sums it (:func:`_mix_and_sum`); encrypted: through a spooled file.
+    limit). Plaintext: the analyzer sums each bucket as it is permuted
+    (:func:`_mix_and_sum_here`); encrypted: the tagged mixed batch through a spooled file.
     """
     params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
@@ -747,8 +750,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
             for k, data in enumerate(batches):
                 s.submit(data, sender=k)
         else:
-            for k, (data, seen) in enumerate(_inspected_batches(rnd, s)):
-                s.submit(data.data, sender=k, inspected=seen)
+            for k, (framed, seen) in enumerate(_inspected_batches(rnd, s)):
+                s.submit(framed.data, sender=k, inspected=seen)
         s.missing(users.n_users - s.n_users_seen)
         timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()

@@ -5,11 +5,11 @@ forget who sent what. :class:`Shuffler`:
 
 1. validates each user's batch as it arrives (:mod:`shuffledp.protocol.wire` header, parameter
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
-   batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
-   accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
-   records reordered is a replay too; when the shuffler is given the analyzer's key id,
-   an encrypted batch must name that key in its header); a bad batch is rejected and
-   counted by a named
+   batches share < q and the records in canonical (ascending) order, no ephemeral key
+   twice in an encrypted batch, not a copy of an accepted batch: the fingerprint is taken
+   over the *sorted* records, so a copy with its records reordered is a replay too (see
+   "Replays" below); when the shuffler is given the analyzer's key id, an encrypted batch
+   must name that key in its header); a bad batch is rejected and counted by a named
    reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
    user can resubmit (:meth:`Shuffler.inspect` runs the checks that do not depend on earlier
    batches without changing the shuffler, so a caller may run them on several threads and
@@ -23,7 +23,27 @@ forget who sent what. :class:`Shuffler`:
    a uniformly random permutation of all kept records in memory bounded by
    ``memory_limit``;
 4. writes one mixed batch whose header (counts) and records are covered by a tag, an
-   HMAC-SHA256 under a key it shares with the analyzer.
+   HMAC-SHA256 under a key it shares with the analyzer (:meth:`Shuffler.mix_to`); or, when
+   the analyzer runs in the same process (the plaintext wire path of
+   :mod:`shuffledp.protocol.runner`), hands it each permuted bucket instead
+   (:meth:`Shuffler.mix_each`: the same permutation and counts, nothing serialised and no
+   tag, as there is no channel between the two to protect).
+
+Replays
+-------
+A replay is a copy of an accepted batch submitted again, under any sender id, its records
+in any order. Its fingerprint is SHA-256 over the batch's records in a canonical order, a
+function of the multiset of records only, kept for every accepted batch: an equal
+fingerprint is refused as ``replayed_batch``, before the copy can take one of the n places.
+Encrypted records are sorted as byte strings for it. A plaintext batch must *arrive* in the
+canonical order (records ascending as integers: coordinate-major, each coordinate's r shares
+ascending; the device writes it so, :func:`shuffledp.protocol.wire.frame_shares`), which the
+shuffler checks in the same linear pass as the ranges and counts, refusing any other order
+as ``non_canonical``; its fingerprint is then SHA-256 of the records as received. A reordered
+copy of a plaintext batch is therefore refused (``non_canonical``), an exact one has the
+same fingerprint (``replayed_batch``): the property is that of sorting on arrival, without
+the sort. The order of a user's own batch carries nothing: the shuffler knows whose batch it
+is anyway and permutes every record.
 
 Streaming bucket shuffle and why it is uniform
 ----------------------------------------------
@@ -47,7 +67,13 @@ room for the copies pass 2 makes and its permutation stays in a core's cache; bu
 are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
 permutes several buckets at once on worker threads; the random words of each bucket are
 drawn from the shuffler's source in bucket order, so the output for a given source does not
-depend on the threads.
+depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers
+in place, the same swaps Fisher-Yates makes on an index, so the output is the same.
+
+In memory a batch's records stay where pass 1 put them, grouped by bucket (one array per
+batch, spread over the buckets by one compiled pass that also checks a plaintext batch,
+:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i, and files take
+over when more than ``memory_limit / 4`` bytes are held.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -92,7 +118,8 @@ computes exactly this from the conflict groups pass 2 finds). Why that is safe:
   is kept. Counting an honest user's records twice would double its contribution, hence
   the sensitivity the noise is calibrated for: that is the privacy reason copies must go.
 - A whole copy (the records reordered, under another sender id) has the same sorted
-  fingerprint and is rejected on arrival as ``replayed_batch`` whichever comes first; if
+  fingerprint and is rejected on arrival as ``replayed_batch`` (a plaintext copy reordered
+  as ``non_canonical``, see "Replays") whichever comes first; if
   the copy came first, it carries exactly the honest user's records, once, so the sum is
   the same as with the original. It never takes one of the n places either.
 - A partial copy (a splice of copied and own records) kept because it came first is a
@@ -811,7 +838,8 @@ class Shuffler:
         seen = self.inspect(data)
         return seen.reason, seen.rows
 
-    def inspect(self, data: bytes, source: SecureRandom | None = None) -> Inspection:
+    def inspect(self, data: bytes | memoryview, source: SecureRandom | None = None
+                ) -> Inspection:
         """Check one user's batch without changing the shuffler (:class:`Inspection`).
 
         Every check of :meth:`submit` that does not depend on earlier batches, and the
@@ -824,7 +852,7 @@ class Shuffler:
 
         Parameters
         ----------
-        data : bytes
+        data : bytes or memoryview
             One user's batch.
         source : SecureRandom, optional
             A secure generator for the bucket labels of a plaintext batch (used by this
@@ -856,7 +884,7 @@ class Shuffler:
             code, spread = self._check_canonical(rows, labels)
             if code:
                 return Inspection(_PLAIN_REASONS[code])
-            return Inspection(None, rows, hashlib.sha256(rows).digest(),
+            return Inspection(None, rows, hashlib.sha256(rows.data).digest(),
                               None if source is None else spread)
         coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
@@ -879,7 +907,7 @@ class Shuffler:
                                     labels.astype(np.uint32, copy=False), k, flat)
         return int(code), _Spread(flat, bounds, 8 - self._rb)
 
-    def submit(self, data: bytes, sender: Hashable | None = None, *,
+    def submit(self, data: bytes | memoryview, sender: Hashable | None = None, *,
                inspected: Inspection | None = None) -> bool:
         """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
 
@@ -929,7 +957,7 @@ class Shuffler:
             code, _ = self._check_canonical(rows, _NO_LABELS)
             if code:
                 raise ValueError(f"rows are not a valid plaintext batch ({_PLAIN_REASONS[code]})")
-            return hashlib.sha256(np.ascontiguousarray(rows)).digest()
+            return hashlib.sha256(np.ascontiguousarray(rows).data).digest()
         rb = rows.shape[1]
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()

@@ -657,12 +657,34 @@ def _body(records: np.ndarray | bytes | memoryview, record_bytes: int,
 
 
 def sorting_network(n: int) -> np.ndarray:
-    """The comparators (i, j), i < j, of Batcher's odd-even merge sort on n inputs ([Knuth98]_
-    5.3.4): applying min to i and max to j for each in turn sorts any n values.
+    """The comparators of Batcher's odd-even merge sort on n inputs.
 
-    Built for the next power of two; comparators that touch an index >= n are dropped (those
-    inputs may be taken as +inf, which no comparator moves). Shape (k, 2), int64.
+    Applying, for each comparator (i, j) in turn, min to position i and max to position j
+    sorts any n values ascending. Built for the next power of two; comparators that touch
+    an index >= n are dropped (those inputs may be taken as +inf, which no comparator moves).
+
+    Parameters
+    ----------
+    n : int
+        Number of inputs, >= 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (k, 2), int64, the comparators (i, j) with i < j < n in the order to apply them.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an integer >= 1.
+
+    References
+    ----------
+    Batcher (1968), "Sorting networks and their applications"; Knuth (1998), "The Art of
+    Computer Programming, Vol. 3", Sec. 5.3.4 (and its 0-1 principle).
     """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got n={n!r}")
     size = 1
     while size < n:
         size *= 2
@@ -777,9 +799,30 @@ def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
 
 def framed_shares(params: ProtocolParams, shares: np.ndarray,
                   out: np.ndarray | None = None) -> np.ndarray:
-    """:func:`frame_shares` as a uint8 array (no copy into ``bytes``; its ``.data`` is what
-    :meth:`~shuffledp.protocol.shuffler.Shuffler.submit` takes), written into ``out`` when
-    it is a uint8 array of the batch's length (else a new one). Same arguments and errors."""
+    """:func:`frame_shares` as a uint8 array, without the copy into ``bytes``.
+
+    Its ``.data`` is what :meth:`~shuffledp.protocol.shuffler.Shuffler.submit` takes.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), unsigned integers < q.
+    out : numpy.ndarray, optional
+        Written into when it is a contiguous uint8 array of the batch's length (a buffer
+        reused from batch to batch); else a new array is made.
+
+    Returns
+    -------
+    numpy.ndarray
+        The user batch's bytes (uint8): header, then r m records in canonical order.
+
+    Raises
+    ------
+    ValueError
+        If ``shares`` has another shape, is not integer or holds a share >= q.
+    """
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got "
