@@ -610,6 +610,15 @@ def _gather_group(buf, at, cnt, j, rb, out):  # pragma: no cover - compiled
     return o
 
 
+def _scratch(store: dict, name: str, n: int, dtype: type) -> np.ndarray:
+    """The first n items of the array ``store[name]``, made (or grown) when it is too short:
+    big arrays reused from call to call rather than mapped anew."""
+    a = store.get(name)
+    if a is None or a.size < n:
+        a = store[name] = np.empty(max(n, int(1.25 * n)), dtype=dtype)
+    return a[:n]
+
+
 class _Buckets:
     """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files.
 
@@ -694,11 +703,16 @@ class _Buckets:
             yield g0, g1
             g0 = g1
 
-    def group_values(self, g0: int, g1: int) -> Iterator[np.ndarray]:
+    def group_values(self, g0: int, g1: int, scratch: dict | None = None
+                     ) -> Iterator[np.ndarray]:
         """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
         as uint64 integers, in order: each spread's part of the group is copied once (one
         slice), then every bucket is read from the copy by a compiled pass. Reads only, so
-        threads may read several groups at once."""
+        threads may read several groups at once. With ``scratch`` (a dict this caller uses
+        alone) the copy and the buckets live in arrays kept there and reused: each bucket
+        yielded is then valid until the next one is asked for."""
+        if scratch is None:
+            scratch = {}
         slot = self.slot
         n_sp = len(self.spreads)
         start = np.empty((n_sp, g1 - g0 + 1), dtype=np.int64)  # byte offsets in the copy
@@ -712,13 +726,14 @@ class _Buckets:
             cnt[s] = np.diff(b)
             pieces.append(sp.flat[off[0] : off[-1]])
             base += int(off[-1] - off[0])
-        buf = np.empty(base + 8, dtype=np.uint8)  # 8 spare bytes: every record read as 8
+        buf = _scratch(scratch, "buf", base + 8, np.uint8)  # 8 spare bytes: records read as 8
+        buf[base:] = 0
         at = 0
         for piece in pieces:
             buf[at : at + piece.size] = piece
             at += piece.size
         for j in range(g1 - g0):
-            out = np.empty(int(cnt[:, j].sum()), dtype=np.uint64)
+            out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
             _gather_group(buf, start, cnt, j, slot, out)
             yield out
 
@@ -1119,7 +1134,8 @@ class Shuffler:
         same source, but nothing is serialised and no tag computed: ``consume`` gets each
         bucket's permuted records as uint64 integers on the worker thread that permuted it
         (in bucket order on one worker; concurrently on several, so ``consume`` must be
-        thread-safe, e.g. one accumulator per thread). For a consumer in this process, such
+        thread-safe, e.g. one accumulator per thread), in an array reused once ``consume``
+        returns (copy what must outlive the call). For a consumer in this process, such
         as the wire path's analyzer (:func:`shuffledp.protocol.runner.wire_heatmap`), which
         shares the shuffler's memory: there is no channel between them to authenticate.
         Buckets held in memory are also read on the worker threads. Returns the header
@@ -1146,10 +1162,19 @@ class Shuffler:
                 consume(vals)
                 return ()
 
+            local = threading.local()
+
             def group(g0: int, g1: int, words: list) -> list:
-                # buckets in memory are read here, a group of them at a time
-                return [permute(v, w) for v, w in zip(b.group_values(g0, g1), words,
-                                                      strict=True)]
+                # buckets in memory are read here, a group of them at a time, into arrays
+                # this thread reuses (a bucket whose words ran out gets its own copy)
+                scratch = getattr(local, "scratch", None)
+                if scratch is None:
+                    scratch = local.scratch = {}
+                out = []
+                for v, w in zip(b.group_values(g0, g1, scratch), words, strict=True):
+                    res = permute(v, w)
+                    out.append((res[0].copy(), res[1]) if res else res)
+                return out
 
             def done(results: list) -> None:
                 for res in results:
