@@ -439,26 +439,35 @@ def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no c
         pos[b] = np.uint64(bounds[b]) * np.uint64(rb) + gap * np.uint64(b)
     urb = np.uint64(rb)
     ff = np.uint64(0xFF)
-    misfit = n != r * m
-    if not misfit:
+    if n == r * m:
+        # record i must hold coordinate i // r, a share < q, and be >= record i - 1: any
+        # difference sets a bit of ``bad`` (branch-free; the loops without and with the
+        # spread kept apart so each compiles tight)
+        bad = np.uint64(0)
         prev = np.uint64(0)
-        a = np.uint64(0)
-        jj = 0
-        for i in range(n):
-            v = _record_at(body, i, rb, keep, nf)
-            misfit |= ((v >> sb) != a) | ((v & mask) >= uq) | (v < prev)
-            prev = v
-            jj += 1
-            if jj == r:
-                jj = 0
-                a += np.uint64(1)
-            if spread:
-                lab = np.int64(labels[i]) & msk
-                d = pos[lab]
-                pos[lab] = d + urb
-                for c in range(8):
-                    out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
-        if not misfit:
+        i = 0
+        if not spread:
+            for a in range(m):
+                ua = np.uint64(a)
+                for _ in range(r):
+                    v = _record_at(body, i, rb, keep, nf)
+                    bad |= ((v >> sb) ^ ua) | np.uint64((v & mask) >= uq) | np.uint64(v < prev)
+                    prev = v
+                    i += 1
+        else:
+            for a in range(m):
+                ua = np.uint64(a)
+                for _ in range(r):
+                    v = _record_at(body, i, rb, keep, nf)
+                    bad |= ((v >> sb) ^ ua) | np.uint64((v & mask) >= uq) | np.uint64(v < prev)
+                    prev = v
+                    lab = np.int64(labels[i]) & msk
+                    d = pos[lab]
+                    pos[lab] = d + urb
+                    for c in range(8):
+                        out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                    i += 1
+        if bad == 0:
             return 0, bounds
     cnt = np.zeros(m, dtype=np.int64)
     bad_share = False
