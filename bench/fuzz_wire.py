@@ -123,7 +123,7 @@ def make_world(seed: int = 0) -> World:
                 np.add.at(sums[u], coords.astype(np.int64), shares.astype(np.int64))
             rec = (coords << sb) | shares
             plain.append(encode_batch(Header(KIND_USER, pp.record_bytes, pp.digest, rec.size),
-                                      rec))
+                                      np.sort(rec)))  # plaintext: in canonical order
             enc.append(encode_batch(
                 Header(KIND_USER_ENC, encrypted_record_bytes(pp), pp.digest, rec.size),
                 encrypt_records(pp, rec, public_bytes(key))))

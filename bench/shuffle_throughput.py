@@ -13,9 +13,10 @@ printed as a ratio against a reference measured in the same run (the machine is 
 - analyzer: packed messages per second through the modular accumulator on 1 and on every
   thread (target >= 0.8 G messages/s on 2 cores), against a memcpy of the same bytes;
 - shuffler: secure Fisher-Yates, messages per second;
-- wire path stages per user on one thread (device encoder, framing, the shuffler's checks,
-  fingerprint, buckets and permutation, the HMAC written and verified, the analyzer's sums)
-  as multiples of the simulation path's whole work per user: the CPU floor of the ratio;
+- wire path stages per user on one thread (device encoder, canonical batch, the shuffler's
+  labels, one-pass checks and bucket spread, fingerprint, gather and permutation, the
+  analyzer's sums; the HMAC of the wire format's mixed batch for reference) as multiples of
+  the simulation path's whole work per user: the CPU floor of the ratio;
 - end to end on the simulation and the plaintext wire path (fresh subprocesses), on one
   thread and on every core: wall time, the speed-up, the wire / simulation ratio (target
   <= 2) and whether the releases are bit-identical across thread counts.
@@ -78,42 +79,59 @@ print(json.dumps({"seconds": dt, "peak_rss_mb": rss, "cpu_seconds": cpu.ru_utime
 def _wire_stages(p, users, streams) -> None:
     """CPU per user of every stage of the plaintext wire path on one thread, as a multiple of
     the simulation path's whole work per user (``encode_sums``), interleaved best of 5: the
-    floor of the wire / simulation CPU ratio for this design, whatever the cores."""
+    floor of the wire / simulation CPU ratio for this design, whatever the cores.
+
+    The stages as ``wire_heatmap`` runs them: the device encoder and its canonical batch
+    (``framed_shares``), the shuffler's one pass of checks and bucket spread with its labels,
+    the SHA-256 fingerprint, then per bucket (a round's worth of one user's records in buckets
+    of the round's size) the gather into integers, the Fisher-Yates permutation and the
+    analyzer's sums; for reference, the HMAC written and verified over a user's worth of
+    mixed bytes, which the wire format's mixed batch carries (``mix_to``, the CLI roles) and
+    the one-process path does not compute (nothing to authenticate between threads)."""
+    import hashlib
     import hmac
 
     from shuffledp.analyzers.heatmap.modular import ModularAccumulator
     from shuffledp.encoders.encoder import encode_shares, encode_sums
-    from shuffledp.protocol.shuffler import Shuffler, _permute_bucket
-    from shuffledp.protocol.wire import HEADER_SIZE, frame_shares
-    from shuffledp.randomness import SecureRandom
+    from shuffledp.protocol.shuffler import Shuffler, _Buckets
+    from shuffledp.protocol.wire import HEADER_SIZE, framed_shares
+    from shuffledp.randomness import SecureRandom, _fisher_yates
 
     src = SecureRandom()
     sel = np.array([3])
     sh = encode_shares(p, users, sel, streams, src)[0]
-    data = frame_shares(p, sh)
+    data = framed_shares(p, sh)
     shuf = Shuffler(p, memory_limit=8 * p.n * p.messages_per_user * p.record_bytes)
     rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
     k = shuf.n_buckets
-    nb = min(rows.shape[0], p.n * rows.shape[0] // k)  # records in a bucket of the round
-    reps = max(1, round(rows.shape[0] / nb))  # buckets holding one user's worth of records
-    bucket = np.ascontiguousarray(np.tile(rows, (-(-nb // rows.shape[0]), 1))[:nb])
+    labels = src.uint32(rows.shape[0])
+    _, spread = shuf._check_canonical(rows, labels)
+    buckets = _Buckets(k, 1 << 40, None, p.record_bytes)
+    buckets.add(spread)
+    n_b = rows.shape[0] // k  # records of the user in one bucket
+    bucket_records = p.n * n_b  # records in a bucket of the round
+    vals = np.concatenate([v for v in buckets.group_values(0, k)])
 
-    def permute():  # one user's worth of records in buckets of the round's size
-        return [_permute_bucket(bucket, src.uint32(nb + 64 + (nb * nb >> 31)),
-                                p.record_bytes)[0] for _ in range(reps)]
+    def permute():  # one user's worth of records, in buckets of the round's size
+        v = np.tile(vals, -(-bucket_records // vals.size))[:bucket_records]
+        for _ in range(max(1, round(rows.shape[0] / bucket_records))):
+            w = src.uint32(bucket_records + 64 + (bucket_records ** 2 >> 31))
+            _fisher_yates(v, v.size - 1, w)
 
-    mixed = np.concatenate(permute()).reshape(-1)
     key = src.bytes(32)
+    mixed = rows.reshape(-1)
     stages = {
         "simulation: encode_sums": lambda: encode_sums(p, users, sel, streams, src),
         "encode_shares (device encoder)": lambda: encode_shares(p, users, sel, streams, src),
-        "frame_shares (user batch bytes)": lambda: frame_shares(p, sh),
-        "shuffler: checks + fingerprint": lambda: shuf.inspect(data),
-        "shuffler: labels + buckets": lambda: shuf._scatter(rows, src.uint32(rows.shape[0])),
+        "framed_shares (canonical batch)": lambda: framed_shares(p, sh),
+        "shuffler: labels": lambda: src.uint32(rows.shape[0]),
+        "shuffler: checks + bucket spread": lambda: shuf._check_canonical(rows, labels),
+        "shuffler: SHA-256 fingerprint": lambda: hashlib.sha256(rows).digest(),
+        "shuffler: buckets -> integers": lambda: [v for v in buckets.group_values(0, k)],
         "shuffler: permute buckets": permute,
-        "HMAC-SHA256 of the bytes (x2)": lambda: hmac.new(key, mixed, "sha256").digest(),
-        "analyzer: sums of the mixed bytes": lambda: ModularAccumulator(p, threads=1).add_raw(
-            mixed, p.record_bytes),
+        "analyzer: sums of the integers": lambda: ModularAccumulator(p, threads=1).add_records(
+            vals),
+        "(HMAC-SHA256 of the bytes x2)": lambda: hmac.new(key, mixed, "sha256").digest(),
     }
     best = dict.fromkeys(stages, np.inf)
     for _ in range(5):
@@ -122,14 +140,15 @@ def _wire_stages(p, users, streams) -> None:
     ref = best["simulation: encode_sums"]
     total = 0.0
     print(f"plaintext wire path per user ({p.messages_per_user / 1e6:.2f} M messages; "
-          f"{k} buckets of {nb} records in the round), one thread:")
+          f"{k} buckets of {bucket_records} records in the round), one thread:")
     for name, t in best.items():
-        times = 2 if "(x2)" in name else 1
-        if not name.startswith("simulation"):
+        times = 2 if "x2" in name else 1
+        if not name.startswith(("simulation", "(")):
             total += times * t
         print(f"  {name:34s}: {times * t * 1e3:7.1f} ms = {times * t / ref:5.2f} x simulation")
     print(f"  wire stages together              : {total * 1e3:7.1f} ms = {total / ref:5.2f} x "
-          "simulation per user (the CPU floor of the wire / simulation ratio)")
+          "simulation per user (the CPU floor of the wire / simulation ratio; the HMAC in "
+          "brackets is not on this path)")
 
 
 def main() -> None:

@@ -981,7 +981,8 @@ def frame_messages(
 
     With ``analyzer_public`` (the analyzer's raw 32-byte X25519 key) every message is
     encrypted to the analyzer (deployment path); without it the batch is plaintext, a
-    simulation aid only (whoever relays it reads every share).
+    simulation aid only (whoever relays it reads every share), its records written in
+    ascending order (the canonical order the shuffler requires).
 
     Parameters
     ----------
@@ -1007,8 +1008,10 @@ def frame_messages(
     [Ghazi23]_ App. F, step 5 (the messages sent to the shuffler).
     """
     if analyzer_public is None:
+        # canonical order (ascending): the shuffler refuses any other (see "Canonical user
+        # batches" in shuffledp.protocol.wire)
         h = Header(KIND_USER, params.record_bytes, params.digest, records.size)
-        return encode_batch(h, records)
+        return encode_batch(h, np.sort(np.asarray(records).reshape(-1)))
     return sealed_batch(params, encrypt_records(params, records, analyzer_public),
                         analyzer_public)
 

@@ -52,7 +52,8 @@ def _ints(p, batch):
 
 
 def _batch(p, rec):
-    return encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), rec)
+    """A plaintext user batch of ``rec`` in canonical (ascending) order."""
+    return encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), np.sort(rec))
 
 
 def test_good_batches_are_forwarded_and_mixed(setup):
@@ -78,7 +79,7 @@ def test_malformed_and_incomplete_batches_are_rejected_and_counted(setup):
     other = params_for(GRID, n=4, B=9)
     wrong_digest = encode_batch(Header(KIND_USER, p.record_bytes, other.digest, rec.size), rec)
     dup_coord = rec.copy()
-    dup_coord[0] = dup_coord[1]  # one coordinate r + 1 times, another r - 1 times
+    dup_coord[0] = dup_coord[p.r]  # one coordinate r + 1 times, another r - 1 times
     s = Shuffler(p)
     assert s.submit(good)
     assert not s.submit(good[:-4])  # wrong length for the header's count

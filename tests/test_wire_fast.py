@@ -18,9 +18,16 @@ from shuffle_helpers import params_for, random_users
 from shuffledp import Grid
 from shuffledp.analyzers.heatmap.modular import ModularAccumulator
 from shuffledp.encoders.encoder import encode_shares, frame_messages, messages
-from shuffledp.protocol.runner import _Pipe
-from shuffledp.protocol.shuffler import Shuffler, _gather_rows, _scatter_by_label
-from shuffledp.protocol.wire import HEADER_SIZE, decode_batch, frame_shares, unpack_records
+from shuffledp.protocol.shuffler import Shuffler, _Buckets, _gather_rows, _scatter_by_label
+from shuffledp.protocol.wire import (
+    HEADER_SIZE,
+    KIND_USER,
+    Header,
+    decode_batch,
+    encode_batch,
+    frame_shares,
+    unpack_records,
+)
 from shuffledp.randomness import SecureRandom, UserStreams
 
 
@@ -32,11 +39,9 @@ def small():
     return p, shares
 
 
-def _reference_fingerprint(p, data: bytes) -> bytes:
-    """SHA-256 of the shares as uint32, records in ascending numeric order (numpy sort)."""
-    h, raw = decode_batch(data)
-    v = np.sort(unpack_records(raw, h.record_bytes).astype(np.uint64))
-    return hashlib.sha256((v & np.uint64((1 << p.share_bits) - 1)).astype("<u4")).digest()
+def _canonical_records(p, shares) -> np.ndarray:
+    """The records of one user's batch in canonical order: its messages sorted (numpy)."""
+    return np.sort(messages(p, shares).astype(np.uint64))
 
 
 def test_frame_shares_writes_the_bytes_of_frame_messages(small):
@@ -51,22 +56,82 @@ def test_frame_shares_writes_the_bytes_of_frame_messages(small):
         frame_shares(p, bad)
 
 
-def test_fingerprint_is_the_sorted_records_whatever_their_order(small):
+def test_frame_shares_writes_the_records_in_ascending_order(small, monkeypatch):
+    from shuffledp.protocol import wire
+
+    p, shares = small
+    want = _canonical_records(p, shares[0])
+    h, raw = decode_batch(frame_shares(p, shares[0]))
+    assert h.version == wire.VERSION_CANONICAL == 5
+    np.testing.assert_array_equal(unpack_records(raw, h.record_bytes), want)
+    # the fallback for a long network (a numpy sort of the messages) writes the same bytes
+    fast = frame_shares(p, shares[1])
+    monkeypatch.setattr(wire, "_NETWORK_MAX_R", 1)
+    assert frame_shares(p, shares[1]) == fast
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_sorting_network_sorts_every_0_1_input(n):
+    from shuffledp.protocol.wire import sorting_network
+
+    net = sorting_network(n)
+    # the 0-1 principle (Knuth 5.3.4, Thm. Z): a network that sorts every 0-1 input sorts all
+    x = (np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1
+    for a, b in net:
+        lo, hi = np.minimum(x[:, a], x[:, b]), np.maximum(x[:, a], x[:, b])
+        x[:, a], x[:, b] = lo, hi
+    assert (np.diff(x, axis=1) >= 0).all()
+    assert (net[:, 0] < net[:, 1]).all() and (net < n).all()
+
+
+def test_fingerprint_is_the_canonical_bytes_and_a_reordered_copy_is_refused(small):
     p, shares = small
     s = Shuffler(p)
     data = frame_shares(p, shares[0])
     rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
+    a = s.inspect(data)
+    assert a.reason is None
+    assert a.fingerprint == hashlib.sha256(data[HEADER_SIZE:]).digest()
+    assert s.inspect(frame_shares(p, shares[1])).fingerprint != a.fingerprint
     shuffled = data[:HEADER_SIZE] + rows[np.random.default_rng(3).permutation(len(rows))].tobytes()
-    a, b = s.inspect(data), s.inspect(shuffled)
-    assert a.reason is None and b.reason is None
-    assert a.fingerprint == b.fingerprint == _reference_fingerprint(p, data)
-    other = s.inspect(frame_shares(p, shares[1]))
-    assert other.fingerprint != a.fingerprint
+    swapped = bytearray(data)  # two records of one coordinate (distinct shares) swapped
+    w = rows[:2].copy()
+    assert (w[0] != w[1]).any()
+    swapped[HEADER_SIZE: HEADER_SIZE + 2 * p.record_bytes] = w[::-1].tobytes()
+    for bad in (shuffled, bytes(swapped)):
+        assert s.inspect(bad).reason == "non_canonical"
+    # a replay is refused whatever its order: exact copies by the fingerprint, reordered ones
+    # as non-canonical; neither takes a place nor is forwarded
+    assert s.submit(data, sender=1)
+    assert not s.submit(data, sender=2)
+    assert not s.submit(shuffled, sender=3)
+    assert not s.submit(bytes(swapped), sender=4)
+    assert s.report.rejected["replayed_batch"] == 1
+    assert s.report.rejected["non_canonical"] == 2
+    assert s.report.n_forwarded == 1 and s.report.n_failed_users == 3
+    assert s.submit(frame_messages(p, messages(p, shares[1])), sender=5)  # sorted: accepted
+
+
+def test_one_pass_spread_equals_the_scatter_of_the_checked_records(small):
+    p, shares = small
+    s = Shuffler(p, memory_limit=1 << 20)
+    s._buckets.k = 8  # spread over several buckets
+    data = frame_shares(p, shares[2])
+    rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
+    labels = np.random.default_rng(5).integers(0, 2**32, rows.shape[0]).astype(np.uint32)
+    code, spread = s._check_canonical(rows, labels)
+    want = np.empty_like(rows)
+    want_bounds = _scatter_by_label(rows, np.zeros(0, np.uint8), labels, 8, want)
+    assert code == 0 and spread.gap == 8 - p.record_bytes
+    np.testing.assert_array_equal(spread.bounds, want_bounds)
+    for i in range(8):  # bucket by bucket, with the gaps between them
+        np.testing.assert_array_equal(spread.part(i, p.record_bytes),
+                                      want[want_bounds[i] : want_bounds[i + 1]].reshape(-1))
 
 
 @pytest.mark.parametrize("edit, reason", [
     ("share", "share_out_of_range"), ("coord", "coordinate_out_of_range"),
-    ("both", "share_out_of_range"), ("swap", "incomplete"),
+    ("both", "share_out_of_range"), ("swap", "incomplete"), ("order", "non_canonical"),
 ])
 def test_one_pass_check_names_the_same_reason(small, edit, reason):
     p, shares = small
@@ -79,7 +144,12 @@ def test_one_pass_check_names_the_same_reason(small, edit, reason):
     if edit == "swap":  # coordinate 0 once more, coordinate 1 once less
         rec[1] = rec[0]
     assert p.m < 1 << (p.record_bits - p.share_bits)  # coordinate m fits in a record
-    assert Shuffler(p).inspect(frame_messages(p, rec)).reason == reason
+    assert Shuffler(p).inspect(frame_messages(p, rec)).reason == (
+        None if edit == "order" else reason)
+    # written in the device's (unsorted) order, the batch is refused by the first reason
+    # that applies, non_canonical when nothing else does
+    raw = encode_batch(Header(KIND_USER, p.record_bytes, p.digest, rec.size), rec)
+    assert Shuffler(p).inspect(raw).reason == ("non_canonical" if edit == "order" else reason)
 
 
 @pytest.mark.parametrize("rb", range(1, 9))
@@ -144,38 +214,52 @@ def test_inspection_on_other_threads_mixes_the_same_records(small):
     assert h1.n_users == h3.n_users == 4
 
 
-def test_pipe_reads_across_chunks_and_ends():
-    pipe = _Pipe(max_chunks=2)
-    data = bytes(range(256)) * 40
+@pytest.mark.parametrize("workers, spill", [(1, False), (2, False), (1, True), (2, True)])
+def test_mix_each_hands_over_what_mix_to_writes(small, workers, spill, tmp_path):
+    """For one source, mix_each hands the consumer the records mix_to writes (in bucket
+    order on one thread; the same multiset on several), with the same counts, whether the
+    buckets stayed in memory or went to files."""
+    import io
 
-    def write():
-        for i in range(0, len(data), 777):
-            pipe.write(memoryview(data)[i : i + 777])
-        pipe.close()
+    p, shares = small
+    batches = [frame_shares(p, sh) for sh in shares]
 
-    t = threading.Thread(target=write)
-    t.start()
-    got = bytearray()
-    for n in (10, 64, 65, 2000, 3, 5000):
-        got += pipe.read(n)
-    while chunk := pipe.read(1000):
-        got += chunk
-    t.join()
-    assert bytes(got) == data
-    assert pipe.read(1) == b""
-    with pytest.raises(ValueError, match="bounded"):
-        pipe.read()
+    def shuffler():
+        s = Shuffler(p, source=SecureRandom.for_testing(8), workers=workers, memory_limit=1 << 20)
+        # several buckets; with spill, flushed to files after every batch
+        s._buckets = _Buckets(4, 1000 if spill else 1 << 20, str(tmp_path), p.record_bytes)
+        for k, b in enumerate(batches):
+            assert s.submit(b, sender=k)
+        return s
+
+    buf = io.BytesIO()
+    h_file = shuffler().mix_to(buf)
+    _, raw = decode_batch(buf.getvalue(), None)
+    got, lock = [], threading.Lock()
+
+    def consume(rows):
+        with lock:
+            got.append(rows.copy())
+
+    here_shuffler = shuffler()
+    assert (here_shuffler._buckets.dir is not None) == spill
+    h_here = here_shuffler.mix_each(consume)
+    assert (h_here.n_records, h_here.n_users, h_here.n_dropped) == \
+        (h_file.n_records, h_file.n_users, h_file.n_dropped) == (4 * p.r * p.m, 4, 0)
+    here = np.concatenate(got)
+    file = unpack_records(raw, p.record_bytes).astype(np.uint64)
+    if workers == 1:
+        np.testing.assert_array_equal(here, file)
+    np.testing.assert_array_equal(np.sort(here), np.sort(file))
 
 
-def test_a_failing_shuffler_surfaces_its_own_error_not_a_cut_stream(monkeypatch):
+def test_a_failing_analyzer_surfaces_its_error_from_the_wire_path(monkeypatch):
     from shuffledp.protocol import runner
-    from shuffledp.protocol.shuffler import Shuffler as S
 
-    def broken(self, f):
-        f.write(b"SDPW" + bytes(60))  # part of a header, then the shuffler fails
-        raise RuntimeError("shuffler failed mid-batch")
+    def broken(self, values):
+        raise RuntimeError("analyzer failed mid-batch")
 
-    monkeypatch.setattr(S, "mix_to", broken)
+    monkeypatch.setattr(runner._ThreadSums, "__call__", broken)
     users = random_users(Grid(6, 5), 4)
     p = params_for(Grid(6, 5), n=4, B=8)
     with pytest.raises(RuntimeError, match="mid-batch"):

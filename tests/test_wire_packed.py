@@ -17,6 +17,7 @@ from shuffledp import Grid
 from shuffledp.protocol.params import derive_params
 from shuffledp.protocol.wire import (
     HEADER_SIZE,
+    KIND_MIXED,
     KIND_MIXED_PACKED,
     KIND_USER,
     KIND_USER_PACKED,
@@ -110,10 +111,20 @@ def test_malformed_packed_lengths_and_padding_are_rejected():
 
 
 def test_reader_still_accepts_version_2_batches():
-    h = Header(KIND_USER, 5, DIGEST, 3)
+    h = Header(KIND_MIXED, 5, DIGEST, 3, 1)
     assert h.version == 2
     h2, rec = decode_batch(encode_batch(h, np.array([1, 2, 2**40 - 1], dtype=np.uint64)))
     assert h2.version == 2 and h2 == h
+
+
+def test_a_version_2_plaintext_user_batch_is_refused():
+    # version 5 of kind 1 requires the canonical record order; version 2 did not
+    h = Header(KIND_USER, 5, DIGEST, 3)
+    assert h.version == 5
+    raw = bytearray(h.pack())
+    raw[4] = 2
+    with pytest.raises(WireError, match="version"):
+        Header.unpack(bytes(raw))
 
 
 def test_packed_bytes_per_user_is_what_the_wire_writes():

@@ -11,10 +11,13 @@ point and dispatches to one function per path, each taking the derived
 - :func:`dask_heatmap` (``backend="dask"``): the simulation path on a Dask cluster;
 - :func:`wire_heatmap` (``wire=True``): users' batches go through a wire layout and the
   :class:`~shuffledp.protocol.shuffler.Shuffler` (validation and secure permutation), the
-  analyzer streams the mixed batch (:func:`shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
-  The encoder threads also run the shuffler's per-batch checks (:meth:`Shuffler.inspect`);
-  the mixed batch goes from the shuffler's thread to the analyzer through a pipe, and a
-  round of at most 1 GiB of records is shuffled in memory.
+  analyzer sums the mixed records. The encoder threads also run the shuffler's per-batch
+  checks and bucket spread (:meth:`Shuffler.inspect`); a round of at most 1 GiB of records
+  is shuffled in memory, and the threads that permute the buckets hand them straight to
+  the analyzer's accumulators (:meth:`Shuffler.mix_each`): shuffler and analyzer share this
+  process, so the mixed batch is neither serialised nor tagged (the roles in separate
+  processes, ``shuffledp shuffle`` / ``analyze``, write and verify the tagged wire format,
+  :meth:`Shuffler.mix_to` and :func:`~shuffledp.analyzers.heatmap.modular.accumulate_mixed`).
   Plaintext: a simulation aid only -- the shuffler sees every share and user batches carry no
   integrity;
 - :func:`deployment_heatmap` (``encrypt=True``): as ``wire=True`` with every message encrypted
@@ -49,7 +52,12 @@ import numpy as np
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import DEFAULT_GAMMA
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
-from shuffledp.analyzers.heatmap.modular import ModularAccumulator, accumulate_mixed, analyze
+from shuffledp.analyzers.heatmap.modular import (
+    MixedBatchResult,
+    ModularAccumulator,
+    accumulate_mixed,
+    analyze,
+)
 from shuffledp.analyzers.heatmap.release import HeatmapRelease
 from shuffledp.encoders.encoder import encode_shares, encode_sums, messages, sealed_batch
 from shuffledp.protocol.crypto import (
@@ -64,7 +72,7 @@ from shuffledp.protocol.dask_backend import dask_sums
 from shuffledp.protocol.packed import accumulate, frame_user, mix
 from shuffledp.protocol.params import DEFAULT_DROPOUT, ProtocolParams, derive_params
 from shuffledp.protocol.shuffler import DEFAULT_MEMORY_LIMIT, Inspection, Shuffler
-from shuffledp.protocol.wire import frame_shares
+from shuffledp.protocol.wire import KIND_MIXED, check_header, frame_shares, framed_shares
 from shuffledp.randomness import SEEDED_NOTE, RngLike, SecureRandom, UserStreams, as_generator
 from shuffledp.users import UserDistributions
 
@@ -275,27 +283,39 @@ def user_batches(
     yield from _ordered_map(one, ids, k)
 
 
-def _inspected_batches(rnd: _Round, shuffler: Shuffler) -> Iterator[tuple[bytes, Inspection]]:
+def _inspected_batches(rnd: _Round, shuffler: Shuffler
+                       ) -> Iterator[tuple[np.ndarray, Inspection]]:
     """Plaintext user batches with the shuffler's :meth:`~Shuffler.inspect` of each (checks,
     fingerprint, records spread over the buckets with labels from the thread's secure
     generator), done on the encoder threads and yielded in order: what is left for the
-    shuffler per batch is its bookkeeping."""
+    shuffler per batch is its bookkeeping. Each batch is written into a buffer from a pool,
+    returned to it when the caller asks for the next batch (the caller must be done with
+    the previous one: :meth:`Shuffler.submit` keeps no reference to the bytes it gets with
+    a spread inspection), so the batches' memory is reused rather than mapped anew per
+    user."""
     params, users, streams = rnd.params, rnd.users, rnd.streams
     get_src = _thread_source()
     # a few users per encoder call: the call's set-up (the noise tables) is shared by them
     per = max(1, min(_USERS_PER_CALL, -(-rnd.participants.size // (2 * rnd.workers))))
+    pool: queue.SimpleQueue = queue.SimpleQueue()
 
-    def some(sel: np.ndarray) -> list[tuple[bytes, Inspection]]:
+    def some(sel: np.ndarray) -> list[tuple[np.ndarray, Inspection]]:
         src = get_src()
         out = []
         for sh in encode_shares(params, users, sel, streams, src):
-            data = frame_shares(params, sh)
-            out.append((data, shuffler.inspect(data, source=src)))
+            try:
+                buf = pool.get_nowait()
+            except queue.Empty:
+                buf = None
+            data = framed_shares(params, sh, buf)  # the bytes of frame_shares
+            out.append((data, shuffler.inspect(data.data, source=src)))
         return out
 
     sels = [rnd.participants[i : i + per] for i in range(0, rnd.participants.size, per)]
     for part in _ordered_map(some, sels, rnd.workers):
-        yield from part
+        for data, seen in part:
+            yield data, seen
+            pool.put(data)  # submitted: nothing refers to these bytes any more
 
 
 #: records per sealing task of the encrypted path (about 0.3-1 s of HPKE seals)
@@ -644,78 +664,66 @@ def deployment_heatmap(
                     "deployment", timings)
 
 
-class _Pipe:
-    """A one-writer, one-reader byte stream between two threads (bounded queue of chunks):
-    the shuffler writes the mixed batch while the analyzer reads it, so nothing holds the
-    whole batch. ``write`` keeps a reference to each chunk (the shuffler never reuses them)."""
+class _ThreadSums:
+    """The analyzer's sums of permuted buckets handed over on several threads
+    (:meth:`~shuffledp.protocol.shuffler.Shuffler.mix_each`, records as integers): one
+    accumulator per thread, fed in pieces of about ``chunk`` records (its per-call cost is
+    O(m)), merged exactly (sums mod q and counts commute, so the result does not depend on
+    the threads)."""
 
-    def __init__(self, max_chunks: int = 8) -> None:
-        self._q: queue.Queue = queue.Queue(max_chunks)
-        self._head = memoryview(b"")
-        self._eof = False
+    def __init__(self, params: ProtocolParams, chunk: int = 1 << 21) -> None:
+        self.params = params
+        self._chunk = chunk
+        self._local = threading.local()
+        self._all: list[list] = []
+        self._lock = threading.Lock()
 
-    def write(self, data: bytes | memoryview) -> int:
-        view = memoryview(data).cast("B")
-        if view.nbytes:
-            self._q.put(view)
-        return view.nbytes
-
-    def close(self) -> None:
-        self._q.put(None)
-
-    def _next(self) -> bool:
-        if self._eof:
-            return False
-        item = self._q.get()
-        if item is None:
-            self._eof = True
-            return False
-        self._head = item
-        return True
-
-    def read(self, n: int = -1) -> bytes | memoryview:
-        """The next ``n`` bytes (fewer at the end): bytes up to 64, else a memoryview."""
-        if n < 0:
-            raise ValueError(f"a _Pipe reads bounded chunks only, got n={n}")
-        if not self._head.nbytes:
-            self._next()
-        if self._head.nbytes >= n:
-            out, self._head = self._head[:n], self._head[n:]
+    def __call__(self, values: np.ndarray) -> None:
+        st = getattr(self._local, "state", None)
+        if st is None:  # [accumulator, buffer, records buffered]
+            st = self._local.state = [ModularAccumulator(self.params, threads=1),
+                                      np.empty(self._chunk, dtype=np.uint64), 0]
+            with self._lock:
+                self._all.append(st)
+        if st[2] + values.size > st[1].size:
+            self._flush(st)
+        if values.size > st[1].size:
+            st[0].add_records(values)
         else:
-            buf = bytearray()
-            while len(buf) < n and (self._head.nbytes or self._next()):
-                take = self._head[: n - len(buf)]
-                buf += take
-                self._head = self._head[take.nbytes :]
-            out = memoryview(buf)
-        return bytes(out) if out.nbytes <= 64 else out
+            st[1][st[2] : st[2] + values.size] = values
+            st[2] += values.size
+
+    def _flush(self, st: list) -> None:
+        if st[2]:
+            st[0].add_records(st[1][: st[2]])
+            st[2] = 0
+
+    def merged(self, threads: int) -> ModularAccumulator:
+        """Everything handed over, in one accumulator (sums reduced mod q)."""
+        acc = ModularAccumulator(self.params, threads=threads)
+        for st in self._all:
+            self._flush(st)
+            a = st[0]
+            acc.sums += a.sums % self.params.q
+            acc.counts += a.counts
+            acc.unusable += a.unusable
+            acc.unplaceable += a.unplaceable
+            acc.rejected += a.rejected
+            acc.messages += a.messages
+        acc.sums %= self.params.q
+        return acc
 
 
-def _mix_and_sum(s: Shuffler, params: ProtocolParams, mac_key: bytes, workers: int):
-    """The shuffler writes the mixed batch on one thread while the analyzer reads, verifies
-    and sums it on this one (:class:`_Pipe`); the :class:`MixedBatchResult`."""
-    pipe = _Pipe()
-
-    def mix() -> None:
-        try:
-            s.mix_to(cast(BinaryIO, pipe))
-        finally:
-            pipe.close()
-
-    with ThreadPoolExecutor(1) as ex:
-        mixing = ex.submit(mix)
-        try:
-            res = accumulate_mixed(params, cast(BinaryIO, pipe), mac_key=mac_key,
-                                   workers=workers)
-        except BaseException:
-            while pipe._next():  # drain, so a writer blocked on the full pipe can end
-                pass
-            failed = mixing.exception()
-            if failed is not None:  # the reader saw a cut stream: the writer's error
-                raise failed from None
-            raise
-        mixing.result()
-    return res
+def _mix_and_sum_here(s: Shuffler, params: ProtocolParams, workers: int) -> MixedBatchResult:
+    """The plaintext round's mixing and the analyzer's sums in this process: the shuffler
+    permutes its buckets on ``workers`` threads and each thread's analyzer accumulator sums
+    the buckets it permuted (:meth:`Shuffler.mix_each`). The analyzer checks the header as
+    it would read it; there is no tag: the mixed batch does not leave the process."""
+    sums = _ThreadSums(params)
+    h = s.mix_each(sums)
+    check_header(params, h, KIND_MIXED)
+    acc = sums.merged(workers)
+    return MixedBatchResult(h, acc, 0, acc.rejected, False)
 
 
 def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
@@ -723,8 +731,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
 
     The shuffler keeps the round in memory when its records take at most
     :data:`_IN_MEMORY_BYTES` (else it spills to bucket files within its default memory
-    limit). Plaintext: it writes the mixed batch on one thread while the analyzer reads,
-    verifies and sums it (:func:`_mix_and_sum`); encrypted: through a spooled file.
+    limit). Plaintext: the analyzer sums each bucket as it is permuted
+    (:func:`_mix_and_sum_here`); encrypted: the tagged mixed batch through a spooled file.
     """
     params, users = rnd.params, rnd.users
     t0 = time.perf_counter()
@@ -742,8 +750,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
             for k, data in enumerate(batches):
                 s.submit(data, sender=k)
         else:
-            for k, (data, seen) in enumerate(_inspected_batches(rnd, s)):
-                s.submit(data, sender=k, inspected=seen)
+            for k, (framed, seen) in enumerate(_inspected_batches(rnd, s)):
+                s.submit(framed.data, sender=k, inspected=seen)
         s.missing(users.n_users - s.n_users_seen)
         timings["encode_and_submit_seconds"] = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -757,7 +765,8 @@ def _wire_round(rnd: _Round, encrypt: bool, timings: dict):
                 res = accumulate_mixed(params, cast(BinaryIO, f), key=key, mac_key=mac_key,
                                        workers=rnd.workers)
         else:
-            res = _mix_and_sum(s, params, mac_key, rnd.workers)
+            res = _mix_and_sum_here(s, params, rnd.workers)
+            timings["mixed_batch"] = "in process: permuted buckets summed as mixed, no tag"
         timings["mix_and_analyze_seconds"] = time.perf_counter() - t1
         timings["encode_and_shuffle_seconds"] = time.perf_counter() - t0
     return res, s.report

@@ -5,11 +5,11 @@ forget who sent what. :class:`Shuffler`:
 
 1. validates each user's batch as it arrives (:mod:`shuffledp.protocol.wire` header, parameter
    digest -- which covers the round id --, exact length, coordinate < m, on plaintext
-   batches share < q, no ephemeral key twice in an encrypted batch, not a copy of an
-   accepted batch: the fingerprint is taken over the *sorted* records, so a copy with its
-   records reordered is a replay too; when the shuffler is given the analyzer's key id,
-   an encrypted batch must name that key in its header); a bad batch is rejected and
-   counted by a named
+   batches share < q and the records in canonical (ascending) order, no ephemeral key
+   twice in an encrypted batch, not a copy of an accepted batch: the fingerprint is taken
+   over the *sorted* records, so a copy with its records reordered is a replay too (see
+   "Replays" below); when the shuffler is given the analyzer's key id, an encrypted batch
+   must name that key in its header); a bad batch is rejected and counted by a named
    reason (:data:`REJECT_REASONS`), never forwarded, and does not burn its sender id, so the
    user can resubmit (:meth:`Shuffler.inspect` runs the checks that do not depend on earlier
    batches without changing the shuffler, so a caller may run them on several threads and
@@ -23,7 +23,27 @@ forget who sent what. :class:`Shuffler`:
    a uniformly random permutation of all kept records in memory bounded by
    ``memory_limit``;
 4. writes one mixed batch whose header (counts) and records are covered by a tag, an
-   HMAC-SHA256 under a key it shares with the analyzer.
+   HMAC-SHA256 under a key it shares with the analyzer (:meth:`Shuffler.mix_to`); or, when
+   the analyzer runs in the same process (the plaintext wire path of
+   :mod:`shuffledp.protocol.runner`), hands it each permuted bucket instead
+   (:meth:`Shuffler.mix_each`: the same permutation and counts, nothing serialised and no
+   tag, as there is no channel between the two to protect).
+
+Replays
+-------
+A replay is a copy of an accepted batch submitted again, under any sender id, its records
+in any order. Its fingerprint is SHA-256 over the batch's records in a canonical order, a
+function of the multiset of records only, kept for every accepted batch: an equal
+fingerprint is refused as ``replayed_batch``, before the copy can take one of the n places.
+Encrypted records are sorted as byte strings for it. A plaintext batch must *arrive* in the
+canonical order (records ascending as integers: coordinate-major, each coordinate's r shares
+ascending; the device writes it so, :func:`shuffledp.protocol.wire.frame_shares`), which the
+shuffler checks in the same linear pass as the ranges and counts, refusing any other order
+as ``non_canonical``; its fingerprint is then SHA-256 of the records as received. A reordered
+copy of a plaintext batch is therefore refused (``non_canonical``), an exact one has the
+same fingerprint (``replayed_batch``): the property is that of sorting on arrival, without
+the sort. The order of a user's own batch carries nothing: the shuffler knows whose batch it
+is anyway and permutes every record.
 
 Streaming bucket shuffle and why it is uniform
 ----------------------------------------------
@@ -47,7 +67,13 @@ room for the copies pass 2 makes and its permutation stays in a core's cache; bu
 are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
 permutes several buckets at once on worker threads; the random words of each bucket are
 drawn from the shuffler's source in bucket order, so the output for a given source does not
-depend on the threads.
+depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers
+in place, the same swaps Fisher-Yates makes on an index, so the output is the same.
+
+In memory a batch's records stay where pass 1 put them, grouped by bucket (one array per
+batch, spread over the buckets by one compiled pass that also checks a plaintext batch,
+:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i, and files take
+over when more than ``memory_limit / 4`` bytes are held.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -92,7 +118,8 @@ computes exactly this from the conflict groups pass 2 finds). Why that is safe:
   is kept. Counting an honest user's records twice would double its contribution, hence
   the sensitivity the noise is calibrated for: that is the privacy reason copies must go.
 - A whole copy (the records reordered, under another sender id) has the same sorted
-  fingerprint and is rejected on arrival as ``replayed_batch`` whichever comes first; if
+  fingerprint and is rejected on arrival as ``replayed_batch`` (a plaintext copy reordered
+  as ``non_canonical``, see "Replays") whichever comes first; if
   the copy came first, it carries exactly the honest user's records, once, so the sum is
   the same as with the original. It never takes one of the n places either.
 - A partial copy (a splice of copied and own records) kept because it came first is a
@@ -132,9 +159,10 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections import Counter, deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -175,6 +203,7 @@ REJECT_REASONS = (
     "coordinate_out_of_range",
     "share_out_of_range",
     "incomplete",  # well formed, but not exactly r messages for every coordinate
+    "non_canonical",  # plaintext records valid and complete but not in ascending order
     "duplicate_sender",  # a sender whose batch was already accepted submitted again
     "replayed_batch",  # the same records as an accepted batch, in any order, any sender id
     "duplicate_record",  # an ephemeral key twice in one batch
@@ -195,6 +224,8 @@ _IDX_BYTES = 4  # batch index stored next to each encrypted record in the bucket
 #: buckets hold at most about this many records on average (more buckets otherwise), so a
 #: bucket's permutation (an int64 index per record) stays within a core's cache
 _BUCKET_RECORDS = 1 << 18
+#: :meth:`Shuffler.mix_each` reads buckets held in memory in groups of about this many bytes
+_GROUP_BYTES = 8 << 20
 
 
 def _check_threads(workers: int | None) -> int:
@@ -371,18 +402,20 @@ def _gather_rows(rows, perm, rb, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - compiled
-    """Validate plaintext records and write them in canonical order.
+def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no cover - compiled
+    """Validate plaintext records in one pass and, with ``labels``, spread them by bucket.
 
     ``body`` holds the records (``rb`` bytes each, little-endian integers
-    ``(a << share_bits) | w``). Returns 0 if every share is < q, every coordinate < m and every
-    coordinate occurs exactly r times; else 1 (a share >= q), 2 (a coordinate >= m) or 3
-    (incomplete), in that precedence. On 0, ``canon`` (r m,) holds the shares of coordinate
-    0 in ascending order, then those of coordinate 1, ...: the records in ascending numeric
-    order, a function of the multiset of records only. Records as the encoder writes them
-    (record i at coordinate i mod m) are checked and placed in one pass, block by block of
-    coordinates (the writes stay in cache); any other batch takes two passes (check and count,
-    then place in input order). Each coordinate's r shares are then sorted.
+    ``(a << share_bits) | w``). Returns (code, bounds): code 0 if the records are canonical --
+    record i at coordinate i // r (so every coordinate < m occurs exactly r times), every
+    share < q, the records in ascending order --, else 1 (a share >= q), 2 (a coordinate >=
+    m), 3 (incomplete: a coordinate not exactly r times) or 4 (all that holds but the order is
+    not ascending), in that precedence. With ``labels`` of one word per record, code 0 also
+    leaves the records grouped by bucket ``labels[i] & (k - 1)`` in ``out`` (flat, n rb +
+    k (8 - rb) bytes; stable): bucket b's records are bytes bounds[b] rb + (8 - rb) b on,
+    ``bounds`` (k + 1) counting records as :func:`_scatter_by_label`'s do; pass empty
+    ``labels`` to check only. Honest batches take the one pass; a batch that misfits is
+    counted again to name the reason.
     """
     n = body.size // rb
     nf = _fast_records(body.size, rb)
@@ -390,86 +423,143 @@ def _check_plain(body, rb, share_bits, q, m, r, canon):  # pragma: no cover - co
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     uq = np.uint64(q)
+    spread = labels.size == n and n > 0
+    msk = np.int64(k - 1)
+    bounds = np.zeros(k + 1, dtype=np.int64)
+    if spread:
+        for i in range(n):
+            bounds[(np.int64(labels[i]) & msk) + 1] += 1
+        for b in range(k):
+            bounds[b + 1] += bounds[b]
+    # bucket b starts at byte bounds[b] rb + gap b (gap = 8 - rb): every record is written
+    # as 8 bytes, the extra ones rewritten by the bucket's next record or left in the gap
+    gap = np.uint64(8 - rb)
+    pos = np.empty(k, dtype=np.uint64)
+    for b in range(k):
+        pos[b] = np.uint64(bounds[b]) * np.uint64(rb) + gap * np.uint64(b)
+    urb = np.uint64(rb)
+    ff = np.uint64(0xFF)
     if n == r * m:
-        # the encoder's layout (record j m + a at coordinate a) in one pass, block by block
-        # of coordinates so the placement stays in cache; any other batch (or a bad record)
-        # goes through the general passes below, which also name the reason
-        block = 2048
-        misfit = False
-        for c0 in range(0, m, block):
-            c1 = min(m, c0 + block)
-            for j in range(r):
-                for a in range(c0, c1):
-                    v = _record_at(body, j * m + a, rb, keep, nf)
-                    w = v & mask
-                    misfit |= ((v >> sb) != np.uint64(a)) | (w >= uq)
-                    canon[a * r + j] = w
-            if misfit:
-                break
-            _sort_groups(canon, c0, c1, r)
-        if not misfit:
-            return 0
+        # record i must hold coordinate i // r, a share < q, and be >= record i - 1: any
+        # difference sets a bit of ``bad`` (branch-free; the loops without and with the
+        # spread kept apart so each compiles tight)
+        bad = np.uint64(0)
+        prev = np.uint64(0)
+        i = 0
+        if not spread:
+            for a in range(m):
+                ua = np.uint64(a)
+                for _ in range(r):
+                    v = _record_at(body, i, rb, keep, nf)
+                    bad |= ((v >> sb) ^ ua) | np.uint64((v & mask) >= uq) | np.uint64(v < prev)
+                    prev = v
+                    i += 1
+        else:
+            for a in range(m):
+                ua = np.uint64(a)
+                for _ in range(r):
+                    v = _record_at(body, i, rb, keep, nf)
+                    bad |= ((v >> sb) ^ ua) | np.uint64((v & mask) >= uq) | np.uint64(v < prev)
+                    prev = v
+                    lab = np.int64(labels[i]) & msk
+                    d = pos[lab]
+                    pos[lab] = d + urb
+                    for c in range(8):
+                        out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                    i += 1
+        if bad == 0:
+            return 0, bounds
     cnt = np.zeros(m, dtype=np.int64)
     bad_share = False
     bad_coord = False
     for i in range(n):
         v = _record_at(body, i, rb, keep, nf)
-        a = np.int64(v >> sb)
-        if np.int64(v & mask) >= q:
+        c = np.int64(v >> sb)
+        if (v & mask) >= uq:
             bad_share = True
-        if a >= m:
+        if c >= m:
             bad_coord = True
             continue
-        cnt[a] += 1
+        cnt[c] += 1
     if bad_share:
-        return 1
+        return 1, bounds
     if bad_coord:
-        return 2
+        return 2, bounds
     if n != r * m:
-        return 3
-    for a in range(m):
-        if cnt[a] != r:
-            return 3
-    cnt[:] = 0
-    for i in range(n):
-        v = _record_at(body, i, rb, keep, nf)
-        a = np.int64(v >> sb)
-        canon[a * r + cnt[a]] = v & mask
-        cnt[a] += 1
-    _sort_groups(canon, 0, m, r)
-    return 0
+        return 3, bounds
+    for c in range(m):
+        if cnt[c] != r:
+            return 3, bounds
+    return 4, bounds
+
+
+_NO_LABELS = np.zeros(0, dtype=np.uint32)
+_PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "incomplete",
+                  4: "non_canonical"}
 
 
 @numba.njit(cache=True, nogil=True)
-def _sort_groups(canon, c0, c1, r):  # pragma: no cover - compiled
-    """Sort each coordinate's r shares, coordinates c0..c1-1, by rank: share i goes to
-    position #{j : (w_j, j) < (w_i, i)} (branch-free, O(r^2) per coordinate, r is small)."""
-    key = np.empty(r, dtype=np.uint64)
-    for a in range(c0, c1):
-        lo = a * r
-        for i in range(r):
-            key[i] = (np.uint64(canon[lo + i]) << np.uint64(32)) | np.uint64(i)
-        for i in range(r):
-            k = key[i]
-            c = 0
-            for j in range(r):
-                c += key[j] < k
-            canon[lo + c] = np.uint32(k >> np.uint64(32))
+def _widen(rows, out):  # pragma: no cover - compiled
+    """out[i] = record i of ``rows`` (2D uint8, at most 8 bytes each, little-endian)."""
+    n, rb = rows.shape
+    flat = rows.reshape(-1)
+    nf = _fast_records(flat.size, rb)
+    keep = _keep_mask(rb)
+    for i in range(n):
+        out[i] = _record_at(flat, i, rb, keep, nf)
 
 
-_PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "incomplete"}
+@numba.njit(cache=True, nogil=True)
+def _narrow(vals, rb, out):  # pragma: no cover - compiled
+    """out (flat uint8) = the low ``rb`` bytes of each of ``vals``, little-endian, in turn."""
+    end = np.uint64(out.size)
+    ff = np.uint64(0xFF)
+    for i in range(vals.size):
+        v = vals[i]
+        d = np.uint64(i) * np.uint64(rb)
+        if d + np.uint64(8) <= end:  # 8 bytes; the next record rewrites the extra ones
+            for c in range(8):
+                out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+        else:
+            for c in range(rb):
+                out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+
+
+def _widened(rows: np.ndarray) -> np.ndarray:
+    """The records of ``rows`` (2D uint8, at most 8 bytes each) as uint64 integers."""
+    out = np.empty(rows.shape[0], dtype=np.uint64)
+    _widen(rows, out)
+    return out
 
 
 def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
     """(rows uniformly permuted without their batch index, rows, perm, 0), or, when the words
-    run out first (more Lemire rejections than provided for), (None, rows, perm, position)."""
-    perm = np.arange(rows.shape[0], dtype=np.int64)
-    i = int(_fisher_yates(perm, rows.shape[0] - 1, words)) if rows.shape[0] > 1 else 0
+    run out first (more Lemire rejections than provided for), (None, rows, perm, position).
+
+    Records of at most 8 bytes (plaintext) are permuted as uint64 values in place (``perm``
+    is then those values, the same swaps as on an index); longer ones through an index and
+    a gather. Either way the output is ``rows[P]`` for the Fisher-Yates permutation P of
+    ``words``.
+    """
+    n = rows.shape[0]
+    if rows.shape[1] <= 8:
+        perm = _widened(rows)
+    else:
+        perm = np.arange(n, dtype=np.int64)
+    i = int(_fisher_yates(perm, n - 1, words)) if n > 1 else 0
     if i > 0:
         return None, rows, perm, i
+    return _permuted(rows, perm, rb), rows, perm, 0
+
+
+def _permuted(rows: np.ndarray, perm: np.ndarray, rb: int) -> np.ndarray:
+    """The permuted records (n, rb) from the finished ``perm`` of :func:`_permute_bucket`."""
     out = np.empty((rows.shape[0], rb), dtype=np.uint8)
-    _gather_rows(rows, perm, rb, out)
-    return out, rows, perm, 0
+    if perm.dtype == np.uint64:
+        _narrow(perm, rb, out.reshape(-1))
+    else:
+        _gather_rows(rows, perm, rb, out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -485,29 +575,75 @@ class Inspection:
         The records (2D uint8, one row each) of a batch that passed.
     fingerprint : bytes or None
         Its order-free digest (:meth:`Shuffler._fingerprint`).
-    spread : tuple of numpy.ndarray, optional
-        (slots, bounds): a plaintext batch's records already grouped by bucket label.
+    spread : _Spread, optional
+        A plaintext batch's records already grouped by bucket label.
     """
 
     reason: str | None
     rows: np.ndarray | None = None
     fingerprint: bytes | None = None
-    spread: tuple[np.ndarray, np.ndarray] | None = None
+    spread: _Spread | None = None
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """One batch's records grouped by bucket: bucket i's records are the bytes
+    ``flat[bounds[i] slot + gap i : bounds[i + 1] slot + gap i]`` (``bounds``, k + 1,
+    counts records; ``gap`` spare bytes follow each bucket)."""
+
+    flat: np.ndarray
+    bounds: np.ndarray
+    gap: int
+
+    def part(self, i: int, slot: int) -> np.ndarray:
+        lo = int(self.bounds[i]) * slot + self.gap * i
+        return self.flat[lo : lo + int(self.bounds[i + 1] - self.bounds[i]) * slot]
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_group(buf, at, cnt, j, rb, out):  # pragma: no cover - compiled
+    """out = bucket j of a group as uint64 integers: for each spread s, the ``cnt[s, j]``
+    records (``rb`` <= 8 bytes each, little-endian) from byte ``at[s, j]`` of ``buf``, in
+    turn. ``buf`` ends with 8 spare bytes, so every record is read as 8 bytes and masked."""
+    keep = _keep_mask(rb)
+    o = 0
+    for s in range(at.shape[0]):
+        b = np.uint64(at[s, j])
+        for _ in range(cnt[s, j]):
+            v = np.uint64(0)
+            for c in range(8):
+                v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
+            out[o] = v & keep
+            o += 1
+            b += np.uint64(rb)
+    return o
+
+
+def _scratch(store: dict, name: str, n: int, dtype: type) -> np.ndarray:
+    """The first n items of the array ``store[name]``, made (or grown) when it is too short:
+    big arrays reused from call to call rather than mapped anew."""
+    a = store.get(name)
+    if a is None or a.size < n:
+        a = store[name] = np.empty(max(n, int(1.25 * n)), dtype=dtype)
+    return a[:n]
 
 
 class _Buckets:
     """k append-only byte buckets: in memory until ``flush_bytes`` are buffered, then files.
 
-    A bucket's buffer is a list of the chunks appended (read-only views the caller no longer
-    writes to), so appending copies nothing; :meth:`load` assembles a bucket in one copy.
+    In memory the buckets are the batches' :class:`_Spread` s, kept by reference (the
+    caller no longer writes to them), so adding a batch copies nothing; :meth:`load`
+    assembles a bucket in one copy (a compiled pass over the spreads when nothing was
+    flushed). ``slot`` is the bytes per record.
     """
 
-    def __init__(self, k: int, flush_bytes: int, workdir: str | None) -> None:
+    def __init__(self, k: int, flush_bytes: int, workdir: str | None, slot: int = 1) -> None:
         self.k = k
         self.flush_bytes = flush_bytes
         self.workdir = workdir
-        self.buffers: list[list[memoryview]] = [[] for _ in range(k)]
-        self.sizes = [0] * k
+        self.slot = slot
+        self.spreads: list[_Spread] = []
+        self.sizes = np.zeros(k, dtype=np.int64)  # bytes per bucket in memory
         self.buffered = 0
         self.dir: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
@@ -517,12 +653,14 @@ class _Buckets:
             raise RuntimeError(f"bucket {i} has no file: nothing was flushed yet (dir=None)")
         return os.path.join(self.dir, f"bucket{i:05d}")
 
-    def append(self, i: int, data: bytes | memoryview) -> None:
-        """Append ``data`` to bucket i (kept by reference: it must not change afterwards)."""
-        view = memoryview(data).cast("B")
-        self.buffers[i].append(view)
-        self.sizes[i] += view.nbytes
-        self.buffered += view.nbytes
+    def add(self, spread: _Spread) -> None:
+        """Add one batch's records, grouped by bucket (kept by reference)."""
+        if spread.bounds.shape != (self.k + 1,):
+            raise ValueError(f"a spread over {spread.bounds.size - 1} buckets, expected {self.k}")
+        self.spreads.append(spread)
+        added = np.diff(spread.bounds) * self.slot
+        self.sizes += added
+        self.buffered += int(added.sum())
 
     def maybe_flush(self) -> None:
         if self.buffered < self.flush_bytes:
@@ -530,39 +668,88 @@ class _Buckets:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="shuffledp-", dir=self.workdir)
             self._cleanup = weakref.finalize(self, shutil.rmtree, self.dir, True)
-        for i, chunks in enumerate(self.buffers):
-            if chunks:
-                with open(self._path(i), "ab") as fh:
-                    fh.writelines(chunks)
-                self.buffers[i] = []
-                self.sizes[i] = 0
+        for i in np.flatnonzero(self.sizes).tolist():
+            with open(self._path(i), "ab") as fh:
+                fh.writelines(sp.part(i, self.slot).data for sp in self.spreads)
+        self.spreads = []
+        self.sizes[:] = 0
         self.buffered = 0
 
-    def load(self, i: int, release: bool = False) -> bytearray:
-        """Whole content of bucket i (file part then buffer); ``release`` frees it."""
+    def load(self, i: int, release: bool = False) -> np.ndarray:
+        """Whole content of bucket i (file part then memory), flat uint8; ``release`` frees
+        the file (the memory of a batch is freed once every bucket of it is released)."""
         path = self._path(i) if self.dir is not None else None
         size = os.path.getsize(path) if path is not None and os.path.exists(path) else 0
-        out = bytearray(size + self.sizes[i])
-        view = memoryview(out)
+        out = np.empty(size + int(self.sizes[i]), dtype=np.uint8)
         if path is not None and size:
             with open(path, "rb", buffering=0) as fh:
-                if fh.readinto(view[:size]) != size:
+                if fh.readinto(out[:size].data) != size:
                     raise OSError(f"short read of shuffler bucket file {path}")
-        at = size
-        for c in self.buffers[i]:
-            view[at : at + c.nbytes] = c
-            at += c.nbytes
+        if self.sizes[i]:
+            at = size
+            for sp in self.spreads:
+                part = sp.part(i, self.slot)
+                out[at : at + part.size] = part
+                at += part.size
         if release:
-            self.buffered -= self.sizes[i]
-            self.buffers[i] = []
+            self.buffered -= int(self.sizes[i])
             self.sizes[i] = 0
             if path is not None and size:
                 os.remove(path)
+            if not self.buffered:
+                self.spreads = []
         return out
 
+    def groups(self, size: int) -> Iterator[tuple[int, int]]:
+        """Consecutive bucket ranges [g0, g1) of about ``size`` bytes each."""
+        g0 = 0
+        while g0 < self.k:
+            g1 = g0 + 1
+            held = int(self.sizes[g0])
+            while g1 < self.k and held + int(self.sizes[g1]) <= size:
+                held += int(self.sizes[g1])
+                g1 += 1
+            yield g0, g1
+            g0 = g1
+
+    def group_values(self, g0: int, g1: int, scratch: dict | None = None
+                     ) -> Iterator[np.ndarray]:
+        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
+        as uint64 integers, in order: each spread's part of the group is copied once (one
+        slice), then every bucket is read from the copy by a compiled pass. Reads only, so
+        threads may read several groups at once. With ``scratch`` (a dict this caller uses
+        alone) the copy and the buckets live in arrays kept there and reused: each bucket
+        yielded is then valid until the next one is asked for."""
+        if scratch is None:
+            scratch = {}
+        slot = self.slot
+        n_sp = len(self.spreads)
+        start = np.empty((n_sp, g1 - g0 + 1), dtype=np.int64)  # byte offsets in the copy
+        cnt = np.empty((n_sp, g1 - g0), dtype=np.int64)
+        pieces = []
+        base = 0
+        for s, sp in enumerate(self.spreads):
+            b = sp.bounds[g0 : g1 + 1].astype(np.int64)
+            off = b * slot + sp.gap * np.arange(g0, g1 + 1)
+            start[s] = base + off - off[0]
+            cnt[s] = np.diff(b)
+            pieces.append(sp.flat[off[0] : off[-1]])
+            base += int(off[-1] - off[0])
+        buf = _scratch(scratch, "buf", base + 8, np.uint8)  # 8 spare bytes: records read as 8
+        buf[base:] = 0
+        at = 0
+        for piece in pieces:
+            buf[at : at + piece.size] = piece
+            at += piece.size
+        for j in range(g1 - g0):
+            out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
+            _gather_group(buf, start, cnt, j, slot, out)
+            yield out
+
     def close(self) -> None:
-        self.buffers = [[] for _ in range(self.k)]
-        self.sizes = [0] * self.k
+        self.spreads = []
+        self.sizes[:] = 0
+        self.buffered = 0
         if self._cleanup is not None:
             self._cleanup()
 
@@ -647,8 +834,9 @@ class Shuffler:
                and k < _MAX_BUCKETS):
             k *= 2
         self.workers = _check_threads(workers)
-        self._buckets = _Buckets(k, int(memory_limit) // 4, workdir)
+        self._buckets = _Buckets(k, int(memory_limit) // 4, workdir, self._slot)
         self._sip_key = self.source.bytes(16)
+        self._scratch = threading.local()
         self._batch_hashes: set[bytes] = set()
         self._accepted: set = set()
         self._failed: set = set()
@@ -674,7 +862,8 @@ class Shuffler:
         seen = self.inspect(data)
         return seen.reason, seen.rows
 
-    def inspect(self, data: bytes, source: SecureRandom | None = None) -> Inspection:
+    def inspect(self, data: bytes | memoryview, source: SecureRandom | None = None
+                ) -> Inspection:
         """Check one user's batch without changing the shuffler (:class:`Inspection`).
 
         Every check of :meth:`submit` that does not depend on earlier batches, and the
@@ -687,7 +876,7 @@ class Shuffler:
 
         Parameters
         ----------
-        data : bytes
+        data : bytes or memoryview
             One user's batch.
         source : SecureRandom, optional
             A secure generator for the bucket labels of a plaintext batch (used by this
@@ -714,12 +903,13 @@ class Shuffler:
             return Inspection("malformed")
         rows = np.frombuffer(data, dtype=np.uint8, offset=HEADER_SIZE).reshape(-1, self._rb)
         if not self.encrypted:
-            code, canon = self._canonical(rows)
+            # one pass: the checks and, with a source, the spread over the buckets
+            labels = _NO_LABELS if source is None else self._draw_labels(rows, source)
+            code, spread = self._check_canonical(rows, labels)
             if code:
                 return Inspection(_PLAIN_REASONS[code])
-            spread = None if source is None else self._scatter(rows,
-                                                                self._draw_labels(rows, source))
-            return Inspection(None, rows, hashlib.sha256(canon.data).digest(), spread)
+            return Inspection(None, rows, hashlib.sha256(rows.data).digest(),
+                              None if source is None else spread)
         coords = np.ascontiguousarray(rows[:, :4]).view("<u4").ravel().astype(np.int64)
         if coords.size and coords.max() >= p.m:
             return Inspection("coordinate_out_of_range")
@@ -729,14 +919,19 @@ class Shuffler:
             return Inspection("duplicate_record")
         return Inspection(None, rows, self._fingerprint(rows))
 
-    def _canonical(self, rows: np.ndarray) -> tuple[int, np.ndarray]:
-        """(check code of :func:`_check_plain`, the plaintext records in canonical order)."""
+    def _check_canonical(self, rows: np.ndarray, labels: np.ndarray) -> tuple[int, _Spread]:
+        """(check code of :func:`_check_plain`, the records grouped by ``labels`` --
+        meaningful when the code is 0 and ``labels`` holds one per record)."""
         p = self.params
-        canon = np.empty(p.r * p.m, dtype=np.uint32)  # shares < q <= 2^32
         body = np.ascontiguousarray(rows).reshape(-1)
-        return int(_check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r, canon)), canon
+        k = self._buckets.k if labels.size else 1
+        size = rows.shape[0] * self._rb + k * (8 - self._rb) if labels.size else 0
+        flat = np.empty(size, dtype=np.uint8)
+        code, bounds = _check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r,
+                                    labels.astype(np.uint32, copy=False), k, flat)
+        return int(code), _Spread(flat, bounds, 8 - self._rb)
 
-    def submit(self, data: bytes, sender: Hashable | None = None, *,
+    def submit(self, data: bytes | memoryview, sender: Hashable | None = None, *,
                inspected: Inspection | None = None) -> bool:
         """Validate one user's batch; keep its records if acceptable. Returns True if accepted.
 
@@ -777,17 +972,16 @@ class Shuffler:
         A copy of an accepted batch with its records permuted is thus a replay, refused on
         arrival (before it can take one of the n places); two honest batches never share an
         encrypted record (fresh ephemeral keys), and two plaintext ones hold the same
-        multiset of r m uniform shares with negligible probability. Plaintext records are
-        put in ascending numeric order (coordinate, then share) without a comparison sort:
-        a batch that passed the checks holds exactly r records per coordinate, so a counting
-        placement by coordinate and a sort of each coordinate's r shares give that order in
-        O(r m) (:func:`_check_plain`); encrypted records are sorted as byte strings.
+        multiset of r m uniform shares with negligible probability. A plaintext batch is
+        accepted only in ascending numeric order (:func:`_check_plain`; ``non_canonical``
+        otherwise), so its records as received are already sorted and are hashed as they
+        are; encrypted records are sorted as byte strings.
         """
         if not self.encrypted:
-            code, canon = self._canonical(rows)
+            code, _ = self._check_canonical(rows, _NO_LABELS)
             if code:
                 raise ValueError(f"rows are not a valid plaintext batch ({_PLAIN_REASONS[code]})")
-            return hashlib.sha256(canon.data).digest()
+            return hashlib.sha256(np.ascontiguousarray(rows).data).digest()
         rb = rows.shape[1]
         flat = np.ascontiguousarray(rows).view(np.dtype((np.void, rb))).ravel()
         return hashlib.sha256(np.sort(flat).tobytes()).digest()
@@ -800,26 +994,25 @@ class Shuffler:
             return np.zeros(rows.shape[0], dtype=np.uint32)
         if self.encrypted:
             return siphash24(self._sip_key, rows[:, 4:36])
-        return (source or self.source).uint32(rows.shape[0])
+        # one scratch array per thread: the labels are used up before inspect returns
+        buf = getattr(self._scratch, "labels", None)
+        if buf is None or buf.size != rows.shape[0]:
+            buf = self._scratch.labels = np.empty(rows.shape[0], dtype=np.uint32)
+        return (source or self.source).fill_uint32(buf)
 
-    def _scatter(self, rows: np.ndarray, labels: np.ndarray,
-                 index: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, bounds): the rows (then the batch index, encrypted only) grouped by bucket."""
+    def _scatter(self, rows: np.ndarray, labels: np.ndarray, index: int = 0) -> _Spread:
+        """The rows (then the batch index, encrypted only) grouped by bucket label."""
         tail = (np.frombuffer(np.uint32(index).astype("<u4").tobytes(), np.uint8)
                 if self.encrypted else np.zeros(0, dtype=np.uint8))
         slots = np.empty((rows.shape[0], self._slot), dtype=np.uint8)
         bounds = _scatter_by_label(np.ascontiguousarray(rows), tail, labels, self._buckets.k,
                                    slots)
-        return slots, bounds
+        return _Spread(slots.reshape(-1), bounds, 0)
 
-    def _bucket(self, rows: np.ndarray, index: int,
-                spread: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        b = self._buckets
-        slots, bounds = (spread if spread is not None
-                         else self._scatter(rows, self._draw_labels(rows), index))
-        for i in np.flatnonzero(np.diff(bounds)):
-            b.append(int(i), slots[bounds[i] : bounds[i + 1]].data.cast("B"))
-        b.maybe_flush()
+    def _bucket(self, rows: np.ndarray, index: int, spread: _Spread | None = None) -> None:
+        self._buckets.add(spread if spread is not None
+                          else self._scatter(rows, self._draw_labels(rows), index))
+        self._buckets.maybe_flush()
 
     def missing(self, k: int) -> None:
         """Record k users who were admitted but never sent a batch (dropouts)."""
@@ -833,8 +1026,8 @@ class Shuffler:
         return self.report.n_forwarded + self.report.n_failed_users
 
     # ----- pass 2: remove copies, permute each bucket, write -----
-    def _rows(self, buf: bytearray) -> np.ndarray:
-        return np.frombuffer(buf, dtype=np.uint8).reshape(-1, self._slot)
+    def _rows(self, buf: np.ndarray) -> np.ndarray:
+        return buf.reshape(-1, self._slot)
 
     def _batch_index(self, rows: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(rows[:, self._rb :]).view("<u4").ravel()
@@ -873,6 +1066,56 @@ class Shuffler:
                 taken[gids] = True
         return removed
 
+    def _finish(self, out: np.ndarray | None, rows: np.ndarray, perm: np.ndarray,
+                i: int) -> memoryview:
+        """The permuted bucket: ``out``, or, if the words ran out at position i, the
+        Fisher-Yates continued from ``source`` and the rows gathered here."""
+        if out is None:
+            while i > 0:
+                i = int(_fisher_yates(perm, i, self._words(i + 64)))
+            out = _permuted(rows, perm, self._rb)
+        return out.reshape(-1).data
+
+    def _words(self, n: int) -> np.ndarray:
+        return self.source.fill_uint32(np.empty(n, dtype=np.uint32))
+
+    def _mix_header(self) -> tuple[Header, np.ndarray]:
+        """Remove copied batches (pass 2's copy check), count them; (header, removed)."""
+        bad = self._copied_batches()
+        rep = self.report
+        if bad:
+            rep.rejected["copied_record"] += len(bad)
+            rep.n_removed += len(bad)
+            rep.n_forwarded -= len(bad)
+        p = self.params
+        h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
+                   rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
+        return h, np.fromiter(bad, dtype=np.uint32, count=len(bad))
+
+    def _permuted_buckets(self, bad_arr: np.ndarray, ex: ThreadPoolExecutor,
+                          then: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+        """The buckets permuted on ``ex`` (``then`` applied to each result there), in order.
+
+        The words of each bucket are drawn here, in bucket order: the permutation for a
+        given source does not depend on the threads.
+        """
+        pending: deque = deque()
+
+        def task(rows: np.ndarray, words: np.ndarray) -> Any:
+            res = _permute_bucket(rows, words, self._rb)
+            return res if then is None or res[0] is None else (then(res[0]),)
+
+        for i in range(self.n_buckets):
+            rows = self._rows(self._buckets.load(i, release=True))
+            if bad_arr.size:
+                rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
+            n = rows.shape[0]
+            pending.append(ex.submit(task, rows, self._words(n + 64 + (n * n >> 31))))
+            if len(pending) > self.workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
     def mix_to(self, f: IO[bytes]) -> Header:
         """Write the mixed batch (header, uniformly permuted records, tag) to a binary file.
 
@@ -884,46 +1127,95 @@ class Shuffler:
             raise RuntimeError("this Shuffler has already mixed; make a new one per round")
         self._mixed = True
         try:
-            bad = self._copied_batches()
-            rep = self.report
-            if bad:
-                rep.rejected["copied_record"] += len(bad)
-                rep.n_removed += len(bad)
-                rep.n_forwarded -= len(bad)
-            p = self.params
-            h = Header(KIND_MIXED_ENC if self.encrypted else KIND_MIXED, self._rb, p.digest,
-                       rep.n_forwarded * p.messages_per_user, rep.n_forwarded, rep.n_dropped)
-            bad_arr = np.fromiter(bad, dtype=np.uint32, count=len(bad))
+            h, bad_arr = self._mix_header()
             with BatchWriter(f, h, self.mac_key) as w, \
                     ThreadPoolExecutor(self.workers) as ex:
-                pending: deque = deque()
-                for i in range(self.n_buckets):
-                    rows = self._rows(self._buckets.load(i, release=True))
-                    if bad_arr.size:
-                        rows = rows[~np.isin(self._batch_index(rows), bad_arr)]
-                    # the words are drawn here, in bucket order: the output for a given
-                    # source does not depend on the threads
-                    n = rows.shape[0]
-                    words = self.source.uint32(n + 64 + (n * n >> 31))
-                    pending.append(ex.submit(_permute_bucket, rows, words, self._rb))
-                    if len(pending) > self.workers:
-                        w.write(self._finish(*pending.popleft().result()))
-                while pending:
-                    w.write(self._finish(*pending.popleft().result()))
+                for res in self._permuted_buckets(bad_arr, ex):
+                    w.write(self._finish(*res))
             return w.header
         finally:
             self.close()
 
-    def _finish(self, out: np.ndarray | None, rows: np.ndarray, perm: np.ndarray,
-                i: int) -> memoryview:
-        """The permuted bucket: ``out``, or, if the words ran out at position i, the
-        Fisher-Yates continued from ``source`` and the rows gathered here."""
-        if out is None:
-            while i > 0:
-                i = int(_fisher_yates(perm, i, self.source.uint32(i + 64)))
-            out = np.empty((rows.shape[0], self._rb), dtype=np.uint8)
-            _gather_rows(rows, perm, self._rb, out)
-        return out.reshape(-1).data
+    def mix_each(self, consume: Callable[[np.ndarray], object]) -> Header:
+        """:meth:`mix_to` within one process: each permuted bucket goes to ``consume``.
+
+        Plaintext only. The same buckets, permutations and header as :meth:`mix_to` for the
+        same source, but nothing is serialised and no tag computed: ``consume`` gets each
+        bucket's permuted records as uint64 integers on the worker thread that permuted it
+        (in bucket order on one worker; concurrently on several, so ``consume`` must be
+        thread-safe, e.g. one accumulator per thread), in an array reused once ``consume``
+        returns (copy what must outlive the call). For a consumer in this process, such
+        as the wire path's analyzer (:func:`shuffledp.protocol.runner.wire_heatmap`), which
+        shares the shuffler's memory: there is no channel between them to authenticate.
+        Buckets held in memory are also read on the worker threads. Returns the header
+        :meth:`mix_to` would write (without its tag flag).
+
+        Raises
+        ------
+        ValueError
+            If the shuffler takes encrypted batches.
+        """
+        if self.encrypted:
+            raise ValueError("mix_each takes plaintext batches only; use mix_to")
+        if self._mixed:
+            raise RuntimeError("this Shuffler has already mixed; make a new one per round")
+        self._mixed = True
+        try:
+            h, _ = self._mix_header()
+            b = self._buckets
+
+            def permute(vals: np.ndarray, words: np.ndarray) -> tuple:
+                k = int(_fisher_yates(vals, vals.size - 1, words)) if vals.size > 1 else 0
+                if k > 0:
+                    return (vals, k)
+                consume(vals)
+                return ()
+
+            local = threading.local()
+
+            def group(g0: int, g1: int, words: list) -> list:
+                # buckets in memory are read here, a group of them at a time, into arrays
+                # this thread reuses (a bucket whose words ran out gets its own copy)
+                scratch = getattr(local, "scratch", None)
+                if scratch is None:
+                    scratch = local.scratch = {}
+                out = []
+                for v, w in zip(b.group_values(g0, g1, scratch), words, strict=True):
+                    res = permute(v, w)
+                    out.append((res[0].copy(), res[1]) if res else res)
+                return out
+
+            def done(results: list) -> None:
+                for res in results:
+                    if res:  # the words ran out: finished here, in bucket order
+                        vals, k = res
+                        while k > 0:
+                            k = int(_fisher_yates(vals, k, self._words(k + 64)))
+                        consume(vals)
+
+            def words(n: int) -> np.ndarray:  # drawn here, in bucket order
+                return self._words(n + 64 + (n * n >> 31))
+
+            pending: deque = deque()
+            with ThreadPoolExecutor(self.workers) as ex:
+                if b.dir is None:
+                    for g0, g1 in b.groups(_GROUP_BYTES):
+                        ws = [words(int(b.sizes[i]) // self._slot) for i in range(g0, g1)]
+                        pending.append(ex.submit(group, g0, g1, ws))
+                        if len(pending) > self.workers:
+                            done(pending.popleft().result())
+                else:
+                    for i in range(self.n_buckets):
+                        vals = _widened(self._rows(b.load(i, release=True)))
+                        pending.append(ex.submit(lambda v, w: [permute(v, w)], vals,
+                                                 words(vals.size)))
+                        if len(pending) > self.workers:
+                            done(pending.popleft().result())
+                while pending:
+                    done(pending.popleft().result())
+            return h
+        finally:
+            self.close()
 
     def mix(self) -> tuple[Header, np.ndarray]:
         """In-memory :meth:`mix_to` for small runs: returns (header, records).

@@ -8,9 +8,11 @@ Header (64 bytes)::
 
     offset size field
     0      4    magic            b"SDPW"
-    4      2    version          uint16: 2 for kinds 1-2, 3 for the bit-packed kinds 5-6,
-                                 4 for the encrypted kinds 3-4 (HPKE records; version 2 of
-                                 kinds 3-4 held the earlier ECIES records and is refused)
+    4      2    version          uint16: 5 for kind 1 (canonical record order; version 2
+                                 of kind 1 allowed any order and is refused), 2 for kind 2,
+                                 3 for the bit-packed kinds 5-6, 4 for the encrypted kinds
+                                 3-4 (HPKE records; version 2 of kinds 3-4 held the earlier
+                                 ECIES records and is refused)
     6      1    kind             uint8: 1 user batch, 2 mixed batch,
                                         3 encrypted user batch, 4 encrypted mixed batch,
                                         5 bit-packed user batch, 6 bit-packed mixed batch
@@ -35,6 +37,16 @@ low ``record_bytes`` bytes, little-endian, of the unsigned integer ``(a << share
 with coordinate a in [0, m) and share w in [0, q), share_bits = ceil(log2 q)
 (:class:`~shuffledp.protocol.params.ProtocolParams`). E.g. 36-bit messages take 5 bytes.
 :func:`_pack_records` / :func:`unpack_records` convert between integers and records.
+
+Canonical user batches (kind 1, version 5). A plaintext user batch holds its records in
+ascending numeric order: coordinate 0's r records first, then coordinate 1's, ..., each
+coordinate's r shares ascending (:func:`frame_shares`). The order carries nothing: the
+batch is identified with its user at the shuffler anyway, which permutes every record. It
+makes the batch a function of the multiset of its records, so the shuffler can take a
+replay's fingerprint over the bytes as received (a reordered copy is not canonical and is
+refused as ``non_canonical``; an exact copy has the same fingerprint) and checks the order
+in the same linear pass as the ranges. Mixed batches (kind 2) are in the shuffler's random
+order.
 
 Bit-packed records (version 3, kinds 5 and 6): the same unsigned integers
 ``(a << share_bits) | w`` at exactly b = ceil(log2 m) + share_bits bits each (b in the
@@ -119,11 +131,13 @@ if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
 
 MAGIC = b"SDPW"
 VERSION = 2
+#: format version of the plaintext user batch (kind 1): records in canonical order
+VERSION_CANONICAL = 5
 #: format version of the bit-packed kinds (5, 6); readers accept VERSION and VERSION_PACKED
 VERSION_PACKED = 3
 #: format version of the encrypted kinds (3, 4): HPKE records (RFC 9180)
 VERSION_HPKE = 4
-READ_VERSIONS = (VERSION, VERSION_PACKED, VERSION_HPKE)
+READ_VERSIONS = (VERSION, VERSION_PACKED, VERSION_HPKE, VERSION_CANONICAL)
 HEADER_SIZE = 64
 TAG_SIZE = 32
 FLAG_KEYED = 1
@@ -221,7 +235,8 @@ class Header:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got kind={self.kind!r}")
         want = (VERSION_PACKED if self.kind in PACKED_KINDS
-                else VERSION_HPKE if self.kind in (KIND_USER_ENC, KIND_MIXED_ENC) else VERSION)
+                else VERSION_HPKE if self.kind in (KIND_USER_ENC, KIND_MIXED_ENC)
+                else VERSION_CANONICAL if self.kind == KIND_USER else VERSION)
         if self.version is None:
             object.__setattr__(self, "version", want)
         if self.version != want:
@@ -641,38 +656,126 @@ def _body(records: np.ndarray | bytes | memoryview, record_bytes: int,
     return bytes(records)
 
 
+def sorting_network(n: int) -> np.ndarray:
+    """The comparators of Batcher's odd-even merge sort on n inputs.
+
+    Applying, for each comparator (i, j) in turn, min to position i and max to position j
+    sorts any n values ascending. Built for the next power of two; comparators that touch
+    an index >= n are dropped (those inputs may be taken as +inf, which no comparator moves).
+
+    Parameters
+    ----------
+    n : int
+        Number of inputs, >= 1.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (k, 2), int64, the comparators (i, j) with i < j < n in the order to apply them.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not an integer >= 1.
+
+    References
+    ----------
+    Batcher (1968), "Sorting networks and their applications"; Knuth (1998), "The Art of
+    Computer Programming, Vol. 3", Sec. 5.3.4 (and its 0-1 principle).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got n={n!r}")
+    size = 1
+    while size < n:
+        size *= 2
+    pairs = []
+    p = 1
+    while p < size:
+        k = p
+        while k >= 1:
+            for j in range(k % p, size - k, 2 * k):
+                for i in range(min(k, size - j - k)):
+                    a, b = i + j, i + j + k
+                    if a // (2 * p) == b // (2 * p) and b < n:
+                        pairs.append((a, b))
+            k //= 2
+        p *= 2
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+#: coordinates sorted and written per block of :func:`_write_canonical` (in cache)
+_CANON_BLOCK = 256
+
+
 @numba.njit(cache=True, nogil=True)
-def _write_share_records(shares, share_bits, rb, out):  # pragma: no cover - compiled
-    """out[HEADER_SIZE:] = the records (a << share_bits) | shares[j, a], j-major, ``rb`` bytes
-    little-endian each; returns the largest share (the caller checks it is < q)."""
+def _write_canonical(shares, share_bits, rb, net, out):  # pragma: no cover - compiled
+    """out[HEADER_SIZE:] = the records (a << share_bits) | w in canonical order: coordinate
+    a = 0, 1, ... in turn, each coordinate's r shares w = shares[:, a] ascending (the records
+    in ascending numeric order); ``rb`` bytes little-endian each. A block of coordinates at a
+    time is copied out, sorted by the comparator network ``net`` (:func:`sorting_network`;
+    each comparator is a min / max over the block, which the compiler vectorises) and
+    written. Returns the largest share (the caller checks it is < q)."""
     r, m = shares.shape
-    top = np.uint64(0)
+    bl = _CANON_BLOCK
+    work = np.empty((r, bl), dtype=np.uint32)
+    top = np.uint32(0)
     end = np.uint64(out.size)
-    pos = np.uint64(HEADER_SIZE)
     urb = np.uint64(rb)
-    for j in range(r):
-        for a in range(m):
-            w = np.uint64(shares[j, a])
-            if w > top:
-                top = w
-            v = (np.uint64(a) << np.uint64(share_bits)) | w
-            if pos + np.uint64(8) <= end:  # 8 bytes; the next record overwrites the extra ones
-                for c in range(8):
-                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
-            else:
-                for c in range(rb):
-                    out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
-            pos += urb
+    sb = np.uint64(share_bits)
+    ff = np.uint64(0xFF)
+    for c0 in range(0, m, bl):
+        w = min(bl, m - c0)
+        for j in range(r):
+            src = shares[j]
+            dst = work[j]
+            for i in range(w):
+                dst[i] = src[c0 + i]
+        for t in range(net.shape[0]):
+            lo = work[net[t, 0]]
+            hi = work[net[t, 1]]
+            for i in range(w):
+                x = lo[i]
+                y = hi[i]
+                lo[i] = min(x, y)
+                hi[i] = max(x, y)
+        last = work[r - 1]
+        for i in range(w):
+            top = max(top, last[i])
+        pos = np.uint64(HEADER_SIZE) + np.uint64(c0) * np.uint64(r) * urb
+        for i in range(w):
+            hi_bits = np.uint64(c0 + i) << sb
+            for j in range(r):
+                v = hi_bits | np.uint64(work[j, i])
+                if pos + np.uint64(8) <= end:  # 8 bytes; the next record rewrites the extra
+                    for c in range(8):
+                        out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                else:
+                    for c in range(rb):
+                        out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                pos += urb
     return top
 
 
-def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
-    """One user's plaintext batch (kind 1) straight from its shares, in one pass.
+#: the largest r whose batches are sorted by a comparator network (:func:`_write_canonical`)
+_NETWORK_MAX_R = 256
+_NETWORKS: dict[int, np.ndarray] = {}
 
-    The same bytes as ``encode_batch(Header(KIND_USER, ...), messages(params, shares))``
-    (:func:`shuffledp.encoders.encoder.messages`: record ``(a << share_bits) | w`` for
-    every row of shares in turn, each ``record_bytes`` bytes little-endian), without the
-    intermediate message array.
+
+def _network(r: int) -> np.ndarray:
+    net = _NETWORKS.get(r)
+    if net is None:
+        net = _NETWORKS[r] = sorting_network(r)
+    return net
+
+
+def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
+    """One user's plaintext batch (kind 1) straight from its shares, in canonical order.
+
+    The same bytes as ``encode_batch(Header(KIND_USER, ...), np.sort(messages(params,
+    shares)))`` (:func:`shuffledp.encoders.encoder.frame_messages`): the records
+    ``(a << share_bits) | w``, ``record_bytes`` bytes little-endian each, in ascending
+    numeric order (coordinate-major, each coordinate's r shares ascending; see "Canonical user
+    batches" in the module docstring), without the intermediate message array.
 
     Parameters
     ----------
@@ -691,22 +794,59 @@ def frame_shares(params: ProtocolParams, shares: np.ndarray) -> bytes:
     ValueError
         If ``shares`` has another shape, is not integer or holds a share >= q.
     """
+    return framed_shares(params, shares).tobytes()
+
+
+def framed_shares(params: ProtocolParams, shares: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`frame_shares` as a uint8 array, without the copy into ``bytes``.
+
+    Its ``.data`` is what :meth:`~shuffledp.protocol.shuffler.Shuffler.submit` takes.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The protocol record.
+    shares : numpy.ndarray
+        Shape (r, m), unsigned integers < q.
+    out : numpy.ndarray, optional
+        Written into when it is a contiguous uint8 array of the batch's length (a buffer
+        reused from batch to batch); else a new array is made.
+
+    Returns
+    -------
+    numpy.ndarray
+        The user batch's bytes (uint8): header, then r m records in canonical order.
+
+    Raises
+    ------
+    ValueError
+        If ``shares`` has another shape, is not integer or holds a share >= q.
+    """
     s = np.asarray(shares)
     if s.shape != (params.r, params.m):
         raise ValueError(f"shares must have shape (r, m) = {(params.r, params.m)}, got "
                          f"shares.shape={s.shape}")
     if s.dtype.kind not in "ui":
         raise ValueError(f"shares must be integers, got shares.dtype={s.dtype}")
+    if s.dtype != np.uint32 and s.size and (int(s.min()) < 0 or int(s.max()) >= params.q):
+        bad = int(s.min()) if int(s.min()) < 0 else int(s.max())
+        raise ValueError(f"shares must be in [0, q = {params.q}), got a share {bad}")
     h = Header(KIND_USER, params.record_bytes, params.digest, params.messages_per_user)
-    out = np.empty(h.total_bytes, dtype=np.uint8)
-    if s.dtype.kind == "i" and s.size and int(s.min()) < 0:
-        raise ValueError(f"shares must be in [0, q), got a share {int(s.min())}")
-    top = int(_write_share_records(np.ascontiguousarray(s), params.share_bits,
-                                   params.record_bytes, out))
-    if s.size and top >= params.q:
-        raise ValueError(f"shares must be in [0, q = {params.q}), got a share {top}")
+    if (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != (h.total_bytes,)
+            or not out.flags.c_contiguous):
+        out = np.empty(h.total_bytes, dtype=np.uint8)
+    if params.r <= _NETWORK_MAX_R:
+        top = int(_write_canonical(np.ascontiguousarray(s, dtype=np.uint32), params.share_bits,
+                                   params.record_bytes, _network(params.r), out))
+        if top >= params.q:  # uint32 shares are checked here, in the same pass
+            raise ValueError(f"shares must be in [0, q = {params.q}), got a share {top}")
+    else:  # a long network: sort the message integers instead
+        a = np.arange(params.m, dtype=np.uint64) << np.uint64(params.share_bits)
+        rec = np.sort((a[None, :] | s.astype(np.uint64)).reshape(-1))
+        out[HEADER_SIZE:] = _pack_records(rec, params.record_bytes).reshape(-1).view(np.uint8)
     out[:HEADER_SIZE] = np.frombuffer(h.pack(), dtype=np.uint8)
-    return out.tobytes()
+    return out
 
 
 def _check_mac_key(mac_key: bytes | None) -> bytes | None:
