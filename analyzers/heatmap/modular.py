@@ -159,6 +159,71 @@ def _flush_words(acc, both):  # pragma: no cover - compiled
             acc[k] = 0
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _word_span(body, rb, s, e, sb, mask, mm, qq, acc):  # pragma: no cover - compiled
+    """Records s..e-1 (each with 8 bytes from its start) into the one-word accumulator
+    ``acc``; returns the number rejected. Inlined with ``rb`` a compile-time constant: a
+    record is one merged load and a constant mask, the byte offset one induction variable."""
+    keep = _keep_mask(rb)
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    step = np.uint64(rb)
+    b = np.uint64(s) * step
+    bad = 0
+    for _ in range(s, e):
+        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56))) & keep
+        b += step
+        a = v >> sb
+        w = v & mask
+        if (a < mm) & (w < qq):
+            acc[a] += one + w
+        else:
+            bad += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _raw_loop(body, rb, sb, mask, mm, qq, both, chunk):  # pragma: no cover - compiled
+    """The loop of :func:`_accumulate_raw`; inlined with ``rb`` a compile-time constant
+    (1.2-1.4 x the throughput of one loop for every ``rb``)."""
+    nf = _fast_records(body.size, rb)
+    keep = _keep_mask(rb)
+    n = body.size // rb
+    bad = 0
+    if chunk == 0:
+        for i in range(n):
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if (a >= mm) | (w >= qq):
+                bad += 1
+                continue
+            both[a, 0] += np.int64(w)
+            both[a, 1] += 1
+        return bad
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    acc = np.zeros(both.shape[0], np.uint64)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        ef = max(s, min(e, nf))
+        bad += _word_span(body, rb, s, ef, sb, mask, mm, qq, acc)
+        for i in range(ef, e):  # the last few records, byte by byte
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if (a >= mm) | (w >= qq):
+                bad += 1
+                continue
+            acc[a] += one + w
+        _flush_words(acc, both)
+    return bad
+
+
 @numba.njit(cache=True, nogil=True)
 def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
     """Sum ``rb``-byte little-endian records ``(a << share_bits) | w`` read straight from
@@ -169,39 +234,26 @@ def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cove
     word (count << SUM_BITS | sum: one read-modify-write per message into m words, half the
     footprint of the two fields), flushed into ``both`` every ``chunk`` records, before
     either field can overflow. With ``chunk == 0`` both fields are added in place (they share
-    a cache line)."""
+    a cache line). ``both`` has m rows. One specialised loop per record size."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
     qq = np.uint64(q)
-    nf = _fast_records(body.size, rb)
-    keep = _keep_mask(rb)
-    n = body.size // rb
-    bad = 0
-    if chunk == 0:
-        for i in range(n):
-            v = np.uint64(_record_at(body, i, rb, keep, nf))
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            both[a, 0] += np.int64(w)
-            both[a, 1] += 1
-        return bad
-    one = np.uint64(1) << np.uint64(SUM_BITS)
-    acc = np.zeros(m, np.uint64)
-    for s in range(0, n, chunk):
-        for i in range(s, min(n, s + chunk)):
-            v = np.uint64(_record_at(body, i, rb, keep, nf))
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            acc[a] += one + w
-        _flush_words(acc, both)
-    return bad
+    if rb == 1:
+        return _raw_loop(body, 1, sb, mask, mm, qq, both, chunk)
+    if rb == 2:
+        return _raw_loop(body, 2, sb, mask, mm, qq, both, chunk)
+    if rb == 3:
+        return _raw_loop(body, 3, sb, mask, mm, qq, both, chunk)
+    if rb == 4:
+        return _raw_loop(body, 4, sb, mask, mm, qq, both, chunk)
+    if rb == 5:
+        return _raw_loop(body, 5, sb, mask, mm, qq, both, chunk)
+    if rb == 6:
+        return _raw_loop(body, 6, sb, mask, mm, qq, both, chunk)
+    if rb == 7:
+        return _raw_loop(body, 7, sb, mask, mm, qq, both, chunk)
+    return _raw_loop(body, 8, sb, mask, mm, qq, both, chunk)
 
 
 def _accumulate_packed(rec: np.ndarray, share_bits: int, m: int, q: int, both: np.ndarray,
@@ -323,7 +375,8 @@ class ModularAccumulator:
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
         """Run ``kernel(part, both)`` over ``data`` (``unit`` items per record) on the
         accumulator's threads, each into a private (m, 2) array of (sums, counts) (exact:
-        a part of fewer than 2^30 records sums below 2^62), merged mod q."""
+        a part of fewer than 2^30 records sums below 2^62), merged mod q: the sums are then
+        reduced, so they are the same integers whatever the number of threads."""
         p = self.params
         n = data.size // unit
         k = self.threads if n >= (1 << 22) else 1
@@ -340,8 +393,8 @@ class ModularAccumulator:
                 bad += b
                 self.sums += both[:, 0] % p.q
                 self.counts += both[:, 1]
+        self.sums %= p.q
         self.rejected += bad
-        self._fold()
         return bad
 
     def add_pairs(self, coordinates: np.ndarray, shares: np.ndarray) -> int:
