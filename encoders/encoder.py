@@ -384,6 +384,18 @@ def _mod1(v, q, invq):  # pragma: no cover - compiled
 def _mod(x, q, out):  # pragma: no cover - compiled
     """out = x mod q in [0, q) for a 1D int64 x (out may be x)."""
     invq = 1.0 / np.float64(q)
+    lim = np.int64(1) << np.int64(52)
+    small = True
+    for i in range(x.size):
+        small &= (-lim < x[i]) & (x[i] < lim)
+    if small:  # the float quotient of every entry is within one: a branch-free loop
+        for i in range(x.size):
+            v = x[i]
+            rem = v - np.int64(np.float64(v) * invq) * q
+            rem += q * np.int64(rem < 0)
+            rem -= q * np.int64(rem >= q)
+            out[i] = rem
+        return out
     for i in range(x.size):
         out[i] = _mod1(x[i], q, invq)
     return out
