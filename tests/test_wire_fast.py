@@ -123,6 +123,39 @@ def test_sums_from_wire_bytes_equal_sums_of_unpacked_records(small, rb):
             a.add_raw(raw.tobytes()[:-1], rb)
 
 
+@pytest.mark.parametrize("rb", range(1, 9))
+def test_sums_from_wire_bytes_match_numpy_and_agree_across_threads(small, rb):
+    """add_raw (one compiled loop per record size, the last records read byte by byte)
+    against a numpy reference of the same records, invalid ones mixed in; and above 2^22
+    records (split over threads) the same sums, counts and rejections on 1 and 2 threads, as
+    integers (add_raw leaves them reduced mod q)."""
+    p, _ = small
+    rng = np.random.default_rng(40 + rb)
+    n = 5_003 if rb != 5 else (1 << 22) + 13
+    top = 2 ** min(63, 8 * rb)
+    vals = rng.integers(0, top, n, dtype=np.uint64)
+    k = n // 2  # half of them valid where the record size allows it
+    valid = (rng.integers(0, p.m, k).astype(np.uint64) << np.uint64(p.share_bits)) | \
+        rng.integers(0, p.q, k).astype(np.uint64)
+    vals[:k] = valid & np.uint64(top - 1)
+    rng.shuffle(vals)
+    raw = vals.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :rb].tobytes()
+    a = vals >> np.uint64(p.share_bits)
+    w = vals & np.uint64((1 << p.share_bits) - 1)
+    ok = (a < p.m) & (w < p.q)
+    want_cnt = np.bincount(a[ok].astype(np.int64), minlength=p.m)
+    want_sum = np.bincount(a[ok].astype(np.int64), weights=w[ok].astype(np.float64),
+                           minlength=p.m).astype(np.int64) % p.q  # exact below 2^53
+    got = []
+    for threads in (1, 2):
+        acc = ModularAccumulator(p, threads=threads)
+        assert acc.add_raw(raw, rb) == int((~ok).sum()) == acc.rejected
+        np.testing.assert_array_equal(acc.counts, want_cnt)
+        np.testing.assert_array_equal(acc.sums, want_sum)
+        got.append(acc)
+    assert got[0].messages == got[1].messages == n
+
+
 def test_inspection_on_other_threads_mixes_the_same_records(small):
     p, shares = small
     batches = [frame_shares(p, sh) for sh in shares]
