@@ -81,6 +81,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -188,9 +189,10 @@ def _word_span(body, rb, s, e, sb, mask, mm, qq, acc):  # pragma: no cover - com
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _raw_loop(body, rb, sb, mask, mm, qq, both, chunk):  # pragma: no cover - compiled
+def _raw_loop(body, rb, sb, mask, mm, qq, both, chunk, acc):  # pragma: no cover - compiled
     """The loop of :func:`_accumulate_raw`; inlined with ``rb`` a compile-time constant
-    (1.2-1.4 x the throughput of one loop for every ``rb``)."""
+    (1.2-1.4 x the throughput of one loop for every ``rb``). ``acc`` (m zero words) is the
+    one-word accumulator, zero again on return."""
     nf = _fast_records(body.size, rb)
     keep = _keep_mask(rb)
     n = body.size // rb
@@ -207,7 +209,6 @@ def _raw_loop(body, rb, sb, mask, mm, qq, both, chunk):  # pragma: no cover - co
             both[a, 1] += 1
         return bad
     one = np.uint64(1) << np.uint64(SUM_BITS)
-    acc = np.zeros(both.shape[0], np.uint64)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         ef = max(s, min(e, nf))
@@ -235,33 +236,65 @@ def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cove
     footprint of the two fields), flushed into ``both`` every ``chunk`` records, before
     either field can overflow. With ``chunk == 0`` both fields are added in place (they share
     a cache line). ``both`` has m rows. One specialised loop per record size."""
+    return _accumulate_raw_into(body, rb, share_bits, m, q, both, chunk,
+                                np.zeros(both.shape[0], np.uint64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_raw_into(body, rb, share_bits, m, q, both, chunk,
+                         words):  # pragma: no cover - compiled
+    """:func:`_accumulate_raw` with the one-word accumulator ``words`` (m zeros, left zero)
+    supplied by the caller, who reuses it."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
     qq = np.uint64(q)
     if rb == 1:
-        return _raw_loop(body, 1, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 1, sb, mask, mm, qq, both, chunk, words)
     if rb == 2:
-        return _raw_loop(body, 2, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 2, sb, mask, mm, qq, both, chunk, words)
     if rb == 3:
-        return _raw_loop(body, 3, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 3, sb, mask, mm, qq, both, chunk, words)
     if rb == 4:
-        return _raw_loop(body, 4, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 4, sb, mask, mm, qq, both, chunk, words)
     if rb == 5:
-        return _raw_loop(body, 5, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 5, sb, mask, mm, qq, both, chunk, words)
     if rb == 6:
-        return _raw_loop(body, 6, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 6, sb, mask, mm, qq, both, chunk, words)
     if rb == 7:
-        return _raw_loop(body, 7, sb, mask, mm, qq, both, chunk)
-    return _raw_loop(body, 8, sb, mask, mm, qq, both, chunk)
+        return _raw_loop(body, 7, sb, mask, mm, qq, both, chunk, words)
+    return _raw_loop(body, 8, sb, mask, mm, qq, both, chunk, words)
+
+
+@numba.njit(cache=True, nogil=True)
+def _clear(both):  # pragma: no cover - compiled
+    """Zero an int64 array (off the GIL, on the thread that will fill it)."""
+    flat = both.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = 0
 
 
 def _accumulate_packed(rec: np.ndarray, share_bits: int, m: int, q: int, both: np.ndarray,
-                       chunk: int) -> int:
+                       chunk: int, words: np.ndarray | None = None) -> int:
     """:func:`_accumulate_raw` of unsigned integer records (their little-endian bytes)."""
     le = np.ascontiguousarray(rec, dtype=rec.dtype.newbyteorder("<"))
-    return int(_accumulate_raw(le.reshape(-1).view(np.uint8), le.dtype.itemsize, share_bits,
-                               m, q, both, chunk))
+    w = np.zeros(both.shape[0], np.uint64) if words is None else words
+    return int(_accumulate_raw_into(le.reshape(-1).view(np.uint8), le.dtype.itemsize,
+                                    share_bits, m, q, both, chunk, w))
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(k: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``k`` threads for the accumulator's kernels (created once:
+    a pool per call cost a few percent of a 2^22-record chunk)."""
+    with _POOLS_LOCK:
+        ex = _POOLS.get(k)
+        if ex is None:
+            ex = _POOLS[k] = ThreadPoolExecutor(k, thread_name_prefix="shuffledp-sums")
+        return ex
 
 
 @numba.njit(cache=True, nogil=True)
@@ -329,6 +362,8 @@ class ModularAccumulator:
         self.rejected = 0
         self.messages = 0
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
+        #: per-part (both, words) scratch of :meth:`_run`, reused across calls
+        self._scratch: list[tuple[np.ndarray, np.ndarray]] = []
 
     def _fold(self) -> None:
         # keep the int64 sums far from overflow: reduce once they could exceed 2^62
@@ -342,8 +377,8 @@ class ModularAccumulator:
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
         chunk = _word_chunk(p.q)
-        bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
-                                                              both, chunk), rec, 1)
+        bad = self._run(lambda part, both, words: _accumulate_packed(
+            part, p.share_bits, p.m, p.q, both, chunk, words), rec, 1)
         self.messages += rec.size
         return bad
 
@@ -367,32 +402,37 @@ class ModularAccumulator:
             raise ValueError(f"body holds {raw.size} bytes, not whole {rb}-byte records")
         p = self.params
         chunk = _word_chunk(p.q)
-        bad = self._run(lambda part, both: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
-                                                           both, chunk), raw, rb)
+        bad = self._run(lambda part, both, words: int(_accumulate_raw_into(
+            part, rb, p.share_bits, p.m, p.q, both, chunk, words)), raw, rb)
         self.messages += raw.size // rb
         return bad
 
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
-        """Run ``kernel(part, both)`` over ``data`` (``unit`` items per record) on the
+        """Run ``kernel(part, both, words)`` over ``data`` (``unit`` items per record) on the
         accumulator's threads, each into a private (m, 2) array of (sums, counts) (exact:
-        a part of fewer than 2^30 records sums below 2^62), merged mod q: the sums are then
-        reduced, so they are the same integers whatever the number of threads."""
+        a part of fewer than 2^30 records sums below 2^62) with its own one-word scratch
+        (both kept for the next call), merged mod q: the sums are then reduced, so they are
+        the same integers whatever the number of threads."""
         p = self.params
         n = data.size // unit
         k = self.threads if n >= (1 << 22) else 1
         n_parts = max(k, -(-n // (1 << 29)))
         edges = np.linspace(0, n, n_parts + 1).astype(np.int64) * unit
+        while len(self._scratch) < n_parts:
+            self._scratch.append((np.empty((p.m, 2), np.int64), np.zeros(p.m, np.uint64)))
 
         def one(i: int) -> tuple[int, np.ndarray]:
-            both = np.zeros((p.m, 2), np.int64)
-            return int(kernel(data[edges[i] : edges[i + 1]], both)), both
+            both, words = self._scratch[i]
+            _clear(both)
+            return int(kernel(data[edges[i] : edges[i + 1]], both, words)), both
 
+        # nogil kernels on k threads (the caller's when k = 1), then merged in order
+        parts = map(one, range(n_parts)) if k == 1 else _pool(k).map(one, range(n_parts))
         bad = 0
-        with ThreadPoolExecutor(k) as ex:  # nogil kernels on k threads, then merged
-            for b, both in ex.map(one, range(n_parts)):
-                bad += b
-                self.sums += both[:, 0] % p.q
-                self.counts += both[:, 1]
+        for b, both in parts:
+            bad += b
+            self.sums += both[:, 0] % p.q
+            self.counts += both[:, 1]
         self.sums %= p.q
         self.rejected += bad
         return bad
