@@ -552,6 +552,13 @@ def _patch_block(buf, pos, rm1, qm, t, s, out, a, store):  # pragma: no cover - 
     nb = buf.size
     j = pos + rm1 * _BLOCK  # spare words
     for b in range(rm1):
+        # most rows hold no rejected word: find those with a vectorised pass and skip them
+        base = np.uint64(pos + b * _BLOCK)
+        mn = mask
+        for i in range(np.uint64(_BLOCK)):
+            mn = min(mn, (np.uint64(buf[base + i]) * q64) & mask)
+        if mn >= t:
+            continue
         for i in range(_BLOCK):
             p = np.uint64(buf[pos + b * _BLOCK + i]) * q64
             if (p & mask) >= t:
