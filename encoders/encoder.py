@@ -346,7 +346,7 @@ _BLOCK = 64
 class _ShareRun:
     """The constants and the word buffer of one sharing run (one per thread)."""
 
-    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 64) -> None:
+    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 128) -> None:
         self.src = src
         self.q = q
         t = (1 << 32) % q

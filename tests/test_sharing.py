@@ -237,7 +237,7 @@ def test_share_blocks_follow_the_documented_draw(q, r, min_seq, min_patched):
     # q = 2^31 + 11 rejects half the words: the fast path is off, every block sequential.
     from shuffledp.encoders.encoder import _ShareRun
 
-    m = 64 * 150 + 17  # whole blocks over three buffers, and a short last one
+    m = 64 * 300 + 17  # whole blocks over three buffers, and a short last one
     v = np.random.default_rng(q % 97).integers(0, q, m)
     got = share(v, q, r, SecureRandom.for_testing(4))
     run = _ShareRun(q, r, SecureRandom.for_testing(4))
@@ -258,7 +258,7 @@ def test_summed_shares_are_the_stored_shares_of_the_same_stream(q, r):
     # words, rejections and buffer ends included: integer totals before any reduction.
     from shuffledp.encoders.encoder import _share_rows, _ShareRun
 
-    m = 64 * 150 + 17
+    m = 64 * 300 + 17
     v = np.random.default_rng(q % 89).integers(-3 * q, 3 * q, m)
     got = share(v, q, r, SecureRandom.for_testing(5))
     acc = np.zeros(m, dtype=np.int64)
