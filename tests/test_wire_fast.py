@@ -9,6 +9,7 @@ shuffler and the analyzer. Deterministic (fixed seeds and test keys): no false f
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 
 import numpy as np
@@ -251,3 +252,32 @@ def test_one_word_accumulator_equals_the_exact_sums(q):
         both2 = np.zeros((m, 2), np.int64)
         assert _accumulate_raw(raw, 8, share_bits, m, q, both2, c) == int((~ok).sum())
         assert (both2 == both).all()
+
+
+def _sums_in_child(p, body, out):
+    acc = ModularAccumulator(p, threads=2)
+    acc.add_raw(body, 1)
+    out.put((acc.sums.tolist(), acc.counts.tolist()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_accumulator_threads_work_in_a_forked_child(small):
+    """The accumulator's thread pool is process-wide; a child forked after the parent used
+    it (none of the parent's threads exist there) must get its own, not wait forever."""
+    import multiprocessing
+
+    p, _ = small
+    body = np.random.default_rng(3).integers(0, 256, (1 << 22) + 5, dtype=np.uint8)
+    parent = ModularAccumulator(p, threads=2)
+    parent.add_raw(body, 1)  # 2^22 records or more: two parts on the pool
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_sums_in_child, args=(p, body, out))
+    child.start()
+    try:
+        sums, counts = out.get(timeout=120)
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert sums == parent.sums.tolist() and counts == parent.counts.tolist()

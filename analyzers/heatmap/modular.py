@@ -285,6 +285,8 @@ def _accumulate_packed(rec: np.ndarray, share_bits: int, m: int, q: int, both: n
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
+    os.register_at_fork(after_in_child=_POOLS.clear)
 
 
 def _pool(k: int) -> ThreadPoolExecutor:
