@@ -346,7 +346,7 @@ _BLOCK = 64
 class _ShareRun:
     """The constants and the word buffer of one sharing run (one per thread)."""
 
-    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 64) -> None:
+    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 128) -> None:
         self.src = src
         self.q = q
         t = (1 << 32) % q
@@ -384,26 +384,68 @@ def _mod1(v, q, invq):  # pragma: no cover - compiled
 def _mod(x, q, out):  # pragma: no cover - compiled
     """out = x mod q in [0, q) for a 1D int64 x (out may be x)."""
     invq = 1.0 / np.float64(q)
+    lim = np.int64(1) << np.int64(52)
+    small = True
+    for i in range(x.size):
+        small &= (-lim < x[i]) & (x[i] < lim)
+    if small:  # the float quotient of every entry is within one: a branch-free loop
+        for i in range(x.size):
+            v = x[i]
+            rem = v - np.int64(np.float64(v) * invq) * q
+            rem += q * np.int64(rem < 0)
+            rem -= q * np.int64(rem >= q)
+            out[i] = rem
+        return out
     for i in range(x.size):
         out[i] = _mod1(x[i], q, invq)
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _last1(s, v, q, invq, keep):  # pragma: no cover - compiled
+    """The last share (v - s) mod q for s < 2^52 and v in [0, q), plus ``keep`` s."""
+    d = np.int64(np.float64(s) * invq)
+    rem = s - d * q
+    rem += q * np.int64(rem < 0)
+    rem -= q * np.int64(rem >= q)
+    return v - rem + q * np.int64(v < rem) + keep * s
+
+
 @numba.njit(cache=True, nogil=True)
-def _last_share(sums, z, q, total):  # pragma: no cover - compiled
-    """sums[i] (the sum s of r - 1 shares) <- the last share (z[i] - s) mod q, or with
-    ``total`` the sum of all r shares, s + last. s < 2^52 (r <= 2^20) and, but for huge
-    |z[i]|, z[i] too: float quotients within one of the true ones, one correction each way."""
+def _last_share(sums, z, q, total, acc):  # pragma: no cover - compiled
+    """sums[i] (the sum s of r - 1 shares) <- the last share (z[i] - s) mod q; or with
+    ``total``, acc[i] += s + last, the sum of all r shares (< r q < 2^52). s < 2^52
+    (r <= 2^20) and, but for huge |z[i]|, z[i] too: float quotients within one of the true
+    ones, one correction each way. When every |z[i]| < 2^52 (always, but for absurd inputs)
+    the loop has no branch, so it vectorises."""
     invq = 1.0 / np.float64(q)
     keep = np.int64(total)
+    lim = np.int64(1) << np.int64(52)
+    small = True
+    for i in range(z.size):
+        small &= (-lim < z[i]) & (z[i] < lim)
+    if small:
+        if total:
+            for i in range(sums.size):
+                zi = z[i]
+                v = zi - np.int64(np.float64(zi) * invq) * q
+                v += q * np.int64(v < 0)
+                v -= q * np.int64(v >= q)
+                acc[i] += _last1(np.int64(sums[i]), v, q, invq, 1)
+            return
+        for i in range(sums.size):
+            zi = z[i]
+            v = zi - np.int64(np.float64(zi) * invq) * q
+            v += q * np.int64(v < 0)
+            v -= q * np.int64(v >= q)
+            sums[i] = _last1(np.int64(sums[i]), v, q, invq, 0)
+        return
     for i in range(sums.size):
-        s = np.int64(sums[i])
-        d = np.int64(np.float64(s) * invq)
-        rem = s - d * q
-        rem += q * np.int64(rem < 0)
-        rem -= q * np.int64(rem >= q)
-        v = _mod1(z[i], q, invq)
-        sums[i] = v - rem + q * np.int64(v < rem) + keep * s
+        x = _last1(np.int64(sums[i]), _mod1(z[i], q, invq), q, invq, keep)
+        if total:
+            acc[i] += x
+        else:
+            sums[i] = x
 
 
 @numba.njit(cache=True, nogil=True)
@@ -471,6 +513,35 @@ def _fast_blocks(buf, pos, nblk, rm1, qm, t, sums, out, a, store):  # pragma: no
 
 
 @numba.njit(cache=True, nogil=True)
+def _fast_sums32(buf, pos, nblk, rm1, qm, t, sums):  # pragma: no cover - compiled
+    """:func:`_fast_blocks` without storing the shares when a coordinate's r - 1 shares sum
+    below 2^32 ((r - 1)(q - 1) < 2^32): the same words, sums and stopping block, with the
+    sums and the low halves of w q (a 32-bit multiply) in 32-bit lanes, twice as many per
+    vector."""
+    q64 = np.uint64(qm)
+    q32 = np.uint32(qm)
+    t32 = np.uint32(t)
+    need = rm1 * _BLOCK
+    s32 = np.empty(_BLOCK, np.uint32)
+    for k in range(nblk):
+        for i in range(_BLOCK):
+            s32[i] = 0
+        mn = np.uint32(0xFFFFFFFF)
+        for b in range(rm1):
+            base = np.uint64(pos + k * need + b * _BLOCK)
+            for i in range(np.uint64(_BLOCK)):
+                x = buf[base + i]
+                s32[i] += np.uint32((np.uint64(x) * q64) >> np.uint64(32))
+                mn = min(mn, np.uint32(x * q32))  # the low half: w q mod 2^32
+        s = sums[k * _BLOCK: (k + 1) * _BLOCK]
+        for i in range(_BLOCK):
+            s[i] = s32[i]
+        if mn < t32:
+            return k
+    return nblk
+
+
+@numba.njit(cache=True, nogil=True)
 def _patch_block(buf, pos, rm1, qm, t, s, out, a, store):  # pragma: no cover - compiled
     """A whole block the fast path found a rejected word in (s holds its sums with every
     word counted): each rejected word is replaced, in order, by the next accepted word
@@ -481,6 +552,13 @@ def _patch_block(buf, pos, rm1, qm, t, s, out, a, store):  # pragma: no cover - 
     nb = buf.size
     j = pos + rm1 * _BLOCK  # spare words
     for b in range(rm1):
+        # most rows hold no rejected word: find those with a vectorised pass and skip them
+        base = np.uint64(pos + b * _BLOCK)
+        mn = mask
+        for i in range(np.uint64(_BLOCK)):
+            mn = min(mn, (np.uint64(buf[base + i]) * q64) & mask)
+        if mn >= t:
+            continue
         for i in range(_BLOCK):
             p = np.uint64(buf[pos + b * _BLOCK + i]) * q64
             if (p & mask) >= t:
@@ -515,7 +593,10 @@ def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, acc, store):  # pra
     while a < m and a - a0 + _BLOCK <= sums.size:
         if fast:
             nblk = min((m - a) // _BLOCK, (sums.size - (a - a0)) // _BLOCK, (nb - pos) // need)
-            k = _fast_blocks(buf, pos, nblk, rm1, qm, t, sums[a - a0:], out, a, store)
+            if store or rm1 * (np.uint64(qm) - np.uint64(1)) >= np.uint64(1 << 32):
+                k = _fast_blocks(buf, pos, nblk, rm1, qm, t, sums[a - a0:], out, a, store)
+            else:
+                k = _fast_sums32(buf, pos, nblk, rm1, qm, t, sums[a - a0:])
             pos += k * need
             a += k * _BLOCK
             if a >= m or a - a0 + _BLOCK > sums.size:
@@ -529,14 +610,11 @@ def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, acc, store):  # pra
             break
         a += c
     n = a - a0
-    _last_share(sums[:n], z[a0:a], q, not store)
+    _last_share(sums[:n], z[a0:a], q, not store, acc[a0:a] if not store else acc)
     if store:
         last = out[rm1]
         for i in range(n):
             last[a0 + i] = sums[i]
-    else:
-        for i in range(n):
-            acc[a0 + i] += np.int64(sums[i])  # < r q < 2^52
     return a
 
 

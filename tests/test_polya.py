@@ -247,11 +247,12 @@ def test_split_difference_sampler_is_the_plain_inversion(s, a_levels):
     assert len(w2) >= 8  # ties were exercised
     lead8 = lead.astype(np.uint8)
     slow, ties = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    ns = _lead_scan(lead8, d.seg, d.seg_table, d.lead0, slow)
+    ns = _lead_scan(lead8, d.lead_at, slow)
     assert ns == n_slow
     row = np.zeros(m, dtype=np.int64)
     words = np.array(w1, dtype=np.uint64)
-    nt = _tail_fill(words, slow[:ns], lead8, row, d.which, *d.tables.args(), ties)
+    nt = _tail_fill(words, slow[:ns], lead8, row, d.seg, d.seg_table, *d.tables.args(),
+                    ties)
     assert nt == len(w2)
     ta = d.tables
     _tie_fill(np.array(w2, dtype=np.uint64), ties[:nt], words, slow[:ns], lead8, row, d.which,
@@ -267,10 +268,10 @@ def test_split_difference_sampler_reads_the_stream_as_documented():
     n = 2 * a_vec.size
     lead = raw.random_raw((n + 7) // 8).astype("<u8").view(np.uint8)[:n]
     slow, ties = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    ns = _lead_scan(lead, d.seg, d.seg_table, d.lead0, slow)
+    ns = _lead_scan(lead, d.lead_at, slow)
     row = np.zeros(a_vec.size, dtype=np.int64)
-    assert _tail_fill(raw.random_raw(ns), slow[:ns], lead, row, d.which, *d.tables.args(),
-                      ties) == 0
+    assert _tail_fill(raw.random_raw(ns), slow[:ns], lead, row, d.seg, d.seg_table,
+                      *d.tables.args(), ties) == 0
     np.testing.assert_array_equal(got, row)
     with pytest.raises(ValueError, match="row"):
         d.add_to(np.zeros(3, dtype=np.int64), 0)

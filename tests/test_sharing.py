@@ -237,7 +237,7 @@ def test_share_blocks_follow_the_documented_draw(q, r, min_seq, min_patched):
     # q = 2^31 + 11 rejects half the words: the fast path is off, every block sequential.
     from shuffledp.encoders.encoder import _ShareRun
 
-    m = 64 * 150 + 17  # whole blocks over three buffers, and a short last one
+    m = 64 * 300 + 17  # whole blocks over three buffers, and a short last one
     v = np.random.default_rng(q % 97).integers(0, q, m)
     got = share(v, q, r, SecureRandom.for_testing(4))
     run = _ShareRun(q, r, SecureRandom.for_testing(4))
@@ -249,6 +249,21 @@ def test_share_blocks_follow_the_documented_draw(q, r, min_seq, min_patched):
     assert seq >= min_seq and patched >= min_patched and chunks >= 3
     np.testing.assert_array_equal(got[: r - 1].astype(np.int64), want[: r - 1])
     np.testing.assert_array_equal(reconstruct_shares(got, q), v)
+
+
+@pytest.mark.parametrize("q,r", [(161271, 19), (1000, 3), (2**31 - 1, 4), (2**31 + 11, 4)])
+def test_summed_shares_are_the_stored_shares_of_the_same_stream(q, r):
+    # The sums path (no shares stored; 32-bit lanes while (r - 1)(q - 1) < 2^32, as for
+    # q = 161271 and 1000) adds exactly the r shares the stored path draws from the same
+    # words, rejections and buffer ends included: integer totals before any reduction.
+    from shuffledp.encoders.encoder import _share_rows, _ShareRun
+
+    m = 64 * 300 + 17
+    v = np.random.default_rng(q % 89).integers(-3 * q, 3 * q, m)
+    got = share(v, q, r, SecureRandom.for_testing(5))
+    acc = np.zeros(m, dtype=np.int64)
+    _share_rows(v.astype(np.int64), r, _ShareRun(q, r, SecureRandom.for_testing(5)), None, acc)
+    np.testing.assert_array_equal(acc, got.astype(np.int64).sum(axis=0))
 
 
 @pytest.mark.parametrize("q", [161271, 2**31 + 11])

@@ -9,6 +9,7 @@ shuffler and the analyzer. Deterministic (fixed seeds and test keys): no false f
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 
 import numpy as np
@@ -193,6 +194,39 @@ def test_sums_from_wire_bytes_equal_sums_of_unpacked_records(small, rb):
             a.add_raw(raw.tobytes()[:-1], rb)
 
 
+@pytest.mark.parametrize("rb", range(1, 9))
+def test_sums_from_wire_bytes_match_numpy_and_agree_across_threads(small, rb):
+    """add_raw (one compiled loop per record size, the last records read byte by byte)
+    against a numpy reference of the same records, invalid ones mixed in; and above 2^22
+    records (split over threads) the same sums, counts and rejections on 1 and 2 threads, as
+    integers (add_raw leaves them reduced mod q)."""
+    p, _ = small
+    rng = np.random.default_rng(40 + rb)
+    n = 5_003 if rb != 5 else (1 << 22) + 13
+    top = 2 ** min(63, 8 * rb)
+    vals = rng.integers(0, top, n, dtype=np.uint64)
+    k = n // 2  # half of them valid where the record size allows it
+    valid = (rng.integers(0, p.m, k).astype(np.uint64) << np.uint64(p.share_bits)) | \
+        rng.integers(0, p.q, k).astype(np.uint64)
+    vals[:k] = valid & np.uint64(top - 1)
+    rng.shuffle(vals)
+    raw = vals.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :rb].tobytes()
+    a = vals >> np.uint64(p.share_bits)
+    w = vals & np.uint64((1 << p.share_bits) - 1)
+    ok = (a < p.m) & (w < p.q)
+    want_cnt = np.bincount(a[ok].astype(np.int64), minlength=p.m)
+    want_sum = np.bincount(a[ok].astype(np.int64), weights=w[ok].astype(np.float64),
+                           minlength=p.m).astype(np.int64) % p.q  # exact below 2^53
+    got = []
+    for threads in (1, 2):
+        acc = ModularAccumulator(p, threads=threads)
+        assert acc.add_raw(raw, rb) == int((~ok).sum()) == acc.rejected
+        np.testing.assert_array_equal(acc.counts, want_cnt)
+        np.testing.assert_array_equal(acc.sums, want_sum)
+        got.append(acc)
+    assert got[0].messages == got[1].messages == n
+
+
 def test_inspection_on_other_threads_mixes_the_same_records(small):
     p, shares = small
     batches = [frame_shares(p, sh) for sh in shares]
@@ -302,3 +336,32 @@ def test_one_word_accumulator_equals_the_exact_sums(q):
         both2 = np.zeros((m, 2), np.int64)
         assert _accumulate_raw(raw, 8, share_bits, m, q, both2, c) == int((~ok).sum())
         assert (both2 == both).all()
+
+
+def _sums_in_child(p, body, out):
+    acc = ModularAccumulator(p, threads=2)
+    acc.add_raw(body, 1)
+    out.put((acc.sums.tolist(), acc.counts.tolist()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_accumulator_threads_work_in_a_forked_child(small):
+    """The accumulator's thread pool is process-wide; a child forked after the parent used
+    it (none of the parent's threads exist there) must get its own, not wait forever."""
+    import multiprocessing
+
+    p, _ = small
+    body = np.random.default_rng(3).integers(0, 256, (1 << 22) + 5, dtype=np.uint8)
+    parent = ModularAccumulator(p, threads=2)
+    parent.add_raw(body, 1)  # 2^22 records or more: two parts on the pool
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_sums_in_child, args=(p, body, out))
+    child.start()
+    try:
+        sums, counts = out.get(timeout=120)
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert sums == parent.sums.tolist() and counts == parent.counts.tolist()

@@ -81,6 +81,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -159,6 +160,71 @@ def _flush_words(acc, both):  # pragma: no cover - compiled
             acc[k] = 0
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _word_span(body, rb, s, e, sb, mask, mm, qq, acc):  # pragma: no cover - compiled
+    """Records s..e-1 (each with 8 bytes from its start) into the one-word accumulator
+    ``acc``; returns the number rejected. Inlined with ``rb`` a compile-time constant: a
+    record is one merged load and a constant mask, the byte offset one induction variable."""
+    keep = _keep_mask(rb)
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    step = np.uint64(rb)
+    b = np.uint64(s) * step
+    bad = 0
+    for _ in range(s, e):
+        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56))) & keep
+        b += step
+        a = v >> sb
+        w = v & mask
+        if (a < mm) & (w < qq):
+            acc[a] += one + w
+        else:
+            bad += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _raw_loop(body, rb, sb, mask, mm, qq, both, chunk, acc):  # pragma: no cover - compiled
+    """The loop of :func:`_accumulate_raw`; inlined with ``rb`` a compile-time constant
+    (1.2-1.4 x the throughput of one loop for every ``rb``). ``acc`` (m zero words) is the
+    one-word accumulator, zero again on return."""
+    nf = _fast_records(body.size, rb)
+    keep = _keep_mask(rb)
+    n = body.size // rb
+    bad = 0
+    if chunk == 0:
+        for i in range(n):
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if (a >= mm) | (w >= qq):
+                bad += 1
+                continue
+            both[a, 0] += np.int64(w)
+            both[a, 1] += 1
+        return bad
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        ef = max(s, min(e, nf))
+        bad += _word_span(body, rb, s, ef, sb, mask, mm, qq, acc)
+        for i in range(ef, e):  # the last few records, byte by byte
+            v = np.uint64(_record_at(body, i, rb, keep, nf))
+            a = v >> sb
+            w = v & mask
+            if (a >= mm) | (w >= qq):
+                bad += 1
+                continue
+            acc[a] += one + w
+        _flush_words(acc, both)
+    return bad
+
+
 @numba.njit(cache=True, nogil=True)
 def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cover - compiled
     """Sum ``rb``-byte little-endian records ``(a << share_bits) | w`` read straight from
@@ -169,47 +235,68 @@ def _accumulate_raw(body, rb, share_bits, m, q, both, chunk):  # pragma: no cove
     word (count << SUM_BITS | sum: one read-modify-write per message into m words, half the
     footprint of the two fields), flushed into ``both`` every ``chunk`` records, before
     either field can overflow. With ``chunk == 0`` both fields are added in place (they share
-    a cache line)."""
+    a cache line). ``both`` has m rows. One specialised loop per record size."""
+    return _accumulate_raw_into(body, rb, share_bits, m, q, both, chunk,
+                                np.zeros(both.shape[0], np.uint64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate_raw_into(body, rb, share_bits, m, q, both, chunk,
+                         words):  # pragma: no cover - compiled
+    """:func:`_accumulate_raw` with the one-word accumulator ``words`` (m zeros, left zero)
+    supplied by the caller, who reuses it."""
     mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
     sb = np.uint64(share_bits)
     mm = np.uint64(m)
     qq = np.uint64(q)
-    nf = _fast_records(body.size, rb)
-    keep = _keep_mask(rb)
-    n = body.size // rb
-    bad = 0
-    if chunk == 0:
-        for i in range(n):
-            v = np.uint64(_record_at(body, i, rb, keep, nf))
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            both[a, 0] += np.int64(w)
-            both[a, 1] += 1
-        return bad
-    one = np.uint64(1) << np.uint64(SUM_BITS)
-    acc = np.zeros(m, np.uint64)
-    for s in range(0, n, chunk):
-        for i in range(s, min(n, s + chunk)):
-            v = np.uint64(_record_at(body, i, rb, keep, nf))
-            a = v >> sb
-            w = v & mask
-            if a >= mm or w >= qq:
-                bad += 1
-                continue
-            acc[a] += one + w
-        _flush_words(acc, both)
-    return bad
+    if rb == 1:
+        return _raw_loop(body, 1, sb, mask, mm, qq, both, chunk, words)
+    if rb == 2:
+        return _raw_loop(body, 2, sb, mask, mm, qq, both, chunk, words)
+    if rb == 3:
+        return _raw_loop(body, 3, sb, mask, mm, qq, both, chunk, words)
+    if rb == 4:
+        return _raw_loop(body, 4, sb, mask, mm, qq, both, chunk, words)
+    if rb == 5:
+        return _raw_loop(body, 5, sb, mask, mm, qq, both, chunk, words)
+    if rb == 6:
+        return _raw_loop(body, 6, sb, mask, mm, qq, both, chunk, words)
+    if rb == 7:
+        return _raw_loop(body, 7, sb, mask, mm, qq, both, chunk, words)
+    return _raw_loop(body, 8, sb, mask, mm, qq, both, chunk, words)
+
+
+@numba.njit(cache=True, nogil=True)
+def _clear(both):  # pragma: no cover - compiled
+    """Zero an int64 array (off the GIL, on the thread that will fill it)."""
+    flat = both.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = 0
 
 
 def _accumulate_packed(rec: np.ndarray, share_bits: int, m: int, q: int, both: np.ndarray,
-                       chunk: int) -> int:
+                       chunk: int, words: np.ndarray | None = None) -> int:
     """:func:`_accumulate_raw` of unsigned integer records (their little-endian bytes)."""
     le = np.ascontiguousarray(rec, dtype=rec.dtype.newbyteorder("<"))
-    return int(_accumulate_raw(le.reshape(-1).view(np.uint8), le.dtype.itemsize, share_bits,
-                               m, q, both, chunk))
+    w = np.zeros(both.shape[0], np.uint64) if words is None else words
+    return int(_accumulate_raw_into(le.reshape(-1).view(np.uint8), le.dtype.itemsize,
+                                    share_bits, m, q, both, chunk, w))
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
+    os.register_at_fork(after_in_child=_POOLS.clear)
+
+
+def _pool(k: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``k`` threads for the accumulator's kernels (created once:
+    a pool per call cost a few percent of a 2^22-record chunk)."""
+    with _POOLS_LOCK:
+        ex = _POOLS.get(k)
+        if ex is None:
+            ex = _POOLS[k] = ThreadPoolExecutor(k, thread_name_prefix="shuffledp-sums")
+        return ex
 
 
 @numba.njit(cache=True, nogil=True)
@@ -277,6 +364,8 @@ class ModularAccumulator:
         self.rejected = 0
         self.messages = 0
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
+        #: per-part (both, words) scratch of :meth:`_run`, reused across calls
+        self._scratch: list[tuple[np.ndarray, np.ndarray]] = []
 
     def _fold(self) -> None:
         # keep the int64 sums far from overflow: reduce once they could exceed 2^62
@@ -290,8 +379,8 @@ class ModularAccumulator:
             raise TypeError(f"records must be unsigned integers, got dtype {rec.dtype}")
         p = self.params
         chunk = _word_chunk(p.q)
-        bad = self._run(lambda part, both: _accumulate_packed(part, p.share_bits, p.m, p.q,
-                                                              both, chunk), rec, 1)
+        bad = self._run(lambda part, both, words: _accumulate_packed(
+            part, p.share_bits, p.m, p.q, both, chunk, words), rec, 1)
         self.messages += rec.size
         return bad
 
@@ -315,33 +404,39 @@ class ModularAccumulator:
             raise ValueError(f"body holds {raw.size} bytes, not whole {rb}-byte records")
         p = self.params
         chunk = _word_chunk(p.q)
-        bad = self._run(lambda part, both: _accumulate_raw(part, rb, p.share_bits, p.m, p.q,
-                                                           both, chunk), raw, rb)
+        bad = self._run(lambda part, both, words: int(_accumulate_raw_into(
+            part, rb, p.share_bits, p.m, p.q, both, chunk, words)), raw, rb)
         self.messages += raw.size // rb
         return bad
 
     def _run(self, kernel, data: np.ndarray, unit: int) -> int:
-        """Run ``kernel(part, both)`` over ``data`` (``unit`` items per record) on the
+        """Run ``kernel(part, both, words)`` over ``data`` (``unit`` items per record) on the
         accumulator's threads, each into a private (m, 2) array of (sums, counts) (exact:
-        a part of fewer than 2^30 records sums below 2^62), merged mod q."""
+        a part of fewer than 2^30 records sums below 2^62) with its own one-word scratch
+        (both kept for the next call), merged mod q: the sums are then reduced, so they are
+        the same integers whatever the number of threads."""
         p = self.params
         n = data.size // unit
         k = self.threads if n >= (1 << 22) else 1
         n_parts = max(k, -(-n // (1 << 29)))
         edges = np.linspace(0, n, n_parts + 1).astype(np.int64) * unit
+        while len(self._scratch) < n_parts:
+            self._scratch.append((np.empty((p.m, 2), np.int64), np.zeros(p.m, np.uint64)))
 
         def one(i: int) -> tuple[int, np.ndarray]:
-            both = np.zeros((p.m, 2), np.int64)
-            return int(kernel(data[edges[i] : edges[i + 1]], both)), both
+            both, words = self._scratch[i]
+            _clear(both)
+            return int(kernel(data[edges[i] : edges[i + 1]], both, words)), both
 
+        # nogil kernels on k threads (the caller's when k = 1), then merged in order
+        parts = map(one, range(n_parts)) if k == 1 else _pool(k).map(one, range(n_parts))
         bad = 0
-        with ThreadPoolExecutor(k) as ex:  # nogil kernels on k threads, then merged
-            for b, both in ex.map(one, range(n_parts)):
-                bad += b
-                self.sums += both[:, 0] % p.q
-                self.counts += both[:, 1]
+        for b, both in parts:
+            bad += b
+            self.sums += both[:, 0] % p.q
+            self.counts += both[:, 1]
+        self.sums %= p.q
         self.rejected += bad
-        self._fold()
         return bad
 
     def add_pairs(self, coordinates: np.ndarray, shares: np.ndarray) -> int:

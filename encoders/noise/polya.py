@@ -295,56 +295,63 @@ _LEAD_BITS = 8  # leading bits of U a sample of the split sampler reads in its f
 
 
 @numba.njit(cache=True, nogil=True)
-def _lead_scan(lead, seg, seg_table, lead0, slow):  # pragma: no cover - compiled
+def _lead_scan(lead, c0, slow):  # pragma: no cover - compiled
     """Step 1 of the split sampler (:class:`_DifferenceDraws`): sample i (of n = 2m; X_a for
     i = a < m, Y_a for i = m + a) has the leading byte A_i = lead[i]; X_i = 0 when
-    A_i < lead0[table] (then U_i < T_0). The indices of the other samples are written to
-    ``slow`` in order; returns their number. Branch free."""
-    m = seg[-1]
+    A_i < c0[a], the c_0 of coordinate a's table (then U_i < T_0). The indices of the other
+    samples are written to ``slow`` in order; returns their number. Branch free, one flat
+    loop per half."""
+    m = c0.size
     ns = 0
     for half in range(2):
-        for s in range(seg_table.size):
-            c0 = lead0[seg_table[s]]
-            for a in range(seg[s], seg[s + 1]):
-                i = a + half * m
-                slow[ns] = i
-                ns += np.int64(lead[i] >= c0)
+        base = half * m
+        for a in range(m):
+            slow[ns] = a + base
+            ns += np.int64(lead[a + base] >= c0[a])
     return ns
 
 
 @numba.njit(cache=True, nogil=True)
-def _tail_fill(words, slow, lead, row, which, offs, sizes, t_hi, t_lo, g_offs, g_shift,
-               guide, ties):  # pragma: no cover - compiled
+def _tail_fill(words, slow, lead, row, seg, seg_table, offs, sizes, t_hi, t_lo, g_offs,
+               g_shift, guide, ties):  # pragma: no cover - compiled
     """Step 2: slow sample j reads words[j]; its X is added to (Y subtracted from) ``row``.
     A sample whose high word ties with a threshold's is left to :func:`_tie_fill`: its j is
-    written to ``ties`` (in order). Returns the number of ties. No position depends on an
+    written to ``ties`` (in order). Returns the number of ties. ``slow`` is increasing, so
+    the samples of each run of coordinates sharing a table (``seg``, ``seg_table``) come
+    together and the table's constants are read once per run. No position depends on an
     earlier sample's value, so the loads of successive samples overlap."""
     m = row.size
     nt = 0
-    for j in range(slow.size):
-        i = slow[j]
-        u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
-        a = i if i < m else i - m
-        w = which[a]
-        o = offs[w]
-        K = sizes[w]
-        if K == 0 or u_hi < t_hi[o]:
-            continue  # X = 0 (A_i equalled T_0's leading byte)
-        g = g_offs[w] + np.int64((u_hi - t_hi[o]) >> g_shift[w])
-        lo_i = guide[g]
-        hi_i = guide[g + 1]
-        # an empty bucket gives X = lo_i, and t_hi[lo_i] lies past the bucket (no tie)
-        if lo_i < hi_i:
-            lo_i = _first_at_least(t_hi, o, lo_i, hi_i, u_hi)
-            if lo_i < K and t_hi[o + lo_i] == u_hi:
-                ties[nt] = j
-                nt += 1
-                continue
-        x = np.int64(lo_i)
-        if i < m:
-            row[a] += x
-        else:
-            row[a] -= x
+    ns = slow.size
+    j = 0
+    for half in range(2):
+        base = half * m
+        sign = np.int64(1 - 2 * half)
+        for s in range(seg_table.size):
+            end = seg[s + 1] + base
+            w = seg_table[s]
+            o = offs[w]
+            K = sizes[w]
+            t0 = t_hi[o] if K else np.uint64(0)
+            go = g_offs[w]
+            sh = g_shift[w]
+            while j < ns and slow[j] < end:
+                i = slow[j]
+                u_hi = (np.uint64(lead[i]) << np.uint64(56)) | (words[j] >> np.uint64(8))
+                j += 1
+                if K == 0 or u_hi < t0:
+                    continue  # X = 0 (A_i equalled T_0's leading byte)
+                g = go + np.int64((u_hi - t0) >> sh)
+                lo_i = guide[g]
+                hi_i = guide[g + 1]
+                # an empty bucket gives X = lo_i, and t_hi[lo_i] lies past the bucket (no tie)
+                if lo_i < hi_i:
+                    lo_i = _first_at_least(t_hi, o, lo_i, hi_i, u_hi)
+                    if lo_i < K and t_hi[o + lo_i] == u_hi:
+                        ties[nt] = j - 1
+                        nt += 1
+                        continue
+                row[i - base] += sign * np.int64(lo_i)
     return nt
 
 
@@ -418,6 +425,8 @@ class _DifferenceDraws:
         # c_0 per table (256: an empty table, every sample is 0)
         self.lead0 = np.array([int(t.hi[0]) >> (64 - _LEAD_BITS) if t.size else 256
                                for t in tables], dtype=np.int64)
+        # c_0 of each coordinate's table (the per-sample bound of step 1)
+        self.lead_at = self.lead0[self.which].astype(np.uint16)
         self._scratch = threading.local()
 
     def add_to(self, row: np.ndarray, rng: RngLike | SecureRandom) -> None:
@@ -433,11 +442,11 @@ class _DifferenceDraws:
         sc = self._scratch
         if getattr(sc, "n", -1) != n:
             sc.slow, sc.ties, sc.n = np.empty(n, np.int64), np.empty(n, np.int64), n
-        ns = _lead_scan(lead, self.seg, self.seg_table, self.lead0, sc.slow)
+        ns = _lead_scan(lead, self.lead_at, sc.slow)
         slow = sc.slow[:ns]
         w = np.asarray(words(ns), dtype=np.uint64)
-        nt = _tail_fill(w, slow, lead, row, self.which, *self.tables.args(),  # type: ignore[call-arg]
-                        sc.ties)
+        nt = _tail_fill(w, slow, lead, row, self.seg, self.seg_table,  # type: ignore[call-arg]
+                        *self.tables.args(), sc.ties)
         if nt:  # about 2^-50 per sample at the protocol's settings
             ta = self.tables
             _tie_fill(np.asarray(words(nt), dtype=np.uint64), sc.ties[:nt], w, slow, lead,
