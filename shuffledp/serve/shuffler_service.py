@@ -224,9 +224,12 @@ class ShufflerState:
                  expected_users: int | None = None, min_batches: int | None = None,
                  analyzer_pub: bytes | None = None) -> None:
         self.params = params
-        self.analyzer_pub = None if analyzer_pub is None else bytes(analyzer_pub)
-        # raises ValueError naming the length for raw bytes that are not a 32-byte key
-        self.key_id = None if analyzer_pub is None else analyzer_key_id(self.analyzer_pub)
+        self.analyzer_pub: bytes | None = None
+        self.key_id: bytes | None = None
+        if analyzer_pub is not None:
+            self.analyzer_pub = bytes(analyzer_pub)
+            # ValueError naming the length for raw bytes that are not a 32-byte key
+            self.key_id = analyzer_key_id(self.analyzer_pub)
         self.mac_key = mac_key
         self.memory_limit = memory_limit
         self.expected_users = expected_users
