@@ -19,7 +19,10 @@ combines the two by empirical Bayes, from the release alone:
   likelihood: the data say how far the counts scatter around the smooth density);
 * the estimate is the posterior mean of every pixel's count, normalised.
 
-Where the leaf level is noise (``v`` large against the counts) the posterior mean is the
+The posterior is taken only where a pixel's estimate has standard deviation at most
+:data:`LATTICE_SD` users; noisier pyramids are released as the pyramid density (there the
+dispersion the marginal likelihood picks follows the density's own errors and the posterior
+mean lost CC to it on the bench). Where the leaf level is noise the posterior mean is the
 prior mean, i.e. the pyramid density; where it resolves single users (large eps, or a large
 leaf share) it recovers the users' histogram. The posterior mean is the estimate that
 minimises the expected KL(truth || estimate) and squared error under the model; it is
@@ -47,7 +50,8 @@ from scipy.special import gammaln
 from shuffledp.analyzers.heatmap.smoothing import _combine, _iv, _parents, pyramid_density
 from shuffledp.grid import Grid
 
-__all__ = ["DISPERSIONS", "UNIFORM_SHARES", "count_posterior", "hierarchical_estimates"]
+__all__ = ["DISPERSIONS", "LATTICE_SD", "UNIFORM_SHARES", "count_posterior",
+           "hierarchical_estimates"]
 
 #: The sizes r of the negative binomial prior tried (r large: Poisson about the pyramid
 #: density; r small: counts scattered far about it); the marginal likelihood picks one.
@@ -57,6 +61,11 @@ _BLOCK = 2048
 #: The shares a of the uniform map in the prior mean ``T ((1 - a) m + a / N)`` tried (the
 #: pyramid density may be too sure where it thresholded weak cells away).
 UNIFORM_SHARES: tuple[float, ...] = (0.0, 0.1, 0.3)
+#: The posterior is taken only when the standard deviation of a pixel's least-squares
+#: estimate is at most this many users (the count lattice then shows through the noise);
+#: otherwise the pyramid density is the estimate. Chosen once on
+#: ``python bench/smoothing_grid.py``'s data.
+LATTICE_SD: float = 1.5
 
 
 def hierarchical_estimates(counts: Sequence[Any], grid: Grid, start: int,
@@ -112,7 +121,7 @@ def _two_pass(levels: list[np.ndarray],
 def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
                     noise_scales: Sequence[float], *,
                     uniform_shares: Sequence[float] = ()
-                    ) -> tuple[np.ndarray, tuple[float, float]]:
+                    ) -> tuple[np.ndarray, dict[str, float | None]]:
     """The posterior mean of every pixel's count under the empirical-Bayes prior, normalised.
 
     Parameters
@@ -124,9 +133,12 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
 
     Returns
     -------
-    (density, (uniform_share, dispersion)) : tuple
-        The estimate (numpy.ndarray of shape (height, width), positive, sums to 1) and the
-        prior's uniform share a and size r that the marginal likelihood chose.
+    (density, record) : tuple
+        The estimate (numpy.ndarray of shape (height, width), positive, sums to 1) and a
+        record: ``pixel_sd`` (the standard deviation of a pixel's least-squares estimate),
+        ``prior_uniform_share`` and ``prior_dispersion`` (a and r that the marginal
+        likelihood chose; ``None`` when ``pixel_sd`` > :data:`LATTICE_SD` and the pyramid
+        density is returned as is).
 
     Raises
     ------
@@ -141,7 +153,12 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     fin, fvar = _two_pass(levels, scales)
     z = fin[-1].ravel()
     b = np.sqrt(np.maximum(fvar[-1].ravel(), 1e-300) / 2.0)  # Laplace scale of variance v
-    prior = pyramid_density(levels, grid, start, scales).ravel()
+    prior_map = pyramid_density(levels, grid, start, [float(x) for x in scales])
+    pixel_sd = float(np.sqrt(fvar[-1].mean()))
+    if pixel_sd > LATTICE_SD:
+        return prior_map, {"pixel_sd": pixel_sd, "prior_uniform_share": None,
+                           "prior_dispersion": None}
+    prior = prior_map.ravel()
     total = max(float(fin[0].sum()), 1.0)
     mixes = list(uniform_shares) or list(UNIFORM_SHARES)
     if not all(0.0 <= a < 1.0 for a in mixes):
@@ -170,4 +187,5 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     j = int(np.argmax(marg))
     pm = np.maximum(post[j], 1e-300)
     a, r = cand[j]
-    return (pm / pm.sum()).reshape(grid.height, grid.width), (float(a), float(r))
+    return (pm / pm.sum()).reshape(grid.height, grid.width), {
+        "pixel_sd": pixel_sd, "prior_uniform_share": float(a), "prior_dispersion": float(r)}

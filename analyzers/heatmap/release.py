@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.analyzers.heatmap.posterior import count_posterior
+from shuffledp.analyzers.heatmap.posterior import LATTICE_SD, count_posterior
 from shuffledp.analyzers.heatmap.smoothing import (
     BACKGROUND,
     CONFIDENCE,
@@ -135,12 +135,13 @@ class HeatmapRelease:
         counts: Any = self.levels
         if not counts:
             counts, source = level_sums(self.raw, self.grid, int(start)), "level sums of raw"
-        est, (uniform_share, dispersion) = count_posterior(counts, self.grid, int(start), scales)
+        est, record = count_posterior(counts, self.grid, int(start), scales)
         params = {**self.parameters, "smoothing": {
             "method": "count_posterior", "source": source, "threshold": THRESHOLD,
             "confidence": CONFIDENCE, "background": BACKGROUND, "noise_scales": scales,
-            "prior_dispersion": dispersion, "prior_uniform_share": uniform_share,
-            "rule": "every pixel's count estimated by its posterior mean: the hierarchical "
+            **record, "lattice_sd": LATTICE_SD,
+            "rule": "when pixel_sd <= lattice_sd, every pixel's count estimated by its "
+                    "posterior mean (otherwise the pyramid density as is): the hierarchical "
                     "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
                     "noise of its variance, with a negative binomial prior whose mean is the "
                     "estimated total times the pyramid density mixed with the uniform map "
