@@ -106,9 +106,6 @@ BUDGET_RULES = ("auto", "paper")
 LEAF_LOAD_SCALE = 0.5
 #: The most of the budget the leaf level ever gets: the coarse levels keep >= 3%.
 LEAF_SHARE_MAX = 0.97
-#: Budget scale of :func:`leaf_share`'s second term, ``eps^2 / (eps^2 + 2.5^2)``: at eps = 2.5
-#: one user's unit in a pixel stands 2.5 noise scales out of the leaf's noise with half of eps.
-LEAF_USER_SCALE = 2.5
 
 
 def leaf_share(epsilon: float, n_pixels: int, n_public: int | None = None) -> float:
@@ -152,9 +149,7 @@ def leaf_share(epsilon: float, n_pixels: int, n_public: int | None = None) -> fl
     eps = v.positive("epsilon", epsilon)
     n_pix = v.count("n_pixels", n_pixels, 1)
     d = 0.0 if n_public is None else eps * v.count("n_public", n_public, 0) / n_pix
-    load = d * d / (d * d + LEAF_LOAD_SCALE ** 2)
-    user = eps * eps / (eps * eps + LEAF_USER_SCALE ** 2)
-    return float(min(LEAF_SHARE_MAX, max(load, user)))
+    return float(min(LEAF_SHARE_MAX, d * d / (d * d + LEAF_LOAD_SCALE ** 2)))
 
 
 def auto_level_budgets(epsilon: float, start: int, top: int, n_pixels: int,
