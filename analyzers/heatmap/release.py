@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
+from shuffledp.analyzers.heatmap.posterior import LATTICE_SD, count_posterior
 from shuffledp.analyzers.heatmap.smoothing import (
     BACKGROUND,
     CONFIDENCE,
     THRESHOLD,
     level_sums,
-    pyramid_density,
 )
 from shuffledp.grid import Grid
 
@@ -102,9 +102,11 @@ class HeatmapRelease:
         return [float(sens) / float(e) for e in eps]
 
     def smoothed(self) -> HeatmapRelease:
-        """This release post-processed into the density that
-        :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density` reads off its noisy level
-        counts (no privacy cost: a function of the release alone).
+        """This release post-processed into the posterior mean of every pixel's count
+        (:func:`shuffledp.analyzers.heatmap.posterior.count_posterior`: the hierarchical
+        least-squares estimates of all levels, under an empirical-Bayes prior centred on the
+        density :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density` reads off the
+        noisy level counts); no privacy cost: a function of the release alone.
 
         ``levels`` are used when the release carries them; otherwise the level sums of
         ``raw`` stand in for them. ``raw`` stays Reconstruct's s_hat (``--smoothing none``);
@@ -133,11 +135,19 @@ class HeatmapRelease:
         counts: Any = self.levels
         if not counts:
             counts, source = level_sums(self.raw, self.grid, int(start)), "level sums of raw"
-        est = pyramid_density(counts, self.grid, int(start), scales)
+        est, record = count_posterior(counts, self.grid, int(start), scales)
         params = {**self.parameters, "smoothing": {
-            "method": "pyramid_density", "source": source, "threshold": THRESHOLD,
+            "method": "count_posterior", "source": source, "threshold": THRESHOLD,
             "confidence": CONFIDENCE, "background": BACKGROUND, "noise_scales": scales,
-"rule": "every cell's count combined with its subtree's by inverse-variance weights "
+            **record, "lattice_sd": LATTICE_SD,
+            "rule": "when pixel_sd <= lattice_sd, every pixel's count estimated by its "
+                    "posterior mean (otherwise the pyramid density as is): the hierarchical "
+                    "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
+                    "noise of its variance, with a negative binomial prior whose mean is the "
+                    "estimated total times the pyramid density mixed with the uniform map "
+                    "(prior_uniform_share) and whose size is prior_dispersion, both chosen by "
+                    "the marginal likelihood of the estimates; the pyramid density: every "
+                    "cell's count combined with its subtree's by inverse-variance weights "
                     "(bottom up); then top down from the start level a parent's mass goes to "
                     "its children in proportion to max(z - threshold * pi0 * s, 0) (pi0: the "
                     "level's share of cells with no mass, twice its share of negative "
