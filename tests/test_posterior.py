@@ -59,3 +59,25 @@ def test_count_posterior_recovers_users_at_small_noise_and_defers_at_large():
         count_posterior(small, grid, 1, [0.05] * 4, uniform_shares=[1.5])
     with pytest.raises(ValueError, match="noise_scales"):
         count_posterior(small, grid, 1, [0.05] * 3)
+
+
+def test_the_posterior_is_an_option_of_smoothed_not_the_default():
+    """smoothed() keeps the pyramid density; method="posterior" records the count posterior;
+    anything else is refused naming the argument."""
+    from shuffledp.analyzers.heatmap.central import central_heatmap
+    from shuffledp.users import UserDistributions
+
+    grid = Grid(16, 16)
+    rng = np.random.default_rng(3)
+    users = UserDistributions.from_pixels(grid, np.arange(400), rng.integers(0, 256, 400))
+    rel = central_heatmap(users, 5.0, rng=1)
+    dens = rel.smoothed()
+    assert dens.parameters["smoothing"]["method"] == "pyramid_density"
+    want = pyramid_density(rel.levels, grid, int(rel.parameters["start_level"]),
+                           rel.noise_scales())
+    np.testing.assert_array_equal(dens.estimate, want)
+    post = rel.smoothed(method="posterior")
+    assert post.parameters["smoothing"]["method"] == "count_posterior"
+    assert abs(post.estimate.sum() - 1) < 1e-9
+    with pytest.raises(ValueError, match="method='blur'"):
+        rel.smoothed(method="blur")
