@@ -223,8 +223,9 @@ def test_analyze_refuses_the_second_release_of_a_round_across_processes(cli_roun
     one = subprocess.run(_analyze_cmd(d, full, tmp_path / "o1", ledger), capture_output=True,
                          text=True, timeout=120)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(_analyze_cmd(d, part, tmp_path / "o2", ledger), capture_output=True,
-                         text=True, timeout=120)
+    # --quiet: under load a progress bar would join the one line of the refusal on stderr
+    two = subprocess.run(_analyze_cmd(d, part, tmp_path / "o2", ledger) + ["--quiet"],
+                         capture_output=True, text=True, timeout=120)
     assert two.returncode == 1 and "Traceback" not in two.stderr
     assert "already released" in two.stderr and str(ledger) in two.stderr
     assert len(two.stderr.strip().splitlines()) == 1
