@@ -284,7 +284,7 @@ def serve_shuffler(params_path, mac_key_path, analyzer_pub, listen, data_dir, to
     click.echo(note, err=True)
     counters: Counter = Counter()
     connections: Counter = Counter()
-    app = make_app(state, token=token, registry=registry, analyzer_pub=pub,
+    app = make_app(state, token=token, registry=registry,
                    body_timeout=body_timeout, replay_window=replay_window,
                    require_client_cert=client_ca is not None, counters=counters,
                    connections=connections)
