@@ -16,6 +16,7 @@ References
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def level_budgets(
     Returns
     -------
     ndarray of shape (top - start + 1,)
-        ``out[k]`` is the budget of level ``start + k``.
+        ``out[k]`` is the budget of level ``start + k``; their exact sum is <= eps.
 
     Raises
     ------
@@ -90,11 +91,56 @@ def level_budgets(
     if not (0 <= int(start) <= int(top)):
         raise ValueError(f"need 0 <= start <= top, got start={start!r}, top={top!r}")
     weights = g ** np.abs(np.arange(int(start), int(top) + 1) - int(start), dtype=float)
-    out = eps * weights / weights.sum()
-    # Conservative: rounding must never let the split exceed eps.
-    excess = out.sum() - eps
-    if excess > 0:
-        out[-1] -= excess
+    return exact_at_most(eps * weights / weights.sum(), eps)
+
+
+def exact_at_most(budgets: np.ndarray, epsilon: float) -> np.ndarray:
+    """The budgets with the largest lowered by as many ulps as needed for their exact
+    (rational) sum, and their float sum, to be at most ``epsilon``.
+
+    A float split can exceed eps by a few ulps, and a float sum that is <= eps does not make
+    the exact sum so; basic composition is over the exact sum. The numbers are compared as
+    exact rationals (every float is one), so after this the composed budget is at most eps
+    exactly.
+
+    Parameters
+    ----------
+    budgets : array_like of float
+        A split of ``epsilon`` (positive, finite).
+    epsilon : float
+        The total it must not exceed.
+
+    Returns
+    -------
+    ndarray
+        A copy of ``budgets``, its largest entry lowered by the fewest ulps that make the
+        exact and the float sum at most ``epsilon``; the input is not changed.
+
+    Raises
+    ------
+    TypeError
+        ``epsilon`` is not a real number.
+    ValueError
+        ``epsilon`` is not a finite number > 0, or ``budgets`` is not a non-empty 1-D
+        array of finite numbers > 0.
+
+    References
+    ----------
+    [Ghazi23]_ Thm 3.1 (proof: basic composition over the levels).
+    """
+    eps = v.positive("epsilon", epsilon)
+    try:
+        out = np.array(budgets, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"budgets must be a non-empty 1-D array of finite numbers > 0, "
+                         f"got budgets={budgets!r}") from None
+    if out.ndim != 1 or out.size == 0 or not (np.isfinite(out) & (out > 0)).all():
+        raise ValueError(f"budgets must be a non-empty 1-D array of finite numbers > 0, "
+                         f"got budgets={budgets!r}")
+    cap = Fraction(eps)
+    k = int(np.argmax(out))
+    while sum(map(Fraction, out.tolist())) > cap or float(out.sum()) > eps:
+        out[k] = math.nextafter(float(out[k]), 0.0)
     return out
 
 
@@ -180,7 +226,7 @@ def auto_level_budgets(epsilon: float, start: int, top: int, n_pixels: int,
     Returns
     -------
     ndarray of shape (top - start + 1,)
-        ``out[k]`` is the budget of level ``start + k``; ``out.sum() <= eps``.
+        ``out[k]`` is the budget of level ``start + k``; their exact sum is <= eps.
 
     Raises
     ------
@@ -196,11 +242,8 @@ def auto_level_budgets(epsilon: float, start: int, top: int, n_pixels: int,
     if int(top) == int(start) or p <= paper[-1] / float(epsilon):
         return paper
     eps = float(epsilon)
-    out = np.append(level_budgets(eps * (1.0 - p), start, int(top) - 1, gamma), eps * p)
-    excess = out.sum() - eps
-    if excess > 0:
-        out[-1] -= excess
-    return out
+    return exact_at_most(
+        np.append(level_budgets(eps * (1.0 - p), start, int(top) - 1, gamma), eps * p), eps)
 
 
 # ---------------------------------------------------------------------------------------

@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 from scipy.stats import nbinom
@@ -571,7 +570,7 @@ def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Ne
     top = len(sizes) - 1
     split = (auto_level_budgets(eps, 0, top, sizes[-1], n, gamma) if budget == "auto"
              else level_budgets(eps, 0, top, gamma))
-    budgets = _at_most(tuple(float(e) for e in split), eps)
+    budgets = tuple(float(e) for e in split)  # exact sum <= eps (exact_at_most)
     if not min(budgets) > 0:
         raise ValueError(f"a level budget underflows to 0 (or is not a number) with "
                          f"epsilon={eps!r}, gamma={gamma!r} over {len(sizes)} levels")
@@ -582,18 +581,6 @@ def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Ne
     std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
                 for ai, e, s in zip(a, budgets, sens, strict=True))
     return budgets, sens, a, std
-
-
-def _at_most(budgets: tuple[float, ...], eps: float) -> tuple[float, ...]:
-    """The budgets with the largest lowered by as many ulps as needed for their exact
-    (rational) sum to be at most eps: the float split can exceed it by a few ulps (a
-    float sum that is <= eps does not make the exact sum so). Basic composition then
-    gives at most eps exactly."""
-    out = list(budgets)
-    k = max(range(len(out)), key=out.__getitem__)
-    while sum(map(Fraction, out)) > Fraction(eps):
-        out[k] = math.nextafter(out[k], 0.0)
-    return tuple(out)
 
 
 def _modulus(n: int, B: int, m: int, eps: float, budgets: tuple[float, ...],

@@ -11,6 +11,7 @@ from shuffledp import Grid, UserDistributions
 from shuffledp.accounting.budget import (
     LEAF_SHARE_MAX,
     auto_level_budgets,
+    exact_at_most,
     leaf_share,
     level_budgets,
 )
@@ -44,6 +45,7 @@ def test_auto_budgets_sum_to_eps_and_keep_the_printed_split_at_low_load(eps, n, 
     paper = level_budgets(eps, start, top)
     assert b.shape == paper.shape and (b > 0).all()
     assert float(np.sum(b)) <= eps and float(np.sum(b)) == pytest.approx(eps, rel=1e-12)
+    assert sum(map(Fraction, b.tolist())) <= Fraction(eps)  # basic composition is exact
     p = leaf_share(eps, n_pix, n)
     if top == start or p <= paper[-1] / eps:
         np.testing.assert_array_equal(b, paper)  # the printed split, bit for bit
@@ -51,6 +53,29 @@ def test_auto_budgets_sum_to_eps_and_keep_the_printed_split_at_low_load(eps, n, 
         assert b[-1] == pytest.approx(p * eps)
         # the coarse levels keep the printed gamma-decay among themselves
         np.testing.assert_allclose(b[1:-1] / b[:-2], paper[1:-1] / paper[:-2])
+
+
+def test_exact_at_most_lowers_a_split_whose_float_sum_hides_the_excess():
+    # found by a random search: the float sum is <= eps, the exact (rational) sum is not
+    eps = 3.946609055255204
+    split = np.array([0.6036831641700474, 1.310447843438691, 0.34822776675853356,
+                      1.684250280887932])
+    assert float(split.sum()) <= eps < sum(map(Fraction, split.tolist()))
+    out = exact_at_most(split, eps)
+    assert sum(map(Fraction, out.tolist())) <= Fraction(eps)
+    # only the largest moved, by a few ulps; the input is not changed
+    assert np.array_equal(out[:3], split[:3]) and 0 < split[3] - out[3] < 1e-14
+    assert split[3] == 1.684250280887932
+    # a split already at most eps is returned as it is
+    np.testing.assert_array_equal(exact_at_most(out, eps), out)
+
+
+@pytest.mark.parametrize("budgets", [[], [[0.5]], [0.5, 0.0], [0.5, float("nan")], "ab"])
+def test_exact_at_most_names_bad_budgets(budgets):
+    with pytest.raises(ValueError, match="budgets must be a non-empty 1-D array"):
+        exact_at_most(budgets, 1.0)
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0, got epsilon=0"):
+        exact_at_most([0.5], 0)
 
 
 @pytest.mark.parametrize("neighbour", ["zero_out", "add_remove", "replace_one"])

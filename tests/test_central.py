@@ -1,6 +1,7 @@
 """Central DPSparseEMDAgg: budgets, noise scales, privacy loss at the boundary, samplers."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ def test_start_level(w, q):
 def test_level_budgets_sum_and_decay(eps, start, top):
     b = level_budgets(eps, start, top)
     assert b.sum() <= eps and b.sum() == pytest.approx(eps, rel=1e-12)
+    assert sum(map(Fraction, b.tolist())) <= Fraction(eps)  # basic composition is exact
     ratios = b[1:] / b[:-1]
     np.testing.assert_allclose(ratios, 1 / math.sqrt(2), rtol=1e-9)
 
