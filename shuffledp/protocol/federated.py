@@ -655,7 +655,8 @@ def adaptive_histogram(
                               "users_per_query": users_per_query, "eq7_users": U_pub,
                               "max_users": max_users, "shard_size": shard_size, "c": c,
                               "b": b, "dropout": dropout, "aggregation": aggregation,
-                              "schedule": sched, "threshold": fixed, "eq7": eq7},
+                              "schedule": sched, "threshold": fixed, "eq7": eq7,
+                              **({"top_up": True} if plan is not None else {})},
                   notes=hist.guarantee.notes + notes,
                   event=Sequential(steps=tuple(e for e, k in acc.events for _ in range(k)),
                                    neighbour=nb))
