@@ -74,7 +74,8 @@ PRIVATE_SHARD_KEYS = ("clients", "survivors", "dropped_by_round", "server_second
 
 
 class FederatedRefused(Refused):
-    """A shard ended with fewer survivors than its noise was calibrated for."""
+    """A shard ended with fewer survivors than its noise was calibrated for (under add/remove:
+    than real secure aggregation can unmask; short shards are otherwise topped up)."""
 
 
 @dataclass(frozen=True)

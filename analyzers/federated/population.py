@@ -79,7 +79,7 @@ survivors than its threshold, and the plan sets that threshold to
 :attr:`ShardPlan.secagg_floor` = max(2, ceil(n_min / 2)); a shard below it is refused, and
 that refusal is *not* covered (it depends on the shard's size, as before, but at half the
 survivors: e.g. n_min = 18, a real dropout of 2%: 18 users fall below 9 survivors with
-probability 4e-13, against 0.305 below 18).
+probability 3.9e-13, against 0.305 below 18).
 
 Who sees what. The secure-aggregation server talks to every client, so it sees who takes
 part, and it sees a shard's sum *before* the top-up: k survivors' shares, Polya(s, a) -

@@ -119,8 +119,10 @@ def federated_histogram(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     c = _iv(cells, n_cells)
     return federated_sum(_OneHot(c, int(n_cells)), 1, epsilon, **kwargs)
@@ -185,8 +187,10 @@ def federated_locations(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     rng = kwargs.pop("rng", None)
     src = noise_source(rng)
@@ -309,7 +313,9 @@ def federated_sum(
         ``vectors``; add/remove: the public plan of ``max_users``).
     dropout : float in [0, 1)
         Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S)
-        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`).
+        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`; a shard
+        left with k < n_min survivors is then topped up with n_min - k shares by the
+        publisher, recorded as the shard's ``top_up_shares``).
     dropped : array_like of bool or int, shape (n,), optional
         Simulated dropouts. Booleans: True drops before sending the masked input. Integers:
         the secure-aggregation round in which the user drops (0 advertise keys, 1 share
@@ -358,8 +364,10 @@ def federated_sum(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     vecs = vectors if isinstance(vectors, _OneHot) else [np.asarray(x) for x in vectors]
     if not len(vecs):
@@ -574,8 +582,10 @@ def adaptive_histogram(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L, r, cc = _check_pixels(rows, cols, depth)
     eps_total = v.positive("epsilon", epsilon)
@@ -822,8 +832,10 @@ def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: A
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
     cells = np.asarray(rows) * side + np.asarray(cols)
@@ -863,8 +875,10 @@ def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L = v.bounded_count("depth", depth, 1, 12)
     r, c = np.asarray(rows), np.asarray(cols)
@@ -918,8 +932,10 @@ def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)
     if bad:
