@@ -268,8 +268,10 @@ def federated_release(
             "noise shares, so the published noise never holds fewer than n_min (whether a "
             "shard was topped up follows n and is not published)",
             *((f"secure aggregation unmasks a shard of at least secagg_floor={floor} "
-               "survivors; a round with a shard below it is refused, and that refusal is "
-               "not covered (it depends on the shard's size)",) if floor else ()),
+               "clients in every round of the protocol; a round with a shard below it is "
+               "refused (FederatedRefused, or SecAggAborted when the clients leave during "
+               "unmasking), and that refusal is not covered (it depends on the shard's "
+               "size)",) if floor else ()),
             f"the joining user's own noise share is charged: eps_share="
             f"{share.share_epsilon:.4g}, noise calibrated at eps_noise="
             f"{share.noise_epsilon:.4g}",
