@@ -24,7 +24,8 @@ function of n. Two things in a federated round are, unless fixed in advance:
    of every cell. Exactly: one cell, n_min = 18, eps = 1, shape 1 against 1 + 1/18 with the
    count shifted by one has delta(eps = 1) = 7.8e-3 (``tests/federated/test_add_remove.py``).
 
-The charge. Let D (k survivors in the user's shard) and D' = D + one user (k + 1). Take the
+The charge. Let D (k >= n_min survivors in the user's shard; fewer: the top-up below) and
+D' = D + one user (k + 1). Take the
 intermediate M'' = D's data with k + 1 shares. Then
 
 * M(D'), M'' have the same noise law (k + 1 >= n_min shares, i.e. DL(a) plus one extra noise
