@@ -25,8 +25,7 @@ function of n. Two things in a federated round are, unless fixed in advance:
    count shifted by one has delta(eps = 1) = 7.8e-3 (``tests/federated/test_add_remove.py``).
 
 The charge. Let D (k >= n_min survivors in the user's shard; fewer: the top-up below) and
-D' = D + one user (k + 1). Take the
-intermediate M'' = D's data with k + 1 shares. Then
+D' = D + one user (k + 1). Take the intermediate M'' = D's data with k + 1 shares. Then
 
 * M(D'), M'' have the same noise law (k + 1 >= n_min shares, i.e. DL(a) plus one extra noise
   kernel) and data differing by the user's vector of l1 norm <= Delta: eps_noise-DP
