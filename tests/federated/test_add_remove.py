@@ -18,6 +18,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+import scipy.stats
 from click.testing import CliRunner
 
 from shuffledp.accounting.guarantee import Neighbour
@@ -278,23 +279,39 @@ def test_short_shard_is_released_with_the_top_up_recorded(agg):
 
 
 def test_secure_aggregation_tops_up_down_to_its_floor():
-    """Real SecAgg+: a shard of 12 survivors (n_min = 18) is unmasked and topped up with 6
-    shares; 8 survivors are below the plan's secagg_floor = 9, which SecAgg cannot unmask:
-    refused, and the guarantee names that floor as not covered."""
+    """Real SecAgg+: a shard of 14 survivors (n_min = 18) is unmasked and topped up with 4
+    shares; 13 survivors are below the plan's secagg_floor = 14 (more than two thirds of the
+    planned 20 clients), which SecAgg does not unmask: refused, and the guarantee names that
+    floor as not covered."""
     plan = ShardPlan(max_users=20, shard_size=20, dropout=0.1)
-    assert (plan.n_min, plan.secagg_floor) == (18, 9)
-    rel = federated_histogram(np.zeros(12, dtype=np.int64), 1, 1.0, shard_size=20,
+    assert (plan.n_min, plan.secagg_floor) == (18, 14)
+    rel = federated_histogram(np.zeros(14, dtype=np.int64), 1, 1.0, shard_size=20,
                               max_users=20, dropout=0.1, neighbour="add_remove",
                               aggregation="secagg", rng=4)
-    assert rel.shards[0]["top_up_shares"] == 6 and rel.guarantee.parameters["secagg_floor"] == 9
-    assert any("secagg_floor=9" in note and "not covered" in note
+    assert rel.shards[0]["top_up_shares"] == 4 and rel.guarantee.parameters["secagg_floor"] == 14
+    assert any("secagg_floor=14" in note and "not covered" in note
                for note in rel.guarantee.notes)
     assert all(k not in public_shards(rel)[0] for k in ("secagg_degree", "secagg_threshold",
                                                         "top_up_shares", "bytes_up_per_client"))
-    with pytest.raises(FederatedRefused, match="8 clients survived, fewer than secagg_floor=9"):
-        federated_histogram(np.zeros(8, dtype=np.int64), 1, 1.0, shard_size=20,
+    with pytest.raises(FederatedRefused, match="13 clients survived, fewer than secagg_floor=14"):
+        federated_histogram(np.zeros(13, dtype=np.int64), 1, 1.0, shard_size=20,
                             max_users=20, dropout=0.1, neighbour="add_remove",
                             aggregation="secagg", rng=4)
+
+
+@pytest.mark.parametrize("planned,dropout,floor", [(20, 0.1, 14), (200, 0.1, 145),
+                                                   (1000, 0.1, 827), (10_000, 0.1, 8782),
+                                                   (20, 0.0, 20), (2, 0.0, 2), (10, 0.9, 2)])
+def test_secagg_floor_rule(planned, dropout, floor):
+    """The floor is the largest of 2, floor(2 S / 3) + 1 and the binomial 2^-40 quantile of the
+    survivors at the planned dropout, capped at n_min; checked against the tail directly."""
+    plan = ShardPlan(max_users=planned, shard_size=planned, dropout=dropout)
+    assert plan.secagg_floor == floor
+    tail = 2.0 ** -40
+    if floor > max(2, 2 * planned // 3 + 1) and floor < plan.n_min:
+        # the quantile decides: floor qualifies, floor + 1 does not
+        assert scipy.stats.binom.cdf(floor - 1, planned, 1 - dropout) <= tail
+        assert scipy.stats.binom.cdf(floor, planned, 1 - dropout) > tail
 
 
 @pytest.mark.parametrize("alpha,n_min,a", [(2.0, 18, math.exp(-1.0)), (50.0, 18, math.exp(-1.0)),
