@@ -14,7 +14,10 @@ Sec. 4 "Handling dropouts"; errata row 6), and k >= n_min survivors' noise is DL
 independent extra noise whose law is the same for both neighbours (post-processing); a shard
 that ends with fewer survivors is refused (``FederatedRefused``), never released with less
 noise. Add/remove (n private) needs a public shard plan and charges the joining user's own
-noise share: :mod:`shuffledp.analyzers.federated.population` (errata row 13). Shards hold
+noise share, and a shard with fewer than n_min survivors is topped up to n_min shares by the
+publisher instead of refused (a refusal would depend on n; real secure aggregation keeps a
+floor of half n_min survivors): :mod:`shuffledp.analyzers.federated.population` (errata
+row 13). Shards hold
 disjoint users, so they compose in parallel (eps in total). The Polya tables are exact
 up to ``SAMPLER_TV_MAX`` per draw (:mod:`shuffledp.encoders.noise.polya`), so the release is
 within total variation tau = (draws) x SAMPLER_TV_MAX of the ideal eps-DP mechanism and is
@@ -56,18 +59,23 @@ THEOREM_ADD_REMOVE = (
     "Bagdasaryan et al., PoPETs 2022, Thm 4.2 on a public shard plan (max_users, shard = id "
     "mod K, Polya shape 1/n_min), the joining user's own noise share charged by the Renyi "
     "divergence of Polya(1, a) against Polya(1 + 1/n_min, a) (van Erven and Harremoes 2014, "
-    "Thm 9; Canonne, Kamath and Steinke 2020, Prop. 12), shards in parallel")
+    "Thm 9; Canonne, Kamath and Steinke 2020, Prop. 12), a shard with fewer than n_min "
+    "survivors topped up to n_min shares by the publisher, shards in parallel")
 THEOREM_CENTRAL = ("discrete Laplace mechanism (Ghosh, Roughgarden and Sundararajan 2012) "
                    "added once per entry by a trusted server, as Polya(1, a) - Polya(1, a) "
                    "(Bagdasaryan et al., PoPETs 2022, Thm 4.2 with one share)")
-#: per-shard entries that count users (the evaluation's view): a release under add/remove
-#: (n private) must not publish them (:func:`public_shards`)
+#: per-shard entries that count users or follow their number (the evaluation's view): a
+#: release under add/remove (n private) must not publish them (:func:`public_shards`); the
+#: SecAgg+ graph, threshold and bytes are chosen from the shard's clients, and the top-up
+#: from its survivors
 PRIVATE_SHARD_KEYS = ("clients", "survivors", "dropped_by_round", "server_seconds",
-                      "client_seconds_mean")
+                      "client_seconds_mean", "top_up_shares", "bytes_up_per_client",
+                      "secagg_graph", "secagg_degree", "secagg_threshold")
 
 
 class FederatedRefused(Refused):
-    """A shard ended with fewer survivors than its noise was calibrated for."""
+    """A shard ended with fewer survivors than its noise was calibrated for (under add/remove:
+    than real secure aggregation can unmask; short shards are otherwise topped up)."""
 
 
 @dataclass(frozen=True)
@@ -246,21 +254,37 @@ def federated_release(
         if share.noise_epsilon + share.share_epsilon > eps * (1 + 1e-12):
             raise ValueError(f"share spends {share.noise_epsilon + share.share_epsilon!r} > "
                              f"epsilon={eps!r}")
+        from shuffledp.analyzers.federated.population import server_view_epsilon  # cycle
+
         delta = min(1.0, share.certified_delta + tv_delta)
+        floor = parameters.get("secagg_floor")
+        worst = server_view_epsilon(floor or 1, share.n_min, share.noise_epsilon,
+                                    share.l1_bound)
         notes = (
             f"add/remove: the noise and the shard layout depend only on public numbers "
             f"(max_users, shard_size, dropout: n_min={share.n_min} survivors per shard); "
-            "holds for data sets in which every shard keeps at least n_min survivors (others "
-            "are refused)",
+            "holds for every data set of at most max_users users and every dropout pattern: "
+            "a shard with k < n_min survivors is topped up by the publisher with n_min - k "
+            "noise shares, so the published noise never holds fewer than n_min (whether a "
+            "shard was topped up follows n and is not published)",
+            *((f"secure aggregation unmasks a shard of at least secagg_floor={floor} "
+               "clients in every round of the protocol; a round with a shard below it is "
+               "refused (FederatedRefused, or SecAggAborted when the clients leave during "
+               "unmasking), and that refusal is not covered (it depends on the shard's "
+               "size)",) if floor else ()),
             f"the joining user's own noise share is charged: eps_share="
             f"{share.share_epsilon:.4g}, noise calibrated at eps_noise="
             f"{share.noise_epsilon:.4g}",
-            "the secure-aggregation server sees who takes part: against it the protection is "
-            f"the zero-out one (eps_noise={share.noise_epsilon:.4g})",
+            "the secure-aggregation server sees who takes part and a shard's sum before its "
+            "top-up: against it the protection is the zero-out one, eps_noise="
+            f"{share.noise_epsilon:.4g} for a shard of at least n_min survivors, eps_noise + "
+            "Delta ln(n_min / k) (pure) for one topped up from k survivors: at most "
+            f"{worst:.4g} (k = {floor or 1})",
         ) + notes
         g = Guarantee(notion="approximate", model="distributed", epsilon=eps, delta=delta,
                       neighbour=nb, theorem=THEOREM_ADD_REMOVE,
-                      parameters={**parameters, **share.to_dict()}, notes=notes)
+                      parameters={**parameters, **share.to_dict(), "top_up": True,
+                                  "server_view_epsilon_max": worst}, notes=notes)
         g = g.with_event(EpsDelta(epsilon=eps, delta=delta, neighbour=nb,
                                   label="federated round, add/remove (joining share charged)"))
         return FederatedHistogram(counts=counts, guarantee=g, shards=shards)

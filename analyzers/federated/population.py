@@ -10,9 +10,10 @@ function of n. Two things in a federated round are, unless fixed in advance:
    account), not by the other users (so adding or removing one user never moves another user
    and never opens a shard), and one Polya shape 1 / n_min for every client with
    n_min = ceil((1 - dropout) floor(N / K)): ``dropout`` is the fraction of each shard's
-   planned N / K users that may be missing or drop out. A round with more than N users, or a
-   shard with fewer than n_min survivors, is refused (as for dropout, [Bagdasaryan22]_
-   Sec. 4).
+   planned N / K users that may be missing or drop out. A round with more than N users is
+   refused (the guarantee is stated for data sets of at most N users). A shard that ends
+   with k < n_min survivors is *topped up* (below), not refused: a refusal decided on k
+   would itself depend on how many users the shard holds.
 
 2. **The number of noise shares.** Every client adds its own X - Y, X, Y ~ Polya(1/n_min, a)
    per cell, so the user who joins also adds a share, in *every* cell. With k >= n_min
@@ -23,8 +24,8 @@ function of n. Two things in a federated round are, unless fixed in advance:
    of every cell. Exactly: one cell, n_min = 18, eps = 1, shape 1 against 1 + 1/18 with the
    count shifted by one has delta(eps = 1) = 7.8e-3 (``tests/federated/test_add_remove.py``).
 
-The charge. Let D (k survivors in the user's shard) and D' = D + one user (k + 1). Take the
-intermediate M'' = D's data with k + 1 shares. Then
+The charge. Let D (k >= n_min survivors in the user's shard; fewer: the top-up below) and
+D' = D + one user (k + 1). Take the intermediate M'' = D's data with k + 1 shares. Then
 
 * M(D'), M'' have the same noise law (k + 1 >= n_min shares, i.e. DL(a) plus one extra noise
   kernel) and data differing by the user's vector of l1 norm <= Delta: eps_noise-DP
@@ -57,11 +58,42 @@ layout), so one shard's pair is the whole round's (parallel composition). The co
 n_min grows: eps_share = 0.0095 for n_min = 9,000, d = 300 cells, a = e^{-1},
 delta_1 = 1e-10, and 0.27 for n_min = 18, d = 1.
 
+Short shards: the top-up. When a shard ends with k < n_min survivors, the party that
+publishes adds n_min - k shares X - Y, X, Y ~ Polya(1/n_min, a), itself, to every cell of
+the shard's sum before releasing it (one draw of Polya((n_min - k)/n_min, a) per variable:
+Polya shapes with one a add up), so the published noise of every shard holds
+max(k, n_min) shares, never fewer than n_min (= DL(a), [Bagdasaryan22]_ Thm 4.2). Then for
+D (k survivors) and D' = D + one surviving user:
+
+* k + 1 <= n_min: both releases hold exactly n_min shares (the joiner's share takes the place
+  of one top-up share), so they differ only in the joiner's data over the same DL(a) noise:
+  eps_noise-DP, no share charge;
+* k >= n_min: no top-up on either side; the charge above (worst case k = n_min).
+
+A joiner who drops out leaves the release's law unchanged, and a mixture over the dropouts
+(independent of the data) is no harder than its components (joint convexity). So the round
+is (eps_noise + eps_share, e^{eps_noise} delta_1)-DP under add/remove for every data set of at
+most N users and every dropout pattern: the top-up removes the refusal instead of covering
+it. With real secure aggregation one floor remains: SecAgg cannot unmask a shard with fewer
+survivors than its threshold, and the plan sets that threshold to
+:attr:`ShardPlan.secagg_floor` (more than two thirds of the planned shard, and the 2^-40
+binomial quantile of its survivors at the planned dropout); a shard below it is refused, and
+that refusal is *not* covered (it depends on the shard's size, as before, but far below n_min:
+e.g. n_min = 18, floor 14, a real dropout of 2%: refused with probability 2.2e-5 with 18
+users and 1.4e-6 with 19, against 0.305 and 0.055 below 18).
+
 Who sees what. The secure-aggregation server talks to every client, so it sees who takes
-part: against the server the protection is the zero-out one (the data of a participant,
-eps_noise-DP). The add/remove guarantee covers the published release, which must then not
-state n or any count derived from it (survivors, clients per shard); the command line omits
-them.
+part, and it sees a shard's sum *before* the top-up: k survivors' shares, Polya(s, a) -
+Polya(s, a) with s = k / n_min. For s >= 1 the protection against it is the zero-out one
+(the data of a participant, eps_noise-DP). For a topped-up shard (s < 1) it is
+:func:`server_view_epsilon`, eps_noise + Delta ln(n_min / k), pure: the ratio of consecutive
+Polya(s, a) terms, a (j + s)/(j + 1), lies in [a s, a], hence so does that of the difference's
+pmf at z + 1 and z (z >= 0; the law is symmetric), and a shift of the data by Delta in l1
+costs at most Delta ln(1 / (a s)). At the SecAgg floor that is eps_noise + Delta
+ln(n_min / secagg_floor): + 0.025 Delta for shards of 10,000 at dropout 0.1. The add/remove
+guarantee covers the published release, which must then not state n or any count derived
+from it (survivors, clients per shard, whether or by how much a shard was topped up); the
+command line omits them.
 
 References
 ----------
@@ -103,6 +135,28 @@ _CHEAP_TERMS = 1 << 12
 _SLACK = 1e-9
 
 
+#: The planned shard keeps at least ``secagg_floor`` survivors with probability >= 1 - 2^-40
+#: at the planned dropout rate (:class:`ShardPlan`).
+SECAGG_FLOOR_TAIL_BITS = 40
+
+
+def _secagg_floor(planned: int, dropout: float, n_min: int) -> int:
+    """max(floor(2 S / 3) + 1, t*) capped at n_min, at least 2; t* the largest t with
+    P[Bin(S, 1 - dropout) < t] <= 2^-40 (S = ``planned`` clients). A planning rule, not a
+    privacy claim: the refusal below it is stated as not covered."""
+    from scipy.stats import binom
+
+    tail = -SECAGG_FLOOR_TAIL_BITS * math.log(2.0)
+    lo, hi = 0, n_min  # P[X < 0] = 0 qualifies; find the largest t in [0, n_min] that does
+    while lo < hi:
+        t = (lo + hi + 1) // 2
+        if float(binom.logcdf(t - 1, planned, 1.0 - dropout)) <= tail:
+            lo = t
+        else:
+            hi = t - 1
+    return max(2, min(n_min, max(2 * planned // 3 + 1, lo)))
+
+
 @dataclass(frozen=True)
 class ShardPlan:
     """The public shard layout of an add/remove federated round.
@@ -120,7 +174,16 @@ class ShardPlan:
         K = ceil(N / S_max) (derived).
     n_min : int
         ceil((1 - dropout) floor(N / K)): the survivors every shard's noise is planned for;
-        each client's Polya shape is 1 / n_min (derived).
+        each client's Polya shape is 1 / n_min; a shard with fewer survivors is topped up to
+        n_min shares by the publisher (derived).
+    secagg_floor : int
+        The fewest survivors real secure aggregation is planned to unmask (its threshold); a
+        shard below it is refused (derived). The largest of 2, floor(2 S / 3) + 1 (more than
+        two thirds of the planned shard S = floor(N / K), the complete-graph protocol's
+        threshold) and the most survivors a planned shard keeps with probability at least
+        1 - 2^-40 when its clients drop independently at the planned rate (binomial), never
+        above n_min. A floor lower than needed costs SecAgg+ degree: at S = 10,000, dropout
+        0.1 it is 8,782 (degree 46; ceil(n_min / 2) would need 184).
     """
 
     max_users: int
@@ -128,6 +191,7 @@ class ShardPlan:
     dropout: float = 0.0
     shards: int = field(init=False)
     n_min: int = field(init=False)
+    secagg_floor: int = field(init=False)
 
     def __post_init__(self) -> None:
         N = v.count("max_users", self.max_users, 2)
@@ -135,8 +199,9 @@ class ShardPlan:
         f = v.interval("dropout", self.dropout, 0.0, 1.0, open_low=False)
         K = -(-N // S)
         n_min = max(1, math.ceil((1.0 - f) * (N // K) - 1e-9))
+        floor = _secagg_floor(N // K, f, n_min)
         for name, val in (("max_users", N), ("shard_size", S), ("dropout", f), ("shards", K),
-                          ("n_min", n_min)):
+                          ("n_min", n_min), ("secagg_floor", floor)):
             object.__setattr__(self, name, val)
 
     def assign(self, user_ids: Any, n: int) -> np.ndarray:
@@ -161,9 +226,55 @@ class ShardPlan:
             raise ValueError("user_ids must not repeat (one id per user)")
         return (ids % self.shards).astype(np.int64)
 
+    def top_up(self, survivors: int) -> int:
+        """The shares the publisher adds to a shard with ``survivors`` survivors:
+        max(0, n_min - survivors) (module docstring)."""
+        return max(0, self.n_min - v.count("survivors", survivors, 0))
+
     def to_dict(self) -> dict[str, Any]:
         return {"max_users": self.max_users, "shard_size": self.shard_size,
                 "dropout": self.dropout, "shards": self.shards, "n_min": self.n_min}
+
+
+def server_view_epsilon(survivors: int, n_min: int, noise_epsilon: float,
+                        sensitivity: int) -> float:
+    """Pure epsilon protecting a participant (zero-out) against the secure-aggregation server,
+    which sees a shard's sum before the top-up: eps_noise + Delta ln(n_min / k) for k < n_min
+    survivors, eps_noise for k >= n_min.
+
+    Parameters
+    ----------
+    survivors : int
+        k, the survivors whose shares the server's sum holds, >= 1.
+    n_min : int
+        The shares the noise is planned for (each client's Polya shape is 1 / n_min), >= 1.
+    noise_epsilon : float
+        eps_noise: n_min shares add up to DL(a), a = e^{-eps_noise / Delta}.
+    sensitivity : int
+        Delta, the l1 change of one participant's vector, >= 1.
+
+    Returns
+    -------
+    float
+        The bound (module docstring: the ratio of the difference's pmf at z + 1 and z lies
+        in [a s, a] for z >= 0, s = k / n_min <= 1). Without the Polya tables' delta.
+
+    Raises
+    ------
+    TypeError
+        If a count is not an integer or ``noise_epsilon`` not a real number.
+    ValueError
+        If ``survivors`` < 1, ``n_min`` < 1, ``sensitivity`` < 1 or ``noise_epsilon`` <= 0.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Def. 4.1 (the Polya law), Thm 4.2 (n_min shares give DL(a)).
+    """
+    k = v.count("survivors", survivors, 1)
+    n = v.count("n_min", n_min, 1)
+    eps = v.positive("noise_epsilon", noise_epsilon)
+    d = v.count("sensitivity", sensitivity, 1)
+    return eps + d * math.log(n / k) if k < n else eps
 
 
 # --------------------------------------------------------------- the share-count pair
@@ -497,4 +608,5 @@ def _slack(x: float) -> float:
 
 
 __all__ = ["DEFAULT_SHARE_DELTA", "AddRemoveNoise", "ShardPlan", "add_remove_noise",
-           "gamma_share_rdp", "joining_share_epsilon", "series_share_rdp", "share_rdp"]
+           "gamma_share_rdp", "joining_share_epsilon", "series_share_rdp",
+           "server_view_epsilon", "share_rdp"]

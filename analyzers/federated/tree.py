@@ -139,8 +139,9 @@ class AdaptiveRelease:
         The partition the last sub-query used.
     rounds : list of dict
         Per sub-query: eps (charged), noise_epsilon, sigma_target, vector length, tree size,
-        users, survivors, SecAgg seconds. Under add/remove the users, survivors and seconds
-        are the evaluation's view, not part of the release: publish :meth:`public_rounds`.
+        users, survivors, SecAgg seconds (add/remove: the noise shares the publisher added to
+        short shards). Under add/remove the users, survivors, seconds and top-ups are the
+        evaluation's view, not part of the release: publish :meth:`public_rounds`.
     guarantee : Guarantee
     """
 
@@ -160,7 +161,7 @@ class AdaptiveRelease:
 
 
 #: round entries that count users (n, or survivors and timings that follow it)
-PRIVATE_ROUND_KEYS = ("users", "survivors", "secagg_server_seconds")
+PRIVATE_ROUND_KEYS = ("users", "survivors", "secagg_server_seconds", "top_up_shares")
 
 
 def eq7_target(c: float, users: int, cells: int, s_max: int, form: str = "printed") -> float:

@@ -11,9 +11,11 @@ writes to ``--out``:
   (n public) also the users, survivors and SecAgg server seconds. Under ``add_remove`` n is
   private: the report states
   the public population bound ``--max-users`` instead and no count that follows n (users,
-  survivors, clients per shard, timings, communication in user-entries); with
+  survivors, clients per shard, timings, communication in user-entries, the noise shares the
+  publisher added to shards that ended with fewer than n_min survivors); with
   ``--report-error`` only (evaluation: computed from the data without noise, not private)
-  the MSE against the true density, that of the flat one-hot baseline, and the users;
+  the MSE against the true density, that of the flat one-hot baseline, the users, and under
+  ``add_remove`` the top-up shares of each sub-query;
 * ``tree.png``: the estimate and the final partition's cell boundaries side by side (and the
   true density with ``--report-error``).
 
@@ -120,7 +122,9 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
               help="S_max, clients per secure-aggregation shard (the paper's 10,000).")
 @click.option("--dropout", type=UNIT_CLOSED_LOW, default=DEFAULT_FEDERATED_DROPOUT,
               show_default=True,
-              help="Planned dropout fraction the noise is over-provisioned for.")
+              help="Planned dropout fraction the noise is over-provisioned for (a shard "
+                   "left with fewer survivors is refused; under add_remove the publisher "
+                   "tops its noise up instead, and real SecAgg refuses below half of them).")
 @click.option("--dropout-rate", "dropout_rate", type=UNIT_CLOSED_LOW, default=0.0,
               show_default=True, help="Simulated fraction of clients that drop out (e.g. "
                                       "0.02; at most --dropout).")
@@ -237,7 +241,10 @@ def federated_cmd(input_path, n, epsilon, depth, users_per_query, shard_size, dr
         evaluation = {"mse": mse(rel.estimate, truth), "mse_flat_baseline": mse(flat, truth),
                       "truth": ("the population image the users were sampled from"
                                 if density is not None else "the users' own histogram"),
-                      "users": int(rows.size), "notes": [EVALUATION_NOTE]}
+                      "users": int(rows.size), "notes": [EVALUATION_NOTE],
+                      **({"top_up_shares_by_round": [r.get("top_up_shares", 0)
+                                                     for r in rel.rounds]}
+                         if private_n and plan else {})}
     render_png(out / "tree.png", panels)
     report = {
         "mechanism": "adaptive hierarchical histogram (Bagdasaryan et al. 2022, Alg. 2)",

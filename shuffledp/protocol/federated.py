@@ -14,8 +14,10 @@ see :mod:`shuffledp.analyzers.federated.histogram`. Under add/remove (n private)
 noise depends on may be a function of n: the shards and each client's Polya shape come from a
 public :class:`~shuffledp.analyzers.federated.population.ShardPlan` (``max_users``), the
 joining user's own noise share is charged (:mod:`shuffledp.analyzers.federated.population`),
-eq. 7 of the adaptive algorithm uses a public number of users, and the per-shard counts are
-the evaluation's view, not part of the release
+a shard with fewer than n_min survivors is topped up to n_min noise shares by the publisher
+(from the run's noise source: the secure generator of a private release) instead of refused,
+eq. 7 of the adaptive algorithm uses a public number of users, and the per-shard counts and
+top-ups are the evaluation's view, not part of the release
 (:func:`shuffledp.analyzers.federated.histogram.public_shards`).
 
 References
@@ -117,8 +119,10 @@ def federated_histogram(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     c = _iv(cells, n_cells)
     return federated_sum(_OneHot(c, int(n_cells)), 1, epsilon, **kwargs)
@@ -183,8 +187,10 @@ def federated_locations(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     rng = kwargs.pop("rng", None)
     src = noise_source(rng)
@@ -220,16 +226,30 @@ def _drop_rounds(dropped: Any, n: int) -> np.ndarray:
     return d.astype(np.int64)
 
 
-def _simulated_shard(vecs, alive, D, eps, bound, n_min, m, nb, src) -> np.ndarray:
+def _simulated_shard(vecs, alive, D, eps, bound, n_min, m, nb, src, top_up=0) -> np.ndarray:
     """The decoded modular sum of a shard, sampled in O(D): the survivors' noise is a sum of
     k = len(alive) i.i.d. Polya(1/n_min, a) differences, i.e. exactly Polya(k/n_min, a) -
-    Polya(k/n_min, a) (Polya variables with one a add their shapes)."""
+    Polya(k/n_min, a) (Polya variables with one a add their shapes); with the publisher's
+    ``top_up`` shares (add/remove, k < n_min) the shape is (k + top_up) / n_min."""
     _, a = noise_parameters(eps, nb, bound)
-    s = np.mod(_data_sum(vecs, alive) + polya_difference(len(alive) / n_min, a, D, src), m)
+    shape = (len(alive) + top_up) / n_min
+    s = np.mod(_data_sum(vecs, alive, D) + polya_difference(shape, a, D, src), m)
     return decode_centred(s, m)
 
 
-def _data_sum(vecs: Any, idx: Any) -> np.ndarray:
+def _top_up(s: np.ndarray, shares: int, eps, bound, n_min, m, nb, src) -> np.ndarray:
+    """The publisher's top-up of a short shard's modular sum: ``shares`` more X - Y, X, Y ~
+    Polya(1/n_min, a), drawn at once as Polya(shares/n_min, a) - Polya(shares/n_min, a) (the
+    same law) from the run's noise source (the secure generator of a private release)."""
+    if not shares:
+        return s
+    _, a = noise_parameters(eps, nb, bound)
+    return np.mod(s + polya_difference(shares / n_min, a, s.size, src), m)
+
+
+def _data_sum(vecs: Any, idx: Any, D: int) -> np.ndarray:
+    if len(idx) == 0:
+        return np.zeros(D, dtype=np.int64)
     if isinstance(vecs, _OneHot):
         return vecs.total(np.asarray(idx, dtype=np.int64))
     return np.sum([vecs[i] for i in idx], axis=0).astype(np.int64)
@@ -293,7 +313,9 @@ def federated_sum(
         ``vectors``; add/remove: the public plan of ``max_users``).
     dropout : float in [0, 1)
         Planned dropout fraction: the noise is set for n_min = ceil((1 - dropout) S)
-        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`).
+        (add/remove: of each shard's planned floor(N / K) users, :class:`ShardPlan`; a shard
+        left with k < n_min survivors is then topped up with n_min - k shares by the
+        publisher, recorded as the shard's ``top_up_shares``).
     dropped : array_like of bool or int, shape (n,), optional
         Simulated dropouts. Booleans: True drops before sending the masked input. Integers:
         the secure-aggregation round in which the user drops (0 advertise keys, 1 share
@@ -342,8 +364,10 @@ def federated_sum(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     vecs = vectors if isinstance(vectors, _OneHot) else [np.asarray(x) for x in vectors]
     if not len(vecs):
@@ -382,26 +406,42 @@ def federated_sum(
         params.update(plan.to_dict())
     total = np.zeros(D, dtype=np.int64)
     shards = []
+    secagg = agg in ("secagg", "secagg_complete")
+    if plan is not None and secagg:
+        params["secagg_floor"] = plan.secagg_floor
     for j, (idx, n_min) in enumerate(zip(groups, n_mins, strict=True)):
         alive = [k for k, i in enumerate(idx) if not gone[i]]
+        top = 0
         if len(alive) < n_min:
-            raise FederatedRefused(
-                f"shard {j}: {len(alive)} of {idx.size} clients survived, fewer "
-                f"than n_min={n_min} the noise was set for (dropout={drop}); not released")
+            if plan is None:  # n public: the refusal depends on the dropouts only
+                raise FederatedRefused(
+                    f"shard {j}: {len(alive)} of {idx.size} clients survived, fewer "
+                    f"than n_min={n_min} the noise was set for (dropout={drop}); not released")
+            if secagg and len(alive) < plan.secagg_floor:
+                raise FederatedRefused(
+                    f"shard {j}: {len(alive)} clients survived, fewer than secagg_floor="
+                    f"{plan.secagg_floor}, the fewest secure aggregation is planned to unmask "
+                    f"(n_min={n_min}); not released (this refusal is not covered by the "
+                    "add/remove guarantee)")
+            top = plan.top_up(len(alive))  # add/remove: the publisher tops up, no refusal
         info: dict[str, Any] = {"shard": j, "clients": int(idx.size), "survivors": len(alive),
                                 "n_min": n_min,
                                 "dropped_by_round": [int((when[idx] == k).sum())
                                                      for k in range(4)]}
+        if plan is not None:
+            info["top_up_shares"] = top
         if agg == "simulate":
-            total += _simulated_shard(vecs, idx[alive], D, eps_noise, bound, n_min, m, nb, src)
+            total += _simulated_shard(vecs, idx[alive], D, eps_noise, bound, n_min, m, nb, src,
+                                      top)
         else:
             noisy = [noisy_vector(vecs[i], eps_noise, bound, n_min, m, neighbour=nb, rng=src)
                      for i in idx]
-            if agg in ("secagg", "secagg_complete"):
+            unmask = n_min if plan is None else plan.secagg_floor
+            if secagg:
                 drops = {k: set(np.flatnonzero(when[idx] == k).tolist()) for k in range(4)}
-                res = (secure_sum(noisy, m, graph="sparse", min_clients=min(n_min, idx.size),
+                res = (secure_sum(noisy, m, graph="sparse", min_clients=min(unmask, idx.size),
                                   dropouts=drops) if agg == "secagg" else
-                       secure_sum(noisy, m, threshold=max(2, min(n_min, idx.size)),
+                       secure_sum(noisy, m, threshold=max(2, min(unmask, idx.size)),
                                   dropouts=drops))
                 s = res.total
                 info.update(server_seconds=res.server_seconds,
@@ -410,14 +450,18 @@ def federated_sum(
                             secagg_graph=res.graph, secagg_degree=res.degree,
                             secagg_threshold=res.threshold)
             else:
-                s = np.sum([noisy[k] for k in alive], axis=0) % m
-            total += decode_centred(s, m)
+                s = (np.sum([noisy[k] for k in alive], axis=0) % m if alive
+                     else np.zeros(D, dtype=np.int64))
+            total += decode_centred(_top_up(np.asarray(s, dtype=np.int64), top, eps_noise,
+                                            bound, n_min, m, nb, src), m)
         shards.append(info)
         if progress is not None:  # e.g. a progress bar's update: one shard done
             progress(1)
     # the Polya tables' charge: one per draw; under add/remove from the public bound (at most
-    # max_users clients draw), so that the stated delta does not depend on n
-    per = len(groups) if agg == "simulate" else (plan.max_users if plan is not None else n)
+    # max_users clients and one top-up per shard draw), so that the stated delta does not
+    # depend on n
+    per = len(groups) if agg == "simulate" else (plan.max_users + plan.shards
+                                                 if plan is not None else n)
     return federated_release(total, shards, epsilon=eps, neighbour=nb, draws=2 * D * per,
                              parameters=params, seeded=is_seeded(rng), share=share)
 
@@ -432,7 +476,7 @@ def _central_sum(vecs, D, eps, bound, m, nb, gone, max_users, user_ids, src, par
                          f"shards, got max_users={max_users!r}")
     alive = np.flatnonzero(~gone)
     _, a = noise_parameters(eps, nb, bound)
-    data = _data_sum(vecs, alive) if alive.size else np.zeros(D, dtype=np.int64)
+    data = _data_sum(vecs, alive, D)
     total = data + polya_difference(1.0, a, D, src)
     rel = federated_release(total, [{"shard": 0, "clients": len(vecs),
                                      "survivors": int(alive.size), "n_min": 1}],
@@ -538,8 +582,10 @@ def adaptive_histogram(
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L, r, cc = _check_pixels(rows, cols, depth)
     eps_total = v.positive("epsilon", epsilon)
@@ -619,7 +665,8 @@ def adaptive_histogram(
                               "users_per_query": users_per_query, "eq7_users": U_pub,
                               "max_users": max_users, "shard_size": shard_size, "c": c,
                               "b": b, "dropout": dropout, "aggregation": aggregation,
-                              "schedule": sched, "threshold": fixed, "eq7": eq7},
+                              "schedule": sched, "threshold": fixed, "eq7": eq7,
+                              **({"top_up": True} if plan is not None else {})},
                   notes=hist.guarantee.notes + notes,
                   event=Sequential(steps=tuple(e for e, k in acc.events for _ in range(k)),
                                    neighbour=nb))
@@ -740,6 +787,8 @@ def _round_record(eps_q: float, sigma: float, T: int, tree_nodes: int, U: int,
         "shards": len(hist.shards), "delta": hist.guarantee.delta,
         "secagg_server_seconds": float(sum(s.get("server_seconds", 0.0)
                                            for s in hist.shards)),
+        **({"top_up_shares": int(sum(s["top_up_shares"] for s in hist.shards))}
+           if hist.shards and "top_up_shares" in hist.shards[0] else {}),
     }
 
 
@@ -783,8 +832,10 @@ def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: A
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
     cells = np.asarray(rows) * side + np.asarray(cols)
@@ -824,8 +875,10 @@ def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L = v.bounded_count("depth", depth, 1, 12)
     r, c = np.asarray(rows), np.asarray(cols)
@@ -879,8 +932,10 @@ def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     TypeError
         If a count is not an integer.
     FederatedRefused
-        A shard with fewer survivors than n_min, or (add/remove) an n_min too small to pay
-        for the joining user's noise share.
+        A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
+        is topped up instead, and refused only below real SecAgg's floor
+        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)
     if bad:

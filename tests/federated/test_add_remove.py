@@ -3,8 +3,10 @@ the exact output laws of neighbouring data sets, at and across a shard boundary.
 
 The released count of a cell is its data count plus the survivors' noise: with every client
 adding X - Y, X, Y ~ Polya(1/n_min, a), k survivors give Polya(k/n_min, a) - Polya(k/n_min, a)
-(Polya shapes with one a add up; Bagdasaryan et al., PoPETs 2022, Def. 4.1, Thm 4.2). The
-tests read n_min, a and the shards each user landed in from the code's own releases, build
+(Polya shapes with one a add up; Bagdasaryan et al., PoPETs 2022, Def. 4.1, Thm 4.2), and a
+shard with k < n_min survivors gets the publisher's n_min - k top-up shares. The
+tests read n_min, a, the top-ups and the shards each user landed in from the code's own
+releases, build
 those laws exactly (40-digit mpmath, truncated where the neglected mass is below 1e-35, which
 is added to the divergence), and compute the hockey-stick divergence
 H_eps(P || Q) = sum_z max(0, P(z) - e^eps Q(z)) in both directions.
@@ -16,6 +18,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+import scipy.stats
 from click.testing import CliRunner
 
 from shuffledp.accounting.guarantee import Neighbour
@@ -30,6 +33,7 @@ from shuffledp.analyzers.federated.population import (
     gamma_share_rdp,
     joining_share_epsilon,
     series_share_rdp,
+    server_view_epsilon,
 )
 from shuffledp.protocol.federated import adaptive_histogram, federated_histogram
 
@@ -84,7 +88,8 @@ def _cell_law(rel, count, shard=None):
     p = rel.guarantee.parameters
     a = math.exp(-p.get("noise_epsilon", rel.guarantee.epsilon) / p["sensitivity"])
     shards = rel.shards if shard is None else [rel.shards[shard]]
-    shares = sum(mp.mpf(s["survivors"]) / s["n_min"] for s in shards)
+    shares = sum(mp.mpf(s["survivors"] + s.get("top_up_shares", 0)) / s["n_min"]
+                 for s in shards)
     pmf, miss = _pd(shares, a)
     return _shift(pmf, count), miss
 
@@ -181,11 +186,132 @@ def test_the_layout_and_the_noise_do_not_depend_on_n():
     with pytest.raises(ValueError, match=r"user_ids\[1\]=-3"):
         plan.assign(np.array([1, -3]), 2)
     kw = dict(shard_size=20, max_users=20, dropout=0.1, epsilon=2.0)
+    rels = [_release(n, **kw) for n in (1, 17, 18, 19, 20)]
     seen = {(r.guarantee.parameters["n_min"], r.guarantee.parameters["noise_epsilon"],
-             r.guarantee.delta) for r in (_release(n, **kw) for n in (18, 19, 20))}
+             r.guarantee.delta, r.guarantee.notes) for r in rels}
     assert len(seen) == 1  # the same noise parameters and claim for every n the plan admits
-    with pytest.raises(FederatedRefused, match="17 of 17 clients survived, fewer than n_min=18"):
-        _release(17, shard_size=20, max_users=20, dropout=0.1, epsilon=2.0)
+    # fewer than n_min = 18 survivors: topped up to 18 shares, not refused
+    assert [r.shards[0]["top_up_shares"] for r in rels] == [17, 1, 0, 0, 0]
+
+
+def _dropped(n, k):
+    """A release of n users (all in cell 0 of one cell) of whom the first n - k drop out
+    before sending their masked input: k survivors. S = N = 20, planned dropout 0.1: n_min
+    = 18."""
+    d = np.zeros(n, dtype=bool)
+    d[:n - k] = True
+    return _release(n, shard_size=20, max_users=20, dropout=0.1, dropped=d)
+
+
+@pytest.mark.parametrize("n,k", [(19, 17), (18, 17), (19, 18)])
+def test_boundary_pairs_around_n_min_are_exact(n, k):
+    """The pairs at n_min = 18 the top-up decides: D with n users of whom k survive against
+    D + one user who survives (k + 1). Before the top-up, k = 17 was refused while k + 1 = 18
+    was released (the refusal leaked; 18 users at a real dropout of 2% were refused with
+    probability 0.305, 19 users with 0.055). Now both are released with the claimed
+    (1, delta) checked exactly, and:
+
+    * k = n_min - 1 = 17 vs 18: both releases hold exactly n_min shares (one top-up share on
+      D's side), so the pair is DL(a) shifted by one: exactly (eps_noise, 0), i.e. the
+      hockey-stick divergence at the DL's own epsilon is zero up to the truncation;
+    * k = n_min = 18 vs 19: no top-up; the joining share changes the noise law, and at
+      eps_noise the pair is far from the claimed delta (the charge is needed)."""
+    ra, rb = _dropped(n, k), _dropped(n + 1, k + 1)
+    g = ra.guarantee
+    assert (rb.guarantee.epsilon, rb.guarantee.delta) == (g.epsilon, g.delta) == (1.0, g.delta)
+    assert g.neighbour is Neighbour.ADD_REMOVE and g.delta < 1e-10
+    assert [ra.shards[0]["top_up_shares"], rb.shards[0]["top_up_shares"]] == (
+        [1, 0] if k == 17 else [0, 0])
+    P, m1 = _cell_law(ra, k)
+    Q, m2 = _cell_law(rb, k + 1)
+    assert _hockey(P, Q, g.epsilon, m1 + m2) <= g.delta  # measured 5.3e-41, 5.9e-41
+    a = mp.mpf(math.exp(-g.parameters["noise_epsilon"]))
+    with mp.workdps(DPS):
+        dl_eps = -mp.log(a)  # the DL's own epsilon, as the code's float a has it
+    at_noise = _hockey(P, Q, dl_eps, m1 + m2)
+    if k == 17:
+        assert at_noise < 1e-30
+    else:
+        assert at_noise > 1e3 * g.delta  # measured 7.3e-3
+
+
+@pytest.mark.parametrize("k", [1, 9, 17, 18])
+def test_server_view_bound_dominates_the_exact_loss(k):
+    """The SecAgg server sees a shard's sum before the top-up: k survivors' shares,
+    Polya(k/18, a) - Polya(k/18, a). Its exact pure epsilon for a unit shift (the largest
+    |ln p(z + 1)/p(z)|, z over the bulk; outside it the ratio lies in [a s, a] by the same
+    argument) is at most server_view_epsilon and within 2% of it (measured 3.887 vs 3.890 at
+    k = 1, 1.675 vs 1.693 at k = 9, 1.053 vs 1.057 at k = 17, both 1 at k = n_min)."""
+    pmf, _ = _pd(mp.mpf(k) / 18, math.exp(-1.0))
+    with mp.workdps(DPS):
+        exact = float(max(abs(mp.log(pmf[z + 1] / pmf[z])) for z in range(-60, 60)))
+    bound = server_view_epsilon(k, 18, 1.0, 1)
+    assert exact <= bound + 1e-12 and exact >= 0.98 * bound
+    assert server_view_epsilon(k, 18, 1.0, 3) == pytest.approx(1.0 + 3 * math.log(18 / k))
+    with pytest.raises(ValueError, match="survivors must be an integer >= 1, got survivors=0"):
+        server_view_epsilon(0, 18, 1.0, 1)
+
+
+@pytest.mark.parametrize("agg", ["plain", "simulate"])
+def test_short_shard_is_released_with_the_top_up_recorded(agg):
+    """100 of the planned 1,000 users (N = S = 1,000, n_min = 1,000): the clients' noise
+    (plain: the sum of each client's own Polya shares; simulate: their sum's law) and the
+    publisher's top-up of 900 shares make DL(a) in every cell (the exact-law tests above read
+    the top-up from the record; this checks that the noise holds it). Over 3,999 empty cells
+    the sample variance is within 25% of 2a/(1 - a)^2 (measured 1.01x plain, 0.96x simulate);
+    without the top-up it would be 0.1x. At a = e^{-0.535} (eps_noise) the DL's excess
+    kurtosis is 3.15, so the sample variance of 3,999 draws has relative sd
+    sqrt((3.15 + 2) / 3999) = 0.036: 25% is 7 sd (false failure < 1e-9 by the normal
+    approximation). The top-up is in the evaluation's shard record, not in what a release
+    publishes."""
+    rel = federated_histogram(np.zeros(100, dtype=np.int64), 4000, 1.0, shard_size=1000,
+                              max_users=1000, dropout=0.0, neighbour="add_remove",
+                              aggregation=agg, rng=3)
+    (s,) = rel.shards
+    assert (s["survivors"], s["n_min"], s["top_up_shares"]) == (100, 1000, 900)
+    assert "top_up_shares" not in public_shards(rel)[0]
+    g = rel.guarantee
+    assert g.parameters["top_up"] is True
+    assert any("topped up by the publisher" in note for note in g.notes)
+    a = math.exp(-g.parameters["noise_epsilon"])
+    var = float(np.var(rel.counts[1:].astype(float)))
+    assert abs(var / (2 * a / (1 - a) ** 2) - 1) < 0.25
+
+
+def test_secure_aggregation_tops_up_down_to_its_floor():
+    """Real SecAgg+: a shard of 14 survivors (n_min = 18) is unmasked and topped up with 4
+    shares; 13 survivors are below the plan's secagg_floor = 14 (more than two thirds of the
+    planned 20 clients), which SecAgg does not unmask: refused, and the guarantee names that
+    floor as not covered."""
+    plan = ShardPlan(max_users=20, shard_size=20, dropout=0.1)
+    assert (plan.n_min, plan.secagg_floor) == (18, 14)
+    rel = federated_histogram(np.zeros(14, dtype=np.int64), 1, 1.0, shard_size=20,
+                              max_users=20, dropout=0.1, neighbour="add_remove",
+                              aggregation="secagg", rng=4)
+    assert rel.shards[0]["top_up_shares"] == 4 and rel.guarantee.parameters["secagg_floor"] == 14
+    assert any("secagg_floor=14" in note and "not covered" in note
+               for note in rel.guarantee.notes)
+    assert all(k not in public_shards(rel)[0] for k in ("secagg_degree", "secagg_threshold",
+                                                        "top_up_shares", "bytes_up_per_client"))
+    with pytest.raises(FederatedRefused, match="13 clients survived, fewer than secagg_floor=14"):
+        federated_histogram(np.zeros(13, dtype=np.int64), 1, 1.0, shard_size=20,
+                            max_users=20, dropout=0.1, neighbour="add_remove",
+                            aggregation="secagg", rng=4)
+
+
+@pytest.mark.parametrize("planned,dropout,floor", [(20, 0.1, 14), (200, 0.1, 145),
+                                                   (1000, 0.1, 827), (10_000, 0.1, 8782),
+                                                   (20, 0.0, 20), (2, 0.0, 2), (10, 0.9, 2)])
+def test_secagg_floor_rule(planned, dropout, floor):
+    """The floor is the largest of 2, floor(2 S / 3) + 1 and the binomial 2^-40 quantile of the
+    survivors at the planned dropout, capped at n_min; checked against the tail directly."""
+    plan = ShardPlan(max_users=planned, shard_size=planned, dropout=dropout)
+    assert plan.secagg_floor == floor
+    tail = 2.0 ** -40
+    if floor > max(2, 2 * planned // 3 + 1) and floor < plan.n_min:
+        # the quantile decides: floor qualifies, floor + 1 does not
+        assert scipy.stats.binom.cdf(floor - 1, planned, 1 - dropout) <= tail
+        assert scipy.stats.binom.cdf(floor, planned, 1 - dropout) > tail
 
 
 @pytest.mark.parametrize("alpha,n_min,a", [(2.0, 18, math.exp(-1.0)), (50.0, 18, math.exp(-1.0)),
@@ -239,6 +365,7 @@ def test_add_remove_needs_a_public_bound_and_zero_out_keeps_the_old_noise():
 def test_public_shards_and_rounds_hold_no_count_under_add_remove():
     r = _release(20, shard_size=20, max_users=20, dropout=0.1, epsilon=2.0)
     assert r.shards[0]["survivors"] == 20  # the evaluation's view
+    assert r.shards[0]["top_up_shares"] == 0
     assert all(k not in s for s in public_shards(r) for k in PRIVATE_SHARD_KEYS)
     g = np.random.default_rng(0)
     rows, cols = g.integers(0, 8, 5000), g.integers(0, 8, 5000)
