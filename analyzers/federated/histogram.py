@@ -254,12 +254,9 @@ def federated_release(
         if share.noise_epsilon + share.share_epsilon > eps * (1 + 1e-12):
             raise ValueError(f"share spends {share.noise_epsilon + share.share_epsilon!r} > "
                              f"epsilon={eps!r}")
-        from shuffledp.analyzers.federated.population import server_view_epsilon  # cycle
-
         delta = min(1.0, share.certified_delta + tv_delta)
         floor = parameters.get("secagg_floor")
-        worst = server_view_epsilon(floor or 1, share.n_min, share.noise_epsilon,
-                                    share.l1_bound)
+        worst = share.server_view_epsilon(floor or 1)
         notes = (
             f"add/remove: the noise and the shard layout depend only on public numbers "
             f"(max_users, shard_size, dropout: n_min={share.n_min} survivors per shard); "

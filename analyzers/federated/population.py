@@ -118,6 +118,7 @@ from typing import Any
 
 import numpy as np
 from scipy.special import gammaln
+from scipy.stats import binom
 
 from shuffledp import _validation as v
 from shuffledp.analyzers.federated.histogram import FederatedRefused
@@ -144,8 +145,6 @@ def _secagg_floor(planned: int, dropout: float, n_min: int) -> int:
     """max(floor(2 S / 3) + 1, t*) capped at n_min, at least 2; t* the largest t with
     P[Bin(S, 1 - dropout) < t] <= 2^-40 (S = ``planned`` clients). A planning rule, not a
     privacy claim: the refusal below it is stated as not covered."""
-    from scipy.stats import binom
-
     tail = -SECAGG_FLOOR_TAIL_BITS * math.log(2.0)
     lo, hi = 0, n_min  # P[X < 0] = 0 qualifies; find the largest t in [0, n_min] that does
     while lo < hi:
@@ -537,6 +536,10 @@ class AddRemoveNoise:
     def certified_delta(self) -> float:
         """e^{eps_noise} delta_1 (<= delta)."""
         return math.exp(self.noise_epsilon) * self.share_delta
+
+    def server_view_epsilon(self, survivors: int) -> float:
+        """:func:`server_view_epsilon` of a shard of ``survivors`` under this noise."""
+        return server_view_epsilon(survivors, self.n_min, self.noise_epsilon, self.l1_bound)
 
     def to_dict(self) -> dict[str, Any]:
         return {"noise_epsilon": self.noise_epsilon, "share_epsilon": self.share_epsilon,
