@@ -16,8 +16,8 @@ that ends with fewer survivors is refused (``FederatedRefused``), never released
 noise. Add/remove (n private) needs a public shard plan and charges the joining user's own
 noise share, and a shard with fewer than n_min survivors is topped up to n_min shares by the
 publisher instead of refused (a refusal would depend on n; real secure aggregation keeps a
-floor of half n_min survivors): :mod:`shuffledp.analyzers.federated.population` (errata
-row 13). Shards hold
+threshold of more than two thirds of a shard's clients, ``ShardPlan.secagg_threshold``):
+:mod:`shuffledp.analyzers.federated.population` (errata row 13). Shards hold
 disjoint users, so they compose in parallel (eps in total). The Polya tables are exact
 up to ``SAMPLER_TV_MAX`` per draw (:mod:`shuffledp.encoders.noise.polya`), so the release is
 within total variation tau = (draws) x SAMPLER_TV_MAX of the ideal eps-DP mechanism and is
@@ -256,7 +256,10 @@ def federated_release(
                              f"epsilon={eps!r}")
         delta = min(1.0, share.certified_delta + tv_delta)
         floor = parameters.get("secagg_floor")
-        worst = share.server_view_epsilon(floor or 1)
+        # the fewest survivors a topped-up shard's sum can hold: SecAgg unmasks >= 2, a shard
+        # of the planned size >= secagg_floor; without SecAgg one survivor's sum is seen
+        worst = share.server_view_epsilon(2 if floor else 1)
+        planned = share.server_view_epsilon(floor) if floor else worst
         notes = (
             f"add/remove: the noise and the shard layout depend only on public numbers "
             f"(max_users, shard_size, dropout: n_min={share.n_min} survivors per shard); "
@@ -264,11 +267,13 @@ def federated_release(
             "a shard with k < n_min survivors is topped up by the publisher with n_min - k "
             "noise shares, so the published noise never holds fewer than n_min (whether a "
             "shard was topped up follows n and is not published)",
-            *((f"secure aggregation unmasks a shard of at least secagg_floor={floor} "
-               "clients in every round of the protocol; a round with a shard below it is "
-               "refused (FederatedRefused, or SecAggAborted when the clients leave during "
-               "unmasking), and that refusal is not covered (it depends on the shard's "
-               "size)",) if floor else ()),
+            *((f"secure aggregation unmasks a shard of c clients only with at least "
+               "max(2, floor(2c/3) + 1, min(n_min, the 2^-40 binomial quantile of its "
+               f"survivors at the planned dropout)) survivors (secagg_floor={floor} for a "
+               "shard of the planned size); a round with a shard below it is refused "
+               "(FederatedRefused, or SecAggAborted when the clients leave during "
+               "unmasking), and that refusal is not covered (its probability depends on "
+               "the shard's size)",) if floor else ()),
             f"the joining user's own noise share is charged: eps_share="
             f"{share.share_epsilon:.4g}, noise calibrated at eps_noise="
             f"{share.noise_epsilon:.4g}",
@@ -276,12 +281,15 @@ def federated_release(
             "top-up: against it the protection is the zero-out one, eps_noise="
             f"{share.noise_epsilon:.4g} for a shard of at least n_min survivors, eps_noise + "
             "Delta ln(n_min / k) (pure) for one topped up from k survivors: at most "
-            f"{worst:.4g} (k = {floor or 1})",
+            f"{worst:.4g} (k = {2 if floor else 1})"
+            + (f", {planned:.4g} for a shard of the planned size (k >= secagg_floor)"
+               if floor else ""),
         ) + notes
         g = Guarantee(notion="approximate", model="distributed", epsilon=eps, delta=delta,
                       neighbour=nb, theorem=THEOREM_ADD_REMOVE,
                       parameters={**parameters, **share.to_dict(), "top_up": True,
-                                  "server_view_epsilon_max": worst}, notes=notes)
+                                  "server_view_epsilon_max": worst,
+                                  "server_view_epsilon_planned": planned}, notes=notes)
         g = g.with_event(EpsDelta(epsilon=eps, delta=delta, neighbour=nb,
                                   label="federated round, add/remove (joining share charged)"))
         return FederatedHistogram(counts=counts, guarantee=g, shards=shards)

@@ -76,11 +76,12 @@ is (eps_noise + eps_share, e^{eps_noise} delta_1)-DP under add/remove for every 
 most N users and every dropout pattern: the top-up removes the refusal instead of covering
 it. With real secure aggregation one floor remains: SecAgg cannot unmask a shard with fewer
 survivors than its threshold, and the plan sets that threshold to
-:attr:`ShardPlan.secagg_floor` (more than two thirds of the planned shard, and the 2^-40
-binomial quantile of its survivors at the planned dropout); a shard below it is refused, and
-that refusal is *not* covered (it depends on the shard's size, as before, but far below n_min:
-e.g. n_min = 18, floor 14, a real dropout of 2%: refused with probability 2.2e-5 with 18
-users and 1.4e-6 with 19, against 0.305 and 0.055 below 18).
+:meth:`ShardPlan.secagg_threshold` of the shard's own clients (more than two thirds of them,
+and the 2^-40 binomial quantile of its survivors at the planned dropout); a shard below it is
+refused, and that refusal is *not* covered (it depends on the shard's size, as before, but
+only through losing a third of its clients: e.g. n_min = 18, threshold 13 for a shard of 18
+or 19 clients, a real dropout of 2%: refused with probability 9.7e-7 with 18 users and 5.2e-8
+with 19, against 0.305 and 0.055 below 18).
 
 Who sees what. The secure-aggregation server talks to every client, so it sees who takes
 part, and it sees a shard's sum *before* the top-up: k survivors' shares, Polya(s, a) -
@@ -89,7 +90,8 @@ Polya(s, a) with s = k / n_min. For s >= 1 the protection against it is the zero
 :func:`server_view_epsilon`, eps_noise + Delta ln(n_min / k), pure: the ratio of consecutive
 Polya(s, a) terms, a (j + s)/(j + 1), lies in [a s, a], hence so does that of the difference's
 pmf at z + 1 and z (z >= 0; the law is symmetric), and a shift of the data by Delta in l1
-costs at most Delta ln(1 / (a s)). At the SecAgg floor that is eps_noise + Delta
+costs at most Delta ln(1 / (a s)). SecAgg unmasks at least 2 survivors, so the worst case
+is eps_noise + Delta ln(n_min / 2); for a shard of the planned size, eps_noise + Delta
 ln(n_min / secagg_floor): + 0.025 Delta for shards of 10,000 at dropout 0.1. The add/remove
 guarantee covers the published release, which must then not state n or any count derived
 from it (survivors, clients per shard, whether or by how much a shard was topped up); the
@@ -136,24 +138,25 @@ _CHEAP_TERMS = 1 << 12
 _SLACK = 1e-9
 
 
-#: The planned shard keeps at least ``secagg_floor`` survivors with probability >= 1 - 2^-40
-#: at the planned dropout rate (:class:`ShardPlan`).
+#: A shard whose clients drop independently at the planned rate keeps at least its secure
+#: aggregation threshold with probability >= 1 - 2^-40 wherever the binomial quantile sets
+#: that threshold (:meth:`ShardPlan.secagg_threshold`).
 SECAGG_FLOOR_TAIL_BITS = 40
 
 
-def _secagg_floor(planned: int, dropout: float, n_min: int) -> int:
-    """max(floor(2 S / 3) + 1, t*) capped at n_min, at least 2; t* the largest t with
-    P[Bin(S, 1 - dropout) < t] <= 2^-40 (S = ``planned`` clients). A planning rule, not a
-    privacy claim: the refusal below it is stated as not covered."""
+def _secagg_threshold(clients: int, dropout: float, n_min: int) -> int:
+    """max(2, floor(2 c / 3) + 1, min(n_min, t*)); t* the largest t with
+    P[Bin(c, 1 - dropout) < t] <= 2^-40 (c = ``clients``). A planning rule, not a privacy
+    claim: the refusal below it is stated as not covered."""
     tail = -SECAGG_FLOOR_TAIL_BITS * math.log(2.0)
-    lo, hi = 0, n_min  # P[X < 0] = 0 qualifies; find the largest t in [0, n_min] that does
+    lo, hi = 0, min(n_min, clients)  # P[X < 0] = 0 qualifies: the largest t that does
     while lo < hi:
         t = (lo + hi + 1) // 2
-        if float(binom.logcdf(t - 1, planned, 1.0 - dropout)) <= tail:
+        if float(binom.logcdf(t - 1, clients, 1.0 - dropout)) <= tail:
             lo = t
         else:
             hi = t - 1
-    return max(2, min(n_min, max(2 * planned // 3 + 1, lo)))
+    return max(2, 2 * clients // 3 + 1, lo)
 
 
 @dataclass(frozen=True)
@@ -176,13 +179,9 @@ class ShardPlan:
         each client's Polya shape is 1 / n_min; a shard with fewer survivors is topped up to
         n_min shares by the publisher (derived).
     secagg_floor : int
-        The fewest survivors real secure aggregation is planned to unmask (its threshold); a
-        shard below it is refused (derived). The largest of 2, floor(2 S / 3) + 1 (more than
-        two thirds of the planned shard S = floor(N / K), the complete-graph protocol's
-        threshold) and the most survivors a planned shard keeps with probability at least
-        1 - 2^-40 when its clients drop independently at the planned rate (binomial), never
-        above n_min. A floor lower than needed costs SecAgg+ degree: at S = 10,000, dropout
-        0.1 it is 8,782 (degree 46; ceil(n_min / 2) would need 184).
+        :meth:`secagg_threshold` of a shard of the planned floor(N / K) clients (derived): at
+        S = 10,000, dropout 0.1 it is 8,782 (SecAgg+ degree 46; ceil(n_min / 2) would need
+        184).
     """
 
     max_users: int
@@ -198,7 +197,7 @@ class ShardPlan:
         f = v.interval("dropout", self.dropout, 0.0, 1.0, open_low=False)
         K = -(-N // S)
         n_min = max(1, math.ceil((1.0 - f) * (N // K) - 1e-9))
-        floor = _secagg_floor(N // K, f, n_min)
+        floor = _secagg_threshold(N // K, f, n_min)
         for name, val in (("max_users", N), ("shard_size", S), ("dropout", f), ("shards", K),
                           ("n_min", n_min), ("secagg_floor", floor)):
             object.__setattr__(self, name, val)
@@ -224,6 +223,18 @@ class ShardPlan:
         if np.unique(ids).size != n:
             raise ValueError("user_ids must not repeat (one id per user)")
         return (ids % self.shards).astype(np.int64)
+
+    def secagg_threshold(self, clients: int) -> int:
+        """The fewest survivors real secure aggregation unmasks in a shard of ``clients``
+        clients: max(2, floor(2 c / 3) + 1, min(n_min, t*)), t* the most survivors the shard
+        keeps with probability >= 1 - 2^-40 when its clients drop independently at the
+        planned rate (binomial). More than two thirds of the shard's own clients (the
+        complete-graph protocol's threshold, whatever the shard's size), and no more than a
+        planned dropout needs where the quantile decides; a shard below it is refused and
+        that refusal is not covered (module docstring). A shard of one client is refused.
+        """
+        c = v.count("clients", clients, 1)
+        return _secagg_threshold(c, self.dropout, self.n_min)
 
     def top_up(self, survivors: int) -> int:
         """The shares the publisher adds to a shard with ``survivors`` survivors:

@@ -124,7 +124,8 @@ def _boundaries(owners: np.ndarray) -> np.ndarray:
               show_default=True,
               help="Planned dropout fraction the noise is over-provisioned for (a shard "
                    "left with fewer survivors is refused; under add_remove the publisher "
-                   "tops its noise up instead, and real SecAgg refuses below half of them).")
+                   "tops its noise up instead, and real SecAgg refuses below its threshold, "
+                   "more than two thirds of a shard's clients).")
 @click.option("--dropout-rate", "dropout_rate", type=UNIT_CLOSED_LOW, default=0.0,
               show_default=True, help="Simulated fraction of clients that drop out (e.g. "
                                       "0.02; at most --dropout).")

@@ -121,7 +121,7 @@ def federated_histogram(
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     c = _iv(cells, n_cells)
@@ -189,7 +189,7 @@ def federated_locations(
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     rng = kwargs.pop("rng", None)
@@ -366,7 +366,7 @@ def federated_sum(
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     vecs = vectors if isinstance(vectors, _OneHot) else [np.asarray(x) for x in vectors]
@@ -412,17 +412,21 @@ def federated_sum(
     for j, (idx, n_min) in enumerate(zip(groups, n_mins, strict=True)):
         alive = [k for k, i in enumerate(idx) if not gone[i]]
         top = 0
+        # real SecAgg unmasks at least its threshold; under add/remove it follows the shard's
+        # own clients (ShardPlan.secagg_threshold), a private number like the shard's size
+        unmask = (plan.secagg_threshold(idx.size) if plan is not None and secagg
+                  else min(n_min, idx.size))
+        if plan is not None and secagg and len(alive) < unmask:
+            raise FederatedRefused(
+                f"shard {j}: {len(alive)} of {idx.size} clients survived, fewer than the "
+                f"{unmask} secure aggregation unmasks in a shard of that size (secagg_threshold; "
+                f"n_min={n_min}); not released (this refusal is not covered by the add/remove "
+                "guarantee)")
         if len(alive) < n_min:
             if plan is None:  # n public: the refusal depends on the dropouts only
                 raise FederatedRefused(
                     f"shard {j}: {len(alive)} of {idx.size} clients survived, fewer "
                     f"than n_min={n_min} the noise was set for (dropout={drop}); not released")
-            if secagg and len(alive) < plan.secagg_floor:
-                raise FederatedRefused(
-                    f"shard {j}: {len(alive)} clients survived, fewer than secagg_floor="
-                    f"{plan.secagg_floor}, the fewest secure aggregation is planned to unmask "
-                    f"(n_min={n_min}); not released (this refusal is not covered by the "
-                    "add/remove guarantee)")
             top = plan.top_up(len(alive))  # add/remove: the publisher tops up, no refusal
         info: dict[str, Any] = {"shard": j, "clients": int(idx.size), "survivors": len(alive),
                                 "n_min": n_min,
@@ -436,13 +440,11 @@ def federated_sum(
         else:
             noisy = [noisy_vector(vecs[i], eps_noise, bound, n_min, m, neighbour=nb, rng=src)
                      for i in idx]
-            unmask = n_min if plan is None else plan.secagg_floor
             if secagg:
                 drops = {k: set(np.flatnonzero(when[idx] == k).tolist()) for k in range(4)}
-                res = (secure_sum(noisy, m, graph="sparse", min_clients=min(unmask, idx.size),
+                res = (secure_sum(noisy, m, graph="sparse", min_clients=unmask,
                                   dropouts=drops) if agg == "secagg" else
-                       secure_sum(noisy, m, threshold=max(2, min(unmask, idx.size)),
-                                  dropouts=drops))
+                       secure_sum(noisy, m, threshold=max(2, unmask), dropouts=drops))
                 s = res.total
                 info.update(server_seconds=res.server_seconds,
                             client_seconds_mean=res.client_seconds_mean,
@@ -584,7 +586,7 @@ def adaptive_histogram(
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L, r, cc = _check_pixels(rows, cols, depth)
@@ -619,6 +621,8 @@ def adaptive_histogram(
     counts: dict = {}
     released = tree  # the partition the last completed round used
     notes: tuple[str, ...] = ()
+    server_view = ({"server_view_epsilon_max": 0.0, "server_view_epsilon_planned": 0.0}
+                   if plan is not None else {})
     while rem > 1e-12 * eps_total:
         vec = tree.vector_nodes()
         T = len(vec)
@@ -644,6 +648,8 @@ def adaptive_histogram(
         if nb is Neighbour.ADD_REMOVE and users_per_query is not None:
             hist = _sampled_as_add_remove(hist)
         acc.compose(hist.guarantee.event)  # sequential: every round sees the same users
+        for key in server_view:  # the server sees every round's sum: basic composition
+            server_view[key] += float(hist.guarantee.parameters.get(key, 0.0))
         counts = {node: int(hist.counts[i]) for i, node in enumerate(vec)}
         rounds.append(_round_record(eps_q, sigma, T, len(tree.nodes), U, hist))
         released = tree
@@ -666,8 +672,14 @@ def adaptive_histogram(
                               "max_users": max_users, "shard_size": shard_size, "c": c,
                               "b": b, "dropout": dropout, "aggregation": aggregation,
                               "schedule": sched, "threshold": fixed, "eq7": eq7,
-                              **({"top_up": True} if plan is not None else {})},
-                  notes=hist.guarantee.notes + notes,
+                              **({"top_up": True} if plan is not None else {}),
+                              **server_view},
+                  notes=hist.guarantee.notes + notes + (
+                      (f"against the secure-aggregation server, over all {len(rounds)} "
+                       "sub-queries (basic composition of each round's bound above): at "
+                       f"most {server_view['server_view_epsilon_max']:.4g}, "
+                       f"{server_view['server_view_epsilon_planned']:.4g} for shards of the "
+                       "planned size",) if server_view else ()),
                   event=Sequential(steps=tuple(e for e, k in acc.events for _ in range(k)),
                                    neighbour=nb))
     tree = released
@@ -834,7 +846,7 @@ def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: A
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     side = 1 << v.bounded_count("depth", depth, 1, 12)
@@ -877,7 +889,7 @@ def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     L = v.bounded_count("depth", depth, 1, 12)
@@ -934,7 +946,7 @@ def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
         is topped up instead, and refused only below real SecAgg's floor
-        :attr:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_floor`), or
+        :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
     bad = {"shard_size", "dropout", "dropout_rate", "aggregation"} & set(kwargs)

@@ -278,40 +278,76 @@ def test_short_shard_is_released_with_the_top_up_recorded(agg):
     assert abs(var / (2 * a / (1 - a) ** 2) - 1) < 0.25
 
 
-def test_secure_aggregation_tops_up_down_to_its_floor():
-    """Real SecAgg+: a shard of 14 survivors (n_min = 18) is unmasked and topped up with 4
-    shares; 13 survivors are below the plan's secagg_floor = 14 (more than two thirds of the
-    planned 20 clients), which SecAgg does not unmask: refused, and the guarantee names that
-    floor as not covered."""
+def test_secure_aggregation_releases_the_top_up_in_its_noise():
+    """Real SecAgg+ on 20 of the planned 1,000 clients (n_min = 1,000, all 20 survive): the
+    unmasked sum plus the publisher's 980 shares is DL(a) in every cell. Over 1,999 empty
+    cells the sample variance is within 25% of 2a/(1 - a)^2 (measured 0.91-0.98x over seeds
+    0-2; without the top-up it would be 0.02x). At a = e^{-0.707} the DL's excess kurtosis is
+    3.26, so the relative sd of the sample variance is sqrt(5.26 / 1999) = 0.051: 25% is 4.9
+    sd (false failure 1.1e-6 by the normal approximation)."""
+    rel = federated_histogram(np.zeros(20, dtype=np.int64), 2000, 1.0, shard_size=1000,
+                              max_users=1000, dropout=0.0, neighbour="add_remove",
+                              aggregation="secagg", rng=5)
+    (s,) = rel.shards
+    assert (s["survivors"], s["n_min"], s["top_up_shares"]) == (20, 1000, 980)
+    a = math.exp(-rel.guarantee.parameters["noise_epsilon"])
+    var = float(np.var(rel.counts[1:].astype(float)))
+    assert abs(var / (2 * a / (1 - a) ** 2) - 1) < 0.25
+
+
+def test_secure_aggregation_tops_up_down_to_its_threshold():
+    """Real SecAgg+: a shard of 14 clients, all surviving (n_min = 18), is unmasked and topped
+    up with 4 shares (its threshold is 10, more than two thirds of its own 14 clients); a
+    shard of 18 clients of which 6 drop keeps 12 < 13 = its threshold, which SecAgg does not
+    unmask: refused, and the guarantee names that threshold as not covered."""
     plan = ShardPlan(max_users=20, shard_size=20, dropout=0.1)
     assert (plan.n_min, plan.secagg_floor) == (18, 14)
+    assert [plan.secagg_threshold(c) for c in (14, 18)] == [10, 13]
     rel = federated_histogram(np.zeros(14, dtype=np.int64), 1, 1.0, shard_size=20,
                               max_users=20, dropout=0.1, neighbour="add_remove",
                               aggregation="secagg", rng=4)
-    assert rel.shards[0]["top_up_shares"] == 4 and rel.guarantee.parameters["secagg_floor"] == 14
+    assert rel.shards[0]["top_up_shares"] == 4
+    assert rel.guarantee.parameters["secagg_floor"] == 14
     assert any("secagg_floor=14" in note and "not covered" in note
                for note in rel.guarantee.notes)
     assert all(k not in public_shards(rel)[0] for k in ("secagg_degree", "secagg_threshold",
                                                         "top_up_shares", "bytes_up_per_client"))
-    with pytest.raises(FederatedRefused, match="13 clients survived, fewer than secagg_floor=14"):
-        federated_histogram(np.zeros(13, dtype=np.int64), 1, 1.0, shard_size=20,
+    dropped = np.zeros(18, dtype=bool)
+    dropped[:6] = True
+    with pytest.raises(FederatedRefused, match="12 of 18 clients survived, fewer than the 13"):
+        federated_histogram(np.zeros(18, dtype=np.int64), 1, 1.0, shard_size=20,
                             max_users=20, dropout=0.1, neighbour="add_remove",
-                            aggregation="secagg", rng=4)
+                            aggregation="secagg", dropped=dropped, rng=4)
 
 
-@pytest.mark.parametrize("planned,dropout,floor", [(20, 0.1, 14), (200, 0.1, 145),
-                                                   (1000, 0.1, 827), (10_000, 0.1, 8782),
-                                                   (20, 0.0, 20), (2, 0.0, 2), (10, 0.9, 2)])
-def test_secagg_floor_rule(planned, dropout, floor):
-    """The floor is the largest of 2, floor(2 S / 3) + 1 and the binomial 2^-40 quantile of the
-    survivors at the planned dropout, capped at n_min; checked against the tail directly."""
+def test_secure_aggregation_refuses_one_survivor_even_at_n_min_1():
+    """n_min = 1 (eps 50, planned shard of 2, dropout 0.5): one survivor needs no top-up,
+    but SecAgg cannot unmask fewer than 2; the refusal names the threshold instead of
+    failing inside the protocol."""
+    plan = ShardPlan(max_users=2, shard_size=2, dropout=0.5)
+    assert (plan.n_min, plan.secagg_threshold(2)) == (1, 2)
+    with pytest.raises(FederatedRefused, match="1 of 2 clients survived, fewer than the 2"):
+        federated_histogram(np.zeros(2, dtype=np.int64), 1, 50.0, shard_size=2, max_users=2,
+                            dropout=0.5, neighbour="add_remove", aggregation="secagg",
+                            dropped=np.array([True, False]), rng=4)
+
+
+@pytest.mark.parametrize("clients,dropout,threshold", [
+    (20, 0.1, 14), (200, 0.1, 145), (1000, 0.1, 827), (10_000, 0.1, 8782), (20, 0.0, 20),
+    (2, 0.0, 2), (10, 0.9, 7), (24, 0.1, 17), (10_500, 0.1, 9000)])
+def test_secagg_threshold_rule(clients, dropout, threshold):
+    """max(2, floor(2c/3) + 1, min(n_min, the binomial 2^-40 quantile of the survivors at the
+    planned dropout)) for a plan of 10,000-client shards (n_min = ceil((1 - dropout) 10^4))
+    or, for c <= 200, a plan of c-client shards; checked against the tail directly."""
+    planned = 10_000 if clients > 200 else clients
     plan = ShardPlan(max_users=planned, shard_size=planned, dropout=dropout)
-    assert plan.secagg_floor == floor
+    assert plan.secagg_threshold(clients) == threshold
     tail = 2.0 ** -40
-    if floor > max(2, 2 * planned // 3 + 1) and floor < plan.n_min:
-        # the quantile decides: floor qualifies, floor + 1 does not
-        assert scipy.stats.binom.cdf(floor - 1, planned, 1 - dropout) <= tail
-        assert scipy.stats.binom.cdf(floor, planned, 1 - dropout) > tail
+    if threshold > max(2, 2 * clients // 3 + 1) and threshold < plan.n_min:
+        # the quantile decides: the threshold qualifies, one more does not
+        assert scipy.stats.binom.cdf(threshold - 1, clients, 1 - dropout) <= tail
+        assert scipy.stats.binom.cdf(threshold, clients, 1 - dropout) > tail
+    assert threshold >= 2 * clients // 3 + 1  # the complete graph's security threshold
 
 
 @pytest.mark.parametrize("alpha,n_min,a", [(2.0, 18, math.exp(-1.0)), (50.0, 18, math.exp(-1.0)),
@@ -376,6 +412,12 @@ def test_public_shards_and_rounds_hold_no_count_under_add_remove():
     assert all(x["noise_epsilon"] < x["epsilon"] for x in rel.rounds)
     assert rel.guarantee.parameters["eq7_users"] == 6000
     assert rel.guarantee.parameters["users_per_query"] is None
+    # the server sees every round's sum before its top-up: the rounds' bounds add up
+    # (simulate: no SecAgg threshold, one survivor at worst, Delta = 1, n_min = 4,800)
+    sv = sum(x["noise_epsilon"] + math.log(4800) for x in rel.rounds)
+    assert len(rel.rounds) > 1
+    assert rel.guarantee.parameters["server_view_epsilon_max"] == pytest.approx(sv, rel=1e-12)
+    assert any(f"at most {sv:.4g}" in note for note in rel.guarantee.notes)
     assert all("users" not in x and "survivors" not in x for x in rel.public_rounds())
     assert 5000 not in json.loads(json.dumps(rel.guarantee.to_dict(), default=str)
                                   )["parameters"].values()
