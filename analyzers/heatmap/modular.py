@@ -112,6 +112,7 @@ from shuffledp.protocol.wire import (
     Header,
     _fast_records,
     _keep_mask,
+    _load8,
     _record_at,
     check_header,
     iter_records,
@@ -171,13 +172,7 @@ def _word_span(body, rb, s, e, sb, mask, mm, qq, acc):  # pragma: no cover - com
     b = np.uint64(s) * step
     bad = 0
     for _ in range(s, e):
-        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
-             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
-             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
-             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
-             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
-             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
-             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56))) & keep
+        v = _load8(body, b) & keep
         b += step
         a = v >> sb
         w = v & mask

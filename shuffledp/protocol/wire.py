@@ -459,6 +459,19 @@ def check_header(params: ProtocolParams, header: Header, kind: int, *,
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _load8(body, b):  # pragma: no cover - compiled
+    """The 8 bytes of ``body`` (uint8) from byte ``b`` (a uint64) as a little-endian uint64:
+    byte loads on unsigned indices, which the compiler merges into one load."""
+    return (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+            | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+            | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+            | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+            | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _record_at(body, i, rb, keep, n_fast):  # pragma: no cover - compiled
     """Record i of ``body`` (uint8, ``rb``-byte little-endian records) as a uint64.
 
@@ -467,15 +480,7 @@ def _record_at(body, i, rb, keep, n_fast):  # pragma: no cover - compiled
     the last few byte by byte.
     """
     if i < n_fast:
-        b = np.uint64(i) * np.uint64(rb)
-        v = (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
-             | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
-             | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
-             | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
-             | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
-             | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
-             | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
-        return v & keep
+        return _load8(body, np.uint64(i) * np.uint64(rb)) & keep
     v = np.uint64(0)
     for c in range(rb):
         v |= np.uint64(body[i * rb + c]) << np.uint64(c << 3)
