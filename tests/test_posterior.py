@@ -135,3 +135,20 @@ def test_a_forced_uniform_share_does_not_spread_a_spike():
                                    rel.noise_scales(), uniform_shares=[0.3])
         assert rec["prior_uniform_share"] == 0.3 and rec["levels_refitted"], rec
         assert est[r0 - 1:r0 + 2, c0 - 1:c0 + 2].sum() >= 0.95, (seed, rec)
+
+
+def test_the_posterior_does_not_depend_on_the_thread_count(monkeypatch):
+    """Blocks of cells run in threads; the result is bit for bit the same with one thread
+    or four (small blocks, so that there are many)."""
+    import shuffledp.analyzers.heatmap.posterior as post
+
+    grid = Grid(32, 32)
+    a = _sparse(grid, 4)
+    rng = np.random.default_rng(6)
+    noisy = [t + rng.laplace(0, 0.4, t.shape) for t in level_sums(a, grid, 1)]
+    monkeypatch.setattr(post, "_BLOCK", 64)
+    out = []
+    for threads in (1, 4):
+        monkeypatch.setattr(post.os, "cpu_count", lambda t=threads: t)
+        out.append(post.count_posterior(noisy, grid, 1, [0.4] * 5)[0])
+    np.testing.assert_array_equal(out[0], out[1])

@@ -60,7 +60,9 @@ References
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -244,27 +246,47 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
     """Posterior means of one level's cell counts under the negative binomial prior (mean
     ``means[i]`` for the uniform share ``mixes[i]``) whose ``(a, r)`` has the largest
     marginal likelihood of the level's estimates ``z`` under Laplace noise of scale ``b``.
-    Counts are summed over a window of ``_WINDOW`` noise scales about each estimate."""
+    Counts are summed over a window of ``_WINDOW`` noise scales about each estimate. Blocks
+    of cells run in threads (numpy and scipy release the GIL in their loops); the block sums
+    are added in block order, so the result does not depend on the thread count."""
     half = int(np.ceil(_WINDOW * float(b.max()))) + 1
     lo = np.maximum(np.floor(z) - half, 0.0)
     k = np.arange(2 * half + 2, dtype=float)
-    cand = [(i, r) for i in range(len(mixes)) for r in dispersions]
-    marg = np.zeros(len(cand))
-    post = np.empty((len(cand), z.size))
-    for s0 in range(0, z.size, _BLOCK):
+    starts = range(0, z.size, _BLOCK)
+
+    def terms(s0: int) -> tuple[np.ndarray, np.ndarray, slice]:
         sl = slice(s0, s0 + _BLOCK)
         x = lo[sl, None] + k[None, :]
-        lgx = gammaln(x + 1.0)
-        loglik = -np.abs(z[sl, None] - x) / b[sl, None] - np.log(2.0 * b[sl, None])
-        for j, (i, r) in enumerate(cand):
-            mu = means[i][sl, None]
-            logp = (gammaln(x + r) - gammaln(r) - lgx + r * np.log(r / (r + mu))
-                    + x * np.log(mu / (r + mu)))
-            a = loglik + logp
-            amax = a.max(axis=1, keepdims=True)
-            w = np.exp(a - amax)
-            tot = w.sum(axis=1)
-            marg[j] += float((np.log(tot) + amax[:, 0]).sum())
-            post[j, sl] = (w * x).sum(axis=1) / tot
-    j = int(np.argmax(marg))
-    return post[j], float(mixes[cand[j][0]]), float(cand[j][1])
+        loglik = (-np.abs(z[sl, None] - x) / b[sl, None] - np.log(2.0 * b[sl, None])
+                  - gammaln(x + 1.0))
+        return x, loglik, sl
+
+    def log_weights(x: np.ndarray, base: np.ndarray, mu: np.ndarray,
+                    r: float) -> tuple[np.ndarray, np.ndarray]:
+        a = base + r * np.log(r / (r + mu)) + x * np.log(mu / (r + mu))
+        amax = a.max(axis=1, keepdims=True)
+        return np.exp(a - amax), amax[:, 0]
+
+    def marginals(s0: int) -> np.ndarray:
+        x, loglik, sl = terms(s0)
+        out = np.empty((len(dispersions), len(mixes)))
+        for u, r in enumerate(dispersions):
+            base = loglik + gammaln(x + r) - gammaln(r)
+            for i in range(len(mixes)):
+                w, amax = log_weights(x, base, means[i][sl, None], r)
+                out[u, i] = float((np.log(w.sum(axis=1)) + amax).sum())
+        return out
+
+    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(starts)))) as pool:
+        marg = np.sum(list(pool.map(marginals, starts)), axis=0)
+        # first maximum in the order (share, dispersion)
+        i, u = np.unravel_index(int(np.argmax(marg.T)), marg.T.shape)
+        r = float(dispersions[u])
+
+        def means_of(s0: int) -> np.ndarray:
+            x, loglik, sl = terms(s0)
+            w, _ = log_weights(x, loglik + gammaln(x + r) - gammaln(r), means[i][sl, None], r)
+            return np.asarray((w * x).sum(axis=1) / w.sum(axis=1))
+
+        post = np.concatenate(list(pool.map(means_of, starts)))
+    return post, float(mixes[i]), r
