@@ -280,7 +280,7 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
     with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(starts)))) as pool:
         marg = np.sum(list(pool.map(marginals, starts)), axis=0)
         # first maximum in the order (share, dispersion)
-        i, u = np.unravel_index(int(np.argmax(marg.T)), marg.T.shape)
+        i, u = (int(x) for x in np.unravel_index(int(np.argmax(marg.T)), marg.T.shape))
         r = float(dispersions[u])
 
         def means_of(s0: int) -> np.ndarray:
