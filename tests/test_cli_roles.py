@@ -106,7 +106,7 @@ def test_analyze_releases_the_smoothed_estimate_as_heatmap_does(plain_run, tmp_p
     assert "smoothing" not in rep["parameters"]
     np.testing.assert_allclose(est, raw / raw.sum())
     est_s, raw_s, rep_s = outs["auto"]
-    assert rep_s["parameters"]["smoothing"]["method"] == "pyramid_density"
+    assert rep_s["parameters"]["smoothing"]["method"] == "count_posterior"
     assert rep_s["parameters"]["smoothing"]["source"] == "noisy level counts"
     assert abs(est_s.sum() - 1) < 1e-9 and (est_s > 0).all()  # spread: no zero pixel
     assert (raw_s == raw_s).all() and rep_s["guarantee"] == rep["guarantee"]

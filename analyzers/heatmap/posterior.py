@@ -1,4 +1,5 @@
-"""The default release's last step: every pixel's count estimated by its posterior mean.
+"""The default release's post-processing: every pixel's count by its posterior mean, checked
+level by level against the coarser counts.
 
 :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density` reads a smooth density off the
 noisy pyramid: where the data are locally dense it is the picture, but the ground truth of
@@ -16,20 +17,38 @@ combines the two by empirical Bayes, from the release alone:
   pixels, ``T``: the estimated total) and size ``r``, the dispersion; ``a`` among
   :data:`UNIFORM_SHARES` and ``r`` among :data:`DISPERSIONS` are chosen by the marginal
   likelihood of all the ``z`` under Laplace noise of variance ``v`` (type-II maximum
-  likelihood: the data say how far the counts scatter around the smooth density);
-* the estimate is the posterior mean of every pixel's count, normalised.
+  likelihood: the data say how far the counts scatter around the smooth density), and each
+  pixel's count is estimated by its posterior mean;
+* every coarser level checks the cell totals this implies: where they differ from the
+  level's own least-squares estimates by more than :data:`CONSISTENCY` (mean squared
+  discrepancy in units of the estimates' variances), the level's cell counts are estimated by
+  their posterior means under the same prior family, fitted on that level alone; top down,
+  each cell's total is then handed to its children in proportion to their estimates, so the
+  result is consistent across levels; normalised, it is the estimate.
 
-The posterior is taken only where a pixel's estimate has standard deviation at most
-:data:`LATTICE_SD` users; noisier pyramids are released as the pyramid density (there the
-dispersion the marginal likelihood picks follows the density's own errors and the posterior
-mean lost CC to it on the bench). Where the leaf level is noise the posterior mean is the
-prior mean, i.e. the pyramid density; where it resolves single users (large eps, or a large
-leaf share) it recovers the users' histogram. The posterior mean is the estimate that
-minimises the expected KL(truth || estimate) and squared error under the model; it is
-positive on every pixel, so KL stays finite. Users are counted in whole units (one location
-per user); a release of fractional user distributions is still post-processed, with a prior
-that fits it less well. Nothing but the released counts and their public noise scales
-enters: post-processing, no privacy cost.
+Why the check. A pixel's posterior mean on an empty pixel is about its prior mean (the data
+cannot tell 0 from 0.01 users), so small biases of the prior add up over thousands of
+pixels: on a one-pixel spike the marginal likelihood of the leaf estimates may prefer a
+uniform share of 0.3 by a few nats, and a fifth of the mass then sat on empty pixels (EMD
+8x Alg. 2's); on sparse maps isolated users shrunk towards a smooth density move mass
+between coarse cells. A coarse cell's estimate has a small variance and sees that sum
+directly; where the finer estimate agrees with it (dense, resolved data) nothing changes
+and the leaf lattice keeps its detail. The same check runs on the pyramid density where the
+leaf level is too noisy for the posterior (:data:`LATTICE_SD`): a spike at eps = 0.1 whose
+coarse cells stand out of their noise keeps its mass there.
+
+The posterior is taken at the leaf level only where a pixel's estimate has standard
+deviation at most :data:`LATTICE_SD` users; noisier leaf levels start from the pyramid
+density (there the dispersion the marginal likelihood picks follows the density's own errors
+and the posterior mean lost CC to it on the bench). Where the leaf level resolves single
+users (large eps, or a large leaf share) the estimate recovers the users' histogram. The
+posterior mean is the estimate that minimises the expected KL(truth || estimate) and
+squared error under the model; it is positive on every pixel, so KL stays finite. Users are
+counted in whole units (one location per user); a release of fractional user distributions
+is still post-processed, with a prior that fits it less well. Nothing but the released
+counts and their public noise scales enters: post-processing, no privacy cost. The constants
+(:data:`LATTICE_SD`, :data:`CONSISTENCY`, the candidate sets) were chosen once on
+``python bench/smoothing_grid.py``'s synthetic data, not per release.
 
 References
 ----------
@@ -41,16 +60,24 @@ References
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from scipy.special import gammaln
 
-from shuffledp.analyzers.heatmap.smoothing import _combine, _iv, _parents, pyramid_density
+from shuffledp.analyzers.heatmap.smoothing import (
+    _combine,
+    _iv,
+    _parents,
+    level_sums,
+    pyramid_density,
+)
 from shuffledp.grid import Grid
 
-__all__ = ["DISPERSIONS", "LATTICE_SD", "UNIFORM_SHARES", "count_posterior",
+__all__ = ["CONSISTENCY", "DISPERSIONS", "LATTICE_SD", "UNIFORM_SHARES", "count_posterior",
            "hierarchical_estimates"]
 
 #: The sizes r of the negative binomial prior tried (r large: Poisson about the pyramid
@@ -58,6 +85,13 @@ __all__ = ["DISPERSIONS", "LATTICE_SD", "UNIFORM_SHARES", "count_posterior",
 DISPERSIONS: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0, 64.0, 1e6)
 #: Pixels per block of the posterior computation (bounds the memory of the count grid).
 _BLOCK = 2048
+#: Counts are summed over this many Laplace scales either side of a cell's estimate.
+_WINDOW = 14.0
+#: A coarser level's cells are re-estimated when the cell totals of the finer estimate differ
+#: from that level's least-squares estimates by more than this mean squared discrepancy, in
+#: units of their variances (about 0.3-1 where the finer estimate is right). Chosen once on
+#: ``python bench/smoothing_grid.py``'s data.
+CONSISTENCY: float = 1.5
 #: The shares a of the uniform map in the prior mean ``T ((1 - a) m + a / N)`` tried (the
 #: pyramid density may be too sure where it thresholded weak cells away).
 UNIFORM_SHARES: tuple[float, ...] = (0.0, 0.1, 0.3)
@@ -121,8 +155,9 @@ def _two_pass(levels: list[np.ndarray],
 def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
                     noise_scales: Sequence[float], *,
                     uniform_shares: Sequence[float] = ()
-                    ) -> tuple[np.ndarray, dict[str, float | None]]:
-    """The posterior mean of every pixel's count under the empirical-Bayes prior, normalised.
+                    ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Every pixel's count by its posterior mean, checked against every coarser level's
+    estimates; normalised.
 
     Parameters
     ----------
@@ -137,55 +172,121 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         The estimate (numpy.ndarray of shape (height, width), positive, sums to 1) and a
         record: ``pixel_sd`` (the standard deviation of a pixel's least-squares estimate),
         ``prior_uniform_share`` and ``prior_dispersion`` (a and r that the marginal
-        likelihood chose; ``None`` when ``pixel_sd`` > :data:`LATTICE_SD` and the pyramid
-        density is returned as is).
+        likelihood chose at the leaf level; ``None`` when ``pixel_sd`` > :data:`LATTICE_SD`
+        and the pyramid density is the leaf estimate), ``level_discrepancy`` (per level
+        ``start..depth - 1``, the mean squared discrepancy of the leaf estimate's cell totals
+        from the level's estimates, in units of their variances) and ``levels_refitted``
+        (the levels whose discrepancy exceeded :data:`CONSISTENCY` and whose cell totals
+        were re-estimated).
 
     Raises
     ------
     TypeError, ValueError
-        As :func:`~shuffledp.analyzers.heatmap.smoothing.pyramid_density`.
+        As :func:`~shuffledp.analyzers.heatmap.smoothing.pyramid_density`; ValueError on a
+        uniform share outside [0, 1).
 
     References
     ----------
-    [Hay10]_ (the leaf estimates); [Ghazi23]_ Sec. 4 (the users' histogram as ground truth).
+    [Hay10]_ (the least-squares estimates of every level); [Ghazi23]_ Sec. 4 (the users'
+    histogram as ground truth).
     """
     levels, scales = _iv(counts, grid, start, noise_scales)
-    fin, fvar = _two_pass(levels, scales)
-    z = fin[-1].ravel()
-    b = np.sqrt(np.maximum(fvar[-1].ravel(), 1e-300) / 2.0)  # Laplace scale of variance v
-    prior_map = pyramid_density(levels, grid, start, [float(x) for x in scales])
-    pixel_sd = float(np.sqrt(fvar[-1].mean()))
-    if pixel_sd > LATTICE_SD:
-        return prior_map, {"pixel_sd": pixel_sd, "prior_uniform_share": None,
-                           "prior_dispersion": None}
-    prior = prior_map.ravel()
-    total = max(float(fin[0].sum()), 1.0)
     mixes = list(uniform_shares) or list(UNIFORM_SHARES)
     if not all(0.0 <= a < 1.0 for a in mixes):
         raise ValueError(f"uniform_shares must lie in [0, 1), got {uniform_shares!r}")
-    means = [np.maximum(((1.0 - a) * prior + a / prior.size) * total, 1e-12) for a in mixes]
-    mean = np.max(means, axis=0)
-    top = int(np.ceil(max(float(z.max()), float(mean.max())) + 8.0 * float(b.max()))) + 2
-    x = np.arange(top + 1, dtype=float)
-    lgx = gammaln(x + 1.0)
-    cand = [(a, r) for a in mixes for r in DISPERSIONS]
-    marg = np.zeros(len(cand))
-    post = np.empty((len(cand), z.size))
-    for lo in range(0, z.size, _BLOCK):
-        sl = slice(lo, lo + _BLOCK)
-        loglik = -np.abs(z[sl, None] - x[None, :]) / b[sl, None] - np.log(2.0 * b[sl, None])
-        for j, (a, r) in enumerate(cand):
-            mu = means[mixes.index(a)][sl, None]
-            logp = (gammaln(x + r) - gammaln(r) - lgx + r * np.log(r / (r + mu))
-                    + x * np.log(mu / (r + mu)))
-            a = loglik + logp
-            amax = a.max(axis=1, keepdims=True)
-            w = np.exp(a - amax)
-            tot = w.sum(axis=1)
-            marg[j] += float((np.log(tot) + amax[:, 0]).sum())
-            post[j, sl] = (w @ x) / tot
-    j = int(np.argmax(marg))
-    pm = np.maximum(post[j], 1e-300)
-    a, r = cand[j]
-    return (pm / pm.sum()).reshape(grid.height, grid.width), {
-        "pixel_sd": pixel_sd, "prior_uniform_share": float(a), "prior_dispersion": float(r)}
+    fin, fvar = _two_pass(levels, scales)
+    prior_map = pyramid_density(levels, grid, start, [float(x) for x in scales])
+    pixel_sd = float(np.sqrt(fvar[-1].mean()))
+    total = max(float(fin[0].sum()), 1.0)
+    prior_lv = level_sums(prior_map, grid, start)
+    a: float | None = None
+    r: float | None = None
+    if pixel_sd <= LATTICE_SD:
+        q, a, r = _posterior_means(fin[-1], fvar[-1], prior_lv[-1], total, mixes)
+    else:
+        q = prior_map * total
+    # the cell totals of q at every coarser level, against that level's estimates
+    sums = level_sums(q, grid, start)
+    disc: list[float] = []
+    targets = [q]
+    refit: list[int] = []
+    for k in range(len(levels) - 2, -1, -1):
+        d = float(np.mean((sums[k] - fin[k]) ** 2 / fvar[k]))
+        disc.insert(0, d)
+        if d > CONSISTENCY:
+            t, _, _ = _posterior_means(fin[k], fvar[k], prior_lv[k], total, mixes)
+            refit.insert(0, start + k)
+        else:
+            t = sums[k]
+        targets.insert(0, t)
+    est = targets[0]
+    for t in targets[1:]:
+        par = _parents(t.shape, est.shape[1])
+        sib = np.bincount(par, weights=t.ravel(), minlength=est.size)[par]
+        est = (est.ravel()[par] * t.ravel() / sib).reshape(t.shape)
+    return est / est.sum(), {
+        "pixel_sd": pixel_sd, "prior_uniform_share": a, "prior_dispersion": r,
+        "level_discrepancy": disc, "levels_refitted": refit}
+
+
+def _posterior_means(z: np.ndarray, v: np.ndarray, m: np.ndarray, total: float,
+                     mixes: Sequence[float]) -> tuple[np.ndarray, float, float]:
+    """Posterior means (shape of ``z``, > 0) of a level's cell counts given their estimates
+    ``z`` (variances ``v``) under the prior of mean ``total ((1 - a) m + a / cells)``, and
+    the ``(a, r)`` chosen."""
+    means = [np.maximum(((1.0 - a) * m.ravel() + a / m.size) * total, 1e-12) for a in mixes]
+    b = np.sqrt(np.maximum(v.ravel(), 1e-300) / 2.0)  # Laplace scale of variance v
+    post, a, r = _level_posterior(z.ravel(), b, means, mixes, DISPERSIONS)
+    return np.maximum(post, 1e-300).reshape(z.shape), a, r
+
+
+def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
+                     mixes: Sequence[float], dispersions: Sequence[float]
+                     ) -> tuple[np.ndarray, float, float]:
+    """Posterior means of one level's cell counts under the negative binomial prior (mean
+    ``means[i]`` for the uniform share ``mixes[i]``) whose ``(a, r)`` has the largest
+    marginal likelihood of the level's estimates ``z`` under Laplace noise of scale ``b``.
+    Counts are summed over a window of ``_WINDOW`` noise scales about each estimate. Blocks
+    of cells run in threads (numpy and scipy release the GIL in their loops); the block sums
+    are added in block order, so the result does not depend on the thread count."""
+    half = int(np.ceil(_WINDOW * float(b.max()))) + 1
+    lo = np.maximum(np.floor(z) - half, 0.0)
+    k = np.arange(2 * half + 2, dtype=float)
+    starts = range(0, z.size, _BLOCK)
+
+    def terms(s0: int) -> tuple[np.ndarray, np.ndarray, slice]:
+        sl = slice(s0, s0 + _BLOCK)
+        x = lo[sl, None] + k[None, :]
+        loglik = (-np.abs(z[sl, None] - x) / b[sl, None] - np.log(2.0 * b[sl, None])
+                  - gammaln(x + 1.0))
+        return x, loglik, sl
+
+    def log_weights(x: np.ndarray, base: np.ndarray, mu: np.ndarray,
+                    r: float) -> tuple[np.ndarray, np.ndarray]:
+        a = base + r * np.log(r / (r + mu)) + x * np.log(mu / (r + mu))
+        amax = a.max(axis=1, keepdims=True)
+        return np.exp(a - amax), amax[:, 0]
+
+    def marginals(s0: int) -> np.ndarray:
+        x, loglik, sl = terms(s0)
+        out = np.empty((len(dispersions), len(mixes)))
+        for u, r in enumerate(dispersions):
+            base = loglik + gammaln(x + r) - gammaln(r)
+            for i in range(len(mixes)):
+                w, amax = log_weights(x, base, means[i][sl, None], r)
+                out[u, i] = float((np.log(w.sum(axis=1)) + amax).sum())
+        return out
+
+    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(starts)))) as pool:
+        marg = np.sum(list(pool.map(marginals, starts)), axis=0)
+        # first maximum in the order (share, dispersion)
+        i, u = (int(x) for x in np.unravel_index(int(np.argmax(marg.T)), marg.T.shape))
+        r = float(dispersions[u])
+
+        def means_of(s0: int) -> np.ndarray:
+            x, loglik, sl = terms(s0)
+            w, _ = log_weights(x, loglik + gammaln(x + r) - gammaln(r), means[i][sl, None], r)
+            return np.asarray((w * x).sum(axis=1) / w.sum(axis=1))
+
+        post = np.concatenate(list(pool.map(means_of, starts)))
+    return post, float(mixes[i]), r

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.analyzers.heatmap.posterior import LATTICE_SD, count_posterior
+from shuffledp.analyzers.heatmap.posterior import CONSISTENCY, LATTICE_SD, count_posterior
 from shuffledp.analyzers.heatmap.smoothing import (
     BACKGROUND,
     CONFIDENCE,
@@ -102,16 +102,15 @@ class HeatmapRelease:
         sens = self.guarantee.neighbour.level_sensitivity(1)
         return [float(sens) / float(e) for e in eps]
 
-    def smoothed(self, *, method: str = "density") -> HeatmapRelease:
-        """This release post-processed into the density that
-        :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density` reads off its noisy level
-        counts (``method="density"``, the default), or into the posterior mean of every
-        pixel's count (``method="posterior"``,
-        :func:`shuffledp.analyzers.heatmap.posterior.count_posterior`: the hierarchical
-        least-squares estimates of all levels under an empirical-Bayes prior centred on that
-        density; it wins more points of ``bench/smoothing_grid.py`` on KL and CC but blurs a
-        one-pixel spike at large eps, so it is not the default). No privacy cost: a function
-        of the release alone.
+    def smoothed(self, *, method: str = "posterior") -> HeatmapRelease:
+        """This release post-processed into the posterior mean of every pixel's count,
+        checked level by level against the coarser counts (``method="posterior"``, the
+        default: :func:`shuffledp.analyzers.heatmap.posterior.count_posterior`, the
+        hierarchical least-squares estimates of all levels under an empirical-Bayes prior
+        centred on the pyramid density), or into that density itself (``method="density"``,
+        :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density`, the previous default).
+        No privacy cost: a function of the release alone (its noisy level counts, or the level
+        sums of ``raw``, and the public noise scales).
 
         ``levels`` are used when the release carries them; otherwise the level sums of
         ``raw`` stand in for them. ``raw`` stays Reconstruct's s_hat (``--smoothing none``);
@@ -151,13 +150,19 @@ class HeatmapRelease:
         if method == "posterior":
             est, record = count_posterior(counts, self.grid, int(start), scales)
             rule = ("when pixel_sd <= lattice_sd, every pixel's count estimated by its "
-                    "posterior mean (otherwise the pyramid density as is): the hierarchical "
+                    "posterior mean (otherwise the pyramid density): the hierarchical "
                     "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
                     "noise of its variance, with a negative binomial prior whose mean is the "
                     "estimated total times the pyramid density mixed with the uniform map "
                     "(prior_uniform_share) and whose size is prior_dispersion, both chosen by "
-                    "the marginal likelihood of the estimates; the pyramid density: ")
-            extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD}
+                    "the marginal likelihood of the estimates; then at every coarser level "
+                    "whose cell totals differ from its estimates by a mean squared "
+                    "discrepancy (in variances) above consistency (levels_refitted), the "
+                    "cells' posterior means under the same prior fitted on that level, handed "
+                    "down to the children in proportion to their estimates; the pyramid "
+                    "density: ")
+            extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD,
+                     "consistency": CONSISTENCY}
         else:
             est = pyramid_density(counts, self.grid, int(start), scales)
             rule, extra = "", {"method": "pyramid_density"}

@@ -1,4 +1,8 @@
-"""The default post-processing of a heatmap release: a density read off the noisy pyramid.
+"""A density read off the noisy pyramid: the prior of the default post-processing, and an option.
+
+:func:`pyramid_density` is ``HeatmapRelease.smoothed(method="density")`` (``--smoothing
+density``, the default before the count posterior) and the prior mean and starting point of
+the default, :func:`shuffledp.analyzers.heatmap.posterior.count_posterior`.
 
 Reconstruct ([Ghazi23]_ Alg. 2) keeps the top-w cells per level and zeroes everything else,
 so at few users or small epsilon its estimate is a handful of blocks and spikes and is exactly

@@ -304,16 +304,24 @@ def dropout_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 def smoothing_option(**kwargs: Any) -> Callable[[F], F]:
-    """``--smoothing auto|none``: the release's post-processing
-    (:meth:`~shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed`)."""
+    """``--smoothing auto|density|none``: the release's post-processing
+    (:meth:`~shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed`: ``auto`` is
+    ``method="posterior"``, ``density`` is ``method="density"``)."""
     kwargs.setdefault(
-        "help", "auto: the density read off the release's own noisy level counts, top "
-        "down (a cell's mass follows its children's counts where they stand out of the noise "
-        "and is spread evenly where they do not; post-processing, no privacy cost); none: "
-        "Reconstruct's output as is (Ghazi et al. Alg. 2). The dense algorithm's output "
-        "(--algorithm dense) is a dense map already and is left as is.")
-    return option("--smoothing", "smoothing", type=click.Choice(["auto", "none"]), default="auto",
-                  show_default=True, **kwargs)
+        "help", "auto: every pixel's count estimated by its posterior mean from the "
+        "release's own noisy level counts, checked level by level against the coarser counts "
+        "(post-processing, no privacy cost); density: the smooth density read off those "
+        "counts top down (the previous default); none: Reconstruct's output as is (Ghazi et "
+        "al. Alg. 2). The dense algorithm's output (--algorithm dense) is a dense map already "
+        "and is left as is.")
+    return option("--smoothing", "smoothing", type=click.Choice(["auto", "density", "none"]),
+                  default="auto", show_default=True, **kwargs)
+
+
+def smoothing_method(smoothing: str) -> str:
+    """The :meth:`~shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed` method of a
+    ``--smoothing`` choice other than ``none``."""
+    return "density" if smoothing == "density" else "posterior"
 
 
 def out_dir_option(writes: tuple[str, ...] = (), **kwargs: Any) -> Callable[[F], F]:

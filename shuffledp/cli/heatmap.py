@@ -44,6 +44,7 @@ from shuffledp.cli.common import (
     out_dir_option,
     parse_bbox,
     refuse_if_large,
+    smoothing_method,
     smoothing_option,
     w_option,
     warn,
@@ -232,8 +233,9 @@ def heatmap(ctx, input_path, fmt, bbox, n, data_seed, grid, epsilon, w, model, B
                                 n_points, len(top_percent) if evaluate else -1, allow_large,
                                 backend, scheduler, quiet=quiet, rounding=rounding,
                                 budget="paper" if smoothing == "none" else "auto")
-    if smoothing == "auto" and ours.parameters.get("mechanism") != "DenseEMDAgg":
-        ours = ours.smoothed()  # the dense algorithm's output is already a dense map
+    if smoothing != "none" and ours.parameters.get("mechanism") != "DenseEMDAgg":
+        # the dense algorithm's output is already a dense map
+        ours = ours.smoothed(method=smoothing_method(smoothing))
     seconds_ours = time.perf_counter() - t_ours
     receipt = None
     if ledger is not None:  # charged before anything is written; refused: nothing is
@@ -379,6 +381,8 @@ def _public_source(input_path: str | None, data_seed: int | None) -> str:
 _SHAPES_NOTE = {
     "auto": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell;",
              "round blobs: --smoothing auto", "  (post-processing)"],
+    "density": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell;",
+                "round blobs: --smoothing density", "  (post-processing)"],
     "none": ["faint rectangles: a coarse cell's mass,", "  spread evenly over the cell",
              "  (--smoothing none: Alg. 2 as is)"],
 }

@@ -86,6 +86,7 @@ from shuffledp.cli.common import (
     out_file_option,
     protocol_memory,
     refuse_if_large,
+    smoothing_method,
     smoothing_option,
     w_option,
     warn,
@@ -946,8 +947,8 @@ def analyze(params_path, input_path, out_dir, force, key_path, mac_key_path, rep
                                         ledger=ledger, label=os.path.abspath(in_path))
     except (WireError, Refused) as e:
         raise _refusal(in_path, e, mac_key_path) from None
-    if smoothing == "auto":
-        release = release.smoothed()
+    if smoothing != "none":
+        release = release.smoothed(method=smoothing_method(smoothing))
     _write_release(Path(out_dir), p, release, h, shuffler)
 
 
