@@ -479,6 +479,31 @@ def test_cli_figure_1_smooths_the_central_release(tmp_path):
     assert all(("smoothing=auto" in r["key"]) == (r["model"] == "central") for r in rows)
 
 
+def test_density_smoothing_is_a_sweep_option_of_its_own(monkeypatch):
+    """--smoothing density smooths with the pyramid density (auto: the count posterior), under
+    its own run key, so the two never resume into each other."""
+    from shuffledp.analyzers.heatmap.release import HeatmapRelease
+
+    methods = []
+    real = HeatmapRelease.smoothed
+
+    def spy(self, *a, **kw):
+        methods.append(kw.get("method"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(HeatmapRelease, "smoothed", spy)
+    keys = {}
+    for smoothing in ("auto", "density"):
+        cfg = sw.SweepConfig(grid=Grid(8, 8), n=50, epsilon=2.0, smoothing=smoothing)
+        run = sw.Run(cfg, "central", "n", 0)
+        sw.run_one(run, rng=1)
+        keys[smoothing] = run.key
+    assert methods == ["posterior", "density"]
+    assert "smoothing=density" in keys["density"] and "smoothing=auto" in keys["auto"]
+    with pytest.raises(ValueError, match="smoothing"):
+        sw.SweepConfig(grid=Grid(8, 8), n=50, smoothing="blur")
+
+
 @pytest.mark.parametrize("smoothing,rule", [("none", "paper"), ("auto", "auto")])
 def test_both_models_of_a_sweep_take_the_budget_rule_of_its_smoothing(monkeypatch, smoothing,
                                                                       rule):

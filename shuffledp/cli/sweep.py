@@ -140,9 +140,10 @@ def _values(text: Any) -> Any:
 @click.option("--rounding", type=click.Choice(["largest_remainder", "floor"]), default=None,
               help="Shuffle model's scale-and-round rule [default: largest_remainder; "
                    "--figure 13: floor, Ghazi et al. App. F's, whose error falls with B].")
-@click.option("--smoothing", type=click.Choice(["auto", "none"]), default=None,
+@click.option("--smoothing", type=click.Choice(["auto", "density", "none"]), default=None,
               help="Post-process the shuffle / central releases as `shuffledp heatmap` does "
-                   "[default: none; --figure 1/2: auto].")
+                   "(auto: the count posterior; density: the pyramid density) [default: "
+                   "none; --figure 1/2: auto].")
 @click.option("--emd/--no-emd", "emd", default=None,
               help="Solve the exact EMD in every run [default: yes; --figure 12, which is "
                    "about bits per user: no, the EMD column is NaN].")

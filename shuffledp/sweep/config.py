@@ -117,11 +117,11 @@ class SweepConfig:
     emd : bool
         Solve the exact EMD (seconds per run on a 320x240 grid); ``False`` records NaN for it
         (``--figure 12``, which is about bits per user).
-    smoothing : {"none", "auto"}
+    smoothing : {"none", "auto", "density"}
         Post-process the shuffle and central releases with
-        :meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed` (what
-        ``shuffledp heatmap`` releases by default; ``--figure 1/2``); "none" keeps
-        Reconstruct's output.
+        :meth:`shuffledp.analyzers.heatmap.release.HeatmapRelease.smoothed`: "auto" its
+        default, the count posterior (what ``shuffledp heatmap`` releases by default;
+        ``--figure 1/2``), "density" the pyramid density; "none" keeps Reconstruct's output.
     neighbour : {"zero_out", "replace", "add_remove"}
         The neighbour relation of the shuffle and central releases (default: the toolkit's
         one default, zero-out; one relation for both,
@@ -154,7 +154,7 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         v.choice("rounding", self.rounding, ("largest_remainder", "floor"))
-        v.choice("smoothing", self.smoothing, ("none", "auto"))
+        v.choice("smoothing", self.smoothing, ("none", "auto", "density"))
         nb = Neighbour.parse(self.neighbour)
         v.choice("neighbour", nb.token, ("replace", "zero_out", "add_remove"))
         object.__setattr__(self, "neighbour", nb.token)

@@ -203,8 +203,8 @@ def run_one(run: Run, rng: Any = None) -> RunRecord:
                               budget=budget)
     else:  # the Sec. 4 baselines: central, add/remove (plan() keeps them like for like)
         rel = laplace_baseline(aggregate, c.epsilon, rng=rng, top_percent=_TOP.get(run.model))
-    if c.smoothing == "auto" and run.model in ("shuffle", "central"):
-        rel = rel.smoothed()
+    if c.smoothing != "none" and run.model in ("shuffle", "central"):
+        rel = rel.smoothed(method="density" if c.smoothing == "density" else "posterior")
     t1 = time.perf_counter()
     truth = normalise(aggregate)
     sigma = run.sigma_px
