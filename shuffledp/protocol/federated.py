@@ -120,7 +120,7 @@ def federated_histogram(
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -188,7 +188,7 @@ def federated_locations(
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -365,7 +365,7 @@ def federated_sum(
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -585,7 +585,7 @@ def adaptive_histogram(
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -845,7 +845,7 @@ def flat_histogram(rows: Any, cols: Any, depth: int, epsilon: float, **kwargs: A
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -888,7 +888,7 @@ def quadtree_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
@@ -945,7 +945,7 @@ def central_adaptive_histogram(rows: Any, cols: Any, depth: int, epsilon: float,
         If a count is not an integer.
     FederatedRefused
         A shard with fewer survivors than n_min (replace-one, zero-out; under add/remove it
-        is topped up instead, and refused only below real SecAgg's floor
+        is topped up instead, and refused only below real SecAgg's threshold
         :meth:`~shuffledp.analyzers.federated.population.ShardPlan.secagg_threshold`), or
         (add/remove) an n_min too small to pay for the joining user's noise share.
     """
