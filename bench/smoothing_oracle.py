@@ -16,8 +16,8 @@ release:
 * ``post``: the default (posterior with the level check); ``dens``: the pyramid density;
   ``alg2``: Reconstruct's output;
 * ``topk``: the k largest pixels of the least-squares leaf estimate (clipped at 0), the rest
-  0, k in :data:`TOP_K` (the top-t% baselines' rule: 5 and 41 pixels are their 0.1% and 1%
-  on 64x64);
+  0, k in :data:`TOP_K`, and the same of each named map (``post-topk``, ...): the top-t%
+  baselines' rule (5 and 41 pixels are their 0.1% and 1% on 64x64);
 * ``ls+h`` / ``ls-h``: the hierarchical least-squares leaf estimate of all levels, clipped at
   0 then blurred (``+``), or blurred then clipped (``-``), Gaussian bandwidth h px in
   :data:`BANDWIDTHS` (h = 0: no blur);
@@ -26,7 +26,8 @@ release:
   least-squares leaf clipped and blurred by 1.5 px}, a in :data:`SHARES`, r in
   :data:`DISPERSIONS` (no level check; the default picks (a, r) by marginal likelihood, the
   oracle by the truth; skipped where the noise's Laplace scale exceeds
-  :data:`NB_MAX_SCALE` users: spike eps = 0.1 for ours, eps = 0.1 for the Laplace counts);
+  :data:`NB_MAX_SCALE` users: ours at spike eps <= 0.2 and elongated eps = 0.1; the Laplace
+  counts, scale 1/eps <= 10, never);
 * each of the above mixed with the uniform map, weight w in :data:`MIXES` (for EMD only the
   three best members at w = 0 get the mixtures: the exact EMD is the slow metric).
 
@@ -95,8 +96,8 @@ TOP_K = (1, 5, 20, 41, 100, 300)
 MIXES = (0.0, 0.01, 0.03, 0.1, 0.3)
 #: The nb members are skipped when a pixel's noise has a Laplace scale above this many users
 #: (a window of 14 scales each side gets slow, and the posterior mean of a pixel whose
-#: estimate has sd > 11 users is about its prior mean: the smooth members cover it).
-NB_MAX_SCALE = 8.0
+#: estimate has sd > 14 users is about its prior mean: the smooth members cover it).
+NB_MAX_SCALE = 10.0
 EMD_MIXED = 3  # members at w = 0 whose uniform mixtures get the exact EMD
 
 #: (data, eps, n, why): the losing points of the grid bench named in issue 30, and controls.
@@ -140,12 +141,14 @@ def family(leaf: np.ndarray, var: np.ndarray, total: float, prior_means: dict,
     """The post-processings of one measured leaf ``leaf`` (variance ``var`` per pixel):
     ``named`` maps as they are, clip/blur variants, fixed-(a, r) posterior means."""
     out = dict(named)
-    flat = leaf.ravel()
-    for k in TOP_K:  # the top-t% rule of the baselines, on this leaf
-        kept = np.zeros_like(flat)
-        idx = np.argpartition(flat, flat.size - k)[flat.size - k:]
-        kept[idx] = np.maximum(flat[idx], 0.0)
-        out[f"top{k}"] = (kept if kept.sum() > 0 else np.ones_like(flat)).reshape(leaf.shape)
+    for src, arr in (("", leaf), *((f"{m}-", named[m]) for m in named)):
+        flat = arr.ravel()
+        for k in TOP_K:  # the top-t% rule of the baselines, on this leaf or named map
+            kept = np.zeros_like(flat)
+            idx = np.argpartition(flat, flat.size - k)[flat.size - k:]
+            kept[idx] = np.maximum(flat[idx], 0.0)
+            out[f"{src}top{k}"] = (kept if kept.sum() > 0 else np.ones_like(flat)).reshape(
+                leaf.shape)
     for h in BANDWIDTHS:
         out[f"ls+{h:g}"] = blur(nonneg(leaf), h)
         if h > 0:
