@@ -69,6 +69,7 @@ References
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import numba
@@ -938,18 +939,24 @@ def encode_sums(
 
 
 _DRAWS: dict[tuple, _DifferenceDraws] = {}
+_DRAWS_LOCK = threading.Lock()
 
 
 def _cached_draws(params: ProtocolParams) -> _DifferenceDraws:
     """The noise tables of ``params`` (built once per Polya shape and a-vector, per process;
-    the a-vector is a_i repeated over the level sizes, so those two tuples key it)."""
+    the a-vector is a_i repeated over the level sizes, so those two tuples key it). Built
+    under a lock: encoder threads starting together wait for one build instead of each
+    building the same tables (mostly Python work, serialised by the GIL)."""
     key = (float(params.polya_shape), tuple(float(x) for x in params.level_a),
            tuple(params.level_sizes))
     d = _DRAWS.get(key)
     if d is None:
-        if len(_DRAWS) > 16:
-            _DRAWS.clear()
-        d = _DRAWS[key] = _noise_draws(params)
+        with _DRAWS_LOCK:
+            d = _DRAWS.get(key)
+            if d is None:
+                if len(_DRAWS) > 16:
+                    _DRAWS.clear()
+                d = _DRAWS[key] = _noise_draws(params)
     return d
 
 

@@ -103,3 +103,37 @@ def test_per_user_streams_make_the_encoding_independent_of_the_split():
     np.testing.assert_array_equal(tot, whole.sum(axis=0) % p.q)
     shares = encode_shares(p, users, np.arange(9), s, SecureRandom())
     np.testing.assert_array_equal(shares.sum(axis=(0, 1), dtype=np.uint64) % p.q, tot)
+
+
+def test_noise_tables_are_built_once_when_threads_start_together(monkeypatch):
+    """Encoder threads that start together wait for one build of the noise tables (before,
+    each built its own copy, serialised by the GIL: the simulation's first call was slower
+    on 2 threads than on 1)."""
+    import threading
+    import time
+
+    import shuffledp.encoders.encoder as enc
+
+    params = params_for(Grid(8, 8), 20)
+    real, calls = enc._noise_draws, []
+
+    def slow(p):
+        calls.append(p)
+        time.sleep(0.05)  # a build long enough for the other threads to arrive
+        return real(p)
+
+    monkeypatch.setattr(enc, "_noise_draws", slow)
+    monkeypatch.setattr(enc, "_DRAWS", {})
+    start = threading.Barrier(4)
+    got = []
+
+    def worker():
+        start.wait()
+        got.append(enc._cached_draws(params))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 4 and all(d is got[0] for d in got)
