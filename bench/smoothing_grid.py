@@ -132,6 +132,14 @@ def spike_pixel(side: int) -> int:
     return (side // 3 + 1) * side + side // 2 + 3
 
 
+def baseline_estimates(agg: np.ndarray, eps: float, seed: int) -> dict[str, np.ndarray]:
+    """The three baselines of one trial (one Laplace draw, seeded ``seed + 2``): plain, and
+    thresholded to its top 1% and 0.1%."""
+    return {"laplace": laplace_baseline(agg, eps, rng=seed + 2).estimate,
+            "top_1%": laplace_baseline(agg, eps, rng=seed + 2, top_percent=1.0).estimate,
+            "top_0.1%": laplace_baseline(agg, eps, rng=seed + 2, top_percent=0.1).estimate}
+
+
 def one_point(args: tuple) -> tuple:
     """Every method's metrics at one (data, eps, n) over the trials, and the spike shares."""
     kind, side, eps, n, trials, sigma, method = args
@@ -149,10 +157,7 @@ def one_point(args: tuple) -> tuple:
         sm = rel.smoothed(method=method)
         ests = {"ours": sm.estimate, "ours none": rel.estimate,
                 "today": today_default(paper), "today none": paper.estimate,
-                "laplace": laplace_baseline(agg, eps, rng=seed + 2).estimate,
-                "top_1%": laplace_baseline(agg, eps, rng=seed + 2, top_percent=1.0).estimate,
-                "top_0.1%": laplace_baseline(agg, eps, rng=seed + 2,
-                                             top_percent=0.1).estimate}
+                **baseline_estimates(agg, eps, seed)}
         for m, e in ests.items():
             r = all_metrics(truth, gaussian_heatmap(e, sigma), grid)
             out[m].append([r[k] for k in KEYS])

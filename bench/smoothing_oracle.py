@@ -73,6 +73,7 @@ from smoothing_grid import (  # noqa: E402  (the grid bench's data, metrics and 
     HIGHER,
     KEYS,
     against_baselines,
+    baseline_estimates,
     ci,
     make_users,
     verdict,
@@ -199,11 +200,8 @@ def one_point(args: tuple) -> tuple:
         agg = users.aggregate()
         truth = gaussian_heatmap(normalise(agg), sigma)
         rel = central_heatmap(users, eps, neighbour="add_remove", public_n=n, rng=seed + 1)
-        lap = laplace_baseline(agg, eps, rng=seed + 2)
-        ests = {"default": rel.smoothed().estimate, "laplace": lap.estimate,
-                "top_1%": laplace_baseline(agg, eps, rng=seed + 2, top_percent=1.0).estimate,
-                "top_0.1%": laplace_baseline(agg, eps, rng=seed + 2,
-                                             top_percent=0.1).estimate}
+        lap = laplace_baseline(agg, eps, rng=seed + 2)  # its raw counts feed the lap oracle
+        ests = {"default": rel.smoothed().estimate, **baseline_estimates(agg, eps, seed)}
         for m, e in ests.items():
             r = all_metrics(truth, gaussian_heatmap(e, sigma), grid)
             base[m].append([r[k] for k in KEYS])
