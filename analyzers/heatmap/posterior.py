@@ -24,7 +24,15 @@ combines the two by empirical Bayes, from the release alone:
   discrepancy in units of the estimates' variances), the level's cell counts are estimated by
   their posterior means under the same prior family, fitted on that level alone; top down,
   each cell's total is then handed to its children in proportion to their estimates, so the
-  result is consistent across levels; normalised, it is the estimate.
+  result is consistent across levels; normalised, it is the smooth estimate;
+* a sparsity test on the release
+  (:func:`~shuffledp.analyzers.heatmap.sparsity.point_mass_fit`): where the noisy counts
+  are those of one point mass (one chain of cells stands :data:`~shuffledp.analyzers.
+  heatmap.sparsity.SPIKE_SIGNAL` noise sds out and nothing stands out off it), the estimate
+  is the point's location posterior mixed with the smooth estimate (weight
+  :data:`~shuffledp.analyzers.heatmap.sparsity.SPIKE_HEDGE`); otherwise the smooth
+  estimate is the estimate. A one-pixel spike at eps <= 0.2, whose leaf noise is several
+  times its count, is located by its coarse levels; the smooth density spread it.
 
 Why the check. A pixel's posterior mean on an empty pixel is about its prior mean (the data
 cannot tell 0 from 0.01 users), so small biases of the prior add up over thousands of
@@ -75,6 +83,7 @@ from shuffledp.analyzers.heatmap.smoothing import (
     level_sums,
     pyramid_density,
 )
+from shuffledp.analyzers.heatmap.sparsity import concentrate, point_mass_fit
 from shuffledp.grid import Grid
 
 __all__ = ["CONSISTENCY", "DISPERSIONS", "LATTICE_SD", "UNIFORM_SHARES", "count_posterior",
@@ -177,7 +186,8 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         ``start..depth - 1``, the mean squared discrepancy of the leaf estimate's cell totals
         from the level's estimates, in units of their variances) and ``levels_refitted``
         (the levels whose discrepancy exceeded :data:`CONSISTENCY` and whose cell totals
-        were re-estimated).
+        were re-estimated), ``point_mass`` (the sparsity test's numbers and verdict:
+        :meth:`~shuffledp.analyzers.heatmap.sparsity.PointMassFit.record`).
 
     Raises
     ------
@@ -224,9 +234,10 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         par = _parents(t.shape, est.shape[1])
         sib = np.bincount(par, weights=t.ravel(), minlength=est.size)[par]
         est = (est.ravel()[par] * t.ravel() / sib).reshape(t.shape)
-    return est / est.sum(), {
+    fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
+    return concentrate(est / est.sum(), fit), {
         "pixel_sd": pixel_sd, "prior_uniform_share": a, "prior_dispersion": r,
-        "level_discrepancy": disc, "levels_refitted": refit}
+        "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
 
 
 def _posterior_means(z: np.ndarray, v: np.ndarray, m: np.ndarray, total: float,

@@ -107,7 +107,9 @@ class HeatmapRelease:
         checked level by level against the coarser counts (``method="posterior"``, the
         default: :func:`shuffledp.analyzers.heatmap.posterior.count_posterior`, the
         hierarchical least-squares estimates of all levels under an empirical-Bayes prior
-        centred on the pyramid density), or into that density itself (``method="density"``,
+        centred on the pyramid density, concentrated on one point's location posterior
+        where :func:`shuffledp.analyzers.heatmap.sparsity.point_mass_fit` finds the release
+        to be one point mass), or into that density itself (``method="density"``,
         :func:`shuffledp.analyzers.heatmap.smoothing.pyramid_density`, the previous default).
         No privacy cost: a function of the release alone (its noisy level counts, or the level
         sums of ``raw``, and the public noise scales).
@@ -159,7 +161,10 @@ class HeatmapRelease:
                     "whose cell totals differ from its estimates by a mean squared "
                     "discrepancy (in variances) above consistency (levels_refitted), the "
                     "cells' posterior means under the same prior fitted on that level, handed "
-                    "down to the children in proportion to their estimates; the pyramid "
+                    "down to the children in proportion to their estimates; where the "
+                    "release is one point mass (point_mass: the chain's total >= signal "
+                    "sds, the mass off the chain <= residual sds), (1 - hedge) times the "
+                    "point's location posterior plus hedge times that estimate; the pyramid "
                     "density: ")
             extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD,
                      "consistency": CONSISTENCY}
