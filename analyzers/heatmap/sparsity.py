@@ -72,17 +72,21 @@ import numpy as np
 from shuffledp.analyzers.heatmap.smoothing import _iv
 from shuffledp.grid import Grid
 
-__all__ = ["SPIKE_HEDGE", "SPIKE_RESIDUAL", "SPIKE_SIGNAL", "PointMassFit", "concentrate",
-           "point_mass_fit"]
+__all__ = ["SPIKE_HEDGE", "SPIKE_OFF_SHARE", "SPIKE_PRIOR", "SPIKE_SIGNAL", "PointMassFit",
+           "concentrate", "point_mass_fit"]
 
 #: tau_1: the chain's fitted total must stand this many standard deviations above 0
-SPIKE_SIGNAL: float = 5.0
-#: tau_2: the mass off the chain may stand at most this many standard deviations above 0
-SPIKE_RESIDUAL: float = 2.0
+SPIKE_SIGNAL: float = 6.0
+#: f_min: under the diffuse alternative at least this share of the users is off the chain
+SPIKE_OFF_SHARE: float = 0.1
+#: the prior probability of one point mass (against the diffuse alternative)
+SPIKE_PRIOR: float = 0.5
 #: delta: the smooth estimate's weight in the concentrated estimate
 SPIKE_HEDGE: float = 0.05
 #: rounds of (best chain, chain total)
 _ROUNDS = 3
+#: midpoints of the off-chain share f over [f_min, 1) for the alternative's integral
+_SHARES = 2000
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,11 @@ class PointMassFit:
         ``T`` (users) and ``sd_T``.
     off_chain, off_chain_sd : float
         ``O`` (users) and ``sd_O``; ``nan`` when no level has two cells.
+    weight : float
+        ``omega``: the posterior probability of one point mass (0 where the chain does not
+        stand out); the estimate's weight on ``location`` is ``omega (1 - SPIKE_HEDGE)``.
     concentrated : bool
-        Both conditions of the test hold: the estimate is concentrated on ``location``.
+        ``omega >= 1/2``: one point mass is the more probable hypothesis.
     """
 
     location: np.ndarray
@@ -109,6 +116,7 @@ class PointMassFit:
     total_sd: float
     off_chain: float
     off_chain_sd: float
+    weight: float
     concentrated: bool
 
     def record(self) -> dict[str, Any]:
@@ -117,15 +125,16 @@ class PointMassFit:
         Returns
         -------
         dict
-            ``concentrated``, ``pixel``, ``total``, ``total_sd``, ``off_chain``,
+            ``weight``, ``concentrated``, ``pixel``, ``total``, ``total_sd``, ``off_chain``,
             ``off_chain_sd``, ``location_max`` (the largest value of ``location``) and the
-            constants ``signal``, ``residual``, ``hedge``.
+            constants ``signal``, ``off_share``, ``prior``, ``hedge``.
         """
-        return {"concentrated": self.concentrated, "pixel": list(self.pixel),
+        return {"weight": self.weight, "concentrated": self.concentrated,
+                "pixel": list(self.pixel),
                 "total": self.total, "total_sd": self.total_sd, "off_chain": self.off_chain,
                 "off_chain_sd": self.off_chain_sd,
                 "location_max": float(self.location.max()), "signal": SPIKE_SIGNAL,
-                "residual": SPIKE_RESIDUAL, "hedge": SPIKE_HEDGE}
+                "off_share": SPIKE_OFF_SHARE, "prior": SPIKE_PRIOR, "hedge": SPIKE_HEDGE}
 
 
 def _chains(grid: Grid, start: int, shapes: list[tuple[int, int]]) -> list[np.ndarray]:
@@ -184,20 +193,31 @@ def point_mass_fit(counts: Sequence[Any], grid: Grid, start: int,
     post /= post.sum()
     sizes = np.array([y.size for y in levels])
     multi = sizes > 1
+    off_chain = off_sd = float("nan")
+    weight = 0.0
     if multi.any():
         off = np.array([float(y.sum()) for y in levels]) - chain
         v = 2.0 * scales ** 2 * (sizes - 1)
         iv = 1.0 / v[multi]
         off_chain = float((off[multi] * iv).sum() / iv.sum())
         off_sd = float(iv.sum() ** -0.5)
-        quiet = off_chain <= SPIKE_RESIDUAL * off_sd
-    else:
-        off_chain = off_sd = float("nan")
-        quiet = False
+        if t >= SPIKE_SIGNAL * total_sd:
+            weight = _weight(off_chain / off_sd, t / off_sd)
     r, c = divmod(p, grid.width)
     return PointMassFit(location=post, pixel=(r, c), total=t, total_sd=total_sd,
-                        off_chain=off_chain, off_chain_sd=off_sd,
-                        concentrated=bool(t >= SPIKE_SIGNAL * total_sd and quiet))
+                        off_chain=off_chain, off_chain_sd=off_sd, weight=weight,
+                        concentrated=weight >= 0.5)
+
+
+def _weight(z: float, ratio: float) -> float:
+    """P(one point mass | z) for the off-chain statistic ``z = O / sd_O``: standard normal
+    under H0, normal about ``ratio f / (1 - f)`` (``ratio = T / sd_O``) under the diffuse
+    alternative, ``f`` uniform on [SPIKE_OFF_SHARE, 1); prior SPIKE_PRIOR."""
+    f = SPIKE_OFF_SHARE + (1.0 - SPIKE_OFF_SHARE) * (np.arange(_SHARES) + 0.5) / _SHARES
+    h0 = np.exp(-0.5 * z * z)
+    h1 = float(np.mean(np.exp(-0.5 * (z - ratio * f / (1.0 - f)) ** 2)))
+    a, b = SPIKE_PRIOR * h0, (1.0 - SPIKE_PRIOR) * h1
+    return float(a / (a + b)) if a + b > 0 else 0.0
 
 
 def concentrate(estimate: Any, fit: PointMassFit) -> np.ndarray:
@@ -233,6 +253,7 @@ def concentrate(estimate: Any, fit: PointMassFit) -> np.ndarray:
     m = np.asarray(estimate, dtype=float)
     if m.shape != fit.location.shape:
         raise ValueError(f"estimate must have shape {fit.location.shape}, got {m.shape}")
-    if not fit.concentrated:
+    w = fit.weight * (1.0 - SPIKE_HEDGE)
+    if w == 0.0:
         return m
-    return (1.0 - SPIKE_HEDGE) * fit.location + SPIKE_HEDGE * m
+    return w * fit.location + (1.0 - w) * m
