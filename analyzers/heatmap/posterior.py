@@ -26,12 +26,12 @@ combines the two by empirical Bayes, from the release alone:
   each cell's total is then handed to its children in proportion to their estimates, so the
   result is consistent across levels; normalised, it is the smooth estimate;
 * a sparsity test on the release
-  (:func:`~shuffledp.analyzers.heatmap.sparsity.point_mass_fit`): where the noisy counts
-  are those of one point mass (one chain of cells stands :data:`~shuffledp.analyzers.
-  heatmap.sparsity.SPIKE_SIGNAL` noise sds out and nothing stands out off it), the estimate
-  is the point's location posterior mixed with the smooth estimate (weight
-  :data:`~shuffledp.analyzers.heatmap.sparsity.SPIKE_HEDGE`); otherwise the smooth
-  estimate is the estimate. A one-pixel spike at eps <= 0.2, whose leaf noise is several
+  (:func:`~shuffledp.analyzers.heatmap.sparsity.point_mass_fit`): where one chain of cells
+  stands :data:`~shuffledp.analyzers.heatmap.sparsity.SPIKE_SIGNAL` noise sds out, the
+  estimate is mixed with that point's location posterior by the posterior probability that
+  the release is one point mass (against users spread off the chain), less the hedge
+  :data:`~shuffledp.analyzers.heatmap.sparsity.SPIKE_HEDGE`; otherwise the smooth estimate
+  is the estimate. A one-pixel spike at eps <= 0.2, whose leaf noise is several
   times its count, is located by its coarse levels; the smooth density spread it.
 
 Why the check. A pixel's posterior mean on an empty pixel is about its prior mean (the data

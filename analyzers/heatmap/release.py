@@ -161,10 +161,11 @@ class HeatmapRelease:
                     "whose cell totals differ from its estimates by a mean squared "
                     "discrepancy (in variances) above consistency (levels_refitted), the "
                     "cells' posterior means under the same prior fitted on that level, handed "
-                    "down to the children in proportion to their estimates; where the "
-                    "release is one point mass (point_mass: the chain's total >= signal "
-                    "sds, the mass off the chain <= residual sds), (1 - hedge) times the "
-                    "point's location posterior plus hedge times that estimate; the pyramid "
+                    "down to the children in proportion to their estimates; where one chain of "
+                    "cells stands signal noise sds out (point_mass), mixed with that point's "
+                    "location posterior by weight * (1 - hedge), weight the posterior "
+                    "probability of one point mass against a share >= off_share of the users "
+                    "off the chain (prior: prior); the pyramid "
                     "density: ")
             extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD,
                      "consistency": CONSISTENCY}
