@@ -63,6 +63,14 @@ def test_exact_counts_of_one_pixel_give_that_pixel():
     with pytest.raises(ValueError, match="noise_scales"):
         point_mass_fit(counts, grid, 1, [0.01])
     assert isinstance(fit, PointMassFit) and fit.record()["concentrated"] is True
+    # a grid that is neither square nor a power of two: the chains are cropped the same way
+    odd = Grid(40, 27)
+    users = UserDistributions.from_pixels(odd, np.arange(30), np.full(30, 13 * 40 + 37))
+    counts = [t + rng.laplace(0, 0.01, t.shape)
+              for t in level_sums(users.aggregate(), odd, 2)]
+    fit = point_mass_fit(counts, odd, 2, [0.01] * len(counts))
+    assert fit.pixel == (13, 37) and fit.location.shape == (27, 40)
+    assert fit.weight == pytest.approx(1.0, abs=1e-9)
 
 
 def test_a_spike_at_small_eps_is_concentrated():

@@ -15,11 +15,12 @@ log-likelihood of the release against the empty map is
 
     S(p; T) = sum_l (|y_l[a_l(p)]| - |y_l[a_l(p)] - T|) / b_l,
 
-a sum over the chain of cells above ``p``, computed for every pixel at once (one gather per
-level). ``T`` is fitted along the best chain: starting from the inverse-variance weighted
-mean of the levels' largest counts, ``p_hat = argmax_p S(p; T)`` and ``T`` is the
-inverse-variance weighted mean of the chain's counts ``y_l[a_l(p_hat)]`` (weights
-``w_l = 1 / (2 b_l^2)``: the least-squares estimate of ``T`` under H0, standard deviation
+a sum over the chain of cells above ``p``, computed for every pixel at once (top down: each
+level's cell scores added to their parents' sums, memory of a few maps). ``T`` is fitted
+along the best chain: starting from the inverse-variance weighted mean of the levels'
+largest counts, ``p_hat = argmax_p S(p; T)`` and ``T`` is the inverse-variance weighted mean
+of the chain's counts ``y_l[a_l(p_hat)]`` (weights ``w_l = 1 / (2 b_l^2)``: the
+least-squares estimate of ``T`` under H0, standard deviation
 ``sd_T = (sum_l w_l)^(-1/2)``); :data:`_ROUNDS` rounds. Under a uniform prior over pixels
 the location posterior is ``pi(p) = exp(S(p; T)) / sum_q exp(S(q; T))``, the posterior mean
 of the normalised map under H0 (the estimate that minimises the expected KL(truth ||
@@ -147,14 +148,17 @@ class PointMassFit:
                 "off_share": SPIKE_OFF_SHARE, "prior": SPIKE_PRIOR, "hedge": SPIKE_HEDGE}
 
 
-def _chains(grid: Grid, start: int, shapes: list[tuple[int, int]]) -> list[np.ndarray]:
-    """Per level, the flat index of the cell above every pixel, shape (height, width)."""
-    out = []
-    for k, (_, cols) in enumerate(shapes):
-        shift = grid.depth - (start + k)
-        rows = (np.arange(grid.height) >> shift)[:, None]
-        out.append(rows * cols + (np.arange(grid.width) >> shift)[None, :])
-    return out
+def _scores(levels: list[np.ndarray], scales: np.ndarray, t: float) -> np.ndarray:
+    """``S(p; t)`` for every pixel: each level's cell scores added to its parent's, top
+    down (a cell's parent is ``(row // 2, col // 2)``), in level order."""
+    s = np.zeros((1, 1))
+    for k, (y, b) in enumerate(zip(levels, scales, strict=True)):
+        g = (np.abs(y) - np.abs(y - t)) / float(b)
+        if k == 0:
+            s = g
+        else:
+            s = np.repeat(np.repeat(s, 2, axis=0), 2, axis=1)[:g.shape[0], :g.shape[1]] + g
+    return s
 
 
 def point_mass_fit(counts: Sequence[Any], grid: Grid, start: int,
@@ -184,7 +188,6 @@ def point_mass_fit(counts: Sequence[Any], grid: Grid, start: int,
     [Ghazi23]_ Alg. 1 (the noisy level counts and their Laplace noise).
     """
     levels, scales = _iv(counts, grid, start, noise_scales)
-    chains = _chains(grid, start, [y.shape for y in levels])
     w = 1.0 / (2.0 * scales ** 2)
     total_sd = float(w.sum() ** -0.5)
     t = float(sum(wi * y.max() for wi, y in zip(w, levels, strict=True)) / w.sum())
@@ -192,13 +195,11 @@ def point_mass_fit(counts: Sequence[Any], grid: Grid, start: int,
     chain = np.zeros(len(levels))
     p = 0
     for _ in range(_ROUNDS):
-        score = np.zeros((grid.height, grid.width))
-        for y, b, ix in zip(levels, scales, chains, strict=True):
-            flat = y.ravel()
-            score += ((np.abs(flat) - np.abs(flat - t)) / float(b))[ix]
+        score = _scores(levels, scales, t)
         p = int(np.argmax(score))
-        chain = np.array([y.ravel()[ix.ravel()[p]] for y, ix in zip(levels, chains,
-                                                                    strict=True)])
+        r, c = divmod(p, grid.width)
+        shifts = [grid.depth - (start + k) for k in range(len(levels))]
+        chain = np.array([y[r >> h, c >> h] for y, h in zip(levels, shifts, strict=True)])
         t = float((w * chain).sum() / w.sum())
     post = np.exp(score - score.max())
     post /= post.sum()
