@@ -76,6 +76,85 @@ def _stream_read(words: np.ndarray, threads: int) -> int:
     return int(_sum_words(words))
 
 
+@numba.njit(parallel=True, nogil=True)
+def _write_words(words, v):  # pragma: no cover - compiled
+    for i in numba.prange(words.size):
+        words[i] = v + np.uint64(i)
+
+
+def _wire_floor(args, users, p, cores: int) -> None:
+    """The floor of any wire design at this setting, against the simulation path, warm and
+    in this process, on every core (interleaved best of ``--repeat`` + 1).
+
+    Any design that materialises every message and permutes them securely draws at least
+    the shares' keystream (one 32-bit ChaCha20 word per message: the simulation draws the
+    same), the permutation's keystream (one word per message: Fisher-Yates or bucket labels
+    plus in-bucket swaps take at least that) and writes and reads every message once
+    (``record_bytes`` each; a numba ``prange`` write then sum of that many bytes). Their
+    sum, by wall clock and by CPU time, is the floor; the same against the simulation's
+    own time, plus what the wire adds at least (the permutation's keystream, one write and
+    one read), is the floor of a wire path that also does all the simulation does. Next to
+    them the warm wire path (``shuffle_heatmap(wire=True)`` called again in this process)."""
+    from shuffledp.protocol.runner import shuffle_heatmap
+    from shuffledp.randomness import SecureRandom
+
+    n_msg = p.messages_per_user * args.n
+    srcs = [SecureRandom() for _ in range(cores)]
+    chunks = [np.empty(1 << 16, np.uint32) for _ in range(cores)]
+    nbytes = n_msg * p.record_bytes
+    mem = np.empty(-(-nbytes // 8), np.uint64)
+
+    def keystream():  # one word per message, in 64K-word pieces on every core
+        def part(i):
+            for _ in range(-(-n_msg // (cores << 16))):
+                srcs[i].fill_uint32(chunks[i])
+        with ThreadPoolExecutor(cores) as ex:
+            list(ex.map(part, range(cores)))
+
+    def write_read():
+        numba.set_num_threads(cores)
+        _write_words(mem, np.uint64(1))
+        _sum_words(mem)
+
+    def run(wire):
+        return lambda: shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=args.B, rng=1,
+                                       wire=wire, workers=cores)
+
+    work = {"simulation": run(False), "wire": run(True), "keystream": keystream,
+            "write + read": write_read}
+    for f in work.values():
+        f()
+    best = {name: [np.inf, np.inf] for name in work}
+    for _ in range(args.repeat + 1):
+        for name, f in work.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            f()
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+            best[name] = [min(best[name][0], w), min(best[name][1], c)]
+    sim, ks, wr = best["simulation"], best["keystream"], best["write + read"]
+    print(f"floor of the wire path, warm in this process on {cores} threads, {n_msg / 1e6:.1f} "
+          f"M messages (load average {os.getloadavg()[0]:.1f}):")
+    print(f"  simulation (shuffle_heatmap)      : {sim[0]:6.3f} s wall, {sim[1]:6.3f} s CPU"
+          "   [reference]")
+    print(f"  keystream, one word per message   : {ks[0]:6.3f} s wall, {ks[1]:6.3f} s CPU")
+    print(f"  one write + one read of the {nbytes / 1e6:.0f} MB : {wr[0]:6.3f} s wall, "
+          f"{wr[1]:6.3f} s CPU")
+    fl = [2 * ks[i] + wr[i] for i in (0, 1)]
+    print(f"  floor of any design (keystream for shares and permutation, one write and one "
+          f"read): {fl[0]:.3f} s wall = {fl[0] / sim[0]:.2f} x simulation, {fl[1]:.3f} s CPU = "
+          f"{fl[1] / sim[1]:.2f} x")
+    fs = [sim[i] + ks[i] + wr[i] for i in (0, 1)]
+    print(f"  simulation + what a wire path adds at least (permutation keystream, one write "
+          f"and one read): {fs[0] / sim[0]:.2f} x simulation wall, {fs[1] / sim[1]:.2f} x CPU")
+    wi = best["wire"]
+    verdict = ("does not rule it out" if max(fs[0] / sim[0], fs[1] / sim[1]) <= 2
+               else "rules it out")
+    print(f"  wire path, warm                   : {wi[0]:6.3f} s wall = {wi[0] / sim[0]:.2f} x "
+          f"simulation, {wi[1]:6.3f} s CPU = {wi[1] / sim[1]:.2f} x (target <= 2: wall "
+          f"{_met(wi[0] <= 2 * sim[0])}, CPU {_met(wi[1] <= 2 * sim[1])}; the floor "
+          f"{verdict})")
+
+
 E2E = r"""
 import hashlib, json, resource, sys, time
 import numpy as np
@@ -176,6 +255,8 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=256)
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--skip-e2e", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true")
+    ap.add_argument("--only-floor", action="store_true")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
 
@@ -193,6 +274,9 @@ def main() -> None:
     mpu = p.messages_per_user
     print(f"320x240, n={args.n}, eps=5, delta=1e-5, B={args.B}: q={p.q}, r={p.r}, m={p.m}, "
           f"{mpu} messages/user, {p.record_bytes}-byte records; {cores} cores")
+    if args.only_floor:
+        _wire_floor(args, users, p, cores)
+        return
 
     src = SecureRandom()
     k = 4
@@ -321,6 +405,8 @@ def main() -> None:
           f"{same}; load average {os.getloadavg()[0]:.1f}")
 
     _wire_stages(p, users, streams)
+    if not args.skip_floor:
+        _wire_floor(args, users, p, cores)
 
     if not args.skip_e2e:
         res: dict = {}
