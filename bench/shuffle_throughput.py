@@ -168,6 +168,11 @@ rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=B, rng=1, wire=wire, wor
 dt = time.perf_counter() - t
 p = rel.protocol
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+try:  # this process's own peak: ru_maxrss keeps the parent's RSS across fork and exec
+    with open("/proc/self/status") as fh:
+        rss = next(int(x.split()[1]) for x in fh if x.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    pass
 cpu = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"seconds": dt, "peak_rss_mb": rss, "cpu_seconds": cpu.ru_utime + cpu.ru_stime,
                   "messages": p["messages_per_user"] * p["n_users"],

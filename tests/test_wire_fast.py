@@ -12,6 +12,7 @@ import hashlib
 import os
 import threading
 
+import numba
 import numpy as np
 import pytest
 from shuffle_helpers import params_for, random_users
@@ -24,6 +25,7 @@ from shuffledp.protocol.wire import (
     HEADER_SIZE,
     KIND_USER,
     Header,
+    _load8,
     decode_batch,
     encode_batch,
     frame_shares,
@@ -38,6 +40,23 @@ def small():
     users = random_users(Grid(6, 5), 4)
     shares = encode_shares(p, users, np.arange(4), UserStreams(1), SecureRandom.for_testing(2))
     return p, shares
+
+
+@numba.njit
+def _loads(body):
+    out = np.empty(body.size - 7, np.uint64)
+    for b in range(out.size):
+        out[b] = _load8(body, np.uint64(b))
+    return out
+
+
+def test_load8_reads_eight_little_endian_bytes_at_every_offset():
+    """The one unaligned load: every offset (aligned or not, up to the last 8 bytes) of an
+    array that starts at an odd address and of a read-only one gives int.from_bytes."""
+    raw = np.random.default_rng(3).integers(0, 256, 75, dtype=np.uint8)
+    for body in (raw[3:], np.frombuffer(raw.tobytes(), np.uint8)):
+        want = [int.from_bytes(body[b : b + 8].tobytes(), "little") for b in range(body.size - 7)]
+        assert _loads(body).tolist() == want
 
 
 def _canonical_records(p, shares) -> np.ndarray:
