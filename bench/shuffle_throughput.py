@@ -208,7 +208,7 @@ def _wire_stages(p, users, streams) -> None:
     shuf = Shuffler(p, memory_limit=8 * p.n * p.messages_per_user * p.record_bytes)
     rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
     k = shuf.n_buckets
-    labels = src.uint32(rows.shape[0])
+    labels = shuf._draw_labels(rows, src)
     _, spread = shuf._check_canonical(rows, labels)
     buckets = _Buckets(k, 1 << 40, None, p.record_bytes)
     buckets.add(spread)
@@ -228,7 +228,7 @@ def _wire_stages(p, users, streams) -> None:
         "simulation: encode_sums": lambda: encode_sums(p, users, sel, streams, src),
         "encode_shares (device encoder)": lambda: encode_shares(p, users, sel, streams, src),
         "framed_shares (canonical batch)": lambda: framed_shares(p, sh),
-        "shuffler: labels": lambda: src.uint32(rows.shape[0]),
+        "shuffler: labels": lambda: shuf._draw_labels(rows, src),
         "shuffler: checks + bucket spread": lambda: shuf._check_canonical(rows, labels),
         "shuffler: SHA-256 fingerprint": lambda: hashlib.sha256(rows).digest(),
         "shuffler: buckets -> integers": lambda: [v for v in buckets.group_values(0, k)],
