@@ -195,7 +195,7 @@ def _wire_stages(p, users, streams) -> None:
     import hashlib
     import hmac
 
-    from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+    from shuffledp.analyzers.heatmap.modular import _CarrySums
     from shuffledp.encoders.encoder import encode_shares, encode_sums
     from shuffledp.protocol.shuffler import Shuffler, _Buckets
     from shuffledp.protocol.wire import HEADER_SIZE, framed_shares
@@ -224,6 +224,7 @@ def _wire_stages(p, users, streams) -> None:
 
     key = src.bytes(32)
     mixed = rows.reshape(-1)
+    carry = _CarrySums(p)  # the wire path's analyzer: one per thread, fed bucket by bucket
     stages = {
         "simulation: encode_sums": lambda: encode_sums(p, users, sel, streams, src),
         "encode_shares (device encoder)": lambda: encode_shares(p, users, sel, streams, src),
@@ -233,8 +234,7 @@ def _wire_stages(p, users, streams) -> None:
         "shuffler: SHA-256 fingerprint": lambda: hashlib.sha256(rows).digest(),
         "shuffler: buckets -> integers": lambda: [v for v in buckets.group_values(0, k)],
         "shuffler: permute buckets": permute,
-        "analyzer: sums of the integers": lambda: ModularAccumulator(p, threads=1).add_records(
-            vals),
+        "analyzer: sums of the integers": lambda: carry.add(vals),
         "(HMAC-SHA256 of the bytes x2)": lambda: hmac.new(key, mixed, "sha256").digest(),
     }
     best = dict.fromkeys(stages, np.inf)

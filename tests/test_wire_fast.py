@@ -246,6 +246,38 @@ def test_sums_from_wire_bytes_match_numpy_and_agree_across_threads(small, rb):
     assert got[0].messages == got[1].messages == n
 
 
+@pytest.mark.parametrize("chunk", [None, 700, 0])
+def test_carry_sums_equal_add_records(small, chunk):
+    """Buckets of many sizes handed to the carry accumulator (the wire path's analyzer, one
+    per thread): the same sums, counts, rejections and messages as add_records of all the
+    records; with a small flush interval (700 records: flushes between and across buckets)
+    and with none (every bucket through the fallback)."""
+    from shuffledp.analyzers.heatmap.modular import _CarrySums
+
+    p, _ = small
+    rng = np.random.default_rng(chunk or 1)
+    vals = (rng.integers(0, p.m + 1, 30_000).astype(np.uint64) << np.uint64(p.share_bits)) | \
+        rng.integers(0, p.q + 2, 30_000).astype(np.uint64)  # some out of range: rejected
+    ref = ModularAccumulator(p, threads=1)
+    bad = ref.add_records(vals)
+    assert bad > 0
+    carry = _CarrySums(p)
+    if chunk is not None:
+        carry._chunk = chunk
+    cuts = np.sort(rng.integers(0, vals.size, 60))
+    for part in np.split(vals, cuts):
+        carry.add(part)
+    for _ in range(2):  # into() leaves it empty: a second one adds nothing
+        acc = ModularAccumulator(p, threads=1)
+        carry.into(acc)
+        if _ == 0:
+            np.testing.assert_array_equal(acc.sums, ref.sums)
+            np.testing.assert_array_equal(acc.counts, ref.counts)
+            assert acc.rejected == bad and acc.messages == vals.size
+        else:
+            assert not acc.counts.any() and acc.rejected == acc.messages == 0
+
+
 def test_inspection_on_other_threads_mixes_the_same_records(small):
     p, shares = small
     batches = [frame_shares(p, sh) for sh in shares]
