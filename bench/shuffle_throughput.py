@@ -21,11 +21,18 @@ printed as a ratio against a reference measured in the same run (the machine is 
   labels, one-pass checks and bucket spread, fingerprint, gather and permutation, the
   analyzer's sums; the HMAC of the wire format's mixed batch for reference) as multiples of
   the simulation path's whole work per user: the CPU floor of the ratio;
+- the floor of any wire design, warm in this process on every core against the simulation
+  (``shuffle_heatmap``) by wall clock and CPU time: keystream for the shares and for the
+  permutation (one ChaCha20 word per message each) plus one write and one read of every
+  message's bytes; then the simulation plus what any wire path adds at least (the
+  permutation's keystream, the write and the read), and the warm wire path: if the second
+  were above 2 the target would be impossible as stated;
 - end to end on the simulation and the plaintext wire path (fresh subprocesses), on one
   thread and on every core: wall time, the speed-up, the wire / simulation ratio (target
   <= 2) and whether the releases are bit-identical across thread counts.
 
-Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e] [--repeat 2]``
+Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e] [--skip-floor]
+[--only-floor] [--repeat 2]``
 
 References
 ----------
