@@ -13,17 +13,29 @@ printed as a ratio against a reference measured in the same run (the machine is 
 - analyzer: messages per second through the modular accumulator (``add_raw`` of the mixed
   batch's wire bytes, as the analyzer reads them) on 1 and on every thread, by wall clock
   and by CPU time (target >= 0.8 G messages/s on 2 cores), against a memcpy of the same
-  bytes, and whether every thread count gives the same sums;
+  bytes and against the streaming-read floor (a sum of the same bytes as 64-bit words on as
+  many threads, numba ``prange``: no loop that reads every byte can be faster), as a
+  multiple of its time, and whether every thread count gives the same sums;
 - shuffler: secure Fisher-Yates, messages per second;
 - wire path stages per user on one thread (device encoder, canonical batch, the shuffler's
   labels, one-pass checks and bucket spread, fingerprint, gather and permutation, the
   analyzer's sums; the HMAC of the wire format's mixed batch for reference) as multiples of
   the simulation path's whole work per user: the CPU floor of the ratio;
+- the floor of any wire design, warm in this process on every core against the simulation
+  (``shuffle_heatmap``) by wall clock and CPU time: keystream for the shares and for the
+  permutation (one ChaCha20 word per message each) plus one write and one read of every
+  message's bytes; then the simulation plus what any wire path adds at least (the
+  permutation's keystream, the write and the read), and the warm wire path: if the second
+  were above 2 the target would be impossible as stated. The same with the analyzer's sums
+  of as many permuted messages (its kernel on every core: each message adds into one of m
+  sums at random, about 5x a plain read) as the read, and the simulation's in-order adds
+  taken out of its time: above 2, the target is out of reach of any such design here;
 - end to end on the simulation and the plaintext wire path (fresh subprocesses), on one
   thread and on every core: wall time, the speed-up, the wire / simulation ratio (target
   <= 2) and whether the releases are bit-identical across thread counts.
 
-Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e] [--repeat 2]``
+Run: ``python bench/shuffle_throughput.py [--B 256] [--n 50] [--skip-e2e] [--skip-floor]
+[--only-floor] [--repeat 2]``
 
 References
 ----------
@@ -41,6 +53,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 
 
@@ -58,6 +71,155 @@ def _met(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
+@numba.njit(parallel=True, nogil=True)
+def _sum_words(words):  # pragma: no cover - compiled
+    s = np.uint64(0)
+    for i in numba.prange(words.size):
+        s += words[i]
+    return s
+
+
+def _stream_read(words: np.ndarray, threads: int) -> int:
+    """Sum of the uint64 ``words`` on ``threads`` threads (numba ``prange``): the
+    streaming-read floor of any loop over the same bytes."""
+    numba.set_num_threads(threads)
+    return int(_sum_words(words))
+
+
+@numba.njit(parallel=True, nogil=True)
+def _write_words(words, v):  # pragma: no cover - compiled
+    for i in numba.prange(words.size):
+        words[i] = v + np.uint64(i)
+
+
+@numba.njit(nogil=True)
+def _in_order_sums(shares, sums, times):  # pragma: no cover - compiled
+    """``times`` users' worth of the simulation's in-order adds: each row of ``shares``
+    (r, m) added into the m ``sums``, coordinate by coordinate."""
+    for _ in range(times):
+        for i in range(shares.shape[0]):
+            for a in range(shares.shape[1]):
+                sums[a] += shares[i, a]
+
+
+def _wire_floor(args, users, p, cores: int) -> None:
+    """The floor of any wire design at this setting, against the simulation path, warm and
+    in this process, on every core (interleaved best of ``--repeat`` + 1).
+
+    Any design that materialises every message and permutes them securely draws at least
+    the shares' keystream (one 32-bit ChaCha20 word per message: the simulation draws the
+    same), the permutation's keystream (one word per message: Fisher-Yates or bucket labels
+    plus in-bucket swaps take at least that) and writes and reads every message once
+    (``record_bytes`` each; a numba ``prange`` write then sum of that many bytes). Their
+    sum, by wall clock and by CPU time, is the floor; the same against the simulation's
+    own time, plus what the wire adds at least (the permutation's keystream, one write and
+    one read), is the floor of a wire path that also does all the simulation does.
+
+    The read an analyzer makes is not a plain read: the messages come permuted, so each
+    adds into one of m sums at random (the simulation adds its shares coordinate by
+    coordinate). The analyzer's own kernel over as many random valid records
+    (:meth:`ModularAccumulator.add_raw` on every core) stands for it in the second pair of
+    lines, with the simulation's in-order adds (r rows per user into m sums) taken out of
+    the simulation's time. Next to them the warm wire path (``shuffle_heatmap(wire=True)``
+    called again in this process)."""
+    from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+    from shuffledp.protocol.runner import shuffle_heatmap
+    from shuffledp.randomness import SecureRandom
+
+    n_msg = p.messages_per_user * args.n
+    srcs = [SecureRandom() for _ in range(cores)]
+    chunks = [np.empty(1 << 16, np.uint32) for _ in range(cores)]
+    rb = p.record_bytes
+    nbytes = n_msg * rb
+    mem = np.empty(-(-nbytes // 8), np.uint64)
+    # n_msg valid records in random order, as the analyzer reads them (rb bytes each)
+    rng = np.random.default_rng(5)
+    recs = np.empty(nbytes, np.uint8)
+    step = 1 << 22
+    for lo in range(0, n_msg, step):
+        k = min(step, n_msg - lo)
+        v = ((rng.integers(0, p.m, k, dtype=np.uint64) << np.uint64(p.share_bits))
+             | rng.integers(0, p.q, k, dtype=np.uint64))
+        le = v.astype("<u8").view(np.uint8).reshape(-1, 8)
+        recs[lo * rb : (lo + k) * rb] = le[:, :rb].ravel()
+    shares = rng.integers(0, p.q, (p.r, p.m)).astype(np.uint32)
+    sums = np.zeros(p.m, np.uint64)
+
+    def keystream():  # one word per message, in 64K-word pieces on every core
+        def part(i):
+            for _ in range(-(-n_msg // (cores << 16))):
+                srcs[i].fill_uint32(chunks[i])
+        with ThreadPoolExecutor(cores) as ex:
+            list(ex.map(part, range(cores)))
+
+    def write():
+        numba.set_num_threads(cores)
+        _write_words(mem, np.uint64(1))
+
+    def read():
+        numba.set_num_threads(cores)
+        _sum_words(mem)
+
+    def analyzer():
+        ModularAccumulator(p, threads=cores).add_raw(recs, rb)
+
+    def in_order():
+        per = -(-args.n // cores)
+        with ThreadPoolExecutor(cores) as ex:
+            list(ex.map(lambda i: _in_order_sums(shares, np.zeros(p.m, np.uint64), per),
+                        range(cores)))
+
+    def run(wire):
+        return lambda: shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=args.B, rng=1,
+                                       wire=wire, workers=cores)
+
+    work = {"simulation": run(False), "wire": run(True), "keystream": keystream,
+            "write": write, "read": read, "analyzer": analyzer, "in-order sums": in_order}
+    _in_order_sums(shares, sums, 1)
+    for f in work.values():
+        f()
+    best = {name: [np.inf, np.inf] for name in work}
+    for _ in range(args.repeat + 1):
+        for name, f in work.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            f()
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+            best[name] = [min(best[name][0], w), min(best[name][1], c)]
+    sim, ks = best["simulation"], best["keystream"]
+    wr = [best["write"][i] + best["read"][i] for i in (0, 1)]
+    an, io = best["analyzer"], best["in-order sums"]
+    print(f"floor of the wire path, warm in this process on {cores} threads, {n_msg / 1e6:.1f} "
+          f"M messages (load average {os.getloadavg()[0]:.1f}):")
+    print(f"  simulation (shuffle_heatmap)      : {sim[0]:6.3f} s wall, {sim[1]:6.3f} s CPU"
+          "   [reference]")
+    print(f"  keystream, one word per message   : {ks[0]:6.3f} s wall, {ks[1]:6.3f} s CPU")
+    print(f"  one write + one read of the {nbytes / 1e6:.0f} MB : {wr[0]:6.3f} s wall, "
+          f"{wr[1]:6.3f} s CPU (write {best['write'][1]:.3f}, read {best['read'][1]:.3f} s CPU)")
+    print(f"  analyzer's sums of as many permuted messages: {an[0]:6.3f} s wall, {an[1]:6.3f} s "
+          f"CPU ({an[1] / best['read'][1]:.1f} x the plain read by CPU); the simulation's "
+          f"in-order adds: {io[0]:6.3f} s wall, {io[1]:6.3f} s CPU")
+    fl = [2 * ks[i] + wr[i] for i in (0, 1)]
+    print(f"  floor of any design (keystream for shares and permutation, one write and one "
+          f"read): {fl[0]:.3f} s wall = {fl[0] / sim[0]:.2f} x simulation, {fl[1]:.3f} s CPU = "
+          f"{fl[1] / sim[1]:.2f} x")
+    fs = [sim[i] + ks[i] + wr[i] for i in (0, 1)]
+    print(f"  simulation + what a wire path adds at least (permutation keystream, one write "
+          f"and one read): {fs[0] / sim[0]:.2f} x simulation wall, {fs[1] / sim[1]:.2f} x CPU")
+    fa = [2 * ks[i] + best["write"][i] + an[i] for i in (0, 1)]
+    print(f"  the same with the analyzer's sums as the read: floor {fa[0] / sim[0]:.2f} x "
+          f"simulation wall, {fa[1] / sim[1]:.2f} x CPU;", end=" ")
+    fz = [sim[i] - io[i] + ks[i] + best["write"][i] + an[i] for i in (0, 1)]
+    print(f"simulation without its in-order adds + permutation keystream + one write + the "
+          f"analyzer's sums: {fz[0] / sim[0]:.2f} x wall, {fz[1] / sim[1]:.2f} x CPU")
+    wi = best["wire"]
+    verdict = "rules it out" if fz[1] / sim[1] > 2 else "does not rule it out"
+
+    print(f"  wire path, warm                   : {wi[0]:6.3f} s wall = {wi[0] / sim[0]:.2f} x "
+          f"simulation, {wi[1]:6.3f} s CPU = {wi[1] / sim[1]:.2f} x (target <= 2: wall "
+          f"{_met(wi[0] <= 2 * sim[0])}, CPU {_met(wi[1] <= 2 * sim[1])}; by CPU time the "
+          f"floor with the analyzer's sums {verdict})")
+
+
 E2E = r"""
 import hashlib, json, resource, sys, time
 import numpy as np
@@ -66,13 +228,20 @@ from shuffledp.datasets import synthetic_mixture
 from shuffledp.protocol.runner import shuffle_heatmap
 B, n, wire, workers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "wire", int(sys.argv[4])
 users = synthetic_mixture(n, rng=0).to_users(Grid(320, 240))
+r0 = resource.getrusage(resource.RUSAGE_SELF)  # the call's CPU, not the imports' (~1.5 s)
 t = time.perf_counter()
 rel = shuffle_heatmap(users, epsilon=5.0, delta=1e-5, B=B, rng=1, wire=wire, workers=workers)
 dt = time.perf_counter() - t
 p = rel.protocol
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+try:  # this process's own peak: ru_maxrss keeps the parent's RSS across fork and exec
+    with open("/proc/self/status") as fh:
+        rss = next(int(x.split()[1]) for x in fh if x.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    pass
 cpu = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"seconds": dt, "peak_rss_mb": rss, "cpu_seconds": cpu.ru_utime + cpu.ru_stime,
+cpu_s = cpu.ru_utime + cpu.ru_stime - r0.ru_utime - r0.ru_stime
+print(json.dumps({"seconds": dt, "peak_rss_mb": rss, "cpu_seconds": cpu_s,
                   "messages": p["messages_per_user"] * p["n_users"],
                   "digest": hashlib.sha256(rel.raw.tobytes()).hexdigest()[:16]}))
 """
@@ -93,7 +262,7 @@ def _wire_stages(p, users, streams) -> None:
     import hashlib
     import hmac
 
-    from shuffledp.analyzers.heatmap.modular import ModularAccumulator
+    from shuffledp.analyzers.heatmap.modular import _CarrySums
     from shuffledp.encoders.encoder import encode_shares, encode_sums
     from shuffledp.protocol.shuffler import Shuffler, _Buckets
     from shuffledp.protocol.wire import HEADER_SIZE, framed_shares
@@ -106,7 +275,7 @@ def _wire_stages(p, users, streams) -> None:
     shuf = Shuffler(p, memory_limit=8 * p.n * p.messages_per_user * p.record_bytes)
     rows = np.frombuffer(data, np.uint8, offset=HEADER_SIZE).reshape(-1, p.record_bytes)
     k = shuf.n_buckets
-    labels = src.uint32(rows.shape[0])
+    labels = shuf._draw_labels(rows, src)
     _, spread = shuf._check_canonical(rows, labels)
     buckets = _Buckets(k, 1 << 40, None, p.record_bytes)
     buckets.add(spread)
@@ -122,17 +291,17 @@ def _wire_stages(p, users, streams) -> None:
 
     key = src.bytes(32)
     mixed = rows.reshape(-1)
+    carry = _CarrySums(p)  # the wire path's analyzer: one per thread, fed bucket by bucket
     stages = {
         "simulation: encode_sums": lambda: encode_sums(p, users, sel, streams, src),
         "encode_shares (device encoder)": lambda: encode_shares(p, users, sel, streams, src),
         "framed_shares (canonical batch)": lambda: framed_shares(p, sh),
-        "shuffler: labels": lambda: src.uint32(rows.shape[0]),
+        "shuffler: labels": lambda: shuf._draw_labels(rows, src),
         "shuffler: checks + bucket spread": lambda: shuf._check_canonical(rows, labels),
         "shuffler: SHA-256 fingerprint": lambda: hashlib.sha256(rows).digest(),
         "shuffler: buckets -> integers": lambda: [v for v in buckets.group_values(0, k)],
         "shuffler: permute buckets": permute,
-        "analyzer: sums of the integers": lambda: ModularAccumulator(p, threads=1).add_records(
-            vals),
+        "analyzer: sums of the integers": lambda: carry.add(vals),
         "(HMAC-SHA256 of the bytes x2)": lambda: hmac.new(key, mixed, "sha256").digest(),
     }
     best = dict.fromkeys(stages, np.inf)
@@ -158,6 +327,8 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=256)
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--skip-e2e", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true")
+    ap.add_argument("--only-floor", action="store_true")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
 
@@ -175,6 +346,9 @@ def main() -> None:
     mpu = p.messages_per_user
     print(f"320x240, n={args.n}, eps=5, delta=1e-5, B={args.B}: q={p.q}, r={p.r}, m={p.m}, "
           f"{mpu} messages/user, {p.record_bytes}-byte records; {cores} cores")
+    if args.only_floor:
+        _wire_floor(args, users, p, cores)
+        return
 
     src = SecureRandom()
     k = 4
@@ -262,31 +436,49 @@ def main() -> None:
     t_cp = _best(lambda: np.copyto(dst, body))
     print(f"memcpy of the {body.nbytes / 1e6:.0f} MB of {rb}-byte records : "
           f"{rec.size / t_cp / 1e6:8.1f} M records/s   [reference]")
-    # interleaved, best of 5; wall clock and the process's CPU time (all its threads): th
+    # interleaved, best of 7: the analyzer on 1 and every thread, and the streaming-read floor
+    # (a sum over the same bytes as uint64 words on as many threads: no loop that reads every
+    # byte can be faster); wall clock and the process's CPU time (all its threads): th
     # cores' worth is th * messages / CPU seconds, what th cores give when they are ours
-    an = {th: [np.inf, np.inf] for th in sorted({1, cores})}
+    words = body[: body.size // 8 * 8].view(np.uint64)
+    ths = sorted({1, cores})
+    an = {th: [np.inf, np.inf] for th in ths}
+    rd = {th: [np.inf, np.inf] for th in ths}
     out = {}
-    for _ in range(5):
-        for th in an:
+    for th in ths:
+        _stream_read(words, th)
+    for _ in range(7):
+        for th in ths:
             w0, c0 = time.perf_counter(), time.process_time()
             acc = ModularAccumulator(p, threads=th)
             acc.add_raw(body, rb)
             w, c = time.perf_counter() - w0, time.process_time() - c0
             an[th] = [min(an[th][0], w), min(an[th][1], c)]
             out[th] = (acc.sums.copy(), acc.counts.copy(), acc.rejected)
+            w0, c0 = time.perf_counter(), time.process_time()
+            _stream_read(words, th)
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+            rd[th] = [min(rd[th][0], w), min(rd[th][1], c)]
     same = all(np.array_equal(out[th][0], out[1][0]) and np.array_equal(out[th][1], out[1][1])
                and out[th][2] == out[1][2] for th in out)
+    for th in ths:
+        print(f"streaming read, {th} thread(s)      : {rec.size / rd[th][0] / 1e6:8.1f} M records"
+              f"/s wall, {th * rec.size / rd[th][1] / 1e6:.1f} M/s by CPU time (a sum over the "
+              f"same {body.nbytes / 1e6:.0f} MB: the memory floor)   [reference]")
     for th, (w, c) in an.items():
         print(f"analyzer, {th} thread(s)          : {rec.size / w / 1e6:8.1f} M messages/s "
               f"wall = {t_cp / w:.2f} x memcpy, {th * rec.size / c / 1e6:.1f} M/s by CPU time "
-              f"(mixed batch of {rec.size / 1e6:.1f} M, add_raw)")
+              f"(mixed batch of {rec.size / 1e6:.1f} M, add_raw); {w / rd[th][0]:.1f} x the "
+              f"streaming-read time by wall clock, {c / rd[th][1]:.1f} x by CPU time")
     top_w, top_c = rec.size / an[cores][0], cores * rec.size / an[cores][1]
     print(f"analyzer on {cores} cores: {top_w / 1e9:.2f} G messages/s wall, {top_c / 1e9:.2f} "
           f"by CPU time (target >= 0.8 on 2 cores: wall {_met(top_w >= 0.8e9)}, CPU "
           f"{_met(top_c >= 0.8e9)}); sums, counts, rejections identical across thread counts: "
-          f"{same}")
+          f"{same}; load average {os.getloadavg()[0]:.1f}")
 
     _wire_stages(p, users, streams)
+    if not args.skip_floor:
+        _wire_floor(args, users, p, cores)
 
     if not args.skip_e2e:
         res: dict = {}

@@ -12,6 +12,7 @@ import hashlib
 import os
 import threading
 
+import numba
 import numpy as np
 import pytest
 from shuffle_helpers import params_for, random_users
@@ -24,6 +25,7 @@ from shuffledp.protocol.wire import (
     HEADER_SIZE,
     KIND_USER,
     Header,
+    _load8,
     decode_batch,
     encode_batch,
     frame_shares,
@@ -38,6 +40,23 @@ def small():
     users = random_users(Grid(6, 5), 4)
     shares = encode_shares(p, users, np.arange(4), UserStreams(1), SecureRandom.for_testing(2))
     return p, shares
+
+
+@numba.njit
+def _loads(body):
+    out = np.empty(body.size - 7, np.uint64)
+    for b in range(out.size):
+        out[b] = _load8(body, np.uint64(b))
+    return out
+
+
+def test_load8_reads_eight_little_endian_bytes_at_every_offset():
+    """The one unaligned load: every offset (aligned or not, up to the last 8 bytes) of an
+    array that starts at an odd address and of a read-only one gives int.from_bytes."""
+    raw = np.random.default_rng(3).integers(0, 256, 75, dtype=np.uint8)
+    for body in (raw[3:], np.frombuffer(raw.tobytes(), np.uint8)):
+        want = [int.from_bytes(body[b : b + 8].tobytes(), "little") for b in range(body.size - 7)]
+        assert _loads(body).tolist() == want
 
 
 def _canonical_records(p, shares) -> np.ndarray:
@@ -225,6 +244,38 @@ def test_sums_from_wire_bytes_match_numpy_and_agree_across_threads(small, rb):
         np.testing.assert_array_equal(acc.sums, want_sum)
         got.append(acc)
     assert got[0].messages == got[1].messages == n
+
+
+@pytest.mark.parametrize("chunk", [None, 700, 0])
+def test_carry_sums_equal_add_records(small, chunk):
+    """Buckets of many sizes handed to the carry accumulator (the wire path's analyzer, one
+    per thread): the same sums, counts, rejections and messages as add_records of all the
+    records; with a small flush interval (700 records: flushes between and across buckets)
+    and with none (every bucket through the fallback)."""
+    from shuffledp.analyzers.heatmap.modular import _CarrySums
+
+    p, _ = small
+    rng = np.random.default_rng(chunk or 1)
+    vals = (rng.integers(0, p.m + 1, 30_000).astype(np.uint64) << np.uint64(p.share_bits)) | \
+        rng.integers(0, p.q + 2, 30_000).astype(np.uint64)  # some out of range: rejected
+    ref = ModularAccumulator(p, threads=1)
+    bad = ref.add_records(vals)
+    assert bad > 0
+    carry = _CarrySums(p)
+    if chunk is not None:
+        carry._chunk = chunk
+    cuts = np.sort(rng.integers(0, vals.size, 60))
+    for part in np.split(vals, cuts):
+        carry.add(part)
+    for _ in range(2):  # into() leaves it empty: a second one adds nothing
+        acc = ModularAccumulator(p, threads=1)
+        carry.into(acc)
+        if _ == 0:
+            np.testing.assert_array_equal(acc.sums, ref.sums)
+            np.testing.assert_array_equal(acc.counts, ref.counts)
+            assert acc.rejected == bad and acc.messages == vals.size
+        else:
+            assert not acc.counts.any() and acc.rejected == acc.messages == 0
 
 
 def test_inspection_on_other_threads_mixes_the_same_records(small):

@@ -262,6 +262,106 @@ def _accumulate_raw_into(body, rb, share_bits, m, q, both, chunk,
 
 
 @numba.njit(cache=True, nogil=True)
+def _add_words(vals, share_bits, m, q, words):  # pragma: no cover - compiled
+    """uint64 records ``(a << share_bits) | w`` into the one-word accumulator ``words``
+    (count << SUM_BITS | sum) without flushing it: the caller flushes (:func:`_flush_into`)
+    before more than :func:`_word_chunk` records have been added since the last flush.
+    Returns the number rejected (a >= m or w >= q)."""
+    mask = (np.uint64(1) << np.uint64(share_bits)) - np.uint64(1)
+    sb = np.uint64(share_bits)
+    mm = np.uint64(m)
+    qq = np.uint64(q)
+    one = np.uint64(1) << np.uint64(SUM_BITS)
+    bad = 0
+    for i in range(vals.size):
+        v = vals[i]
+        a = v >> sb
+        w = v & mask
+        if (a < mm) & (w < qq):
+            words[a] += one + w
+        else:
+            bad += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def _flush_into(words, both):  # pragma: no cover - compiled
+    """:func:`_flush_words` as a call of its own."""
+    _flush_words(words, both)
+
+
+class _CarrySums:
+    """Exact sums and counts of uint64 records handed over in many small arrays (e.g. one
+    permuted bucket at a time), for one thread.
+
+    :meth:`ModularAccumulator.add_records` costs O(m) per call (its private arrays are
+    cleared and merged), so small arrays had to be copied into a buffer first. Here the
+    one-word accumulator (count << SUM_BITS | sum per coordinate) carries over from call to
+    call and is flushed into exact int64 (sums, counts) only before a field could overflow
+    (every :func:`_word_chunk` records) and at the end; the int64 sums are reduced mod q
+    every 2^29 records. :meth:`into` adds everything to a :class:`ModularAccumulator`: the
+    same sums (mod q), counts, rejections and messages as :meth:`~ModularAccumulator.add_records`
+    of the same records.
+
+    Parameters
+    ----------
+    params : ProtocolParams
+        The round's parameters (m, q, share_bits).
+    """
+
+    def __init__(self, params: ProtocolParams) -> None:
+        self.params = params
+        self._chunk = _word_chunk(params.q)
+        self._reset()
+
+    def _reset(self) -> None:
+        params = self.params
+        self._words = np.zeros(params.m, np.uint64)
+        self._both = np.zeros((params.m, 2), np.int64)
+        self._pending = 0  # records in the one-word accumulator
+        self._since = 0  # records in the int64 sums since they were last reduced
+        self._fallback = ModularAccumulator(params, threads=1)
+        self.rejected = 0
+        self.messages = 0
+
+    def add(self, values: np.ndarray) -> None:
+        """Add uint64 records ``(a << share_bits) | w``; malformed ones are counted in
+        :attr:`rejected`."""
+        vals = np.ascontiguousarray(values, dtype=np.uint64)
+        p = self.params
+        if vals.size > self._chunk:  # too many at once (or q too large for one word)
+            self.rejected += self._fallback.add_records(vals)
+            self.messages += vals.size
+            return
+        if self._pending + vals.size > self._chunk:
+            self._flush()
+        self.rejected += int(_add_words(vals, p.share_bits, p.m, p.q, self._words))
+        self._pending += vals.size
+        self.messages += vals.size
+
+    def _flush(self) -> None:
+        if self._since + self._pending > (1 << 29):
+            self._both[:, 0] %= self.params.q
+            self._since = 0
+        _flush_into(self._words, self._both)
+        self._since += self._pending
+        self._pending = 0
+
+    def into(self, acc: ModularAccumulator) -> None:
+        """Add everything handed over to ``acc`` (its sums reduced mod q); this is left
+        empty."""
+        self._flush()
+        q = self.params.q
+        fb = self._fallback
+        acc.sums += self._both[:, 0] % q + fb.sums
+        acc.sums %= q
+        acc.counts += self._both[:, 1] + fb.counts
+        acc.rejected += self.rejected
+        acc.messages += self.messages
+        self._reset()
+
+
+@numba.njit(cache=True, nogil=True)
 def _clear(both):  # pragma: no cover - compiled
     """Zero an int64 array (off the GIL, on the thread that will fill it)."""
     flat = both.reshape(-1)

@@ -55,6 +55,7 @@ from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.analyzers.heatmap.modular import (
     MixedBatchResult,
     ModularAccumulator,
+    _CarrySums,
     accumulate_mixed,
     analyze,
 )
@@ -667,50 +668,30 @@ def deployment_heatmap(
 class _ThreadSums:
     """The analyzer's sums of permuted buckets handed over on several threads
     (:meth:`~shuffledp.protocol.shuffler.Shuffler.mix_each`, records as integers): one
-    accumulator per thread, fed in pieces of about ``chunk`` records (its per-call cost is
-    O(m)), merged exactly (sums mod q and counts commute, so the result does not depend on
-    the threads)."""
+    :class:`~shuffledp.analyzers.heatmap.modular._CarrySums` per thread, fed each bucket as
+    it comes (no copy: its one-word accumulator carries over from bucket to bucket), merged
+    exactly (sums mod q and counts commute, so the result does not depend on the
+    threads)."""
 
-    def __init__(self, params: ProtocolParams, chunk: int = 1 << 21) -> None:
+    def __init__(self, params: ProtocolParams) -> None:
         self.params = params
-        self._chunk = chunk
         self._local = threading.local()
-        self._all: list[list] = []
+        self._all: list[_CarrySums] = []
         self._lock = threading.Lock()
 
     def __call__(self, values: np.ndarray) -> None:
-        st = getattr(self._local, "state", None)
-        if st is None:  # [accumulator, buffer, records buffered]
-            st = self._local.state = [ModularAccumulator(self.params, threads=1),
-                                      np.empty(self._chunk, dtype=np.uint64), 0]
+        st = getattr(self._local, "sums", None)
+        if st is None:
+            st = self._local.sums = _CarrySums(self.params)
             with self._lock:
                 self._all.append(st)
-        if st[2] + values.size > st[1].size:
-            self._flush(st)
-        if values.size > st[1].size:
-            st[0].add_records(values)
-        else:
-            st[1][st[2] : st[2] + values.size] = values
-            st[2] += values.size
-
-    def _flush(self, st: list) -> None:
-        if st[2]:
-            st[0].add_records(st[1][: st[2]])
-            st[2] = 0
+        st.add(values)
 
     def merged(self, threads: int) -> ModularAccumulator:
         """Everything handed over, in one accumulator (sums reduced mod q)."""
         acc = ModularAccumulator(self.params, threads=threads)
         for st in self._all:
-            self._flush(st)
-            a = st[0]
-            acc.sums += a.sums % self.params.q
-            acc.counts += a.counts
-            acc.unusable += a.unusable
-            acc.unplaceable += a.unplaceable
-            acc.rejected += a.rejected
-            acc.messages += a.messages
-        acc.sums %= self.params.q
+            st.into(acc)
         return acc
 
 

@@ -53,8 +53,9 @@ buckets 0, 1, ..., k-1. If the labels of the N records are i.i.d. uniform, the o
 uniformly random ordering: relabelling the input records by any fixed permutation sigma
 leaves the joint law of (labels, in-bucket permutations) unchanged, so P(output = pi) =
 P(output = pi o sigma) for every arrangement pi and every sigma, hence P(output = pi) = 1/N!.
-Plaintext records get their labels from :class:`SecureRandom` (k is a power of two, so the
-low bits of a uniform word are exactly uniform). Encrypted records get L = SipHash-2-4
+Plaintext records get their labels from :class:`SecureRandom`, one uniform 16-bit value
+each (k is a power of two and at most 2^16, so its low bits are exactly uniform; half the
+keystream of a 32-bit word per record). Encrypted records get L = SipHash-2-4
 ([SipHash12]_) of their ephemeral public key under a fresh secret 128-bit key, masked to k
 bits: distinct keys then get labels indistinguishable from i.i.d. uniform (SipHash is a PRF;
 the same computational assumption as the ChaCha20 generator behind every other draw), and *equal*
@@ -410,7 +411,7 @@ def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no c
     record i at coordinate i // r (so every coordinate < m occurs exactly r times), every
     share < q, the records in ascending order --, else 1 (a share >= q), 2 (a coordinate >=
     m), 3 (incomplete: a coordinate not exactly r times) or 4 (all that holds but the order is
-    not ascending), in that precedence. With ``labels`` of one word per record, code 0 also
+    not ascending), in that precedence. With ``labels`` of one per record (unsigned), code 0 also
     leaves the records grouped by bucket ``labels[i] & (k - 1)`` in ``out`` (flat, n rb +
     k (8 - rb) bytes; stable): bucket b's records are bytes bounds[b] rb + (8 - rb) b on,
     ``bounds`` (k + 1) counting records as :func:`_scatter_by_label`'s do; pass empty
@@ -493,7 +494,7 @@ def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no c
     return 4, bounds
 
 
-_NO_LABELS = np.zeros(0, dtype=np.uint32)
+_NO_LABELS = np.zeros(0, dtype=np.uint16)
 _PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "incomplete",
                   4: "non_canonical"}
 
@@ -928,7 +929,7 @@ class Shuffler:
         size = rows.shape[0] * self._rb + k * (8 - self._rb) if labels.size else 0
         flat = np.empty(size, dtype=np.uint8)
         code, bounds = _check_plain(body, self._rb, p.share_bits, p.q, p.m, p.r,
-                                    labels.astype(np.uint32, copy=False), k, flat)
+                                    labels, k, flat)
         return int(code), _Spread(flat, bounds, 8 - self._rb)
 
     def submit(self, data: bytes | memoryview, sender: Hashable | None = None, *,
@@ -988,17 +989,19 @@ class Shuffler:
 
     def _draw_labels(self, rows: np.ndarray, source: SecureRandom | None = None) -> np.ndarray:
         """Bucket labels (only their low log2 k bits are used): SipHash of the ephemeral key
-        of an encrypted record, a uniform word from ``source`` (default: the shuffler's) for
-        a plaintext one; all 0 when there is one bucket."""
+        of an encrypted record, a uniform 16-bit value from ``source`` (default: the
+        shuffler's) for a plaintext one; all 0 when there is one bucket."""
         if self._buckets.k == 1:
             return np.zeros(rows.shape[0], dtype=np.uint32)
         if self.encrypted:
             return siphash24(self._sip_key, rows[:, 4:36])
-        # one scratch array per thread: the labels are used up before inspect returns
+        # one scratch array per thread: the labels are used up before inspect returns; a
+        # label is 16 bits of the keystream (k <= _MAX_BUCKETS = 2^16), two per word
+        n = rows.shape[0]
         buf = getattr(self._scratch, "labels", None)
-        if buf is None or buf.size != rows.shape[0]:
-            buf = self._scratch.labels = np.empty(rows.shape[0], dtype=np.uint32)
-        return (source or self.source).fill_uint32(buf)
+        if buf is None or buf.size != (n + 1) // 2:
+            buf = self._scratch.labels = np.empty((n + 1) // 2, dtype=np.uint32)
+        return (source or self.source).fill_uint32(buf).view(np.uint16)[:n]
 
     def _scatter(self, rows: np.ndarray, labels: np.ndarray, index: int = 0) -> _Spread:
         """The rows (then the batch index, encrypted only) grouped by bucket label."""

@@ -119,12 +119,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
     from shuffledp.protocol.params import ProtocolParams
@@ -458,17 +462,44 @@ def check_header(params: ProtocolParams, header: Header, kind: int, *,
     return header
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _load8(body, b):  # pragma: no cover - compiled
-    """The 8 bytes of ``body`` (uint8) from byte ``b`` (a uint64) as a little-endian uint64:
-    byte loads on unsigned indices, which the compiler merges into one load."""
-    return (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
-            | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
-            | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
-            | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
-            | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
-            | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
+@intrinsic
+def _unaligned_u64(typingctx, body, b):  # pragma: no cover - compiled
+    """One unaligned 8-byte load from byte ``b`` of a C-contiguous uint8 array, in the
+    machine's byte order (no bounds check: the caller keeps ``b + 8 <= body.size``)."""
+    if not (isinstance(body, types.Array) and body.dtype == types.uint8
+            and body.layout == "C" and isinstance(b, types.Integer)):
+        return None
+    sig = types.uint64(body, b)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+
+    return sig, codegen
+
+
+if sys.byteorder == "little":
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _load8(body, b):  # pragma: no cover - compiled
+        """The 8 bytes of ``body`` (C-contiguous uint8) from byte ``b`` (a uint64) as a
+        little-endian uint64: one unaligned load. (Eight byte loads merged by the compiler
+        were narrowed to a 4-byte and a 1-byte load plus a shift and an or when the caller
+        masks the value to 5 bytes; one load and the mask are about 5% faster in the
+        analyzer's loop.)"""
+        return _unaligned_u64(body, b)
+else:  # pragma: no cover - big-endian hosts
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _load8(body, b):
+        """The 8 bytes of ``body`` (uint8) from byte ``b`` (a uint64) as a little-endian
+        uint64: byte loads on unsigned indices."""
+        return (np.uint64(body[b]) | (np.uint64(body[b + np.uint64(1)]) << np.uint64(8))
+                | (np.uint64(body[b + np.uint64(2)]) << np.uint64(16))
+                | (np.uint64(body[b + np.uint64(3)]) << np.uint64(24))
+                | (np.uint64(body[b + np.uint64(4)]) << np.uint64(32))
+                | (np.uint64(body[b + np.uint64(5)]) << np.uint64(40))
+                | (np.uint64(body[b + np.uint64(6)]) << np.uint64(48))
+                | (np.uint64(body[b + np.uint64(7)]) << np.uint64(56)))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
