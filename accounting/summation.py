@@ -54,7 +54,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import nbinom
 
 from shuffledp import _validation as v
 from shuffledp.accounting.budget import (
@@ -270,6 +269,8 @@ def _noise_tail(a: float, t: int, shape: float = 1.0) -> float:
     """
     if shape == 1.0:
         return _dl_tail(a, t)
+    from scipy.stats import nbinom  # on first use: scipy.stats takes ~0.4 s to import
+
     return min(1.0, 2.0 * float(nbinom.sf(t, shape, 1.0 - a)))
 
 
