@@ -22,8 +22,12 @@ from shuffledp.pyramid import level_counts
 
 def test_leaf_share_rule():
     assert leaf_share(1.0, 4096) == 0.0  # n not public: nothing
-    # d = eps n / N; p = d^2 / (d^2 + 0.5^2), capped
-    assert leaf_share(1.0, 4096, 2048) == pytest.approx(0.5)
+    # d = eps n / N, d_eff^2 = d^2 (1 + (eps / 4)^2); p = d_eff^2 / (d_eff^2 + 0.5^2), capped
+    assert leaf_share(1.0, 4096, 2048) == pytest.approx(17 / 33)  # d = 0.5: 0.265625 / 0.515625
+    assert leaf_share(4.0, 4096, 512) == pytest.approx(2 / 3)  # d = 0.5, d_eff^2 = 0.5
+    # at the same load a larger eps gives the leaf more (sparse maps at eps 5-10)
+    assert leaf_share(10.0, 4096, 100) > leaf_share(1.0, 4096, 1000) > 0
+    assert leaf_share(10.0, 4096, 200) == pytest.approx(0.874, abs=1e-3)
     assert leaf_share(10.0, 4096, 10_000) == LEAF_SHARE_MAX
     ps = [leaf_share(1.0, 4096, n) for n in (10, 100, 1000, 5000, 10_000, 10**6)]
     assert ps == sorted(ps) and ps[-1] == LEAF_SHARE_MAX
