@@ -124,9 +124,8 @@ def test_a_forced_uniform_share_does_not_spread_a_spike():
     public), the prior forced to a uniform share of 0.3 (which the leaf marginal likelihood
     alone chose on 2 of these 4 releases; the leaf posterior then keeps 0.76 within 1 px and
     puts about a fifth of the mass on empty pixels): the coarse levels see the empty cells,
-    are refitted, and >= 93% of the estimate stays within 1 px in each release (measured:
-    0.948-0.975 under the default split, which gives the leaf 0.38 of eps here; 0.973-0.978
-    under the earlier rule's 0.19). Deterministic for the fixed seeds."""
+    are refitted, and >= 95% of the estimate stays within 1 px in each release (measured:
+    0.973-0.978). Deterministic for the fixed seeds."""
     from shuffledp.analyzers.heatmap.central import central_heatmap
 
     grid, users, r0, c0 = _spike(64, 200)
@@ -135,7 +134,7 @@ def test_a_forced_uniform_share_does_not_spread_a_spike():
         est, rec = count_posterior(rel.levels, grid, int(rel.parameters["start_level"]),
                                    rel.noise_scales(), uniform_shares=[0.3])
         assert rec["prior_uniform_share"] == 0.3 and rec["levels_refitted"], rec
-        assert est[r0 - 1:r0 + 2, c0 - 1:c0 + 2].sum() >= 0.93, (seed, rec)
+        assert est[r0 - 1:r0 + 2, c0 - 1:c0 + 2].sum() >= 0.95, (seed, rec)
 
 
 def test_the_posterior_does_not_depend_on_the_thread_count(monkeypatch):

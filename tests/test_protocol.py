@@ -179,11 +179,11 @@ def test_noise_converges_to_the_central_laplace_and_estimates_agree():
     truth_map = users.aggregate() / n
     e_shuffle, e_central = [], []
     # like for like: the same relation (replace-one) and the same default budget rule; at
-    # eps n / N = 0.31 the "auto" split gives the leaf 0.33 of eps (printed: 0.23)
+    # eps n / N = 0.31 the "auto" split gives the leaf 0.28 of eps (printed: 0.23)
     rc0 = central_heatmap(users, 2.0, neighbour="replace", rng=0)
     assert rc0.parameters["budget_rule"] == p.budget_rule == "auto"
     np.testing.assert_allclose(p.level_epsilons, rc0.parameters["level_epsilons"], rtol=1e-15)
-    assert p.level_epsilons[-1] / 2.0 == pytest.approx(0.33, abs=0.01)
+    assert p.level_epsilons[-1] / 2.0 == pytest.approx(0.28, abs=0.01)
     for seed in range(6):
         rs = shuffle_heatmap(users, epsilon=2.0, delta=1e-5, B=B, rng=100 + seed,
                              neighbour="replace")
