@@ -20,11 +20,19 @@ from shuffledp.encoders.noise.laplace import dl_rational
 from shuffledp.pyramid import level_counts
 
 
+def s_(x):
+    return x * x / (x * x + 0.25)
+
+
 def test_leaf_share_rule():
     assert leaf_share(1.0, 4096) == 0.0  # n not public: nothing
-    # d = eps n / N; p = d^2 / (d^2 + 0.5^2), capped
-    assert leaf_share(1.0, 4096, 2048) == pytest.approx(0.5)
-    assert leaf_share(10.0, 4096, 10_000) == LEAF_SHARE_MAX
+    # d = eps n / N; s(x) = x^2 / (x^2 + 0.5^2); p = max(s(d), min(0.65, s(d max(1, eps/4))))
+    assert leaf_share(1.0, 4096, 2048) == pytest.approx(0.5)  # d = 0.5, eps <= 4: s(d)
+    assert leaf_share(4.0, 4096, 512) == pytest.approx(0.5)  # the eps term starts above 4
+    assert leaf_share(8.0, 4096, 256) == pytest.approx(0.65)  # d = 0.5: s(1) = 0.8, capped
+    assert leaf_share(8.0, 4096, 128) == pytest.approx(0.5)  # d = 0.25: s(0.5) = 0.5 > s(d)
+    assert leaf_share(10.0, 4096, 200) == pytest.approx(0.65)  # the cap of the eps term
+    assert leaf_share(10.0, 4096, 500) == pytest.approx(s_(10.0 * 500 / 4096))  # s(d) > 0.65
     ps = [leaf_share(1.0, 4096, n) for n in (10, 100, 1000, 5000, 10_000, 10**6)]
     assert ps == sorted(ps) and ps[-1] == LEAF_SHARE_MAX
     with pytest.raises(ValueError, match="epsilon"):

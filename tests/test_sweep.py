@@ -44,7 +44,10 @@ def test_rows_columns_and_count(tmp_path):
     central = [r for r in rows if r["model"] == "central"]
     assert sorted(int(r["B"]) for r in shuffle) == [1, 1, 16, 16] and len(central) == 2
     for r in shuffle:  # bits and bytes are those of the protocol record, exactly
-        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=int(r["B"]))
+        # under the run's budget rule (the printed split: the sweep's smoothing is "none")
+        assert r["budget_rule"] == "paper"
+        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=int(r["B"]),
+                          budget=r["budget_rule"])
         assert int(r["bits_per_user"]) == p.bits_per_user
         assert int(r["bytes_per_user"]) == p.bytes_per_user
         assert float(r["guarantee_epsilon"]) == 5.0 and float(r["guarantee_delta"]) == 1e-5
@@ -277,7 +280,8 @@ def test_dropout_sweep_plans_noise_for_the_survivors(tmp_path):
     shuffle = {r.dropout: r for r in recs if r.model == "shuffle"}
     assert set(shuffle) == {0.0, 0.3}
     for d, r in shuffle.items():
-        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=256, dropout=d)
+        p = derive_params(Grid(16, 12), 10, epsilon=5.0, delta=1e-5, B=256, dropout=d,
+                          budget=r.budget_rule)
         assert r.bits_per_user == p.bits_per_user and r.guarantee_epsilon == 5.0
     # the noise is planned for 7 survivors: more shares or a wider modulus than for 10
     assert shuffle[0.3].bits_per_user >= shuffle[0.0].bits_per_user
