@@ -76,6 +76,7 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
+from shuffledp.analyzers.heatmap.render import _kernel_1d
 from shuffledp.analyzers.heatmap.smoothing import (
     _combine,
     _iv,
@@ -109,6 +110,13 @@ UNIFORM_SHARES: tuple[float, ...] = (0.0, 0.1, 0.3)
 #: otherwise the pyramid density is the estimate. Chosen once on
 #: ``python bench/smoothing_grid.py``'s data.
 LATTICE_SD: float = 1.5
+#: Where ``LATTICE_SD`` < a pixel's sd and its sd ratio (the sd over sqrt(2) times the Laplace
+#: scale of one level given the whole budget, ``1 / sum_i 1 / b_i``) is at most this, the
+#: leaf prior is centred on the least-squares leaf clipped at 0 and blurred by
+#: :data:`LEAF_BLUR` px. Chosen once on ``python bench/smoothing_grid.py``'s data.
+LEAF_PRIOR_RATIO: float = 1.65
+#: The blur (Gaussian sd, px) of the least-squares leaf that centres the prior above.
+LEAF_BLUR: float = 1.5
 
 
 def hierarchical_estimates(counts: Sequence[Any], grid: Grid, start: int,
@@ -211,8 +219,14 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     prior_lv = level_sums(prior_map, grid, start)
     a: float | None = None
     r: float | None = None
+    sd_ratio = pixel_sd * float(np.sum(1.0 / np.asarray(scales, dtype=float))) / np.sqrt(2.0)
     if pixel_sd <= LATTICE_SD:
         q, a, r = _posterior_means(fin[-1], fvar[-1], prior_lv[-1], total, mixes)
+    elif sd_ratio <= LEAF_PRIOR_RATIO:
+        centre = _blur(np.maximum(fin[-1], 0.0), LEAF_BLUR)
+        centre = centre / centre.sum() if centre.sum() > 0 else np.full(centre.shape,
+                                                                         1.0 / centre.size)
+        q, a, r = _posterior_means(fin[-1], fvar[-1], centre, total, (0.0,))
     else:
         q = prior_map * total
     # the cell totals of q at every coarser level, against that level's estimates
@@ -236,8 +250,13 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         est = (est.ravel()[par] * t.ravel() / sib).reshape(t.shape)
     fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
     return concentrate(est / est.sum(), fit), {
-        "pixel_sd": pixel_sd, "prior_uniform_share": a, "prior_dispersion": r,
+        "pixel_sd": pixel_sd, "sd_ratio": sd_ratio, "prior_uniform_share": a, "prior_dispersion": r,
         "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
+
+
+def _blur(a: np.ndarray, h: float) -> np.ndarray:
+    """``a`` filtered by a Gaussian of sd ``h`` px (mass-preserving at the edges)."""
+    return np.asarray(_kernel_1d(a.shape[0], h) @ a @ _kernel_1d(a.shape[1], h).T)
 
 
 def _posterior_means(z: np.ndarray, v: np.ndarray, m: np.ndarray, total: float,
