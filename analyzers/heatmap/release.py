@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from shuffledp.accounting.guarantee import Guarantee
-from shuffledp.analyzers.heatmap.posterior import CONSISTENCY, LATTICE_SD, count_posterior
+from shuffledp.analyzers.heatmap.posterior import (
+    CONSISTENCY,
+    LATTICE_SD,
+    LEAF_BLUR,
+    LEAF_PRIOR_RATIO,
+    count_posterior,
+)
 from shuffledp.analyzers.heatmap.smoothing import (
     BACKGROUND,
     CONFIDENCE,
@@ -151,8 +157,11 @@ class HeatmapRelease:
             counts, source = level_sums(self.raw, self.grid, int(start)), "level sums of raw"
         if method == "posterior":
             est, record = count_posterior(counts, self.grid, int(start), scales)
-            rule = ("when pixel_sd <= lattice_sd, every pixel's count estimated by its "
-                    "posterior mean (otherwise the pyramid density): the hierarchical "
+            rule = ("when pixel_sd <= lattice_sd, or sd_ratio <= leaf_prior_ratio (then "
+                    "with the prior centred on the least-squares leaf clipped at 0 and "
+                    "blurred by leaf_blur px, a = 0: prior_centre), every pixel's count "
+                    "estimated by its posterior mean (otherwise the pyramid density): the "
+                    "hierarchical "
                     "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
                     "noise of its variance, with a negative binomial prior whose mean is the "
                     "estimated total times the pyramid density mixed with the uniform map "
@@ -168,6 +177,7 @@ class HeatmapRelease:
                     "off the chain (prior: prior); the pyramid "
                     "density: ")
             extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD,
+                     "leaf_prior_ratio": LEAF_PRIOR_RATIO, "leaf_blur": LEAF_BLUR,
                      "consistency": CONSISTENCY}
         else:
             est = pyramid_density(counts, self.grid, int(start), scales)
