@@ -8,9 +8,11 @@ import pytest
 from shuffledp.analyzers.heatmap.posterior import (
     LATTICE_SD,
     LEAF_PRIOR_RATIO,
+    _blur,
     count_posterior,
     hierarchical_estimates,
 )
+from shuffledp.analyzers.heatmap.render import _kernel_1d
 from shuffledp.analyzers.heatmap.smoothing import level_sums, pyramid_density
 from shuffledp.grid import Grid
 
@@ -183,3 +185,17 @@ def test_between_the_gates_the_prior_is_centred_on_the_blurred_leaf():
     ls = np.maximum(noisy[-1], 0.0)
     assert l1 < np.abs(pyramid_density(noisy, grid, 1, scales) - truth).sum()
     assert l1 < np.abs(ls / ls.sum() - truth).sum()
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (37, 91), (3, 200)])
+def test_the_banded_blur_is_the_dense_filter(shape):
+    # the blurred-leaf centre's filter, cut at 8 sds and run along each axis, against the
+    # dense definition of the heatmap filter (every source's weights normalised inside the
+    # grid): equal to rounding, and mass-preserving
+    rng = np.random.default_rng(7)
+    a = rng.random(shape) * (rng.random(shape) < 0.2)
+    a[0, 0] = 3.0  # a corner source: its mass must stay in the grid
+    dense = _kernel_1d(shape[0], 1.5) @ a @ _kernel_1d(shape[1], 1.5).T
+    got = _blur(a, 1.5)
+    np.testing.assert_allclose(got, dense, rtol=0, atol=1e-12 * a.max())
+    assert got.sum() == pytest.approx(a.sum(), rel=1e-12)
