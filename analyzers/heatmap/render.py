@@ -15,9 +15,14 @@ grid: no mass leaks out at the border and sum H = sum p. Coordinates are pixel i
 
 The kernel and Z factor over rows and columns,
 ``exp(-(dr^2 + dc^2) / 2 sigma^2) = exp(-dr^2 / 2 sigma^2) exp(-dc^2 / 2 sigma^2)`` and
-``Z(r', c') = z_row(r') z_col(c')``, so the filter is two matrix products with column-normalised
-1-D kernels, ``H = K_row @ p @ K_col^T``: O(H^2 W + H W^2) time and O(H^2 + W^2) memory, never a
-dense (HW x HW) kernel.
+``Z(r', c') = z_row(r') z_col(c')``, so the filter is a 1-D filter along each axis with
+column-normalised kernels, ``H = K_row @ p @ K_col^T``, never a dense (HW x HW) kernel. Along
+an axis of n pixels the kernel is cut at :data:`TRUNCATE` sds (the weights left out are below
+exp(-TRUNCATE^2 / 2) = 2e-22 of the peak) and run as a banded filter
+(``scipy.ndimage.correlate1d``, O(n sigma) per line) where its 2 r + 1 taps are at most n / 4;
+otherwise the exact n x n kernel is a matrix product (O(n^2) per line, BLAS on every core).
+1024 x 1024 at sigma = 1: 0.33 s dense, 0.04-0.06 s banded; 2048 x 2048: 1.8 s and 0.16-0.28 s
+(2 cores; splitting the banded filter over threads measured no faster).
 
 References
 ----------
@@ -33,14 +38,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.ndimage import correlate1d
 
 from shuffledp import _validation as v
 
-__all__ = ["COLORMAP", "gaussian_heatmap", "render_png"]
+__all__ = ["COLORMAP", "TRUNCATE", "gaussian_heatmap", "render_png"]
 
 
 def _iv_map(name: str, a: Any) -> np.ndarray:
     return v.nonnegative_array(name, a, ndim=2)
+
+
+#: Sds at which the banded filter cuts the Gaussian kernel (module docstring).
+TRUNCATE = 10.0
 
 
 def _kernel_1d(n: int, sigma: float) -> np.ndarray:
@@ -48,6 +58,23 @@ def _kernel_1d(n: int, sigma: float) -> np.ndarray:
     d = np.arange(n, dtype=np.float64)
     k = np.exp(-((d[:, None] - d[None, :]) ** 2) / (2.0 * sigma * sigma))
     return k / k.sum(axis=0, keepdims=True)
+
+
+def _filter_axis(a: np.ndarray, sigma: float, axis: int) -> np.ndarray:
+    """``a`` filtered along ``axis`` by the column-normalised kernel of :func:`_kernel_1d`:
+    banded (cut at :data:`TRUNCATE` sds) where that is at most a quarter of the axis, else
+    the exact kernel as a matrix product."""
+    n = a.shape[axis]
+    r = int(np.ceil(TRUNCATE * sigma))
+    if 4 * (2 * r + 1) > n:
+        k = _kernel_1d(n, sigma)
+        return k @ a if axis == 0 else a @ k.T
+    x = np.arange(-r, r + 1, dtype=np.float64)
+    taps = np.exp(-x * x / (2.0 * sigma * sigma))
+    z = correlate1d(np.ones(n), taps, mode="constant")
+    shape = [1, 1]
+    shape[axis] = n
+    return correlate1d(a / z.reshape(shape), taps, axis=axis, mode="constant")
 
 
 def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
@@ -87,9 +114,7 @@ def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
         raise ValueError(f"sigma must be finite and >= 0, got sigma={sigma!r}")
     if s == 0:
         return arr
-    kr = _kernel_1d(arr.shape[0], s)
-    kc = _kernel_1d(arr.shape[1], s)
-    out = kr @ arr @ kc.T
+    out = _filter_axis(_filter_axis(arr, s, 0), s, 1)
     np.maximum(out, 0.0, out=out)  # exact zeros stay >= 0 despite rounding
     return out
 
