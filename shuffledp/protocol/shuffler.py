@@ -185,6 +185,7 @@ from shuffledp.protocol.wire import (
     WireError,
     _fast_records,
     _keep_mask,
+    _load8,
     _prefetch_write,
     _record_at,
     _store8,
@@ -540,24 +541,111 @@ def _widened(rows: np.ndarray) -> np.ndarray:
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _below(words, pos, bound):  # pragma: no cover - compiled
+    """(j uniform in [0, bound), the next word position) by Lemire's method from
+    words[pos:] ([Lemire19]_; rejection, unbiased), or (-1, pos) if the words ran out."""
+    mask = np.uint64(0xFFFFFFFF)
+    nw = words.size
+    while pos < nw:
+        p = np.uint64(words[pos]) * bound
+        pos += 1
+        low = p & mask
+        if low >= bound:
+            return np.int64(p >> np.uint64(32)), pos
+        t = (np.uint64(1) << np.uint64(32)) % bound
+        if low >= t:
+            return np.int64(p >> np.uint64(32)), pos
+    return np.int64(-1), pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_permute(buf, at, cnt, jb, rb, words, out):  # pragma: no cover - compiled
+    """Bucket ``jb`` of a group read as uint64 integers and uniformly permuted as it is read:
+    for each spread s, the ``cnt[s, jb]`` records (``rb`` <= 8 bytes each, little-endian)
+    from byte ``at[s, jb]`` of ``buf`` are the inputs x_0, x_1, ... in turn, and the
+    inside-out Fisher-Yates ([Knuth97]_ Sec. 3.4.2, Alg. P run from the front; [Durstenfeld64]_)
+    puts x_i at place i after moving ``out[j]`` there, j uniform in [0, i] from ``words``
+    (:func:`_below`). One pass: no array of the inputs in order is written first. Returns
+    the number of records placed: all of them, or, when the words ran out at record i, i
+    (the records from i on are then in ``out`` in input order; :func:`_fisher_yates_up`
+    continues from i with more words, the same permutation as if the words had not run
+    out)."""
+    keep = _keep_mask(rb)
+    nbytes = np.uint64(buf.size)
+    urb = np.uint64(rb)
+    pos = 0
+    o = 0
+    stop = -1  # where the words ran out
+    for s in range(at.shape[0]):
+        b = np.uint64(at[s, jb])
+        for _ in range(cnt[s, jb]):
+            if b + np.uint64(8) <= nbytes:
+                v = _load8(buf, b) & keep
+            else:
+                v = np.uint64(0)
+                for c in range(rb):
+                    v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
+            b += urb
+            if o > 0 and stop < 0:
+                j, pos = _below(words, pos, np.uint64(o + 1))
+                if j < 0:
+                    stop = o
+                    out[o] = v
+                else:
+                    out[o] = out[j]
+                    out[j] = v
+            else:
+                out[o] = v
+            o += 1
+    return o if stop < 0 else stop
+
+
+@numba.njit(cache=True, nogil=True)
+def _fisher_yates_up(vals, i, words):  # pragma: no cover - compiled
+    """Continue the inside-out Fisher-Yates of :func:`_gather_permute` on ``vals`` (places
+    0..i-1 done, the inputs from i on in order): swap place i with a uniform j in [0, i],
+    i = i, i + 1, ...; returns the next place (``vals.size`` when done)."""
+    pos = 0
+    n = vals.size
+    while i < n:
+        j, pos = _below(words, pos, np.uint64(i + 1))
+        if j < 0:
+            return i
+        tmp = vals[i]
+        vals[i] = vals[j]
+        vals[j] = tmp
+        i += 1
+    return i
+
+
 def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
     """(rows uniformly permuted without their batch index, rows, perm, 0), or, when the words
     run out first (more Lemire rejections than provided for), (None, rows, perm, position).
 
-    Records of at most 8 bytes (plaintext) are permuted as uint64 values in place (``perm``
-    is then those values, the same swaps as on an index); longer ones through an index and
-    a gather. Either way the output is ``rows[P]`` for the Fisher-Yates permutation P of
-    ``words``.
+    Records of at most 8 bytes (plaintext) are read as uint64 values and permuted as they
+    are read (``perm`` is then those values; :func:`_gather_permute`, the inside-out
+    Fisher-Yates, continued from the position by :func:`_fisher_yates_up`); longer ones
+    through an index (Fisher-Yates from the back, continued by ``_fisher_yates``) and a
+    gather. Either way the output is ``rows[P]`` for a uniform permutation P of ``words``.
     """
     n = rows.shape[0]
     if rows.shape[1] <= 8:
-        perm = _widened(rows)
-    else:
-        perm = np.arange(n, dtype=np.int64)
+        perm = np.empty(n, dtype=np.uint64)
+        i = int(_gather_permute(np.ascontiguousarray(rows).reshape(-1), _ONE_PART,
+                                np.full((1, 1), n, dtype=np.int64), 0, rows.shape[1], words,
+                                perm))
+        if i < n:
+            return None, rows, perm, i
+        return _permuted(rows, perm, rb), rows, perm, 0
+    perm = np.arange(n, dtype=np.int64)
     i = int(_fisher_yates(perm, n - 1, words)) if n > 1 else 0
     if i > 0:
         return None, rows, perm, i
     return _permuted(rows, perm, rb), rows, perm, 0
+
+
+_ONE_PART = np.zeros((1, 1), dtype=np.int64)
 
 
 def _permuted(rows: np.ndarray, perm: np.ndarray, rb: int) -> np.ndarray:
@@ -720,14 +808,14 @@ class _Buckets:
             yield g0, g1
             g0 = g1
 
-    def group_values(self, g0: int, g1: int, scratch: dict | None = None
-                     ) -> Iterator[np.ndarray]:
-        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
-        as uint64 integers, in order: each spread's part of the group is copied once (one
-        slice), then every bucket is read from the copy by a compiled pass. Reads only, so
-        threads may read several groups at once. With ``scratch`` (a dict this caller uses
-        alone) the copy and the buckets live in arrays kept there and reused: each bucket
-        yielded is then valid until the next one is asked for."""
+    def group_copy(self, g0: int, g1: int, scratch: dict | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Buckets g0..g1-1 held in memory (nothing flushed), each spread's part of the group
+        copied once (one slice) into one buffer: (buf, start, cnt), bucket g0 + j being the
+        ``cnt[s, j]`` records from byte ``start[s, j]`` of ``buf``, spread s = 0, 1, ... in
+        turn; ``buf`` ends with 8 spare bytes. Reads only, so threads may copy several groups
+        at once. With ``scratch`` (a dict this caller uses alone) ``buf`` is an array kept
+        there and reused."""
         if scratch is None:
             scratch = {}
         slot = self.slot
@@ -749,9 +837,22 @@ class _Buckets:
         for piece in pieces:
             buf[at : at + piece.size] = piece
             at += piece.size
+        return buf, start, cnt
+
+    def group_values(self, g0: int, g1: int, scratch: dict | None = None
+                     ) -> Iterator[np.ndarray]:
+        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
+        as uint64 integers, in order: each spread's part of the group is copied once
+        (:meth:`group_copy`), then every bucket is read from the copy by a compiled pass.
+        With ``scratch`` (a dict this caller uses alone) the copy and the buckets live in
+        arrays kept there and reused: each bucket yielded is then valid until the next one
+        is asked for."""
+        if scratch is None:
+            scratch = {}
+        buf, start, cnt = self.group_copy(g0, g1, scratch)
         for j in range(g1 - g0):
             out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
-            _gather_group(buf, start, cnt, j, slot, out)
+            _gather_group(buf, start, cnt, j, self.slot, out)
             yield out
 
     def close(self) -> None:
@@ -1081,8 +1182,12 @@ class Shuffler:
         """The permuted bucket: ``out``, or, if the words ran out at position i, the
         Fisher-Yates continued from ``source`` and the rows gathered here."""
         if out is None:
-            while i > 0:
-                i = int(_fisher_yates(perm, i, self._words(i + 64)))
+            if perm.dtype == np.uint64:  # record values, the inside-out Fisher-Yates
+                while i < perm.size:
+                    i = int(_fisher_yates_up(perm, i, self._words(perm.size - i + 64)))
+            else:
+                while i > 0:
+                    i = int(_fisher_yates(perm, i, self._words(i + 64)))
             out = _permuted(rows, perm, self._rb)
         return out.reshape(-1).data
 
@@ -1174,11 +1279,13 @@ class Shuffler:
             h, _ = self._mix_header()
             b = self._buckets
 
-            def permute(vals: np.ndarray, words: np.ndarray) -> tuple:
-                k = int(_fisher_yates(vals, vals.size - 1, words)) if vals.size > 1 else 0
-                if k > 0:
-                    return (vals, k)
-                consume(vals)
+            def permute(buf: np.ndarray, start: np.ndarray, cnt: np.ndarray, j: int,
+                        words: np.ndarray, out: np.ndarray) -> tuple:
+                # bucket j read from buf and permuted as it is read (_gather_permute)
+                placed = int(_gather_permute(buf, start, cnt, j, self._slot, words, out))
+                if placed < out.size:
+                    return (out.copy(), placed)
+                consume(out)
                 return ()
 
             local = threading.local()
@@ -1189,18 +1296,22 @@ class Shuffler:
                 scratch = getattr(local, "scratch", None)
                 if scratch is None:
                     scratch = local.scratch = {}
-                out = []
-                for v, w in zip(b.group_values(g0, g1, scratch), words, strict=True):
-                    res = permute(v, w)
-                    out.append((res[0].copy(), res[1]) if res else res)
-                return out
+                buf, start, cnt = b.group_copy(g0, g1, scratch)
+                return [permute(buf, start, cnt, j, w,
+                                _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64))
+                        for j, w in enumerate(words)]
+
+            def spilled(flat: np.ndarray, words: np.ndarray) -> list:
+                n = flat.size // self._slot
+                return [permute(flat, _ONE_PART, np.full((1, 1), n, dtype=np.int64), 0, words,
+                                np.empty(n, dtype=np.uint64))]
 
             def done(results: list) -> None:
                 for res in results:
                     if res:  # the words ran out: finished here, in bucket order
                         vals, k = res
-                        while k > 0:
-                            k = int(_fisher_yates(vals, k, self._words(k + 64)))
+                        while k < vals.size:
+                            k = int(_fisher_yates_up(vals, k, self._words(vals.size - k + 64)))
                         consume(vals)
 
             def words(n: int) -> np.ndarray:  # drawn here, in bucket order
@@ -1216,9 +1327,8 @@ class Shuffler:
                             done(pending.popleft().result())
                 else:
                     for i in range(self.n_buckets):
-                        vals = _widened(self._rows(b.load(i, release=True)))
-                        pending.append(ex.submit(lambda v, w: [permute(v, w)], vals,
-                                                 words(vals.size)))
+                        flat = b.load(i, release=True)
+                        pending.append(ex.submit(spilled, flat, words(flat.size // self._slot)))
                         if len(pending) > self.workers:
                             done(pending.popleft().result())
                 while pending:
