@@ -68,13 +68,16 @@ room for the copies pass 2 makes and its permutation stays in a core's cache; bu
 are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
 permutes several buckets at once on worker threads; the random words of each bucket are
 drawn from the shuffler's source in bucket order, so the output for a given source does not
-depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers
-in place, the same swaps Fisher-Yates makes on an index, so the output is the same.
+depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers as
+they are read, by Fisher-Yates run from the front (the "inside-out" form: record i goes to
+place i after the record at a uniform place j in [0, i] moves there; by induction the first
+i + 1 places then hold a uniformly random order of the first i + 1 records), so a bucket is
+read and permuted in one pass, wherever its parts lie.
 
 In memory a batch's records stay where pass 1 put them, grouped by bucket (one array per
 batch, spread over the buckets by one compiled pass that also checks a plaintext batch,
-:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i, and files take
-over when more than ``memory_limit / 4`` bytes are held.
+:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i where it lies
+(no copy), and files take over when more than ``memory_limit / 4`` bytes are held.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -185,9 +188,9 @@ from shuffledp.protocol.wire import (
     WireError,
     _fast_records,
     _keep_mask,
-    _load8,
     _prefetch_write,
     _record_at,
+    _record_from,
     _store8,
     decode_batch,
     header_mismatch,
@@ -508,17 +511,6 @@ _PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "inc
 
 
 @numba.njit(cache=True, nogil=True)
-def _widen(rows, out):  # pragma: no cover - compiled
-    """out[i] = record i of ``rows`` (2D uint8, at most 8 bytes each, little-endian)."""
-    n, rb = rows.shape
-    flat = rows.reshape(-1)
-    nf = _fast_records(flat.size, rb)
-    keep = _keep_mask(rb)
-    for i in range(n):
-        out[i] = _record_at(flat, i, rb, keep, nf)
-
-
-@numba.njit(cache=True, nogil=True)
 def _narrow(vals, rb, out):  # pragma: no cover - compiled
     """out (flat uint8) = the low ``rb`` bytes of each of ``vals``, little-endian, in turn."""
     end = np.uint64(out.size)
@@ -532,13 +524,6 @@ def _narrow(vals, rb, out):  # pragma: no cover - compiled
         else:
             for c in range(rb):
                 out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
-
-
-def _widened(rows: np.ndarray) -> np.ndarray:
-    """The records of ``rows`` (2D uint8, at most 8 bytes each) as uint64 integers."""
-    out = np.empty(rows.shape[0], dtype=np.uint64)
-    _widen(rows, out)
-    return out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -560,33 +545,29 @@ def _below(words, pos, bound):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather_permute(buf, at, cnt, jb, rb, words, out):  # pragma: no cover - compiled
+def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover - compiled
     """Bucket ``jb`` of a group read as uint64 integers and uniformly permuted as it is read:
-    for each spread s, the ``cnt[s, jb]`` records (``rb`` <= 8 bytes each, little-endian)
-    from byte ``at[s, jb]`` of ``buf`` are the inputs x_0, x_1, ... in turn, and the
-    inside-out Fisher-Yates ([Knuth97]_ Sec. 3.4.2, Alg. P run from the front; [Durstenfeld64]_)
-    puts x_i at place i after moving ``out[j]`` there, j uniform in [0, i] from ``words``
-    (:func:`_below`). One pass: no array of the inputs in order is written first. Returns
-    the number of records placed: all of them, or, when the words ran out at record i, i
-    (the records from i on are then in ``out`` in input order; :func:`_fisher_yates_up`
-    continues from i with more words, the same permutation as if the words had not run
-    out)."""
+    for each part s, the ``cnt[s, jb]`` records (``rb`` <= 8 bytes each, little-endian)
+    from the absolute address ``addr[s, jb]`` (in an array that ends at ``end[s]``, kept
+    alive by the caller) are the inputs x_0, x_1, ... in turn, and Fisher-Yates run from
+    the front ([Knuth97]_ Sec. 3.4.2, Alg. P in its "inside-out" form; see the module
+    docstring) puts x_i at place i after moving ``out[j]`` there, j uniform in [0, i] from
+    ``words`` (:func:`_below`). One pass over the parts where they lie: no copy of them, no array of
+    the inputs in order. Returns the number of records placed: all of them, or, when the
+    words ran out at record i, i (the records from i on are then in ``out`` in input order;
+    :func:`_fisher_yates_up` continues from i with more words, the same permutation as if
+    the words had not run out)."""
     keep = _keep_mask(rb)
-    nbytes = np.uint64(buf.size)
     urb = np.uint64(rb)
     pos = 0
     o = 0
     stop = -1  # where the words ran out
-    for s in range(at.shape[0]):
-        b = np.uint64(at[s, jb])
+    for s in range(addr.shape[0]):
+        a = np.uint64(addr[s, jb])
+        e = np.uint64(end[s])
         for _ in range(cnt[s, jb]):
-            if b + np.uint64(8) <= nbytes:
-                v = _load8(buf, b) & keep
-            else:
-                v = np.uint64(0)
-                for c in range(rb):
-                    v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
-            b += urb
+            v = _record_from(a, e, rb, keep)
+            a += urb
             if o > 0 and stop < 0:
                 j, pos = _below(words, pos, np.uint64(o + 1))
                 if j < 0:
@@ -599,6 +580,19 @@ def _gather_permute(buf, at, cnt, jb, rb, words, out):  # pragma: no cover - com
                 out[o] = v
             o += 1
     return o if stop < 0 else stop
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_permute(buf, at, cnt, jb, rb, words, out):  # pragma: no cover - compiled
+    """:func:`_gather_permute_at` of parts of one array: part s's records start at byte
+    ``at[s, jb]`` of ``buf``."""
+    base = np.uint64(buf.ctypes.data)
+    addr = np.empty(at.shape, dtype=np.uint64)
+    for s in range(at.shape[0]):
+        for j in range(at.shape[1]):
+            addr[s, j] = base + np.uint64(at[s, j])
+    end = np.full(at.shape[0], base + np.uint64(buf.size), dtype=np.uint64)
+    return _gather_permute_at(addr, end, cnt, jb, rb, words, out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -696,25 +690,6 @@ class _Spread:
         return self.flat[lo : lo + int(self.bounds[i + 1] - self.bounds[i]) * slot]
 
 
-@numba.njit(cache=True, nogil=True)
-def _gather_group(buf, at, cnt, j, rb, out):  # pragma: no cover - compiled
-    """out = bucket j of a group as uint64 integers: for each spread s, the ``cnt[s, j]``
-    records (``rb`` <= 8 bytes each, little-endian) from byte ``at[s, j]`` of ``buf``, in
-    turn. ``buf`` ends with 8 spare bytes, so every record is read as 8 bytes and masked."""
-    keep = _keep_mask(rb)
-    o = 0
-    for s in range(at.shape[0]):
-        b = np.uint64(at[s, j])
-        for _ in range(cnt[s, j]):
-            v = np.uint64(0)
-            for c in range(8):
-                v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
-            out[o] = v & keep
-            o += 1
-            b += np.uint64(rb)
-    return o
-
-
 def _scratch(store: dict, name: str, n: int, dtype: type) -> np.ndarray:
     """The first n items of the array ``store[name]``, made (or grown) when it is too short:
     big arrays reused from call to call rather than mapped anew."""
@@ -729,8 +704,9 @@ class _Buckets:
 
     In memory the buckets are the batches' :class:`_Spread` s, kept by reference (the
     caller no longer writes to them), so adding a batch copies nothing; :meth:`load`
-    assembles a bucket in one copy (a compiled pass over the spreads when nothing was
-    flushed). ``slot`` is the bytes per record.
+    assembles a bucket in one copy, and :meth:`group_parts` says where the buckets of a
+    group lie in the spreads, for a compiled pass that reads them there (nothing flushed).
+    ``slot`` is the bytes per record.
     """
 
     def __init__(self, k: int, flush_bytes: int, workdir: str | None, slot: int = 1) -> None:
@@ -808,52 +784,26 @@ class _Buckets:
             yield g0, g1
             g0 = g1
 
-    def group_copy(self, g0: int, g1: int, scratch: dict | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Buckets g0..g1-1 held in memory (nothing flushed), each spread's part of the group
-        copied once (one slice) into one buffer: (buf, start, cnt), bucket g0 + j being the
-        ``cnt[s, j]`` records from byte ``start[s, j]`` of ``buf``, spread s = 0, 1, ... in
-        turn; ``buf`` ends with 8 spare bytes. Reads only, so threads may copy several groups
-        at once. With ``scratch`` (a dict this caller uses alone) ``buf`` is an array kept
-        there and reused."""
-        if scratch is None:
-            scratch = {}
+    def group_parts(self, g0: int, g1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where buckets g0..g1-1 held in memory (nothing flushed) lie: (addr, end, cnt),
+        bucket g0 + j being the ``cnt[s, j]`` records from the absolute address ``addr[s,
+        j]`` in spread s's array, which ends at ``end[s]``, s = 0, 1, ... in turn (for
+        :func:`_gather_permute_at`, which reads them where they are; the spreads stay
+        referenced here until :meth:`close`). Reads only, so threads may read several groups
+        at once."""
         slot = self.slot
         n_sp = len(self.spreads)
-        start = np.empty((n_sp, g1 - g0 + 1), dtype=np.int64)  # byte offsets in the copy
+        addr = np.empty((n_sp, g1 - g0), dtype=np.uint64)
+        end = np.empty(n_sp, dtype=np.uint64)
         cnt = np.empty((n_sp, g1 - g0), dtype=np.int64)
-        pieces = []
-        base = 0
+        cols = np.arange(g0, g1)
         for s, sp in enumerate(self.spreads):
             b = sp.bounds[g0 : g1 + 1].astype(np.int64)
-            off = b * slot + sp.gap * np.arange(g0, g1 + 1)
-            start[s] = base + off - off[0]
+            base = sp.flat.ctypes.data
+            addr[s] = base + b[:-1] * slot + sp.gap * cols
+            end[s] = base + sp.flat.size
             cnt[s] = np.diff(b)
-            pieces.append(sp.flat[off[0] : off[-1]])
-            base += int(off[-1] - off[0])
-        buf = _scratch(scratch, "buf", base + 8, np.uint8)  # 8 spare bytes: records read as 8
-        buf[base:] = 0
-        at = 0
-        for piece in pieces:
-            buf[at : at + piece.size] = piece
-            at += piece.size
-        return buf, start, cnt
-
-    def group_values(self, g0: int, g1: int, scratch: dict | None = None
-                     ) -> Iterator[np.ndarray]:
-        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
-        as uint64 integers, in order: each spread's part of the group is copied once
-        (:meth:`group_copy`), then every bucket is read from the copy by a compiled pass.
-        With ``scratch`` (a dict this caller uses alone) the copy and the buckets live in
-        arrays kept there and reused: each bucket yielded is then valid until the next one
-        is asked for."""
-        if scratch is None:
-            scratch = {}
-        buf, start, cnt = self.group_copy(g0, g1, scratch)
-        for j in range(g1 - g0):
-            out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
-            _gather_group(buf, start, cnt, j, self.slot, out)
-            yield out
+        return addr, end, cnt
 
     def close(self) -> None:
         self.spreads = []
@@ -1279,10 +1229,7 @@ class Shuffler:
             h, _ = self._mix_header()
             b = self._buckets
 
-            def permute(buf: np.ndarray, start: np.ndarray, cnt: np.ndarray, j: int,
-                        words: np.ndarray, out: np.ndarray) -> tuple:
-                # bucket j read from buf and permuted as it is read (_gather_permute)
-                placed = int(_gather_permute(buf, start, cnt, j, self._slot, words, out))
+            def permute(placed: int, out: np.ndarray) -> tuple:
                 if placed < out.size:
                     return (out.copy(), placed)
                 consume(out)
@@ -1291,20 +1238,25 @@ class Shuffler:
             local = threading.local()
 
             def group(g0: int, g1: int, words: list) -> list:
-                # buckets in memory are read here, a group of them at a time, into arrays
-                # this thread reuses (a bucket whose words ran out gets its own copy)
+                # buckets in memory are read here where they lie, a group of them at a time,
+                # and permuted as they are read (_gather_permute_at) into an array this
+                # thread reuses (a bucket whose words ran out gets its own copy)
                 scratch = getattr(local, "scratch", None)
                 if scratch is None:
                     scratch = local.scratch = {}
-                buf, start, cnt = b.group_copy(g0, g1, scratch)
-                return [permute(buf, start, cnt, j, w,
-                                _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64))
-                        for j, w in enumerate(words)]
+                addr, end, cnt = b.group_parts(g0, g1)
+                res = []
+                for j, w in enumerate(words):
+                    out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
+                    res.append(permute(int(_gather_permute_at(addr, end, cnt, j, self._slot,
+                                                              w, out)), out))
+                return res
 
             def spilled(flat: np.ndarray, words: np.ndarray) -> list:
                 n = flat.size // self._slot
-                return [permute(flat, _ONE_PART, np.full((1, 1), n, dtype=np.int64), 0, words,
-                                np.empty(n, dtype=np.uint64))]
+                out = np.empty(n, dtype=np.uint64)
+                return [permute(int(_gather_permute(flat, _ONE_PART, np.full((1, 1), n, np.int64),
+                                                    0, self._slot, words, out)), out)]
 
             def done(results: list) -> None:
                 for res in results:

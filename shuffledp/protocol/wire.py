@@ -500,6 +500,27 @@ def _unaligned_store_u64(typingctx, out, b, v):  # pragma: no cover - compiled
 
 
 @intrinsic
+def _load_at(typingctx, addr, nbytes):  # pragma: no cover - compiled
+    """One unaligned load of ``nbytes`` (a literal 1 or 8) bytes from the absolute address
+    ``addr`` (an integer), zero-extended to a uint64, in the machine's byte order. For
+    kernels that read several arrays the caller keeps alive (their ``ctypes.data`` plus
+    offsets) without copying them into one; the caller keeps every read inside them."""
+    if not (isinstance(addr, types.Integer) and isinstance(nbytes, types.IntegerLiteral)
+            and nbytes.literal_value in (1, 8)):
+        return None
+    width = 8 * nbytes.literal_value
+    sig = types.uint64(addr, nbytes)
+
+    def codegen(context, builder, signature, args):
+        ity = ir.IntType(width)
+        ptr = builder.inttoptr(args[0], ity.as_pointer())
+        val = builder.load(ptr, align=1)
+        return val if width == 64 else builder.zext(val, ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
 def _prefetch_write(typingctx, out, b):  # pragma: no cover - compiled
     """A hint that byte ``b`` of the C-contiguous uint8 array ``out`` will be written soon
     (``llvm.prefetch``, write, high locality): no effect on the results, never faults."""
@@ -518,6 +539,22 @@ def _prefetch_write(typingctx, out, b):  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_LITTLE = sys.byteorder == "little"
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _record_from(addr, end, rb, keep):  # pragma: no cover - compiled
+    """The ``rb``-byte little-endian record at absolute address ``addr`` as a uint64, read
+    as 8 bytes and masked with ``keep`` when 8 bytes lie below ``end`` (the end of the
+    array it is in), else byte by byte."""
+    if addr + np.uint64(8) <= end and _LITTLE:
+        return _load_at(addr, 8) & keep
+    v = np.uint64(0)
+    for c in range(rb):
+        v |= _load_at(addr + np.uint64(c), 1) << np.uint64(8 * c)
+    return v
 
 
 if sys.byteorder == "little":
