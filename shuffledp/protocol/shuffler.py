@@ -625,13 +625,13 @@ def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
     """
     n = rows.shape[0]
     if rows.shape[1] <= 8:
-        perm = np.empty(n, dtype=np.uint64)
+        vals = np.empty(n, dtype=np.uint64)
         i = int(_gather_permute(np.ascontiguousarray(rows).reshape(-1), _ONE_PART,
                                 np.full((1, 1), n, dtype=np.int64), 0, rows.shape[1], words,
-                                perm))
+                                vals))
         if i < n:
-            return None, rows, perm, i
-        return _permuted(rows, perm, rb), rows, perm, 0
+            return None, rows, vals, i
+        return _permuted(rows, vals, rb), rows, vals, 0
     perm = np.arange(n, dtype=np.int64)
     i = int(_fisher_yates(perm, n - 1, words)) if n > 1 else 0
     if i > 0:
