@@ -287,7 +287,7 @@ def _wire_stages(p, users, streams) -> None:
     # a round's bucket is n users' parts of it: here n of this user's buckets stand for them
     rounds = [(addr[:, j0 : j0 + p.n].reshape(-1, 1), cnt[:, j0 : j0 + p.n].reshape(-1, 1))
               for j0 in range(0, k - p.n + 1, p.n)]
-    out = np.empty(bucket_records + p.n, np.uint64)
+    out = np.empty(max(int(c.sum()) for _, c in rounds), np.uint64)
     ends = np.full(p.n, end[0], np.uint64)
 
     def permute():  # one user's worth of records, read and permuted in round-sized buckets
