@@ -738,3 +738,12 @@ def test_inside_out_permutation_continues_where_the_words_ran_out(n):
     res = _permute_bucket(flat.reshape(n, rb), words, rb)
     assert res[0] is not None
     np.testing.assert_array_equal(res[0].reshape(-1), _le_records(full, rb))
+
+
+def test_inside_out_gather_permute_refuses_a_short_output():
+    from shuffledp.protocol.shuffler import _ONE_PART, _gather_permute
+
+    flat = np.zeros(50, np.uint8)
+    with pytest.raises(ValueError, match="shorter than the bucket"):
+        _gather_permute(flat, _ONE_PART, np.full((1, 1), 10, np.int64), 0, 5,
+                        np.zeros(64, np.uint32), np.empty(9, np.uint64))

@@ -557,6 +557,11 @@ def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover 
     words ran out at record i, i (the records from i on are then in ``out`` in input order;
     :func:`_fisher_yates_up` continues from i with more words, the same permutation as if
     the words had not run out)."""
+    total = 0
+    for s in range(addr.shape[0]):
+        total += cnt[s, jb]
+    if total > out.size:  # a compiled loop writes no further than it is given
+        raise ValueError("_gather_permute_at: out is shorter than the bucket")
     keep = _keep_mask(rb)
     urb = np.uint64(rb)
     pos = 0
