@@ -18,9 +18,9 @@ printed as a ratio against a reference measured in the same run (the machine is 
   multiple of its time, and whether every thread count gives the same sums;
 - shuffler: secure Fisher-Yates, messages per second;
 - wire path stages per user on one thread (device encoder, canonical batch, the shuffler's
-  labels, one-pass checks and bucket spread, fingerprint, gather and permutation, the
-  analyzer's sums; the HMAC of the wire format's mixed batch for reference) as multiples of
-  the simulation path's whole work per user: the CPU floor of the ratio;
+  labels, one-pass checks and bucket spread, fingerprint, the buckets read and permuted in
+  one pass, the analyzer's sums; the HMAC of the wire format's mixed batch for reference)
+  as multiples of the simulation path's whole work per user: the CPU floor of the ratio;
 - the floor of any wire design, warm in this process on every core against the simulation
   (``shuffle_heatmap``) by wall clock and CPU time: keystream for the shares and for the
   permutation (one ChaCha20 word per message each) plus one write and one read of every
@@ -255,18 +255,20 @@ def _wire_stages(p, users, streams) -> None:
     The stages as ``wire_heatmap`` runs them: the device encoder and its canonical batch
     (``framed_shares``), the shuffler's one pass of checks and bucket spread with its labels,
     the SHA-256 fingerprint, then per bucket (a round's worth of one user's records in buckets
-    of the round's size) the gather into integers, the Fisher-Yates permutation and the
-    analyzer's sums; for reference, the HMAC written and verified over a user's worth of
-    mixed bytes, which the wire format's mixed batch carries (``mix_to``, the CLI roles) and
-    the one-process path does not compute (nothing to authenticate between threads)."""
+    of the round's size: n of the user's buckets stand for the n users' parts of one) the
+    read of its parts where they lie, permuted as they are read (inside-out Fisher-Yates,
+    one pass, with its keystream), and the analyzer's sums; for reference, the HMAC written
+    and verified over a user's worth of mixed bytes, which the wire format's mixed batch
+    carries (``mix_to``, the CLI roles) and the one-process path does not compute (nothing
+    to authenticate between threads)."""
     import hashlib
     import hmac
 
     from shuffledp.analyzers.heatmap.modular import _CarrySums
     from shuffledp.encoders.encoder import encode_shares, encode_sums
-    from shuffledp.protocol.shuffler import Shuffler, _Buckets
+    from shuffledp.protocol.shuffler import Shuffler, _Buckets, _gather_permute_at
     from shuffledp.protocol.wire import HEADER_SIZE, framed_shares
-    from shuffledp.randomness import SecureRandom, _fisher_yates
+    from shuffledp.randomness import SecureRandom
 
     src = SecureRandom()
     sel = np.array([3])
@@ -279,16 +281,24 @@ def _wire_stages(p, users, streams) -> None:
     _, spread = shuf._check_canonical(rows, labels)
     buckets = _Buckets(k, 1 << 40, None, p.record_bytes)
     buckets.add(spread)
+    addr, end, cnt = buckets.group_parts(0, k)
     n_b = rows.shape[0] // k  # records of the user in one bucket
     bucket_records = p.n * n_b  # records in a bucket of the round
-    vals = np.concatenate([v for v in buckets.group_values(0, k)])
+    # a round's bucket is n users' parts of it: here n of this user's buckets stand for them
+    rounds = [(addr[:, j0 : j0 + p.n].reshape(-1, 1), cnt[:, j0 : j0 + p.n].reshape(-1, 1))
+              for j0 in range(0, k - p.n + 1, p.n)]
+    out = np.empty(max(int(c.sum()) for _, c in rounds), np.uint64)
+    ends = np.full(p.n, end[0], np.uint64)
 
-    def permute():  # one user's worth of records, in buckets of the round's size
-        v = np.tile(vals, -(-bucket_records // vals.size))[:bucket_records]
-        for _ in range(max(1, round(rows.shape[0] / bucket_records))):
-            w = src.uint32(bucket_records + 64 + (bucket_records ** 2 >> 31))
-            _fisher_yates(v, v.size - 1, w)
+    def permute():  # one user's worth of records, read and permuted in round-sized buckets
+        for a, c in rounds:
+            n = int(c.sum())
+            w = src.uint32(n + 64 + (n ** 2 >> 31))
+            _gather_permute_at(a, ends, c, 0, p.record_bytes, w, out[:n])
+        return out[:n]
 
+    vals = permute().copy()  # a permuted round-sized bucket, as the analyzer gets it
+    scale = rows.shape[0] / sum(int(c.sum()) for _, c in rounds)
     key = src.bytes(32)
     mixed = rows.reshape(-1)
     carry = _CarrySums(p)  # the wire path's analyzer: one per thread, fed bucket by bucket
@@ -299,9 +309,8 @@ def _wire_stages(p, users, streams) -> None:
         "shuffler: labels": lambda: shuf._draw_labels(rows, src),
         "shuffler: checks + bucket spread": lambda: shuf._check_canonical(rows, labels),
         "shuffler: SHA-256 fingerprint": lambda: hashlib.sha256(rows).digest(),
-        "shuffler: buckets -> integers": lambda: [v for v in buckets.group_values(0, k)],
-        "shuffler: permute buckets": permute,
-        "analyzer: sums of the integers": lambda: carry.add(vals),
+        "shuffler: read + permute buckets": permute,
+        "analyzer: sums of the integers": lambda: [carry.add(vals) for _ in rounds],
         "(HMAC-SHA256 of the bytes x2)": lambda: hmac.new(key, mixed, "sha256").digest(),
     }
     best = dict.fromkeys(stages, np.inf)
@@ -309,11 +318,14 @@ def _wire_stages(p, users, streams) -> None:
         for name, f in stages.items():
             best[name] = min(best[name], _best(f, repeat=1))
     ref = best["simulation: encode_sums"]
+    per_bucket = ("shuffler: read + permute buckets", "analyzer: sums of the integers")
     total = 0.0
     print(f"plaintext wire path per user ({p.messages_per_user / 1e6:.2f} M messages; "
           f"{k} buckets of {bucket_records} records in the round), one thread:")
     for name, t in best.items():
-        times = 2 if "x2" in name else 1
+        # the HMAC twice (written, verified); the buckets' stages cover len(rounds) round-sized
+        # buckets, scaled to one user's records
+        times = 2 if "x2" in name else scale if name in per_bucket else 1
         if not name.startswith(("simulation", "(")):
             total += times * t
         print(f"  {name:34s}: {times * t * 1e3:7.1f} ms = {times * t / ref:5.2f} x simulation")

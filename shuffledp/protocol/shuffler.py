@@ -68,13 +68,16 @@ room for the copies pass 2 makes and its permutation stays in a core's cache; bu
 are binomial, within a few per cent of the mean at the sizes where buckets matter. Pass 2
 permutes several buckets at once on worker threads; the random words of each bucket are
 drawn from the shuffler's source in bucket order, so the output for a given source does not
-depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers
-in place, the same swaps Fisher-Yates makes on an index, so the output is the same.
+depend on the threads. Plaintext records (at most 8 bytes) are permuted as 64-bit integers as
+they are read, by Fisher-Yates run from the front (the "inside-out" form: record i goes to
+place i after the record at a uniform place j in [0, i] moves there; by induction the first
+i + 1 places then hold a uniformly random order of the first i + 1 records), so a bucket is
+read and permuted in one pass, wherever its parts lie.
 
 In memory a batch's records stay where pass 1 put them, grouped by bucket (one array per
 batch, spread over the buckets by one compiled pass that also checks a plaintext batch,
-:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i, and files take
-over when more than ``memory_limit / 4`` bytes are held.
+:meth:`Shuffler.inspect`); pass 2 reads bucket i from every batch's group i where it lies
+(no copy), and files take over when more than ``memory_limit / 4`` bytes are held.
 
 Trust model and what the checks buy
 -----------------------------------
@@ -185,7 +188,10 @@ from shuffledp.protocol.wire import (
     WireError,
     _fast_records,
     _keep_mask,
+    _prefetch_write,
     _record_at,
+    _record_from,
+    _store8,
     decode_batch,
     header_mismatch,
     unpack_records,
@@ -225,6 +231,8 @@ _IDX_BYTES = 4  # batch index stored next to each encrypted record in the bucket
 #: buckets hold at most about this many records on average (more buckets otherwise), so a
 #: bucket's permutation (an int64 index per record) stays within a core's cache
 _BUCKET_RECORDS = 1 << 18
+#: bytes ahead of a bucket's write position that the spread asks the cache for
+_PF_AHEAD = 128
 #: :meth:`Shuffler.mix_each` reads buckets held in memory in groups of about this many bytes
 _GROUP_BYTES = 8 << 20
 
@@ -439,7 +447,7 @@ def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no c
     for b in range(k):
         pos[b] = np.uint64(bounds[b]) * np.uint64(rb) + gap * np.uint64(b)
     urb = np.uint64(rb)
-    ff = np.uint64(0xFF)
+    pf_end = np.uint64(max(0, out.size - _PF_AHEAD))
     if n == r * m:
         # record i must hold coordinate i // r, a share < q, and be >= record i - 1: any
         # difference sets a bit of ``bad`` (branch-free; the loops without and with the
@@ -465,8 +473,11 @@ def _check_plain(body, rb, share_bits, q, m, r, labels, k, out):  # pragma: no c
                     lab = np.int64(labels[i]) & msk
                     d = pos[lab]
                     pos[lab] = d + urb
-                    for c in range(8):
-                        out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                    _store8(out, d, v)
+                    # hundreds of write streams are more than the hardware prefetcher
+                    # follows: ask for the bucket's line two ahead (about 1.6x faster)
+                    if d < pf_end:
+                        _prefetch_write(out, d + _PF_AHEAD)
                     i += 1
         if bad == 0:
             return 0, bounds
@@ -500,17 +511,6 @@ _PLAIN_REASONS = {1: "share_out_of_range", 2: "coordinate_out_of_range", 3: "inc
 
 
 @numba.njit(cache=True, nogil=True)
-def _widen(rows, out):  # pragma: no cover - compiled
-    """out[i] = record i of ``rows`` (2D uint8, at most 8 bytes each, little-endian)."""
-    n, rb = rows.shape
-    flat = rows.reshape(-1)
-    nf = _fast_records(flat.size, rb)
-    keep = _keep_mask(rb)
-    for i in range(n):
-        out[i] = _record_at(flat, i, rb, keep, nf)
-
-
-@numba.njit(cache=True, nogil=True)
 def _narrow(vals, rb, out):  # pragma: no cover - compiled
     """out (flat uint8) = the low ``rb`` bytes of each of ``vals``, little-endian, in turn."""
     end = np.uint64(out.size)
@@ -526,31 +526,125 @@ def _narrow(vals, rb, out):  # pragma: no cover - compiled
                 out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
 
 
-def _widened(rows: np.ndarray) -> np.ndarray:
-    """The records of ``rows`` (2D uint8, at most 8 bytes each) as uint64 integers."""
-    out = np.empty(rows.shape[0], dtype=np.uint64)
-    _widen(rows, out)
-    return out
+@numba.njit(cache=True, nogil=True, inline="always")
+def _below(words, pos, bound):  # pragma: no cover - compiled
+    """(j uniform in [0, bound), the next word position) by Lemire's method from
+    words[pos:] ([Lemire19]_; rejection, unbiased), or (-1, pos) if the words ran out."""
+    mask = np.uint64(0xFFFFFFFF)
+    nw = words.size
+    while pos < nw:
+        p = np.uint64(words[pos]) * bound
+        pos += 1
+        low = p & mask
+        if low >= bound:
+            return np.int64(p >> np.uint64(32)), pos
+        t = (np.uint64(1) << np.uint64(32)) % bound
+        if low >= t:
+            return np.int64(p >> np.uint64(32)), pos
+    return np.int64(-1), pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover - compiled
+    """Bucket ``jb`` of a group read as uint64 integers and uniformly permuted as it is read:
+    for each part s, the ``cnt[s, jb]`` records (``rb`` <= 8 bytes each, little-endian)
+    from the absolute address ``addr[s, jb]`` (in an array that ends at ``end[s]``, kept
+    alive by the caller) are the inputs x_0, x_1, ... in turn, and Fisher-Yates run from
+    the front ([Knuth97]_ Sec. 3.4.2, Alg. P in its "inside-out" form; see the module
+    docstring) puts x_i at place i after moving ``out[j]`` there, j uniform in [0, i] from
+    ``words`` (:func:`_below`). One pass over the parts where they lie: no copy of them, no array of
+    the inputs in order. Returns the number of records placed: all of them, or, when the
+    words ran out at record i, i (the records from i on are then in ``out`` in input order;
+    :func:`_fisher_yates_up` continues from i with more words, the same permutation as if
+    the words had not run out)."""
+    total = 0
+    for s in range(addr.shape[0]):
+        total += cnt[s, jb]
+    if total > out.size:  # a compiled loop writes no further than it is given
+        raise ValueError("_gather_permute_at: out is shorter than the bucket")
+    keep = _keep_mask(rb)
+    urb = np.uint64(rb)
+    pos = 0
+    o = 0
+    stop = -1  # where the words ran out
+    for s in range(addr.shape[0]):
+        a = np.uint64(addr[s, jb])
+        e = np.uint64(end[s])
+        for _ in range(cnt[s, jb]):
+            v = _record_from(a, e, rb, keep)
+            a += urb
+            if o > 0 and stop < 0:
+                j, pos = _below(words, pos, np.uint64(o + 1))
+                if j < 0:
+                    stop = o
+                    out[o] = v
+                else:
+                    out[o] = out[j]
+                    out[j] = v
+            else:
+                out[o] = v
+            o += 1
+    return o if stop < 0 else stop
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_permute(buf, at, cnt, jb, rb, words, out):  # pragma: no cover - compiled
+    """:func:`_gather_permute_at` of parts of one array: part s's records start at byte
+    ``at[s, jb]`` of ``buf``."""
+    base = np.uint64(buf.ctypes.data)
+    addr = np.empty(at.shape, dtype=np.uint64)
+    for s in range(at.shape[0]):
+        for j in range(at.shape[1]):
+            addr[s, j] = base + np.uint64(at[s, j])
+    end = np.full(at.shape[0], base + np.uint64(buf.size), dtype=np.uint64)
+    return _gather_permute_at(addr, end, cnt, jb, rb, words, out)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fisher_yates_up(vals, i, words):  # pragma: no cover - compiled
+    """Continue the inside-out Fisher-Yates of :func:`_gather_permute` on ``vals`` (places
+    0..i-1 done, the inputs from i on in order): swap place i with a uniform j in [0, i],
+    i = i, i + 1, ...; returns the next place (``vals.size`` when done)."""
+    pos = 0
+    n = vals.size
+    while i < n:
+        j, pos = _below(words, pos, np.uint64(i + 1))
+        if j < 0:
+            return i
+        tmp = vals[i]
+        vals[i] = vals[j]
+        vals[j] = tmp
+        i += 1
+    return i
 
 
 def _permute_bucket(rows: np.ndarray, words: np.ndarray, rb: int):
     """(rows uniformly permuted without their batch index, rows, perm, 0), or, when the words
     run out first (more Lemire rejections than provided for), (None, rows, perm, position).
 
-    Records of at most 8 bytes (plaintext) are permuted as uint64 values in place (``perm``
-    is then those values, the same swaps as on an index); longer ones through an index and
-    a gather. Either way the output is ``rows[P]`` for the Fisher-Yates permutation P of
-    ``words``.
+    Records of at most 8 bytes (plaintext) are read as uint64 values and permuted as they
+    are read (``perm`` is then those values; :func:`_gather_permute`, the inside-out
+    Fisher-Yates, continued from the position by :func:`_fisher_yates_up`); longer ones
+    through an index (Fisher-Yates from the back, continued by ``_fisher_yates``) and a
+    gather. Either way the output is ``rows[P]`` for a uniform permutation P of ``words``.
     """
     n = rows.shape[0]
     if rows.shape[1] <= 8:
-        perm = _widened(rows)
-    else:
-        perm = np.arange(n, dtype=np.int64)
+        vals = np.empty(n, dtype=np.uint64)
+        i = int(_gather_permute(np.ascontiguousarray(rows).reshape(-1), _ONE_PART,
+                                np.full((1, 1), n, dtype=np.int64), 0, rows.shape[1], words,
+                                vals))
+        if i < n:
+            return None, rows, vals, i
+        return _permuted(rows, vals, rb), rows, vals, 0
+    perm = np.arange(n, dtype=np.int64)
     i = int(_fisher_yates(perm, n - 1, words)) if n > 1 else 0
     if i > 0:
         return None, rows, perm, i
     return _permuted(rows, perm, rb), rows, perm, 0
+
+
+_ONE_PART = np.zeros((1, 1), dtype=np.int64)
 
 
 def _permuted(rows: np.ndarray, perm: np.ndarray, rb: int) -> np.ndarray:
@@ -601,25 +695,6 @@ class _Spread:
         return self.flat[lo : lo + int(self.bounds[i + 1] - self.bounds[i]) * slot]
 
 
-@numba.njit(cache=True, nogil=True)
-def _gather_group(buf, at, cnt, j, rb, out):  # pragma: no cover - compiled
-    """out = bucket j of a group as uint64 integers: for each spread s, the ``cnt[s, j]``
-    records (``rb`` <= 8 bytes each, little-endian) from byte ``at[s, j]`` of ``buf``, in
-    turn. ``buf`` ends with 8 spare bytes, so every record is read as 8 bytes and masked."""
-    keep = _keep_mask(rb)
-    o = 0
-    for s in range(at.shape[0]):
-        b = np.uint64(at[s, j])
-        for _ in range(cnt[s, j]):
-            v = np.uint64(0)
-            for c in range(8):
-                v |= np.uint64(buf[b + np.uint64(c)]) << np.uint64(8 * c)
-            out[o] = v & keep
-            o += 1
-            b += np.uint64(rb)
-    return o
-
-
 def _scratch(store: dict, name: str, n: int, dtype: type) -> np.ndarray:
     """The first n items of the array ``store[name]``, made (or grown) when it is too short:
     big arrays reused from call to call rather than mapped anew."""
@@ -634,8 +709,9 @@ class _Buckets:
 
     In memory the buckets are the batches' :class:`_Spread` s, kept by reference (the
     caller no longer writes to them), so adding a batch copies nothing; :meth:`load`
-    assembles a bucket in one copy (a compiled pass over the spreads when nothing was
-    flushed). ``slot`` is the bytes per record.
+    assembles a bucket in one copy, and :meth:`group_parts` says where the buckets of a
+    group lie in the spreads, for a compiled pass that reads them there (nothing flushed).
+    ``slot`` is the bytes per record.
     """
 
     def __init__(self, k: int, flush_bytes: int, workdir: str | None, slot: int = 1) -> None:
@@ -713,39 +789,26 @@ class _Buckets:
             yield g0, g1
             g0 = g1
 
-    def group_values(self, g0: int, g1: int, scratch: dict | None = None
-                     ) -> Iterator[np.ndarray]:
-        """Buckets g0..g1-1 held in memory (nothing flushed; records of at most 8 bytes), each
-        as uint64 integers, in order: each spread's part of the group is copied once (one
-        slice), then every bucket is read from the copy by a compiled pass. Reads only, so
-        threads may read several groups at once. With ``scratch`` (a dict this caller uses
-        alone) the copy and the buckets live in arrays kept there and reused: each bucket
-        yielded is then valid until the next one is asked for."""
-        if scratch is None:
-            scratch = {}
+    def group_parts(self, g0: int, g1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where buckets g0..g1-1 held in memory (nothing flushed) lie: (addr, end, cnt),
+        bucket g0 + j being the ``cnt[s, j]`` records from the absolute address ``addr[s,
+        j]`` in spread s's array, which ends at ``end[s]``, s = 0, 1, ... in turn (for
+        :func:`_gather_permute_at`, which reads them where they are; the spreads stay
+        referenced here until :meth:`close`). Reads only, so threads may read several groups
+        at once."""
         slot = self.slot
         n_sp = len(self.spreads)
-        start = np.empty((n_sp, g1 - g0 + 1), dtype=np.int64)  # byte offsets in the copy
+        addr = np.empty((n_sp, g1 - g0), dtype=np.uint64)
+        end = np.empty(n_sp, dtype=np.uint64)
         cnt = np.empty((n_sp, g1 - g0), dtype=np.int64)
-        pieces = []
-        base = 0
+        cols = np.arange(g0, g1)
         for s, sp in enumerate(self.spreads):
             b = sp.bounds[g0 : g1 + 1].astype(np.int64)
-            off = b * slot + sp.gap * np.arange(g0, g1 + 1)
-            start[s] = base + off - off[0]
+            base = sp.flat.ctypes.data
+            addr[s] = base + b[:-1] * slot + sp.gap * cols
+            end[s] = base + sp.flat.size
             cnt[s] = np.diff(b)
-            pieces.append(sp.flat[off[0] : off[-1]])
-            base += int(off[-1] - off[0])
-        buf = _scratch(scratch, "buf", base + 8, np.uint8)  # 8 spare bytes: records read as 8
-        buf[base:] = 0
-        at = 0
-        for piece in pieces:
-            buf[at : at + piece.size] = piece
-            at += piece.size
-        for j in range(g1 - g0):
-            out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
-            _gather_group(buf, start, cnt, j, slot, out)
-            yield out
+        return addr, end, cnt
 
     def close(self) -> None:
         self.spreads = []
@@ -1074,8 +1137,12 @@ class Shuffler:
         """The permuted bucket: ``out``, or, if the words ran out at position i, the
         Fisher-Yates continued from ``source`` and the rows gathered here."""
         if out is None:
-            while i > 0:
-                i = int(_fisher_yates(perm, i, self._words(i + 64)))
+            if perm.dtype == np.uint64:  # record values, the inside-out Fisher-Yates
+                while i < perm.size:
+                    i = int(_fisher_yates_up(perm, i, self._words(perm.size - i + 64)))
+            else:
+                while i > 0:
+                    i = int(_fisher_yates(perm, i, self._words(i + 64)))
             out = _permuted(rows, perm, self._rb)
         return out.reshape(-1).data
 
@@ -1167,33 +1234,41 @@ class Shuffler:
             h, _ = self._mix_header()
             b = self._buckets
 
-            def permute(vals: np.ndarray, words: np.ndarray) -> tuple:
-                k = int(_fisher_yates(vals, vals.size - 1, words)) if vals.size > 1 else 0
-                if k > 0:
-                    return (vals, k)
-                consume(vals)
+            def permute(placed: int, out: np.ndarray) -> tuple:
+                if placed < out.size:
+                    return (out.copy(), placed)
+                consume(out)
                 return ()
 
             local = threading.local()
 
             def group(g0: int, g1: int, words: list) -> list:
-                # buckets in memory are read here, a group of them at a time, into arrays
-                # this thread reuses (a bucket whose words ran out gets its own copy)
+                # buckets in memory are read here where they lie, a group of them at a time,
+                # and permuted as they are read (_gather_permute_at) into an array this
+                # thread reuses (a bucket whose words ran out gets its own copy)
                 scratch = getattr(local, "scratch", None)
                 if scratch is None:
                     scratch = local.scratch = {}
-                out = []
-                for v, w in zip(b.group_values(g0, g1, scratch), words, strict=True):
-                    res = permute(v, w)
-                    out.append((res[0].copy(), res[1]) if res else res)
-                return out
+                addr, end, cnt = b.group_parts(g0, g1)
+                res = []
+                for j, w in enumerate(words):
+                    out = _scratch(scratch, "out", int(cnt[:, j].sum()), np.uint64)
+                    res.append(permute(int(_gather_permute_at(addr, end, cnt, j, self._slot,
+                                                              w, out)), out))
+                return res
+
+            def spilled(flat: np.ndarray, words: np.ndarray) -> list:
+                n = flat.size // self._slot
+                out = np.empty(n, dtype=np.uint64)
+                return [permute(int(_gather_permute(flat, _ONE_PART, np.full((1, 1), n, np.int64),
+                                                    0, self._slot, words, out)), out)]
 
             def done(results: list) -> None:
                 for res in results:
                     if res:  # the words ran out: finished here, in bucket order
                         vals, k = res
-                        while k > 0:
-                            k = int(_fisher_yates(vals, k, self._words(k + 64)))
+                        while k < vals.size:
+                            k = int(_fisher_yates_up(vals, k, self._words(vals.size - k + 64)))
                         consume(vals)
 
             def words(n: int) -> np.ndarray:  # drawn here, in bucket order
@@ -1209,9 +1284,8 @@ class Shuffler:
                             done(pending.popleft().result())
                 else:
                     for i in range(self.n_buckets):
-                        vals = _widened(self._rows(b.load(i, release=True)))
-                        pending.append(ex.submit(lambda v, w: [permute(v, w)], vals,
-                                                 words(vals.size)))
+                        flat = b.load(i, release=True)
+                        pending.append(ex.submit(spilled, flat, words(flat.size // self._slot)))
                         if len(pending) > self.workers:
                             done(pending.popleft().result())
                 while pending:

@@ -128,6 +128,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 if TYPE_CHECKING:  # params imports this module (HEADER_SIZE): annotations only
@@ -479,6 +480,97 @@ def _unaligned_u64(typingctx, body, b):  # pragma: no cover - compiled
     return sig, codegen
 
 
+@intrinsic
+def _unaligned_store_u64(typingctx, out, b, v):  # pragma: no cover - compiled
+    """One unaligned 8-byte store of the uint64 ``v`` at byte ``b`` of a C-contiguous uint8
+    array, in the machine's byte order (no bounds check: the caller keeps ``b + 8 <=
+    out.size``)."""
+    if not (isinstance(out, types.Array) and out.dtype == types.uint8 and out.layout == "C"
+            and isinstance(b, types.Integer) and v == types.uint64):
+        return None
+    sig = types.void(out, b, v)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _load_at(typingctx, addr, nbytes):  # pragma: no cover - compiled
+    """One unaligned load of ``nbytes`` (a literal 1 or 8) bytes from the absolute address
+    ``addr`` (an integer), zero-extended to a uint64, in the machine's byte order. For
+    kernels that read several arrays the caller keeps alive (their ``ctypes.data`` plus
+    offsets) without copying them into one; the caller keeps every read inside them."""
+    if not (isinstance(addr, types.Integer) and isinstance(nbytes, types.IntegerLiteral)
+            and nbytes.literal_value in (1, 8)):
+        return None
+    width = 8 * nbytes.literal_value
+    sig = types.uint64(addr, nbytes)
+
+    def codegen(context, builder, signature, args):
+        ity = ir.IntType(width)
+        ptr = builder.inttoptr(args[0], ity.as_pointer())
+        val = builder.load(ptr, align=1)
+        return val if width == 64 else builder.zext(val, ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
+def _prefetch_write(typingctx, out, b):  # pragma: no cover - compiled
+    """A hint that byte ``b`` of the C-contiguous uint8 array ``out`` will be written soon
+    (``llvm.prefetch``, write, high locality): no effect on the results, never faults."""
+    if not (isinstance(out, types.Array) and out.dtype == types.uint8 and out.layout == "C"
+            and isinstance(b, types.Integer)):
+        return None
+    sig = types.void(out, b)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.gep(data, [args[1]])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_LITTLE = sys.byteorder == "little"
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _record_from(addr, end, rb, keep):  # pragma: no cover - compiled
+    """The ``rb``-byte little-endian record at absolute address ``addr`` as a uint64, read
+    as 8 bytes and masked with ``keep`` when 8 bytes lie below ``end`` (the end of the
+    array it is in), else byte by byte."""
+    if addr + np.uint64(8) <= end and _LITTLE:
+        return _load_at(addr, 8) & keep
+    v = np.uint64(0)
+    for c in range(rb):
+        v |= _load_at(addr + np.uint64(c), 1) << np.uint64(8 * c)
+    return v
+
+
+if sys.byteorder == "little":
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _store8(out, b, v):  # pragma: no cover - compiled
+        """Write the uint64 ``v`` little-endian to bytes b..b+7 of ``out`` (C-contiguous
+        uint8; ``b`` a uint64): one unaligned store (eight byte stores were not merged)."""
+        _unaligned_store_u64(out, b, v)
+else:  # pragma: no cover - big-endian hosts
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _store8(out, b, v):
+        """Write the uint64 ``v`` little-endian to bytes b..b+7 of ``out``: byte stores."""
+        for c in range(8):
+            out[b + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & np.uint64(0xFF))
+
+
 if sys.byteorder == "little":
     @numba.njit(cache=True, nogil=True, inline="always")
     def _load8(body, b):  # pragma: no cover - compiled
@@ -783,8 +875,7 @@ def _write_canonical(shares, share_bits, rb, net, out):  # pragma: no cover - co
             for j in range(r):
                 v = hi_bits | np.uint64(work[j, i])
                 if pos + np.uint64(8) <= end:  # 8 bytes; the next record rewrites the extra
-                    for c in range(8):
-                        out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
+                    _store8(out, pos, v)
                 else:
                     for c in range(rb):
                         out[pos + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
