@@ -237,25 +237,27 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     r: float | None = None
     centre_name: str | None = None
     sd_ratio = pixel_sd * float(np.sum(1.0 / np.asarray(scales, dtype=float))) / np.sqrt(2.0)
+    switched = False
     if pixel_sd <= LATTICE_SD:
         q, a, r = _posterior_means(fin[-1], fvar[-1], prior_lv[-1], total, mixes)
         centre_name = "pyramid density"
+        if sd_ratio <= LEAF_PRIOR_RATIO \
+                and max(_discrepancies(q, fin, fvar, grid, start), default=0.0) > CONSISTENCY:
+            # the level check rejects the density-centred leaf: centre it on the leaf
+            q, a, r = _leaf_centred(fin, fvar, total)
+            centre_name, switched = "blurred leaf", True
     elif sd_ratio <= LEAF_PRIOR_RATIO:
-        centre = _blur(np.maximum(fin[-1], 0.0), LEAF_BLUR)
-        centre = centre / centre.sum() if centre.sum() > 0 else np.full(centre.shape,
-                                                                         1.0 / centre.size)
-        q, a, r = _posterior_means(fin[-1], fvar[-1], centre, total, (0.0,))
+        q, a, r = _leaf_centred(fin, fvar, total)
         centre_name = "blurred leaf"
     else:
         q = prior_map * total
     # the cell totals of q at every coarser level, against that level's estimates
+    disc = _discrepancies(q, fin, fvar, grid, start)
     sums = level_sums(q, grid, start)
-    disc: list[float] = []
     targets = [q]
     refit: list[int] = []
     for k in range(len(levels) - 2, -1, -1):
-        d = float(np.mean((sums[k] - fin[k]) ** 2 / fvar[k]))
-        disc.insert(0, d)
+        d = disc[k]
         if d > CONSISTENCY:
             t, _, _ = _posterior_means(fin[k], fvar[k], prior_lv[k], total, mixes)
             refit.insert(0, start + k)
@@ -270,8 +272,26 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
     return concentrate(est / est.sum(), fit), {
         "pixel_sd": pixel_sd, "sd_ratio": sd_ratio, "prior_centre": centre_name,
-        "prior_uniform_share": a, "prior_dispersion": r,
+        "prior_uniform_share": a, "prior_dispersion": r, "centre_switched": switched,
         "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
+
+
+def _leaf_centred(fin: list[np.ndarray], fvar: list[np.ndarray],
+                  total: float) -> tuple[np.ndarray, float, float]:
+    """The leaf's posterior means under the prior centred on the least-squares leaf clipped
+    at 0 and blurred by :data:`LEAF_BLUR` px (``a = 0``), and the ``(a, r)`` chosen."""
+    centre = _blur(np.maximum(fin[-1], 0.0), LEAF_BLUR)
+    centre = centre / centre.sum() if centre.sum() > 0 else np.full(centre.shape,
+                                                                     1.0 / centre.size)
+    return _posterior_means(fin[-1], fvar[-1], centre, total, (0.0,))
+
+
+def _discrepancies(q: np.ndarray, fin: list[np.ndarray], fvar: list[np.ndarray], grid: Grid,
+                   start: int) -> list[float]:
+    """Per level ``start..depth - 1``: the mean squared discrepancy of the cell totals of the
+    leaf estimate ``q`` from the level's least-squares estimates, in their variances."""
+    sums = level_sums(q, grid, start)
+    return [float(np.mean((sums[k] - fin[k]) ** 2 / fvar[k])) for k in range(len(fin) - 1)]
 
 
 #: the blur's kernel is cut at this many sds (the dropped weights are below e^-32 ~ 1e-14
