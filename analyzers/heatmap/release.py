@@ -159,7 +159,10 @@ class HeatmapRelease:
             est, record = count_posterior(counts, self.grid, int(start), scales)
             rule = ("when pixel_sd <= lattice_sd, or sd_ratio <= leaf_prior_ratio (then "
                     "with the prior centred on the least-squares leaf clipped at 0 and "
-                    "blurred by leaf_blur px, a = 0: prior_centre), every pixel's count "
+                    "blurred by leaf_blur px, a = 0: prior_centre; also when pixel_sd <= "
+                    "lattice_sd and sd_ratio <= leaf_prior_ratio but the density-centred "
+                    "leaf's cell totals differ from some coarser level's estimates by more "
+                    "than consistency: centre_switched), every pixel's count "
                     "estimated by its posterior mean (otherwise the pyramid density): the "
                     "hierarchical "
                     "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
