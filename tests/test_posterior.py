@@ -269,3 +269,35 @@ def test_where_the_level_check_passes_the_lattice_prior_stays_on_the_density(mon
     monkeypatch.setattr(post, "LEAF_PRIOR_RATIO", 0.0)
     np.testing.assert_array_equal(est, post.count_posterior(rel.levels, grid, start,
                                                             scales)[0])
+
+
+def _lines() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    a = np.zeros((48, 40))
+    a[10, 5:35] = 4.0  # a horizontal line
+    a[30:45, 20] = 3.0  # a vertical one
+    return a + rng.random(a.shape) * (rng.random(a.shape) < 0.05)
+
+
+def test_the_oriented_blur_keeps_lines_thin_and_commutes_with_transposition():
+    """The blurred-leaf centre (``_oriented_blur``) on two lines and sparse noise: across
+    each line it keeps a larger share on the line's own row or column than the isotropic
+    blur of LEAF_BLUR px (measured once: 0.51 and 0.49 against 0.29 and 0.29); the
+    orientations are symmetric under transposition, so blurring the transpose gives the
+    transpose, to rounding."""
+    from shuffledp.analyzers.heatmap.posterior import LEAF_BLUR, _oriented_blur
+
+    a = _lines()
+    out, iso = _oriented_blur(a), _blur(a, LEAF_BLUR)
+    assert (out >= 0).all()
+    row = out[10, 8:32].sum() / out[8:13, 8:32].sum()
+    col = out[32:44, 20].sum() / out[32:44, 18:23].sum()
+    assert row > 0.45 and col > 0.45
+    assert iso[10, 8:32].sum() / iso[8:13, 8:32].sum() < 0.35
+    np.testing.assert_allclose(_oriented_blur(a.T), out.T, rtol=0, atol=1e-12 * out.max())
+
+
+def test_the_oriented_blur_of_an_empty_map_is_empty():
+    from shuffledp.analyzers.heatmap.posterior import _oriented_blur
+
+    assert not _oriented_blur(np.zeros((8, 8))).any()
