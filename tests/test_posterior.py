@@ -153,21 +153,27 @@ def test_a_forced_uniform_share_does_not_spread_a_spike(monkeypatch):
         assert est[r0 - 1:r0 + 2, c0 - 1:c0 + 2].sum() >= 0.95, (seed, rec)
 
 
-def test_the_posterior_does_not_depend_on_the_thread_count(monkeypatch):
+@pytest.mark.parametrize("scales", [[0.4] * 5, [200.0] * 4 + [2.0]])
+def test_the_posterior_does_not_depend_on_the_thread_count(monkeypatch, scales):
     """Blocks of cells run in threads; the result is bit for bit the same with one thread
-    or four (small blocks, so that there are many)."""
+    or four (small blocks, so that there are many), on the level-check switch (pixel sd
+    within LATTICE_SD, the density-centred leaf rejected) and between the gates (the
+    oriented blurred-leaf centre)."""
     import shuffledp.analyzers.heatmap.posterior as post
 
     grid = Grid(32, 32)
     a = _sparse(grid, 4)
     rng = np.random.default_rng(6)
-    noisy = [t + rng.laplace(0, 0.4, t.shape) for t in level_sums(a, grid, 1)]
+    noisy = [t + rng.laplace(0, b, t.shape)
+             for t, b in zip(level_sums(a, grid, 1), scales, strict=True)]
     monkeypatch.setattr(post, "_BLOCK", 64)
     out = []
     for threads in (1, 4):
         monkeypatch.setattr(post.os, "cpu_count", lambda t=threads: t)
-        out.append(post.count_posterior(noisy, grid, 1, [0.4] * 5)[0])
-    np.testing.assert_array_equal(out[0], out[1])
+        out.append(post.count_posterior(noisy, grid, 1, scales))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    assert out[0][1]["prior_centre"] == "blurred leaf"
+    assert out[0][1]["centre_switched"] == (scales[0] < 1)
 
 
 def test_between_the_gates_the_prior_is_centred_on_the_blurred_leaf():
