@@ -26,6 +26,10 @@ check and the sparsity test):
   how well each, built without the next coarser level, predicts that level's noisy counts
   (independent noise; unbiased up to a constant).
 
+The leads' blurred-leaf centres are isotropic (``LEAF_BLUR``); ``default`` is the current
+:func:`~shuffledp.analyzers.heatmap.posterior.count_posterior` (docs/errata.md quotes a run
+made before its centre between the gates became the oriented blur).
+
 For each lead and point it prints the verdicts against the three baselines (as
 ``bench/smoothing_grid.py``: ``W`` win, ``t`` tie, ``L`` loss per EMD, KL, CC, SIM; same
 data, seeds and metrics, imported from it) of the default and the lead, the EMD ratio to
