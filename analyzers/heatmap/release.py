@@ -22,6 +22,9 @@ from shuffledp.analyzers.heatmap.posterior import (
     LATTICE_SD,
     LEAF_BLUR,
     LEAF_PRIOR_RATIO,
+    ORIENTATIONS,
+    ORIENTED_BLUR,
+    TENSOR_BLUR,
     count_posterior,
 )
 from shuffledp.analyzers.heatmap.smoothing import (
@@ -159,7 +162,13 @@ class HeatmapRelease:
             est, record = count_posterior(counts, self.grid, int(start), scales)
             rule = ("when pixel_sd <= lattice_sd, or sd_ratio <= leaf_prior_ratio (then "
                     "with the prior centred on the least-squares leaf clipped at 0 and "
-                    "blurred by leaf_blur px, a = 0: prior_centre), every pixel's count "
+                    "blurred by leaf_blur px, where its structure tensor has a coherent "
+                    "orientation also by oriented_blur px along and across it (weight: the "
+                    "coherence), a = 0: prior_centre; also, blurred by leaf_blur px only, "
+                    "when pixel_sd <= "
+                    "lattice_sd and sd_ratio <= leaf_prior_ratio but the density-centred "
+                    "leaf's cell totals differ from some coarser level's estimates by more "
+                    "than consistency: centre_switched), every pixel's count "
                     "estimated by its posterior mean (otherwise the pyramid density): the "
                     "hierarchical "
                     "least-squares estimate of all levels (Hay et al. 2010) under Laplace "
@@ -178,6 +187,8 @@ class HeatmapRelease:
                     "density: ")
             extra = {"method": "count_posterior", **record, "lattice_sd": LATTICE_SD,
                      "leaf_prior_ratio": LEAF_PRIOR_RATIO, "leaf_blur": LEAF_BLUR,
+                     "oriented_blur": ORIENTED_BLUR, "orientations": ORIENTATIONS,
+                     "tensor_blur": TENSOR_BLUR,
                      "consistency": CONSISTENCY}
         else:
             est = pyramid_density(counts, self.grid, int(start), scales)
