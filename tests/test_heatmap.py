@@ -11,6 +11,7 @@ from shuffledp.analyzers.heatmap.render import (
     _kernel_1d,
     gaussian_heatmap,
     render_png,
+    separable_filter,
 )
 
 
@@ -89,6 +90,18 @@ def test_large_grid_banded_equals_the_dense_kernel():
     dense = _kernel_1d(256, 4.0) @ p @ _kernel_1d(300, 4.0).T
     np.testing.assert_allclose(h, dense, rtol=1e-12, atol=1e-18)
     assert h.sum() == pytest.approx(3.0, rel=1e-13)
+
+
+def test_separable_filter_takes_signed_values_and_refuses_bad_sigma():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((40, 90)), rng.random((40, 90))
+    np.testing.assert_allclose(separable_filter(a - b, 1.0),
+                               gaussian_heatmap(a, 1.0) - gaussian_heatmap(b, 1.0), atol=1e-14)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"sigma > 0, got shape \(40, 90\)"):
+            separable_filter(a, bad)
+    with pytest.raises(ValueError, match=r"2-D array"):
+        separable_filter(np.ones(3), 1.0)
 
 
 def test_heatmap_errors():

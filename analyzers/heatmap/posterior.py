@@ -107,10 +107,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from scipy.ndimage import correlate1d
 from scipy.signal import fftconvolve
 from scipy.special import gammaln
 
+from shuffledp.analyzers.heatmap.render import TRUNCATE, separable_filter
 from shuffledp.analyzers.heatmap.smoothing import (
     _combine,
     _iv,
@@ -352,7 +352,7 @@ def _oriented_blur(a: np.ndarray) -> np.ndarray:
     theta = 0.5 * np.arctan2(2.0 * jxy, jxx - jyy) + 0.5 * np.pi
     which = np.round(np.mod(theta, np.pi) / (np.pi / ORIENTATIONS)).astype(int) % ORIENTATIONS
     along, across = ORIENTED_BLUR
-    r = int(np.ceil(_BLUR_TRUNCATE * along))
+    r = int(np.ceil(TRUNCATE * along))
     y, x = np.mgrid[-r:r + 1, -r:r + 1].astype(float)
     ones = np.ones(a.shape)
     out = np.zeros(a.shape)
@@ -368,27 +368,12 @@ def _oriented_blur(a: np.ndarray) -> np.ndarray:
     return coherence * out + (1.0 - coherence) * iso
 
 
-#: the blur's kernel is cut at this many sds (the dropped weights are below e^-32 ~ 1e-14
-#: of the kept ones: the dense filter to rounding, in time linear in the pixels)
-_BLUR_TRUNCATE = 8.0
-
-
 def _blur(a: np.ndarray, h: float) -> np.ndarray:
     """``a`` filtered by a Gaussian of sd ``h`` px, mass-preserving at the edges: along each
     axis ``out[i] = sum_j k(i - j) a[j] / Z[j]``, ``Z[j] = sum_i k(i - j)`` over the grid (each
-    source's weights normalised inside it, as
-    :func:`~shuffledp.analyzers.heatmap.render.gaussian_heatmap`), the kernel cut at
-    :data:`_BLUR_TRUNCATE` sds."""
-    r = max(1, int(np.ceil(_BLUR_TRUNCATE * h)))
-    x = np.arange(-r, r + 1, dtype=float)
-    k = np.exp(-x * x / (2.0 * h * h))
-    out = np.asarray(a, dtype=float)
-    for axis in (0, 1):
-        z = correlate1d(np.ones(out.shape[axis]), k, mode="constant")
-        shape = [1, 1]
-        shape[axis] = -1
-        out = correlate1d(out / z.reshape(shape), k, axis=axis, mode="constant")
-    return out
+    source's weights normalised inside it): the filter of
+    :func:`~shuffledp.analyzers.heatmap.render.gaussian_heatmap`, on values of any sign."""
+    return separable_filter(a, h)
 
 
 def _posterior_means(z: np.ndarray, v: np.ndarray, m: np.ndarray, total: float,
