@@ -355,16 +355,20 @@ def _oriented_blur(a: np.ndarray) -> np.ndarray:
     r = int(np.ceil(TRUNCATE * along))
     y, x = np.mgrid[-r:r + 1, -r:r + 1].astype(float)
     ones = np.ones(a.shape)
-    out = np.zeros(a.shape)
-    for i in range(ORIENTATIONS):
-        mask = which == i
-        if not mask.any():
-            continue
+
+    def filtered(i: int) -> np.ndarray:  # g_theta(a) for direction i (FFTs release the GIL)
         t = np.pi * i / ORIENTATIONS
         u, v = x * np.cos(t) + y * np.sin(t), -x * np.sin(t) + y * np.cos(t)
         k = np.exp(-0.5 * ((u / along) ** 2 + (v / across) ** 2))
         z = np.maximum(fftconvolve(ones, k, mode="same"), 1e-300)
-        out[mask] = np.maximum(fftconvolve(a / z, k, mode="same"), 0.0)[mask]
+        return np.maximum(fftconvolve(a / z, k, mode="same"), 0.0)
+
+    out = np.zeros(a.shape)
+    used = [i for i in range(ORIENTATIONS) if (which == i).any()]
+    with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, len(used)))) as pool:
+        for i, g in zip(used, pool.map(filtered, used)):
+            mask = which == i
+            out[mask] = g[mask]
     return coherence * out + (1.0 - coherence) * iso
 
 
