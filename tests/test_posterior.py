@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shuffledp.analyzers.heatmap import posterior as post
 from shuffledp.analyzers.heatmap.posterior import (
     LATTICE_SD,
     LEAF_PRIOR_RATIO,
@@ -307,3 +308,18 @@ def test_the_oriented_blur_of_an_empty_map_is_empty():
     from shuffledp.analyzers.heatmap.posterior import _oriented_blur
 
     assert not _oriented_blur(np.zeros((8, 8))).any()
+
+
+def test_the_tabulated_log_gamma_gives_the_direct_posterior_bit_for_bit(monkeypatch):
+    rng = np.random.default_rng(11)
+    truth = rng.poisson(rng.gamma(0.5, 4.0, 3000))
+    z = truth + rng.laplace(0.0, 3.0, truth.size)
+    b = np.full(truth.size, 3.0)
+    m = np.maximum(truth + rng.normal(0.0, 2.0, truth.size), 0.1)
+    means = [np.maximum(((1 - a) * m / m.sum() + a / m.size) * truth.sum(), 1e-12)
+             for a in post.UNIFORM_SHARES]
+    tab = post._level_posterior(z, b, means, post.UNIFORM_SHARES, post.DISPERSIONS)
+    monkeypatch.setattr(post, "_LGAMMA_TABLE_MAX", 0)  # every count above it: gammaln
+    direct = post._level_posterior(z, b, means, post.UNIFORM_SHARES, post.DISPERSIONS)
+    np.testing.assert_array_equal(tab[0], direct[0])
+    assert tab[1:] == direct[1:]

@@ -132,6 +132,9 @@ DISPERSIONS: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0, 64.0, 1e6)
 _BLOCK = 2048
 #: Counts are summed over this many Laplace scales either side of a cell's estimate.
 _WINDOW = 14.0
+#: Largest count (+ window) for which log Gamma is tabulated (4M values, 32 MB a table);
+#: above it the posterior computes gammaln directly (same values, slower).
+_LGAMMA_TABLE_MAX = 1 << 22
 #: A coarser level's cells are re-estimated when the cell totals of the finer estimate differ
 #: from that level's least-squares estimates by more than this mean squared discrepancy, in
 #: units of their variances (about 0.3-1 where the finer estimate is right). Chosen once on
@@ -404,12 +407,21 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
     lo = np.maximum(np.floor(z) - half, 0.0)
     k = np.arange(2 * half + 2, dtype=float)
     starts = range(0, z.size, _BLOCK)
+    # every count x in a window is a whole number, so log Gamma(x + c) is read from a table
+    # of the same values (gammaln of the same arguments: bit for bit the direct computation)
+    top = int(lo.max()) + k.size if z.size else 0
+    tables = top <= _LGAMMA_TABLE_MAX
+    grid = np.arange(top if tables else 0, dtype=float)
+    lg = {c: gammaln(grid + c) for c in (1.0, *dispersions)} if tables else {}
+
+    def lgamma(x: np.ndarray, c: float) -> np.ndarray:
+        return lg[c][x.astype(np.intp)] if tables else gammaln(x + c)
 
     def terms(s0: int) -> tuple[np.ndarray, np.ndarray, slice]:
         sl = slice(s0, s0 + _BLOCK)
         x = lo[sl, None] + k[None, :]
         loglik = (-np.abs(z[sl, None] - x) / b[sl, None] - np.log(2.0 * b[sl, None])
-                  - gammaln(x + 1.0))
+                  - lgamma(x, 1.0))
         return x, loglik, sl
 
     def log_weights(x: np.ndarray, base: np.ndarray, mu: np.ndarray,
@@ -422,7 +434,7 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
         x, loglik, sl = terms(s0)
         out = np.empty((len(dispersions), len(mixes)))
         for u, r in enumerate(dispersions):
-            base = loglik + gammaln(x + r) - gammaln(r)
+            base = loglik + lgamma(x, r) - gammaln(r)
             for i in range(len(mixes)):
                 w, amax = log_weights(x, base, means[i][sl, None], r)
                 out[u, i] = float((np.log(w.sum(axis=1)) + amax).sum())
@@ -436,7 +448,7 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
 
         def means_of(s0: int) -> np.ndarray:
             x, loglik, sl = terms(s0)
-            w, _ = log_weights(x, loglik + gammaln(x + r) - gammaln(r), means[i][sl, None], r)
+            w, _ = log_weights(x, loglik + lgamma(x, r) - gammaln(r), means[i][sl, None], r)
             return np.asarray((w * x).sum(axis=1) / w.sum(axis=1))
 
         post = np.concatenate(list(pool.map(means_of, starts)))
