@@ -72,7 +72,6 @@ from shuffledp.analyzers.heatmap.release import normalise  # noqa: E402
 from shuffledp.analyzers.heatmap.render import gaussian_heatmap  # noqa: E402
 from shuffledp.analyzers.heatmap.smoothing import (  # noqa: E402
     _background,
-    _parents,
     level_sums,
     pyramid_density,
 )
@@ -148,20 +147,8 @@ def sure_risks(z: np.ndarray, variances: list[float], hs=BANDWIDTHS) -> np.ndarr
 def _finish(q, levels, fin, fvar, prior_lv, total, grid, start, scales):
     """count_posterior's level check, hand-down and sparsity test, from the leaf ``q``."""
     disc = post._discrepancies(q, fin, fvar, grid, start)
-    sums = level_sums(q, grid, start)
-    targets = [q]
-    for k in range(len(levels) - 2, -1, -1):
-        if disc[k] > post.CONSISTENCY:
-            t, _, _ = post._posterior_means(fin[k], fvar[k], prior_lv[k], total,
-                                            post.UNIFORM_SHARES)
-        else:
-            t = sums[k]
-        targets.insert(0, t)
-    est = targets[0]
-    for t in targets[1:]:
-        par = _parents(t.shape, est.shape[1])
-        sib = np.bincount(par, weights=t.ravel(), minlength=est.size)[par]
-        est = (est.ravel()[par] * t.ravel() / sib).reshape(t.shape)
+    est, _ = post._checked_leaf(q, disc, fin, fvar, prior_lv, total, grid, start,
+                                post.UNIFORM_SHARES)
     return concentrate(est / est.sum(), point_mass_fit(levels, grid, start, scales))
 
 

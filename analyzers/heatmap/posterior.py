@@ -292,12 +292,27 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         q = prior_map * total
     # the cell totals of q at every coarser level, against that level's estimates
     disc = _discrepancies(q, fin, fvar, grid, start)
+    est, refit = _checked_leaf(q, disc, fin, fvar, prior_lv, total, grid, start, mixes)
+    fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
+    return concentrate(est / est.sum(), fit), {
+        "pixel_sd": pixel_sd, "sd_ratio": sd_ratio, "prior_centre": centre_name,
+        "prior_uniform_share": a, "prior_dispersion": r, "centre_switched": switched,
+        "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
+
+
+def _checked_leaf(q: np.ndarray, disc: list[float], fin: list[np.ndarray],
+                  fvar: list[np.ndarray], prior_lv: list[np.ndarray], total: float,
+                  grid: Grid, start: int, mixes: Sequence[float]
+                  ) -> tuple[np.ndarray, list[int]]:
+    """The level check's hand-down: the coarser levels whose discrepancy ``disc`` exceeds
+    :data:`CONSISTENCY` are re-estimated by their posterior means, and every cell's total
+    is handed down to its children in proportion to the finer estimate, coarsest first,
+    ending at the leaf ``q``. Returns the leaf estimate and the levels refitted."""
     sums = level_sums(q, grid, start)
     targets = [q]
     refit: list[int] = []
-    for k in range(len(levels) - 2, -1, -1):
-        d = disc[k]
-        if d > CONSISTENCY:
+    for k in range(len(fin) - 2, -1, -1):
+        if disc[k] > CONSISTENCY:
             t, _, _ = _posterior_means(fin[k], fvar[k], prior_lv[k], total, mixes)
             refit.insert(0, start + k)
         else:
@@ -308,11 +323,7 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         par = _parents(t.shape, est.shape[1])
         sib = np.bincount(par, weights=t.ravel(), minlength=est.size)[par]
         est = (est.ravel()[par] * t.ravel() / sib).reshape(t.shape)
-    fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
-    return concentrate(est / est.sum(), fit), {
-        "pixel_sd": pixel_sd, "sd_ratio": sd_ratio, "prior_centre": centre_name,
-        "prior_uniform_share": a, "prior_dispersion": r, "centre_switched": switched,
-        "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
+    return est, refit
 
 
 def _leaf_centred(fin: list[np.ndarray], fvar: list[np.ndarray], total: float,
