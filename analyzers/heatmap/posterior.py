@@ -431,21 +431,28 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
     def terms(s0: int) -> tuple[np.ndarray, np.ndarray, slice]:
         sl = slice(s0, s0 + _BLOCK)
         x = lo[sl, None] + k[None, :]
-        loglik = (-np.abs(z[sl, None] - x) / b[sl, None] - np.log(2.0 * b[sl, None])
-                  - lgamma(x, 1.0))
+        # -|z - x| / b - log(2 b) - log Gamma(x + 1), in place
+        loglik = np.abs(z[sl, None] - x)
+        np.negative(loglik, out=loglik)
+        loglik /= b[sl, None]
+        loglik -= np.log(2.0 * b[sl, None])
+        loglik -= lgamma(x, 1.0)
         return x, loglik, sl
 
     def log_weights(x: np.ndarray, base: np.ndarray, mu: np.ndarray,
                     r: float) -> tuple[np.ndarray, np.ndarray]:
-        a = base + r * np.log(r / (r + mu)) + x * np.log(mu / (r + mu))
+        a = base + r * np.log(r / (r + mu))  # in place from here: the same arithmetic
+        a += x * np.log(mu / (r + mu))
         amax = a.max(axis=1, keepdims=True)
-        return np.exp(a - amax), amax[:, 0]
+        a -= amax
+        return np.exp(a, out=a), amax[:, 0]
 
     def marginals(s0: int) -> np.ndarray:
         x, loglik, sl = terms(s0)
         out = np.empty((len(dispersions), len(mixes)))
         for u, r in enumerate(dispersions):
-            base = loglik + lgamma(x, r) - gammaln(r)
+            base = loglik + lgamma(x, r)
+            base -= gammaln(r)
             for i in range(len(mixes)):
                 w, amax = log_weights(x, base, means[i][sl, None], r)
                 out[u, i] = float((np.log(w.sum(axis=1)) + amax).sum())
