@@ -1,5 +1,5 @@
 """Data-driven post-processings of the noisy pyramid tried against the default release's
-remaining losses of the default release: what each lead changes in the verdicts.
+remaining losses: what each lead changes in the verdicts.
 
 Every lead is a function of the released level counts and the public noise scales only
 (post-processing, no privacy cost); each replaces one step of
