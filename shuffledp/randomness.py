@@ -255,30 +255,36 @@ class SecureRandom:
 # --------------------------------------------------------------------------------------
 # secure permutation
 # --------------------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _lemire_below(words, pos, bound):  # pragma: no cover - compiled
+    """(j uniform in [0, bound), the next word position) by Lemire's method from the 32-bit
+    ``words[pos:]`` ([Lemire19]_; rejection, unbiased), or (-1, pos) if the words ran out."""
+    mask = np.uint64(0xFFFFFFFF)
+    nw = words.size
+    while pos < nw:
+        p = np.uint64(words[pos]) * bound
+        pos += 1
+        low = p & mask
+        if low >= bound:
+            return np.int64(p >> np.uint64(32)), pos
+        t = (np.uint64(1) << np.uint64(32)) % bound
+        if low >= t:
+            return np.int64(p >> np.uint64(32)), pos
+    return np.int64(-1), pos
+
+
 @numba.njit(cache=True, nogil=True)
 def _fisher_yates(idx, i, words):  # pragma: no cover - compiled
     """Continue Fisher-Yates on ``idx`` from position i downwards with random ``words``.
 
-    j uniform in [0, i] by Lemire's method ([Lemire19]_; rejection, unbiased). Returns the position
+    j uniform in [0, i] by Lemire's method (:func:`_lemire_below`). Returns the position
     reached (0 when done) so the caller can resupply words.
     """
     pos = 0
-    mask = np.uint64(0xFFFFFFFF)
-    nw = words.size
     while i > 0:
-        bound = np.uint64(i + 1)
-        while True:
-            if pos >= nw:
-                return i
-            p = np.uint64(words[pos]) * bound
-            pos += 1
-            low = p & mask
-            if low >= bound:
-                break
-            t = (np.uint64(1) << np.uint64(32)) % bound
-            if low >= t:
-                break
-        j = np.int64(p >> np.uint64(32))
+        j, pos = _lemire_below(words, pos, np.uint64(i + 1))
+        if j < 0:
+            return i
         tmp = idx[i]
         idx[i] = idx[j]
         idx[j] = tmp

@@ -196,7 +196,7 @@ from shuffledp.protocol.wire import (
     header_mismatch,
     unpack_records,
 )
-from shuffledp.randomness import SecureRandom, _fisher_yates
+from shuffledp.randomness import SecureRandom, _fisher_yates, _lemire_below
 
 #: the first five of a header that parses are checked by
 #: :func:`shuffledp.protocol.wire.header_mismatch` (:data:`~shuffledp.protocol.wire.HEADER_REASONS`)
@@ -526,24 +526,6 @@ def _narrow(vals, rb, out):  # pragma: no cover - compiled
                 out[d + np.uint64(c)] = np.uint8((v >> np.uint64(8 * c)) & ff)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _below(words, pos, bound):  # pragma: no cover - compiled
-    """(j uniform in [0, bound), the next word position) by Lemire's method from
-    words[pos:] ([Lemire19]_; rejection, unbiased), or (-1, pos) if the words ran out."""
-    mask = np.uint64(0xFFFFFFFF)
-    nw = words.size
-    while pos < nw:
-        p = np.uint64(words[pos]) * bound
-        pos += 1
-        low = p & mask
-        if low >= bound:
-            return np.int64(p >> np.uint64(32)), pos
-        t = (np.uint64(1) << np.uint64(32)) % bound
-        if low >= t:
-            return np.int64(p >> np.uint64(32)), pos
-    return np.int64(-1), pos
-
-
 @numba.njit(cache=True, nogil=True)
 def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover - compiled
     """Bucket ``jb`` of a group read as uint64 integers and uniformly permuted as it is read:
@@ -552,11 +534,11 @@ def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover 
     alive by the caller) are the inputs x_0, x_1, ... in turn, and Fisher-Yates run from
     the front ([Knuth97]_ Sec. 3.4.2, Alg. P in its "inside-out" form; see the module
     docstring) puts x_i at place i after moving ``out[j]`` there, j uniform in [0, i] from
-    ``words`` (:func:`_below`). One pass over the parts where they lie: no copy of them, no array of
-    the inputs in order. Returns the number of records placed: all of them, or, when the
-    words ran out at record i, i (the records from i on are then in ``out`` in input order;
-    :func:`_fisher_yates_up` continues from i with more words, the same permutation as if
-    the words had not run out)."""
+    ``words`` (:func:`~shuffledp.randomness._lemire_below`). One pass over the parts where
+    they lie: no copy of them, no array of the inputs in order. Returns the number of
+    records placed: all of them, or, when the words ran out at record i, i (the records
+    from i on are then in ``out`` in input order; :func:`_fisher_yates_up` continues from i
+    with more words, the same permutation as if the words had not run out)."""
     total = 0
     for s in range(addr.shape[0]):
         total += cnt[s, jb]
@@ -574,7 +556,7 @@ def _gather_permute_at(addr, end, cnt, jb, rb, words, out):  # pragma: no cover 
             v = _record_from(a, e, rb, keep)
             a += urb
             if o > 0 and stop < 0:
-                j, pos = _below(words, pos, np.uint64(o + 1))
+                j, pos = _lemire_below(words, pos, np.uint64(o + 1))
                 if j < 0:
                     stop = o
                     out[o] = v
@@ -608,7 +590,7 @@ def _fisher_yates_up(vals, i, words):  # pragma: no cover - compiled
     pos = 0
     n = vals.size
     while i < n:
-        j, pos = _below(words, pos, np.uint64(i + 1))
+        j, pos = _lemire_below(words, pos, np.uint64(i + 1))
         if j < 0:
             return i
         tmp = vals[i]
