@@ -146,8 +146,8 @@ def sure_risks(z: np.ndarray, variances: list[float], hs=BANDWIDTHS) -> np.ndarr
 
 def _finish(q, levels, fin, fvar, prior_lv, total, grid, start, scales):
     """count_posterior's level check, hand-down and sparsity test, from the leaf ``q``."""
-    disc = post._discrepancies(q, fin, fvar, grid, start)
-    est, _ = post._checked_leaf(q, disc, fin, fvar, prior_lv, total, grid, start,
+    sums, disc = post._level_fit(q, fin, fvar, grid, start)
+    est, _ = post._checked_leaf(q, sums, disc, fin, fvar, prior_lv, total, start,
                                 post.UNIFORM_SHARES)
     return concentrate(est / est.sum(), point_mass_fit(levels, grid, start, scales))
 

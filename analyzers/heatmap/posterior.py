@@ -277,22 +277,23 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
     centre_name: str | None = None
     sd_ratio = pixel_sd * float(np.sum(1.0 / np.asarray(scales, dtype=float))) / np.sqrt(2.0)
     switched = False
+    checked: tuple[list[np.ndarray], list[float]] | None = None  # _level_fit of q
     if pixel_sd <= LATTICE_SD:
         q, a, r = _posterior_means(fin[-1], fvar[-1], prior_lv[-1], total, mixes)
         centre_name = "pyramid density"
-        if sd_ratio <= LEAF_PRIOR_RATIO \
-                and max(_discrepancies(q, fin, fvar, grid, start), default=0.0) > CONSISTENCY:
+        checked = _level_fit(q, fin, fvar, grid, start)
+        if sd_ratio <= LEAF_PRIOR_RATIO and max(checked[1], default=0.0) > CONSISTENCY:
             # the level check rejects the density-centred leaf: centre it on the leaf
             q, a, r = _leaf_centred(fin, fvar, total, oriented=False)
-            centre_name, switched = "blurred leaf", True
+            centre_name, switched, checked = "blurred leaf", True, None
     elif sd_ratio <= LEAF_PRIOR_RATIO:
         q, a, r = _leaf_centred(fin, fvar, total, oriented=True)
         centre_name = "blurred leaf"
     else:
         q = prior_map * total
     # the cell totals of q at every coarser level, against that level's estimates
-    disc = _discrepancies(q, fin, fvar, grid, start)
-    est, refit = _checked_leaf(q, disc, fin, fvar, prior_lv, total, grid, start, mixes)
+    sums, disc = checked or _level_fit(q, fin, fvar, grid, start)
+    est, refit = _checked_leaf(q, sums, disc, fin, fvar, prior_lv, total, start, mixes)
     fit = point_mass_fit(levels, grid, start, [float(x) for x in scales])
     return concentrate(est / est.sum(), fit), {
         "pixel_sd": pixel_sd, "sd_ratio": sd_ratio, "prior_centre": centre_name,
@@ -300,15 +301,15 @@ def count_posterior(counts: Sequence[Any], grid: Grid, start: int,
         "level_discrepancy": disc, "levels_refitted": refit, "point_mass": fit.record()}
 
 
-def _checked_leaf(q: np.ndarray, disc: list[float], fin: list[np.ndarray],
-                  fvar: list[np.ndarray], prior_lv: list[np.ndarray], total: float,
-                  grid: Grid, start: int, mixes: Sequence[float]
+def _checked_leaf(q: np.ndarray, sums: list[np.ndarray], disc: list[float],
+                  fin: list[np.ndarray], fvar: list[np.ndarray], prior_lv: list[np.ndarray],
+                  total: float, start: int, mixes: Sequence[float]
                   ) -> tuple[np.ndarray, list[int]]:
     """The level check's hand-down: the coarser levels whose discrepancy ``disc`` exceeds
     :data:`CONSISTENCY` are re-estimated by their posterior means, and every cell's total
     is handed down to its children in proportion to the finer estimate, coarsest first,
-    ending at the leaf ``q``. Returns the leaf estimate and the levels refitted."""
-    sums = level_sums(q, grid, start)
+    ending at the leaf ``q`` (``sums, disc``: :func:`_level_fit` of ``q``). Returns the leaf
+    estimate and the levels refitted."""
     targets = [q]
     refit: list[int] = []
     for k in range(len(fin) - 2, -1, -1):
@@ -338,12 +339,20 @@ def _leaf_centred(fin: list[np.ndarray], fvar: list[np.ndarray], total: float,
     return _posterior_means(fin[-1], fvar[-1], centre, total, (0.0,))
 
 
+def _level_fit(q: np.ndarray, fin: list[np.ndarray], fvar: list[np.ndarray], grid: Grid,
+               start: int) -> tuple[list[np.ndarray], list[float]]:
+    """The cell totals of the leaf estimate ``q`` at every level, and per level
+    ``start..depth - 1`` the mean squared discrepancy of those totals from the level's
+    least-squares estimates, in their variances."""
+    sums = level_sums(q, grid, start)
+    return sums, [float(np.mean((sums[k] - fin[k]) ** 2 / fvar[k]))
+                  for k in range(len(fin) - 1)]
+
+
 def _discrepancies(q: np.ndarray, fin: list[np.ndarray], fvar: list[np.ndarray], grid: Grid,
                    start: int) -> list[float]:
-    """Per level ``start..depth - 1``: the mean squared discrepancy of the cell totals of the
-    leaf estimate ``q`` from the level's least-squares estimates, in their variances."""
-    sums = level_sums(q, grid, start)
-    return [float(np.mean((sums[k] - fin[k]) ** 2 / fvar[k])) for k in range(len(fin) - 1)]
+    """The discrepancies of :func:`_level_fit`."""
+    return _level_fit(q, fin, fvar, grid, start)[1]
 
 
 def _oriented_blur(a: np.ndarray) -> np.ndarray:

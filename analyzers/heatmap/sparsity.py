@@ -195,12 +195,12 @@ def point_mass_fit(counts: Sequence[Any], grid: Grid, start: int,
     t = float(sum(wi * y.max() for wi, y in zip(w, levels, strict=True)) / w.sum())
     score = np.zeros((grid.height, grid.width))
     chain = np.zeros(len(levels))
+    shifts = [grid.depth - (start + k) for k in range(len(levels))]  # leaf -> level k
     p = 0
     for _ in range(_ROUNDS):
         score = _scores(levels, scales, t)
         p = int(np.argmax(score))
         r, c = divmod(p, grid.width)
-        shifts = [grid.depth - (start + k) for k in range(len(levels))]
         chain = np.array([y[r >> h, c >> h] for y, h in zip(levels, shifts, strict=True)])
         t = float((w * chain).sum() / w.sum())
     post = np.exp(score - score.max())
