@@ -55,7 +55,10 @@ Randomness: :class:`~shuffledp.randomness.SecureRandom` is a ChaCha20 keystream 
 cipher from ``cryptography``) keyed with 32 bytes from ``os.urandom`` and re-keyed every 2^30
 bytes, the same construction as the kernel's getrandom and OpenBSD's arc4random. Uniform
 integers in [0, q) use Lemire's multiply-shift with rejection ([Lemire19]_): exactly uniform,
-no modulo bias. Never a numpy Generator.
+no modulo bias. Never a numpy Generator. When q^3 < 2^55 and r - 1 is 3, 5, 6 or more than 7
+(where it saves keystream words), three shares come from one 64-bit word (Lemire's method on
+[0, q^3), its base-q digits: [BrackettRozinsky24]_), two keystream words for three shares
+instead of three.
 
 References
 ----------
@@ -65,6 +68,8 @@ References
 .. [BBGN20] Balle et al. (2020), "Private Summation in the Shuffle Model", Split & Mix
    -- full entry in docs/references.md
 .. [Lemire19] Lemire (2019), "Fast Random Integer Generation" -- full entry in docs/references.md
+.. [BrackettRozinsky24] Brackett-Rozinsky and Lemire (2024), "Batched Ranged Random Integer
+   Generation", the batched multiply-shift -- full entry in docs/references.md
 """
 
 from __future__ import annotations
@@ -304,7 +309,8 @@ def share(values: np.ndarray, q: int, r: int, source: SecureRandom | None = None
 
     References
     ----------
-    [Ghazi23]_ App. F, Split & Mix (after [BBGN20]_); uniform draws by [Lemire19]_.
+    [Ghazi23]_ App. F, Split & Mix (after [BBGN20]_); uniform draws by [Lemire19]_, three
+    to a 64-bit word when q^3 < 2^55 by [BrackettRozinsky24]_.
     """
     q = check_modulus(q)
     r = _check_r(r)
@@ -345,11 +351,25 @@ _BLOCK = 64
 
 
 class _ShareRun:
-    """The constants and the word buffer of one sharing run (one per thread)."""
+    """The constants and the word buffer of one sharing run (one per thread); ``summed``:
+    the shares are only summed (:func:`share_sums`, :func:`encode_sums`), which draws them
+    three to a word where that saves keystream (:func:`_dice_plan`)."""
 
-    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 128) -> None:
+    def __init__(self, q: int, r: int, src: SecureRandom, blocks: int = 128, *,
+                 summed: bool = False) -> None:
         self.src = src
         self.q = q
+        self.sums = np.empty(blocks * _BLOCK, dtype=np.uint64)
+        self.dice, tdice = _dice_plan(q, r) if summed else (False, 0)
+        if self.dice:  # three shares to a 64-bit word: see "three shares to a word" below
+            need = blocks * -(-(r - 1) // 3) * _BLOCK
+            mean_rej = need * tdice / 2.0**64
+            words = need + int(mean_rej + 8.0 * mean_rej**0.5) + 64
+            self.raw = np.empty(2 * words, dtype=np.uint32)
+            self.buf = self.raw.view("<u8")
+            self.t = np.uint64(tdice)
+            self.rowmin = np.empty(-(-(r - 1) // 3), dtype=np.uint64)
+            return
         t = (1 << 32) % q
         need = blocks * (r - 1) * _BLOCK
         # slack: the mean number of rejections before need accepted words, 8 standard
@@ -361,11 +381,15 @@ class _ShareRun:
         self.t = np.uint64(t)
         # the fast path pays off while a block rarely holds a rejected word
         self.fast = q < 1 << 32 and t * (r - 1) * _BLOCK < 2**32 // 8
-        self.sums = np.empty(blocks * _BLOCK, dtype=np.uint64)
+        self.raw = self.buf
 
     def args(self) -> tuple:
-        self.src.fill_uint32(self.buf)
+        self.src.fill_uint32(self.raw)
         return self.qm, self.t, self.fast, self.buf, self.sums
+
+    def dice_args(self) -> tuple:
+        self.src.fill_uint32(self.raw)
+        return self.t, self.buf, self.sums, self.rowmin
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -619,6 +643,173 @@ def _draw_blocks(z, a0, q, rm1, qm, t, fast, buf, sums, out, acc, store):  # pra
     return a
 
 
+# ------------------------------------------------------------------ three shares to a word
+# For q^3 < 2^55 (and r - 1 where it saves words: :func:`_dice_plan`) a 64-bit word (two
+# keystream words) gives three shares:
+# the digits of floor(W q^3 / 2^64) in base q, by three multiply-shift steps, the word
+# accepted when the final remainder W q^3 mod 2^64 is at least 2^64 mod q^3. That is
+# Lemire's method on [0, q^3) ([Lemire19]_), so the three digits are i.i.d. uniform on
+# [0, q) ([BrackettRozinsky24]_). A word is rejected with probability below
+# q^3 / 2^64 < 2^-9. Blocks of _BLOCK coordinates as above: word
+# g _BLOCK + i gives shares 3g, 3g + 1, 3g + 2 of coordinate i (the digits past share r - 2
+# of a last row are not used); a rejected word is replaced by the next accepted word after
+# the block; a short block, by accepted words in order, ceil((r - 1) / 3) to a coordinate.
+_LO32 = np.uint64(0xFFFFFFFF)
+_SH32 = np.uint64(32)
+
+
+def _dice_plan(q: int, r: int) -> tuple[bool, int]:
+    """Whether shares mod q are drawn three to a 64-bit word, and 2^64 mod q^3: when q^3 <
+    2^55 (a row of _BLOCK words rarely holds a rejected one) and that needs at most 0.85
+    of the keystream words one word a share does."""
+    rm1 = r - 1
+    use = q**3 < 1 << 55 and 2 * -(-rm1 // 3) <= 0.85 * rm1
+    return use, ((1 << 64) % q**3 if use else 0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _digit(hi, lo, q64):  # pragma: no cover - compiled
+    """The next base-q digit of the 64-bit fraction (hi 2^32 + lo) / 2^64 and the fraction
+    left: hi, lo < 2^32 and q64 < 2^32 zero-extended, so each product is one 32 x 32 -> 64
+    multiply (vectorised)."""
+    a = lo * q64
+    b = hi * q64 + (a >> _SH32)
+    return b >> _SH32, b & _LO32, a & _LO32
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dice3(w, q64):  # pragma: no cover - compiled
+    """Three base-q digits of floor(w q^3 / 2^64) (most significant first) and
+    w q^3 mod 2^64, which Lemire's test compares with 2^64 mod q^3."""
+    d0, hi, lo = _digit(w >> _SH32, w & _LO32, q64)
+    d1, hi, lo = _digit(hi, lo, q64)
+    d2, hi, lo = _digit(hi, lo, q64)
+    return d0, d1, d2, (hi << _SH32) | lo
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _used(b, rm1, d0, d1, d2):  # pragma: no cover - compiled
+    """The sum of the digits shares b, b + 1, b + 2 < r - 1 use."""
+    x = d0
+    if b + 1 < rm1:
+        x += d1
+    if b + 2 < rm1:
+        x += d2
+    return x
+
+
+@numba.njit(cache=True, nogil=True)
+def _dice_fast(buf, pos, nblk, rm1, q64, t, sums, rowmin):  # pragma: no cover - compiled
+    """:func:`_fast_blocks` three shares to a word, the shares summed only: up to ``nblk``
+    whole blocks from buf[pos]; stops at the first block holding a rejected word (left
+    with every word's digits counted and ``rowmin`` each row's least remainder). Returns
+    the blocks done."""
+    q64 = np.uint64(np.uint32(q64))  # known < 2^32 here: 32 x 32 -> 64 vector multiplies
+    rows = (rm1 + 2) // 3
+    need = rows * _BLOCK
+    for kk in range(nblk):
+        s = sums[kk * _BLOCK: (kk + 1) * _BLOCK]
+        for i in range(_BLOCK):
+            s[i] = 0
+        low = np.uint64(0xFFFFFFFFFFFFFFFF)
+        for g in range(rows):
+            base = np.uint64(pos + kk * need + g * _BLOCK)
+            # masks for the digits a last row does not use
+            m1 = _LO32 * np.uint64(3 * g + 1 < rm1)
+            m2 = _LO32 * np.uint64(3 * g + 2 < rm1)
+            mn = np.uint64(0xFFFFFFFFFFFFFFFF)
+            for i in range(np.uint64(_BLOCK)):
+                d0, d1, d2, rem = _dice3(buf[base + i], q64)
+                s[i] += d0 + (d1 & m1) + (d2 & m2)
+                mn = min(mn, rem)
+            rowmin[g] = mn
+            low = min(low, mn)
+        if low < t:
+            return kk
+    return nblk
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next_accepted(buf, j, q64, t):  # pragma: no cover - compiled
+    """The digits of the first accepted word from buf[j] and the position after it
+    (j = -1: the buffer ran out)."""
+    while j < buf.size:
+        d0, d1, d2, rem = _dice3(buf[j], q64)
+        j += 1
+        if rem >= t:
+            return d0, d1, d2, j
+    return np.uint64(0), np.uint64(0), np.uint64(0), -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _dice_patch(buf, pos, rm1, q64, t, s, rowmin):  # pragma: no cover - compiled
+    """:func:`_patch_block` for :func:`_dice_fast`: each rejected word of the block is
+    replaced, in order, by the next accepted word after the block. Returns the position
+    after the last word read, or -1 if the buffer ran out."""
+    rows = (rm1 + 2) // 3
+    j = pos + rows * _BLOCK
+    for g in range(rows):
+        if rowmin[g] >= t:  # most rows hold no rejected word
+            continue
+        for i in range(_BLOCK):
+            d0, d1, d2, rem = _dice3(buf[pos + g * _BLOCK + i], q64)
+            if rem >= t:
+                continue
+            s[i] -= _used(3 * g, rm1, d0, d1, d2)
+            d0, d1, d2, j = _next_accepted(buf, j, q64, t)
+            if j < 0:
+                return -1
+            s[i] += _used(3 * g, rm1, d0, d1, d2)
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _dice_slow(buf, pos, c, rm1, q64, t, s):  # pragma: no cover - compiled
+    """One block of c coordinates from the accepted words of buf[pos:] in order,
+    ceil((r - 1) / 3) to a coordinate; returns the position after the last word read, or
+    -1 if the buffer ran out."""
+    j = pos
+    for i in range(c):
+        s[i] = 0
+        for b in range(0, rm1, 3):
+            d0, d1, d2, j = _next_accepted(buf, j, q64, t)
+            if j < 0:
+                return -1
+            s[i] += _used(b, rm1, d0, d1, d2)
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def _dice_blocks(z, a0, q, rm1, t, buf, sums, rowmin, acc):  # pragma: no cover - compiled
+    """:func:`_draw_blocks` three shares to a word (:func:`_dice_fast`) for summed runs:
+    the sum of each coordinate's r shares is added into ``acc``; ``buf`` holds uint64
+    words."""
+    m = z.size
+    nb = buf.size
+    q64 = np.uint64(q)
+    need = (rm1 + 2) // 3 * _BLOCK
+    pos = 0
+    a = a0
+    while a < m and a - a0 + _BLOCK <= sums.size:
+        nblk = min((m - a) // _BLOCK, (sums.size - (a - a0)) // _BLOCK, (nb - pos) // need)
+        kb = _dice_fast(buf, pos, nblk, rm1, q64, t, sums[a - a0:], rowmin)
+        pos += kb * need
+        a += kb * _BLOCK
+        if a >= m or a - a0 + _BLOCK > sums.size:
+            break
+        c = min(_BLOCK, m - a)
+        s = sums[a - a0: a - a0 + c]
+        if c == _BLOCK and pos + need <= nb:  # the fast path stopped on a rejection
+            pos = _dice_patch(buf, pos, rm1, q64, t, s, rowmin)
+        else:
+            pos = _dice_slow(buf, pos, c, rm1, q64, t, s)
+        if pos < 0:
+            break
+        a += c
+    _last_share(sums[:a - a0], z[a0:a], q, True, acc[a0:a])
+    return a
+
+
 def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
                 acc: np.ndarray | None) -> None:
     """Share one user's int64 vector ``z`` (mod q): store the r shares in ``out`` (r, m)
@@ -628,8 +819,11 @@ def _share_rows(z: np.ndarray, r: int, run: _ShareRun, out: np.ndarray | None,
     s = _NO_ACC if acc is None else acc
     a = 0
     while a < m:
-        a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s,  # type: ignore[call-arg]
-                         out is not None)
+        if run.dice:  # summed runs only (out is None)
+            a = _dice_blocks(z, a, run.q, r - 1, *run.dice_args(), s)  # type: ignore[call-arg]
+        else:
+            a = _draw_blocks(z, a, run.q, r - 1, *run.args(), o, s,  # type: ignore[call-arg]
+                             out is not None)
 
 
 _NO_OUT = np.empty((0, 0), dtype=np.uint32)
@@ -665,7 +859,8 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
 
     References
     ----------
-    [Ghazi23]_ App. F, Split & Mix; uniform draws by [Lemire19]_.
+    [Ghazi23]_ App. F, Split & Mix; uniform draws by [Lemire19]_, three to a 64-bit word
+    when q^3 < 2^55 by [BrackettRozinsky24]_.
     """
     q = check_modulus(q)
     r = _check_r(r)
@@ -675,7 +870,7 @@ def share_sums(z: np.ndarray, q: int, r: int, source: SecureRandom, acc: np.ndar
                          f"{v.shape} and {acc.dtype} {acc.shape}")
     k, m = v.shape
     vi = np.ascontiguousarray(v, dtype=np.int64)
-    run = _ShareRun(q, r, source)
+    run = _ShareRun(q, r, source, summed=True)
     # each user adds < r q to a coordinate: reduce before int64 could overflow
     every = max(1, (1 << 62) // (r * q))
     _mod(acc, q, acc)
@@ -923,7 +1118,7 @@ def encode_sums(
     u, c, z = level_entries(users.subset(np.asarray(select, dtype=np.int64)), params.start,
                             params.B, params.rounding)  # (params checked above)
     bounds = np.searchsorted(u, np.arange(n_sel + 1))  # entries come grouped by user
-    run = _ShareRun(q, r, src)
+    run = _ShareRun(q, r, src, summed=True)
     row = np.empty(m, dtype=np.int64)
     acc = np.zeros(m, dtype=np.int64)
     every = max(1, (1 << 62) // (r * q))  # each user adds < r q per coordinate

@@ -230,17 +230,165 @@ def _reference_shares(words_of_chunk, q, r, m, chunk, sums_size, fast):
     return out, seq, chunks, patched
 
 
+def _reference_dice(words_of_chunk, q, r, m, sums_size):
+    """The three-shares-to-a-word draw of encoders.encoder written plainly, with Python
+    integers: a 64-bit word W (two keystream words, low first) is accepted when
+    W q^3 mod 2^64 >= 2^64 mod q^3 and then gives the base-q digits of
+    floor(W q^3 / 2^64), most significant first ([BrackettRozinsky24]_); whole blocks of
+    64 coordinates take word g 64 + i for shares 3g..3g + 2 of coordinate i (digits past
+    share r - 2 unused), a rejected word replaced by the next accepted word after the
+    block; a short block takes accepted words in order, ceil((r - 1) / 3) a coordinate; a
+    block the chunk cannot finish is redrawn from the next chunk."""
+    rows, p3 = -(-(r - 1) // 3), q**3
+    t = (1 << 64) % p3
+    out = np.zeros((r, m), dtype=np.int64)
+    a = seq = chunks = patched = 0
+
+    def digits(x):
+        d, rem = divmod(x * p3, 1 << 64)
+        return (d // (q * q), d // q % q, d % q), rem >= t
+
+    def accepted(w, j):
+        """The digits of the first accepted word from w[j] and the position after it."""
+        while j < len(w):
+            dg, good = digits(w[j])
+            j += 1
+            if good:
+                return dg, j
+        return None, j
+
+    while a < m:
+        chunks += 1
+        w32 = [int(x) for x in words_of_chunk()]
+        w = [w32[2 * i] | w32[2 * i + 1] << 32 for i in range(len(w32) // 2)]
+        pos, a0 = 0, a
+        while a < m and a - a0 + 64 <= sums_size:
+            c, need = min(64, m - a), rows * 64
+            vals = np.zeros((3 * rows, c), dtype=np.int64)
+            if c == 64 and pos + need <= len(w):  # rows in order; rejected words replaced
+                j = pos + need
+                for g in range(rows):
+                    for i in range(64):
+                        dg, good = digits(w[pos + g * 64 + i])
+                        if not good:
+                            patched += 1
+                            dg, j = accepted(w, j)
+                        if dg is None:
+                            break
+                        vals[3 * g: 3 * g + 3, i] = dg
+                    if dg is None:
+                        break
+            else:  # coordinates in order, accepted words in order
+                seq += 1
+                j, dg = pos, ()
+                for i in range(c):
+                    for g in range(rows):
+                        dg, j = accepted(w, j)
+                        if dg is None:
+                            break
+                        vals[3 * g: 3 * g + 3, i] = dg
+                    if dg is None:
+                        break
+            if dg is None:
+                break  # the chunk ran out: this block is redrawn from the next one
+            out[: r - 1, a:a + c] = vals[: r - 1]
+            pos = j
+            a += c
+    return out, seq, chunks, patched
+
+
+@pytest.mark.parametrize("q,r", [(161271, 19), (1000, 6), (7, 4), (300000, 19)])
+def test_three_shares_to_a_word_follow_the_documented_draw(q, r):
+    # The summed path (share_sums, encode_sums) with q^3 < 2^55: three shares to a 64-bit
+    # word. q = 161,271 and 300,000 reject about 2e-4 and 1.5e-3 of the words (blocks
+    # patched); q <= 1000 none in practice; r = 6 leaves one digit of every coordinate's
+    # second word unused. The integer totals (before any reduction) are the reference's.
+    from shuffledp.encoders.encoder import _share_rows, _ShareRun
+
+    m = 64 * 300 + 17
+    v = np.random.default_rng(q % 97).integers(-3 * q, 3 * q, m)
+    run = _ShareRun(q, r, SecureRandom.for_testing(6), summed=True)
+    assert run.dice
+    acc = np.zeros(m, dtype=np.int64)
+    _share_rows(v.astype(np.int64), r, run, None, acc)
+    src = SecureRandom.for_testing(6)
+    want, seq, chunks, patched = _reference_dice(lambda: src.uint32(run.raw.size), q, r, m,
+                                                 run.sums.size)
+    assert seq >= 1 and chunks >= 2 and (patched >= 1 or q <= 1000)
+    s = want[: r - 1].sum(axis=0)
+    np.testing.assert_array_equal(acc, s + np.mod(v - s, q))
+
+
+def _exact_dice(w, q):
+    """Lemire's method on [0, q^3) for the 64-bit word w, with Python integers: the base-q
+    digits of floor(w q^3 / 2^64) and whether w is accepted."""
+    d, rem = divmod(w * q**3, 1 << 64)
+    return (d // (q * q), d // q % q, d % q), rem >= (1 << 64) % q**3
+
+
+@pytest.mark.parametrize("q", [2, 3, 161271, 309743, int(2 ** (55 / 3))])
+def test_three_digits_are_lemires_method_on_q_cubed(q):
+    # the kernel's three multiply-shift steps give the digits and the acceptance of the
+    # exact computation, on random words, the extreme words and, for odd q (q^3 invertible
+    # mod 2^64), the words whose remainder w q^3 mod 2^64 is exactly the threshold
+    # t = 2^64 mod q^3 (accepted) and t - 1 (rejected): the test's boundary
+    from shuffledp.encoders.encoder import _dice3
+
+    p3 = q**3
+    t = (1 << 64) % p3
+    words = [int(x) for x in np.random.default_rng(q).integers(0, 2**63, 2000, dtype=np.uint64)]
+    words += [0, 1, 2**63, 2**64 - 2, 2**64 - 1]
+    if q % 2:
+        inv = pow(p3, -1, 1 << 64)
+        at, below = t * inv % (1 << 64), (t - 1) * inv % (1 << 64)
+        assert _exact_dice(at, q)[1] and not _exact_dice(below, q)[1]
+        words += [at, below]
+    for w in words:
+        d0, d1, d2, rem = _dice3(np.uint64(w), np.uint64(q))
+        digits, ok = _exact_dice(w, q)
+        assert (int(d0), int(d1), int(d2)) == digits
+        assert int(rem) == w * p3 % (1 << 64)
+        assert (int(rem) >= t) == ok
+
+
+def test_three_digits_are_uniform():
+    # the digits of accepted words are uniform on [0, q) each (chi-square, fixed seed;
+    # false-failure rate ALPHA per digit)
+    from shuffledp.encoders.encoder import _dice3
+
+    q = 161271
+    w = SecureRandom.for_testing(8).uint32(2 * 60_000).view("<u8")
+    d = np.array([_dice3(x, np.uint64(q))[:3] for x in w], dtype=np.int64)
+    bins = 50
+    edges = -(-np.arange(bins + 1) * q // bins)
+    for j in range(3):
+        obs = np.bincount(d[:, j] * bins // q, minlength=bins)
+        assert stats.chisquare(obs, np.diff(edges) / q * d.shape[0]).pvalue > ALPHA
+
+
+def test_three_shares_to_a_word_only_where_they_save_words():
+    from shuffledp.encoders.encoder import _dice_plan
+
+    assert _dice_plan(161271, 19)[0] and _dice_plan(7, 4)[0]
+    assert not _dice_plan(161271, 5)[0]  # 4 shares: two 64-bit words either way
+    assert not _dice_plan(2**18 + 3, 8)[0]  # 7 shares: 6 of 7 words is above 0.85
+    q = int(2 ** (55 / 3))  # q^3 < 2^55 <= (q + 1)^3
+    assert _dice_plan(q, 19)[0] and not _dice_plan(q + 1, 19)[0]
+
+
 @pytest.mark.parametrize("q,r,min_seq,min_patched", [(161271, 19, 1, 2), (1000, 3, 1, 0),
                                                       (2**31 + 11, 4, 151, 0)])
 def test_share_blocks_follow_the_documented_draw(q, r, min_seq, min_patched):
-    # q = 161271, r = 19: about 4% of the blocks hold a rejected word (patched);
-    # q = 2^31 + 11 rejects half the words: the fast path is off, every block sequential.
+    # The stored shares, one keystream word each: q = 161271, r = 19: about 4% of the
+    # blocks hold a rejected word (patched); q = 2^31 + 11 rejects half the words: the fast
+    # path is off, every block sequential.
     from shuffledp.encoders.encoder import _ShareRun
 
     m = 64 * 300 + 17  # whole blocks over three buffers, and a short last one
     v = np.random.default_rng(q % 97).integers(0, q, m)
     got = share(v, q, r, SecureRandom.for_testing(4))
     run = _ShareRun(q, r, SecureRandom.for_testing(4))
+    assert not run.dice
     size, sums_size, fast = run.buf.size, run.sums.size, run.fast
     src = SecureRandom.for_testing(4)
     want, seq, chunks, patched = _reference_shares(lambda: src.uint32(size), q, r, m, size,
