@@ -234,11 +234,12 @@ def _reference_dice(words_of_chunk, q, r, m, sums_size):
     """The three-shares-to-a-word draw of encoders.encoder written plainly, with Python
     integers: a 64-bit word W (two keystream words, low first) is accepted when
     W q^3 mod 2^64 >= 2^64 mod q^3 and then gives the base-q digits of
-    floor(W q^3 / 2^64), most significant first ([BrackettRozinsky24]_); whole blocks of
-    64 coordinates take word g 64 + i for shares 3g..3g + 2 of coordinate i (digits past
-    share r - 2 unused), a rejected word replaced by the next accepted word after the
-    block; a short block takes accepted words in order, ceil((r - 1) / 3) a coordinate; a
-    block the chunk cannot finish is redrawn from the next chunk."""
+    floor(W q^3 / 2^64), most significant first (Brackett-Rozinsky and Lemire, 2024);
+    whole blocks of 64 coordinates take word g 64 + i for shares 3g..3g + 2 of
+    coordinate i (digits past share r - 2 unused), a rejected word replaced by the next
+    accepted word after the block; a short block takes accepted words in order,
+    ceil((r - 1) / 3) a coordinate; a block the chunk cannot finish is redrawn from the
+    next chunk."""
     rows, p3 = -(-(r - 1) // 3), q**3
     t = (1 << 64) % p3
     out = np.zeros((r, m), dtype=np.int64)
