@@ -242,7 +242,7 @@ def letters(v: list[str]) -> str:
 
 
 def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
-           oracle: bool) -> str:
+           oracle: bool, side: int) -> str:
     """Print the point's table; return its summary line."""
     trials = sorted(trials, key=lambda r: r[3])
     base = {b: np.array([r[4][b] for r in trials]) for b in BASELINES}
@@ -250,8 +250,8 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
     raw = {s: np.array([r[6][s] for r in trials]) for s in trials[0][6]}
     leaf = trials[0][7]
     printed_emd = raw["printed"][:, 0]
-    print(f"\n{kind}  eps={eps:g}  n={n}  (d = eps n / N = {eps * n / 4096:.3f} on 64x64; "
-          f"{len(trials)} trials)")
+    print(f"\n{kind}  eps={eps:g}  n={n}  (d = eps n / N = {eps * n / side**2:.3f} on "
+          f"{side}x{side}; {len(trials)} trials)")
     for b in BASELINES:
         mu = base[b].mean(axis=0)
         print(f"  {b:9s} {'':6s}" + "".join(f"{x:9.4f}" for x in mu))
@@ -293,11 +293,23 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
             f"{'FEASIBLE at ' + ', '.join(both) if both else 'none'}")
 
 
+def parse_point(text: str) -> tuple[str, float, int]:
+    """An index into :data:`POINTS`, or ``data:eps:n`` (eps a float, n an int, as the grid
+    bench's seeds need them)."""
+    if ":" not in text:
+        return POINTS[int(text)]
+    kind, e, n = text.split(":")
+    if kind not in ("population", "elongated", "spike"):
+        raise ValueError(f"--points: unknown data set {kind!r} in {text!r}")
+    return kind, float(e), int(n)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--points", default="",
-                    help="comma-separated indices into POINTS (default: all): "
+                    help="comma-separated indices into POINTS (default: all) or other points "
+                         "as data:eps:n (e.g. population:0.1:200); POINTS: "
                          + "; ".join(f"{i} {k} eps={e:g} n={n}"
                                      for i, (k, e, n) in enumerate(POINTS)))
     ap.add_argument("--shares", default=",".join(SHARES),
@@ -311,7 +323,7 @@ def main() -> None:
     for s in shares:
         if s not in ("printed", "auto") and not 0.0 < float(s) < 1.0:
             raise ValueError(f"--shares entries must be 'printed', 'auto' or in (0, 1), got {s!r}")
-    pts = [POINTS[int(i)] for i in a.points.split(",")] if a.points else list(POINTS)
+    pts = [parse_point(x) for x in a.points.split(",")] if a.points else list(POINTS)
     sigma = 2.0 * a.side / 256
     # the family's construction at the auto rule's share is the auto rule's split
     start, top = measured_levels(Grid(a.side, a.side), W)
@@ -337,7 +349,7 @@ def main() -> None:
             key = res[:3]
             done.setdefault(key, []).append(res)
             if len(done[key]) == a.trials:
-                summary.append(report(*key, done.pop(key), shares, a.oracle))
+                summary.append(report(*key, done.pop(key), shares, a.oracle, a.side))
     print(f"\n== summary ({a.trials} trials; {time.time() - t0:.0f} s) ==")
     for line in summary:
         print("  " + line)
