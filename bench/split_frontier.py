@@ -261,7 +261,7 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
     print(f"  {'share':9s} {'p':>6s}" + "".join(f"{k.upper():>9s}" for k in KEYS)
           + "  smooth  EMD/printed      raw" + ("  oracle" if oracle else "")
           + ("  within1px" if kind == "spike" else ""))
-    won, won_means, emd_ok = [], [], []
+    won, won_means, emd_ok, won_oracle = [], [], [], []
     for s in shares:
         v = verdicts(sm[s], base)
         r, h = ratio_ci(sm[s][:, 0], printed_emd)
@@ -272,7 +272,10 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
             from smoothing_oracle import oracle as best  # noqa: PLC0415  (only with --oracle)
             o = np.stack([best([tr[9][s] for tr in trials], j, k)[0]
                           for j, k in enumerate(KEYS)], axis=1)
-            line += f"  {letters(verdicts(o, base))}"
+            vo = verdicts(o, base)
+            line += f"  {letters(vo)}"
+            if all(x == "win" for x in vo):
+                won_oracle.append(s)
         if kind == "spike":
             w = np.array([tr[8][s] for tr in trials])
             line += f"  {w.mean():.3f}"
@@ -290,7 +293,8 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
             f"{{{', '.join(won_means)}}}); EMD <= {EMD_TARGET}x printed at "
             f"{{{', '.join(emd_ok)}}}; both: {{{', '.join(both)}}} (means: "
             f"{{{', '.join(both_means)}}}) -> "
-            f"{'FEASIBLE at ' + ', '.join(both) if both else 'none'}")
+            f"{'FEASIBLE at ' + ', '.join(both) if both else 'none'}"
+            + (f"; oracle wins all four at {{{', '.join(won_oracle)}}}" if oracle else ""))
 
 
 def parse_point(text: str) -> tuple[str, float, int]:
