@@ -40,7 +40,8 @@ delta-method 95% half-width), the unsmoothed output's verdicts on the same split
 shares where all four are won (intervals; and on the means), the shares where the EMD ratio
 is <= 1.05, and whether the two sets meet. ``--oracle`` adds, per p, the verdicts of
 ``bench/smoothing_oracle.py``'s oracle (the best member of its post-processing family per
-trial and metric, read off the truth: a bound, not a release) on the same releases.
+trial and metric, read off the truth: a bound, not a release) on the same releases, and the
+oracle's EMD over Alg. 2 as printed.
 
     python bench/split_frontier.py [--trials 12] [--points 0,3,8] [--shares printed,auto,0.5]
         [--oracle]
@@ -259,7 +260,7 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
     print(f"  {'Alg.2 prn':9s} {leaf['printed']:6.3f}" + "".join(f"{x:9.4f}" for x in mu)
           + f"  {letters(verdicts(raw['printed'], base))}")
     print(f"  {'share':9s} {'p':>6s}" + "".join(f"{k.upper():>9s}" for k in KEYS)
-          + "  smooth  EMD/printed      raw" + ("  oracle" if oracle else "")
+          + "  smooth  EMD/printed      raw" + ("  oracle  EMD/prn" if oracle else "")
           + ("  within1px" if kind == "spike" else ""))
     won, won_means, emd_ok, won_oracle = [], [], [], []
     for s in shares:
@@ -273,7 +274,7 @@ def report(kind: str, eps: float, n: int, trials: list, shares: list[str],
             o = np.stack([best([tr[9][s] for tr in trials], j, k)[0]
                           for j, k in enumerate(KEYS)], axis=1)
             vo = verdicts(o, base)
-            line += f"  {letters(vo)}"
+            line += f"  {letters(vo)} {o[:, 0].mean() / printed_emd.mean():5.3f}"
             if all(x == "win" for x in vo):
                 won_oracle.append(s)
         if kind == "spike":
