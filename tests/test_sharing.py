@@ -149,13 +149,16 @@ def test_fill_uint32_continues_the_same_keystream_as_uint32():
 
 
 @pytest.mark.parametrize("q", [2, 7, 1 << 16, 309743, 1 << 32])
-def test_share_sums_adds_each_rows_shares_mod_q(q):
+@pytest.mark.parametrize("r,m", [(3, 33), (4, 33), (19, 200)])
+def test_share_sums_adds_each_rows_shares_mod_q(q, r, m):
+    # r = 4 and 19 draw three shares to a word where q^3 < 2^55 (q <= 309743 here):
+    # m = 33 only short blocks, m = 200 whole ones and a short one
     g = np.random.default_rng(q % 1000)
-    z = g.integers(-(2**40), 2**40, (5, 33))
-    acc = g.integers(0, q, 33).astype(np.int64)
+    z = g.integers(-(2**40), 2**40, (5, m))
+    acc = g.integers(0, q, m).astype(np.int64)
     want = (acc + z.sum(axis=0)) % q
-    n = share_sums(z, q, 3, SecureRandom.for_testing(1), acc)
-    assert n == 5 * 3 * 33
+    n = share_sums(z, q, r, SecureRandom.for_testing(1), acc)
+    assert n == 5 * r * m
     np.testing.assert_array_equal(acc, want)
 
 
