@@ -82,14 +82,40 @@ def test_the_banded_filter_matches_brute_force(shape, sigma):
     assert got.sum() == pytest.approx(p.sum(), rel=1e-13)
 
 
-def test_large_grid_banded_equals_the_dense_kernel():
+def _banded_calls(monkeypatch) -> list:
+    """Count the banded filter's 1-D correlations (two per banded axis)."""
+    import shuffledp.analyzers.heatmap.render as render
+
+    calls: list = []
+    real = render.correlate1d
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render, "correlate1d", counted)
+    return calls
+
+
+def test_large_grid_banded_equals_the_dense_kernel(monkeypatch):
+    # sigma = 2: 2 r + 1 = 41 taps, a quarter of both axes at most: both take the band
+    calls = _banded_calls(monkeypatch)
     p = np.zeros((256, 300))
     p[100, 30] = 1.0
     p[0, 299] = 2.0
-    h = gaussian_heatmap(p, 4.0)
-    dense = _kernel_1d(256, 4.0) @ p @ _kernel_1d(300, 4.0).T
+    h = gaussian_heatmap(p, 2.0)
+    assert len(calls) == 4
+    dense = _kernel_1d(256, 2.0) @ p @ _kernel_1d(300, 2.0).T
     np.testing.assert_allclose(h, dense, rtol=1e-12, atol=1e-18)
     assert h.sum() == pytest.approx(3.0, rel=1e-13)
+
+
+@pytest.mark.parametrize("sigma", [1e-170, 5e-324])
+def test_a_vanishing_sigma_is_the_identity(sigma):
+    # sigma^2 underflows to 0: the taps are still exp(-(x / sigma)^2 / 2), 1 at 0, else 0
+    p = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(gaussian_heatmap(p, sigma), p)
+    np.testing.assert_array_equal(separable_filter(p - 5.0, sigma), p - 5.0)
 
 
 def test_separable_filter_takes_signed_values_and_refuses_bad_sigma():
@@ -97,8 +123,11 @@ def test_separable_filter_takes_signed_values_and_refuses_bad_sigma():
     a, b = rng.random((40, 90)), rng.random((40, 90))
     np.testing.assert_allclose(separable_filter(a - b, 1.0),
                                gaussian_heatmap(a, 1.0) - gaussian_heatmap(b, 1.0), atol=1e-14)
-    for bad in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match=r"sigma > 0, got shape \(40, 90\)"):
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"sigma must be a finite number > 0, got sigma="):
+            separable_filter(a, bad)
+    for bad in (None, "1", [1.0], 1j, True):
+        with pytest.raises(TypeError, match=r"sigma must be a real number, got sigma="):
             separable_filter(a, bad)
     with pytest.raises(ValueError, match=r"2-D array"):
         separable_filter(np.ones(3), 1.0)
@@ -107,8 +136,10 @@ def test_separable_filter_takes_signed_values_and_refuses_bad_sigma():
 def test_heatmap_errors():
     with pytest.raises(ValueError, match=r"sigma must be finite and >= 0, got sigma=-1"):
         gaussian_heatmap(np.ones((2, 2)), -1)
-    with pytest.raises(ValueError, match=r"sigma must be finite"):
+    with pytest.raises(ValueError, match=r"sigma must be a number, got sigma=nan"):
         gaussian_heatmap(np.ones((2, 2)), float("nan"))
+    with pytest.raises(ValueError, match=r"sigma must be finite and >= 0, got sigma=inf"):
+        gaussian_heatmap(np.ones((2, 2)), float("inf"))
     with pytest.raises(TypeError, match=r"sigma must be a real number"):
         gaussian_heatmap(np.ones((2, 2)), "wide")
     with pytest.raises(ValueError, match=r"p must be a non-empty 2-D"):

@@ -203,18 +203,54 @@ def test_between_the_gates_the_prior_is_centred_on_the_blurred_leaf():
     assert l1 < np.abs(ls / ls.sum() - truth).sum()
 
 
-@pytest.mark.parametrize("shape", [(64, 64), (37, 91), (3, 200)])
-def test_the_banded_blur_is_the_dense_filter(shape):
-    # the blurred-leaf centre's filter, cut at 8 sds and run along each axis, against the
-    # dense definition of the heatmap filter (every source's weights normalised inside the
-    # grid): equal to rounding, and mass-preserving
+@pytest.mark.parametrize("shape,banded", [((130, 140), 4), ((37, 200), 2), ((3, 200), 2),
+                                          ((64, 64), 0)])
+def test_the_banded_blur_is_the_dense_filter(shape, banded, monkeypatch):
+    # the blurred-leaf centre's filter, cut at TRUNCATE = 10 sds and run along each axis
+    # where 2 r + 1 = 31 taps are at most a quarter of it (``banded``: two correlations per
+    # such axis), against the dense definition of the heatmap filter (every source's
+    # weights normalised inside the grid): equal to rounding, and mass-preserving
+    import shuffledp.analyzers.heatmap.render as render
+
+    calls: list = []
+    real = render.correlate1d
+    monkeypatch.setattr(render, "correlate1d",
+                        lambda *args, **kw: calls.append(1) or real(*args, **kw))
     rng = np.random.default_rng(7)
     a = rng.random(shape) * (rng.random(shape) < 0.2)
     a[0, 0] = 3.0  # a corner source: its mass must stay in the grid
     dense = _kernel_1d(shape[0], 1.5) @ a @ _kernel_1d(shape[1], 1.5).T
     got = _blur(a, 1.5)
+    assert len(calls) == banded
     np.testing.assert_allclose(got, dense, rtol=0, atol=1e-12 * a.max())
     assert got.sum() == pytest.approx(a.sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (64, 1), (1, 1), (2, 1), (1, 3)])
+def test_a_one_pixel_wide_map_gets_the_round_blur(shape):
+    # no 2-D orientation on a line: the oriented blur is the round blur there (it used to
+    # raise numpy's "too small to calculate a numerical gradient")
+    a = np.random.default_rng(5).random(shape)
+    np.testing.assert_array_equal(post._oriented_blur(a), _blur(a, post.LEAF_BLUR))
+
+
+@pytest.mark.parametrize("shape", [(64, 1), (1, 64), (2, 1)])
+def test_smoothed_runs_on_one_pixel_wide_grids(shape):
+    # central releases on a line of pixels at eps = 0.5 take the blurred-leaf centre
+    # (through the oriented blur): a finite density that sums to one
+    from shuffledp.analyzers.heatmap.central import central_heatmap
+    from shuffledp.users import UserDistributions
+
+    grid = Grid(*shape)
+    n = 400
+    pix = np.random.default_rng(3).integers(0, grid.n_pixels, n)
+    users = UserDistributions.from_pixels(grid, np.arange(n), pix)
+    rel = central_heatmap(users, 0.5, neighbour="add_remove", public_n=n, rng=1).smoothed()
+    rec = rel.parameters["smoothing"]
+    assert rec["prior_centre"] == "blurred leaf" and rec["pixel_sd"] > LATTICE_SD
+    est = rel.estimate
+    assert est.size == grid.n_pixels and min(est.shape) == 1 and np.isfinite(est).all()
+    assert est.sum() == pytest.approx(1.0, rel=1e-9) and est.min() >= 0
 
 
 def _population_release(side: int, eps: float, n: int, seed: int):
@@ -323,3 +359,16 @@ def test_the_tabulated_log_gamma_gives_the_direct_posterior_bit_for_bit(monkeypa
     direct = post._level_posterior(z, b, means, post.UNIFORM_SHARES, post.DISPERSIONS)
     np.testing.assert_array_equal(tab[0], direct[0])
     assert tab[1:] == direct[1:]
+
+
+def test_a_few_huge_cells_build_no_log_gamma_table(monkeypatch):
+    # four cells near 4e6 users: the tables would hold about 4e6 values per dispersion
+    # (hundreds of MB in all) for a few hundred window terms; the direct gammaln is used
+    sizes: list = []
+    real = post.gammaln
+    monkeypatch.setattr(post, "gammaln", lambda x: sizes.append(np.size(x)) or real(x))
+    z = np.array([3.9e6, 4.0e6, 4.05e6, 4.1e6])
+    out = post._level_posterior(z, np.full(4, 2.0), [np.full(4, 4.0e6)], (0.0,),
+                                post.DISPERSIONS)
+    assert sizes and max(sizes) < 10_000
+    assert np.all(np.abs(out[0] - z) < 50.0)

@@ -364,8 +364,11 @@ def _oriented_blur(a: np.ndarray) -> np.ndarray:
     ``c * g_theta(a) + (1 - c) * blur(a, LEAF_BLUR)``, with ``g_theta`` the Gaussian filter
     of sds :data:`ORIENTED_BLUR` along and across theta, theta rounded to one of
     :data:`ORIENTATIONS` directions. Every filter is normalised per source within the grid
-    (mass-preserving, as :func:`_blur`)."""
+    (mass-preserving, as :func:`_blur`). A map one pixel wide or high has no 2-D
+    orientation: it gets the round blur alone."""
     iso = _blur(a, LEAF_BLUR)
+    if min(a.shape) < 2:
+        return iso
     gy, gx = np.gradient(iso)
     jxx, jyy, jxy = (_blur(x, TENSOR_BLUR) for x in (gx * gx, gy * gy, gx * gy))
     trace = jxx + jyy
@@ -429,8 +432,9 @@ def _level_posterior(z: np.ndarray, b: np.ndarray, means: list[np.ndarray],
     starts = range(0, z.size, _BLOCK)
     # every count x in a window is a whole number, so log Gamma(x + c) is read from a table
     # of the same values (gammaln of the same arguments: bit for bit the direct computation)
+    # where the table is smaller than the windows (not for a few cells with huge counts)
     top = int(lo.max()) + k.size if z.size else 0
-    tables = top <= _LGAMMA_TABLE_MAX
+    tables = top <= min(_LGAMMA_TABLE_MAX, z.size * k.size)
     grid = np.arange(top if tables else 0, dtype=float)
     lg = {c: gammaln(grid + c) for c in (1.0, *dispersions)} if tables else {}
 

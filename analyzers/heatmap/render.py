@@ -56,7 +56,10 @@ TRUNCATE = 10.0
 def _kernel_1d(n: int, sigma: float) -> np.ndarray:
     """K[i, j] = exp(-(i - j)^2 / (2 sigma^2)) / sum_i exp(-(i - j)^2 / (2 sigma^2))."""
     d = np.arange(n, dtype=np.float64)
-    k = np.exp(-((d[:, None] - d[None, :]) ** 2) / (2.0 * sigma * sigma))
+    # (x / sigma)^2, not x^2 / sigma^2: sigma^2 underflows to 0 below about 1e-162 (and a
+    # tiny sigma overflows the square to inf, whose exp is the exact 0)
+    with np.errstate(over="ignore"):
+        k = np.exp(-0.5 * ((d[:, None] - d[None, :]) / sigma) ** 2)
     return k / k.sum(axis=0, keepdims=True)
 
 
@@ -70,7 +73,8 @@ def _filter_axis(a: np.ndarray, sigma: float, axis: int) -> np.ndarray:
         k = _kernel_1d(n, sigma)
         return k @ a if axis == 0 else a @ k.T
     x = np.arange(-r, r + 1, dtype=np.float64)
-    taps = np.exp(-x * x / (2.0 * sigma * sigma))
+    with np.errstate(over="ignore"):
+        taps = np.exp(-0.5 * (x / sigma) ** 2)
     z = correlate1d(np.ones(n), taps, mode="constant")
     shape = [1, 1]
     shape[axis] = n
@@ -97,6 +101,8 @@ def separable_filter(a: np.ndarray, sigma: float) -> np.ndarray:
 
     Raises
     ------
+    TypeError
+        If ``sigma`` is not a real number.
     ValueError
         If ``a`` is not 2-D or ``sigma`` is not a finite number > 0 (the values of ``a`` are
         not checked).
@@ -105,11 +111,11 @@ def separable_filter(a: np.ndarray, sigma: float) -> np.ndarray:
     ----------
     [Ghazi23]_ Sec. 2.3 (the filter and its normalisation Z).
     """
+    s = v.positive("sigma", sigma)
     arr = np.asarray(a, dtype=np.float64)
-    if arr.ndim != 2 or not (np.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"separable_filter needs a 2-D array and a finite sigma > 0, got "
-                         f"shape {arr.shape} and sigma={sigma!r}")
-    return _filter_axis(_filter_axis(arr, sigma, 0), sigma, 1)
+    if arr.ndim != 2:
+        raise ValueError(f"separable_filter needs a 2-D array, got shape {arr.shape}")
+    return _filter_axis(_filter_axis(arr, s, 0), s, 1)
 
 
 def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
@@ -141,10 +147,7 @@ def gaussian_heatmap(p: Any, sigma: float) -> np.ndarray:
     [Ghazi23]_ Sec. 2.3 (the heatmap H_p^sigma and its normalisation Z).
     """
     arr = _iv_map("p", p)
-    try:
-        s = float(sigma)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"sigma must be a real number, got sigma={sigma!r}") from exc
+    s = v.real("sigma", sigma)
     if not (np.isfinite(s) and s >= 0):
         raise ValueError(f"sigma must be finite and >= 0, got sigma={sigma!r}")
     if s == 0:

@@ -1192,7 +1192,10 @@ class Shuffler:
         """:meth:`mix_to` within one process: each permuted bucket goes to ``consume``.
 
         Plaintext only. The same buckets, permutations and header as :meth:`mix_to` for the
-        same source, but nothing is serialised and no tag computed: ``consume`` gets each
+        same source (unless a bucket's Lemire draws outrun the random words drawn for it,
+        beyond the 64 + n^2 / 2^31 spare ones: then its permutation continues from words
+        drawn at another point of the stream, still uniform, but not :meth:`mix_to`'s), but
+        nothing is serialised and no tag computed: ``consume`` gets each
         bucket's permuted records as uint64 integers on the worker thread that permuted it
         (in bucket order on one worker; concurrently on several, so ``consume`` must be
         thread-safe, e.g. one accumulator per thread), in an array reused once ``consume``
