@@ -16,6 +16,8 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -437,6 +439,120 @@ def next_query_epsilon(eps_remaining: float, eps_tilde: float, b: float) -> floa
     return et if bb * et <= rem else rem
 
 
+def dl_parameter(epsilon: float, sensitivity: int) -> float:
+    """The discrete Laplace parameter a = exp(-eps / Delta), rounded toward 1 until the
+    floating-point a itself is eps-DP at sensitivity Delta: -Delta ln(a) <= eps exactly.
+
+    ``math.exp`` rounds to nearest, so its a is below the true exp(-eps / Delta) about half
+    the time, and DL(a) then loses up to Delta ulp(a) / a more than eps (5e-14 at
+    Delta = 512). The check is made on the float's exact value in 60-digit decimal
+    arithmetic; one step up (1 ulp) is all it ever takes.
+
+    Parameters
+    ----------
+    epsilon : float
+        The level's budget, finite and > 0.
+    sensitivity : int
+        The l1 sensitivity Delta, >= 1.
+
+    Returns
+    -------
+    float
+        a in (0, 1) with -Delta ln(a) <= eps (and a at most 2 ulp above exp(-eps / Delta)).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``epsilon`` is not a finite number > 0, ``sensitivity`` not an integer >= 1, or
+        eps / Delta is so small that no float a < 1 is eps-DP.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 (the sum of Polya differences is DL(a) with
+    a = exp(-eps / Delta)).
+    """
+    eps = v.positive("epsilon", epsilon)
+    sens = v.count("sensitivity", sensitivity, 1)
+    a = math.exp(-eps / sens)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        for _ in range(4):
+            if a < 1.0 and -Decimal(sens) * Decimal(a).ln() <= Decimal(eps):
+                return a
+            a = math.nextafter(a, 1.0)
+    raise ValueError(f"no float a < 1 is epsilon={epsilon!r}-DP at sensitivity={sensitivity!r}"
+                     " (eps / Delta below the float resolution near 1)")
+
+
+def sum_up(values: Sequence[float]) -> float:
+    """The exact sum of floats, rounded up to a float: the least float >= the sum.
+
+    A guarantee that claims the sum of its parts (e.g. the level budgets of a basic
+    composition) must not claim less than they add up to; ``float(sum(values))`` is below
+    the exact sum for some inputs (by about 1 ulp).
+
+    Parameters
+    ----------
+    values : sequence of float
+        Finite numbers.
+
+    Returns
+    -------
+    float
+        The least float that is >= the exact sum.
+
+    Raises
+    ------
+    ValueError
+        If a value is not finite.
+
+    References
+    ----------
+    [Ghazi23]_ proof of Thm 3.1 (basic composition over the levels: eps = sum eps_i).
+    """
+    vals = [float(x) for x in values]
+    if not all(math.isfinite(x) for x in vals):
+        raise ValueError(f"values must be finite, got {vals!r}")
+    exact = sum((Fraction(x) for x in vals), Fraction(0))
+    s = float(exact)
+    while Fraction(s) < exact:
+        s = math.nextafter(s, math.inf)
+    return s
+
+
+def share_shape(n_min: int) -> float:
+    """The Polya shape of one user's noise share: the least float s with n_min s >= 1.
+
+    Any n_min users' shares then sum to Polya differences of shape n_min s >= 1, discrete
+    Laplace plus independent noise. The float 1 / n_min is below 1 / n_min for some n_min
+    (3, 6, 7, 49, 950, ...): their sum would be a shade less than DL.
+
+    Parameters
+    ----------
+    n_min : int
+        The fewest users whose shares sum in a release, >= 1.
+
+    Returns
+    -------
+    float
+        1 / n_min, or the next float up when n_min (1 / n_min as a float) < 1 exactly.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``n_min`` is not an integer >= 1.
+
+    References
+    ----------
+    [Bagdasaryan22]_ Thm 4.2 and Sec. 4, "Handling dropouts".
+    """
+    n = v.count("n_min", n_min, 1)
+    s = 1.0 / n
+    while Fraction(s) * n < 1:
+        s = math.nextafter(s, 1.0)
+    return s
+
+
 def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
     """Polya shape 1 / n_min, n_min = ceil((1 - dropout) S) ([Bagdasaryan22]_ Sec. 4,
     "Handling dropouts").
@@ -455,7 +571,8 @@ def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
     Returns
     -------
     float
-        The Polya shape 1 / n_min of each user's noise share.
+        The Polya shape 1 / n_min of each user's noise share (:func:`share_shape`: rounded
+        up where the float 1 / n_min is below it).
 
     Raises
     ------
@@ -481,4 +598,4 @@ def polya_shape(shard_size: int, dropout: float = 0.0) -> float:
     n_min = math.ceil((1.0 - d) * int(shard_size) - 1e-9)
     if n_min < 1:
         raise ValueError(f"dropout={dropout} leaves no user of shard_size={shard_size}")
-    return 1.0 / n_min
+    return share_shape(n_min)

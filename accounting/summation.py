@@ -61,8 +61,11 @@ from shuffledp.accounting.budget import (
     DEFAULT_DROPOUT,
     DEFAULT_GAMMA,
     auto_level_budgets,
+    dl_parameter,
     level_budgets,
+    share_shape,
     start_level,
+    sum_up,
 )
 from shuffledp.accounting.events import polya_sum_event
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Guarantee, Neighbour
@@ -535,7 +538,7 @@ def summation_parameters(
         n=n, n_min=n_min, epsilon=eps, delta=delta, B=B, m=m, level_sizes=tuple(sizes),
         levels=levels, rounding=rounding, neighbour=neighbour, decoding=decoding,
         dropout=dropout, level_epsilons=budgets, level_sensitivities=sens, dl_parameters=a,
-        polya_shape=1.0 / n_min, level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
+        polya_shape=share_shape(n_min), level_noise_std=std, headroom=t, q=q, decode_low=low, r=r,
         messages_per_user=r * m, bits_per_message=bits_msg, bits_per_user=r * m * bits_msg,
         wrap_target=wrap_target, wrap_probability=wrap,
         delta_parts={"split_and_mix": delta_mix, "noise_sampler": delta_sampler}, gamma=gamma,
@@ -578,9 +581,9 @@ def _level_noise(eps: float, gamma: float, sizes: tuple[int, ...], neighbour: Ne
     sens_one = neighbour.level_sensitivity(B)
     sens = tuple(sens_one for _ in sizes)
     # a_i = exp(-eps_i / Delta_i): NOT e^{-eps_i} (slip in [Ghazi23] App. F, docs/errata.md)
-    a = tuple(math.exp(-e / s) for e, s in zip(budgets, sens, strict=True))
-    std = tuple(math.sqrt(2.0 * ai) / (-math.expm1(-e / s))
-                for ai, e, s in zip(a, budgets, sens, strict=True))
+    # rounded toward 1 where the float would lose more than eps_i (dl_parameter)
+    a = tuple(dl_parameter(e, s) for e, s in zip(budgets, sens, strict=True))
+    std = tuple(math.sqrt(2.0 * ai) / (1.0 - ai) for ai in a)
     return budgets, sens, a, std
 
 
@@ -647,7 +650,7 @@ def _guarantee(delta: float, neighbour: Neighbour, budgets: tuple[float, ...],
     delta / (1 + e^eps) of split-and-mix and the sampler tables.
     """
     g = Guarantee(
-        notion="approximate", model="shuffle", epsilon=float(sum(budgets)), delta=delta,
+        notion="approximate", model="shuffle", epsilon=sum_up(budgets), delta=delta,
         neighbour=neighbour,
         theorem=(
             "Ghazi et al., Differentially Private Heatmaps, AAAI 2023, App. F with Balle et "

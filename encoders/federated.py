@@ -24,12 +24,12 @@ References
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from shuffledp import _validation as v
+from shuffledp.accounting.budget import dl_parameter, share_shape
 from shuffledp.accounting.guarantee import Neighbour
 from shuffledp.encoders.noise.polya import polya_difference
 from shuffledp.randomness import RngLike, SecureRandom, noise_source
@@ -72,7 +72,8 @@ def noise_parameters(epsilon: float, neighbour: Neighbour | str,
                          f"neighbour={nb.token!r}")
     bound = v.count("l1_bound", l1_bound)
     delta = 2 * bound if nb is Neighbour.REPLACE_ONE else bound
-    return delta, math.exp(-v.positive("epsilon", epsilon) / delta)
+    # rounded toward 1 where the float would lose more than eps (dl_parameter)
+    return delta, dl_parameter(v.positive("epsilon", epsilon), delta)
 
 
 def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modulus: int, *,
@@ -125,7 +126,7 @@ def noisy_vector(x: np.ndarray, epsilon: float, l1_bound: int, n_min: int, modul
     n_min = v.count("n_min", n_min)
     m = v.count("modulus", modulus, 2)
     _, a = noise_parameters(epsilon, neighbour, bound)
-    return np.mod(x.astype(np.int64) + polya_difference(1.0 / n_min, a, x.size, rng), m)
+    return np.mod(x.astype(np.int64) + polya_difference(share_shape(n_min), a, x.size, rng), m)
 
 
 def client_update(cell: int, n_cells: int, epsilon: float, n_min: int, modulus: int, *,

@@ -69,7 +69,7 @@ def test_an_unexpected_error_in_account_is_one_line(monkeypatch):
 def test_the_same_refusal_has_the_same_exit_code_everywhere(tmp_path):
     """Regression: no protocol for these options was exit 2 in setup, 1 in heatmap and in
     account summation."""
-    reason = "the noise needs headroom"
+    reason = "no float a < 1 is epsilon=1e-300-DP"  # eps / Delta below 1 - a's resolution
     common = ["--grid", 4, "--n", 3, "--epsilon", 1e-300, "--delta", 1e-5, "--B", 256]
     for argv in (["setup", *common, "--out", tmp_path / "s"],
                  ["account", "summation", *common],

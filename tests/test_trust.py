@@ -62,6 +62,24 @@ def test_params_file_edited_to_fewer_shares_is_refused_at_the_boundary():
     assert record(need + 3).r == need + 3
 
 
+def test_a_record_edited_to_another_epsilon_cannot_keep_its_old_guarantee():
+    # Regression: a record rebuilt with 4x the level budgets (the encoder's noise then
+    # eps = 4) was accepted, and the analyzer shipped the record's stored guarantee, eps = 1
+    from fractions import Fraction
+
+    p = derive_params(Grid(16, 16), 1000, epsilon=1.0, delta=1e-9, B=64)
+    g = p.summation.guarantee
+    exact = sum((Fraction(e) for e in p.level_epsilons), Fraction(0))
+    assert exact <= Fraction(g.epsilon) <= Fraction(p.epsilon)  # never claims less
+    assert list(g.parameters["dl_parameters"]) == list(p.level_a)
+    edited = dataclasses.replace(p.summation, epsilon=4.0,
+                                 level_epsilons=tuple(4 * e for e in p.level_epsilons))
+    with pytest.raises(ValueError, match="guarantee does not match its numbers"):
+        ProtocolParams(p.grid, p.w, edited, p.round_id)
+    with pytest.raises(ValueError, match="guarantee does not match its numbers"):
+        ProtocolParams(p.grid, p.w, dataclasses.replace(p.summation, delta=1e-6), p.round_id)
+
+
 def test_encoder_and_analyzer_recheck_a_tampered_record():
     grid = Grid(8, 8)
     p = params_for(grid, n=4, B=8)

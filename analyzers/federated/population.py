@@ -123,6 +123,7 @@ from scipy.special import gammaln
 from scipy.stats import binom
 
 from shuffledp import _validation as v
+from shuffledp.accounting.budget import share_shape
 from shuffledp.analyzers.federated.histogram import FederatedRefused
 
 #: default delta spent on the joining user's own noise share, per release
@@ -468,7 +469,7 @@ def joining_share_epsilon(n_min: int, a: float, dimension: int, delta: float
     a = v.probability("a", a)
     d = v.count("dimension", dimension)
     delta = v.probability("delta", delta)
-    h = 1.0 / n_min
+    h = share_shape(n_min)  # the shape the clients draw (the float 1 / n_min, rounded up)
     al_max = min(_ALPHAS[-1], 100.0 * n_min + 100.0)
     K_max = min(_terms_needed(al_max, h, a), _MAX_TERMS)
     if K_max > _CHEAP_TERMS and al_max < 1.0 + n_min:

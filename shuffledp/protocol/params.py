@@ -42,7 +42,13 @@ from typing import Any
 import numpy as np
 
 from shuffledp import _validation as v
-from shuffledp.accounting.budget import BUDGET_RULES, DEFAULT_GAMMA
+from shuffledp.accounting.budget import (
+    BUDGET_RULES,
+    DEFAULT_GAMMA,
+    dl_parameter,
+    share_shape,
+    sum_up,
+)
 from shuffledp.accounting.guarantee import DEFAULT_NEIGHBOUR, Neighbour
 from shuffledp.accounting.summation import (
     DEFAULT_DROPOUT,
@@ -287,6 +293,23 @@ class ProtocolParams:
             if not (e > 0 and s >= self.neighbour.level_sensitivity(self.B)):
                 raise ValueError(f"level budget {e!r} / sensitivity {s!r} do not support the "
                                  f"guarantee under {self.neighbour.token}")
+        # the guarantee the analyzer ships is the record's own: it must claim the record's
+        # numbers, or a record edited after construction would ship a stale one
+        g = self.summation.guarantee
+        gp = g.parameters if g is not None else {}
+        stale = (
+            g is None or g.delta != self.delta or g.neighbour is not self.neighbour
+            or g.epsilon < sum_up(self.level_epsilons) or g.epsilon > self.epsilon
+            or list(gp.get("level_epsilons", ())) != list(self.level_epsilons)
+            or list(gp.get("dl_parameters", ())) != list(self.level_a)
+            or any(gp.get(k) != getattr(self, k) for k in ("n", "n_min", "q", "B"))
+            or not gp.get("r", math.inf) <= self.r  # more shares than derived only help
+        )
+        if stale:
+            raise ValueError(
+                "the accounting record's guarantee does not match its numbers (epsilon, "
+                "delta, level budgets, a_i, n, n_min, q, r, B): the record was edited after "
+                "it was derived; derive it again (derive_params / summation_parameters)")
 
     # ----- geometry of the message vector -----
     @property
@@ -305,14 +328,17 @@ class ProtocolParams:
 
     @property
     def polya_shape(self) -> float:
-        """Polya shape 1 / n_min per user ([Bagdasaryan22]_ Thm 4.2, dropout over-provisioning)."""
-        return 1.0 / self.n_min
+        """Polya shape 1 / n_min per user ([Bagdasaryan22]_ Thm 4.2, dropout over-provisioning;
+        :func:`~shuffledp.accounting.budget.share_shape`: rounded up where the float is below)."""
+        return share_shape(self.n_min)
 
     @property
     def level_a(self) -> tuple[float, ...]:
-        """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level."""
+        """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level, rounded
+        toward 1 where the float would lose more than eps_i
+        (:func:`~shuffledp.accounting.budget.dl_parameter`)."""
         return tuple(
-            math.exp(-e / s)
+            dl_parameter(e, s)
             for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True)
         )
 

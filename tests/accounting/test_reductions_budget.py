@@ -10,7 +10,9 @@ References
 """
 
 import math
+from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,9 +20,12 @@ from hypothesis import strategies as st
 from shuffledp.accounting import Guarantee
 from shuffledp.accounting.budget import (
     dl_epsilon_for_std,
+    dl_parameter,
     dl_std,
     next_query_epsilon,
     polya_shape,
+    share_shape,
+    sum_up,
     target_std,
 )
 from shuffledp.accounting.guarantee import Neighbour
@@ -107,6 +112,66 @@ def test_eq7_eq9():
 def test_polya_shape_dropout():
     assert polya_shape(10000, 0.05) == 1 / 9500
     assert polya_shape(100) == 1 / 100
+    assert polya_shape(1000, 0.05) == share_shape(950) == math.nextafter(1 / 950, 1.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 7, 49, 950, 9500, 99991, 2**20 + 7])
+def test_share_shape_is_the_least_float_whose_n_copies_reach_one(n):
+    # n s >= 1 exactly (any n users' shares sum to at least DL), and s is the least such
+    # float: one step down, n s < 1 (the boundary of the condition)
+    s = share_shape(n)
+    assert Fraction(s) * n >= 1
+    assert Fraction(math.nextafter(s, 0.0)) * n < 1
+
+
+@pytest.mark.parametrize("eps,sens", [(1.0, 1), (0.37, 3), (1e-3, 512), (2.9, 512),
+                                      (1e-9, 2), (10.0, 20), (0.013, 200)])
+def test_dl_parameter_is_eps_dp_as_a_float(eps, sens):
+    # -Delta ln(a) <= eps for the float a itself (60-digit decimal logs), a < 1, and a is
+    # within 2 ulp of exp(-eps / Delta); where the nearest float is too small, one step up
+    # is taken and one step down would fail
+    from decimal import Decimal, localcontext
+
+    a = dl_parameter(eps, sens)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        loss = -Decimal(sens) * Decimal(a).ln()
+        assert a < 1 and loss <= Decimal(eps)
+        if a != math.exp(-eps / sens):
+            below = math.nextafter(a, 0.0)
+            assert -Decimal(sens) * Decimal(below).ln() > Decimal(eps)
+    assert abs(a - math.exp(-eps / sens)) <= 2 * math.ulp(a)
+
+
+def test_dl_parameter_rounds_up_where_the_nearest_float_loses_more():
+    # over many (eps, Delta) the nearest float exp(-eps / Delta) loses more than eps for
+    # some (its rounding went down): those are exactly the ones moved up
+    from decimal import Decimal, localcontext
+
+    moved = 0
+    rng = np.random.default_rng(4)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        for eps, sens in zip(rng.uniform(1e-3, 5.0, 300), rng.integers(1, 600, 300),
+                             strict=True):
+            near = math.exp(-float(eps) / int(sens))
+            over = -Decimal(int(sens)) * Decimal(near).ln() > Decimal(float(eps))
+            a = dl_parameter(float(eps), int(sens))
+            assert (a != near) == over
+            moved += over
+    assert 0 < moved < 300
+
+
+def test_sum_up_never_claims_less_than_the_parts():
+    rng = np.random.default_rng(5)
+    below = 0
+    for _ in range(2000):
+        xs = list(rng.uniform(0.0, 1.0, int(rng.integers(2, 9))))
+        exact = sum((Fraction(x) for x in xs), Fraction(0))
+        s = sum_up(xs)
+        assert Fraction(s) >= exact > Fraction(math.nextafter(s, 0.0))
+        below += Fraction(float(sum(xs))) < exact
+    assert below > 0  # the plain float sum does fall below the exact sum sometimes
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got dropout=0.95"
                                          r"|dropout must be in \[0, 1\), got dropout=1"):
         polya_shape(100, 1)

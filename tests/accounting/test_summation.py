@@ -1,6 +1,7 @@
 """App. F summation parameters: calibration, headroom, r, bits, dropouts, validation."""
 
 import math
+from fractions import Fraction
 
 import mpmath as mp
 import numpy as np
@@ -114,7 +115,9 @@ def test_add_remove_is_refused():
 def test_dropout_over_provisioning():
     p = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16],
                              dropout=0.05)
-    assert p.n_min == 950 and p.polya_shape == 1 / 950
+    # the float 1 / 950 is below 1 / 950: the shape is the next float up (share_shape)
+    assert p.n_min == 950 and p.polya_shape == math.nextafter(1 / 950, 1.0)
+    assert Fraction(p.polya_shape) * 950 >= 1 > Fraction(1 / 950) * 950
     # r uses n_min users, headroom covers all n present (shape n / n_min)
     assert p.r == shares_needed(1.0, 1e-6, p.m, p.q, 950)
     full = summation_parameters(n=1000, epsilon=1, delta=1e-6, B=10, level_sizes=[4, 16],
