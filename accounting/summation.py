@@ -170,9 +170,13 @@ class SummationParameters:
     level_sensitivities : tuple of int
         Delta_i (B or 2B).
     dl_parameters : tuple of float
-        a_i = exp(-eps_i / Delta_i): the total noise per coordinate of level i is DL(a_i).
+        a_i = exp(-eps_i / Delta_i), rounded toward 1 where the float would lose more than
+        eps_i (:func:`~shuffledp.accounting.budget.dl_parameter`): the total noise per
+        coordinate of level i is DL(a_i).
     polya_shape : float
-        1 / n_min: every user draws Polya(polya_shape, a_i) - Polya(polya_shape, a_i).
+        1 / n_min, rounded up where the float is below it
+        (:func:`~shuffledp.accounting.budget.share_shape`): every user draws
+        Polya(polya_shape, a_i) - Polya(polya_shape, a_i).
     level_noise_std : tuple of float
         Standard deviation of DL(a_i), sqrt(2 a_i) / (1 - a_i) ([Bagdasaryan22]_ eq. 5).
     headroom : int

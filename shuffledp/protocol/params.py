@@ -302,13 +302,20 @@ class ProtocolParams:
             or g.epsilon < sum_up(self.level_epsilons) or g.epsilon > self.epsilon
             or list(gp.get("level_epsilons", ())) != list(self.level_epsilons)
             or list(gp.get("dl_parameters", ())) != list(self.level_a)
+            # the noise numbers are the ones the budgets and n_min imply (checked here once;
+            # the encoder reads them from the record)
+            or self.level_a != tuple(dl_parameter(e, s) for e, s in
+                                     zip(self.level_epsilons, self.level_sensitivities,
+                                         strict=True))
+            or self.polya_shape != share_shape(self.n_min)
             or any(gp.get(k) != getattr(self, k) for k in ("n", "n_min", "q", "B"))
             or not gp.get("r", math.inf) <= self.r  # more shares than derived only help
         )
         if stale:
             raise ValueError(
                 "the accounting record's guarantee does not match its numbers (epsilon, "
-                "delta, level budgets, a_i, n, n_min, q, r, B): the record was edited after "
+                "delta, level budgets, a_i, Polya shape, n, n_min, q, r, B): the record was "
+                "edited after "
                 "it was derived; derive it again (derive_params / summation_parameters)")
 
     # ----- geometry of the message vector -----
@@ -329,18 +336,17 @@ class ProtocolParams:
     @property
     def polya_shape(self) -> float:
         """Polya shape 1 / n_min per user ([Bagdasaryan22]_ Thm 4.2, dropout over-provisioning;
-        :func:`~shuffledp.accounting.budget.share_shape`: rounded up where the float is below)."""
-        return share_shape(self.n_min)
+        :func:`~shuffledp.accounting.budget.share_shape`: rounded up where the float is below),
+        as the accounting record holds it (:meth:`check_supported` re-derives it)."""
+        return self.summation.polya_shape
 
     @property
     def level_a(self) -> tuple[float, ...]:
         """Discrete Laplace parameter a_i = exp(-eps_i / Delta_i) per measured level, rounded
         toward 1 where the float would lose more than eps_i
-        (:func:`~shuffledp.accounting.budget.dl_parameter`)."""
-        return tuple(
-            dl_parameter(e, s)
-            for e, s in zip(self.level_epsilons, self.level_sensitivities, strict=True)
-        )
+        (:func:`~shuffledp.accounting.budget.dl_parameter`), as the accounting record holds
+        it (:meth:`check_supported` re-derives it)."""
+        return tuple(self.summation.dl_parameters)
 
     def coordinate_a(self) -> np.ndarray:
         """a_i repeated over the coordinates of level i (length m)."""
