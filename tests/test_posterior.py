@@ -290,7 +290,7 @@ def test_the_level_check_moves_a_rejected_lattice_prior_onto_the_blurred_leaf(se
     total = max(float(fin[0].sum()), 1.0)
     centre = level_sums(pyramid_density(rel.levels, grid, start, scales), grid, start)[-1]
     q, _, _ = post._posterior_means(fin[-1], fvar[-1], centre, total, post.UNIFORM_SHARES)
-    assert max(post._discrepancies(q, fin, fvar, grid, start)) > post.CONSISTENCY
+    assert max(post._level_fit(q, fin, fvar, grid, start)[1]) > post.CONSISTENCY
     monkeypatch.setattr(post, "LEAF_PRIOR_RATIO", 0.0)
     off, rec_off = post.count_posterior(rel.levels, grid, start, scales)
     assert not rec_off["centre_switched"] and rec_off["prior_centre"] == "pyramid density"

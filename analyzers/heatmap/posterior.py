@@ -349,12 +349,6 @@ def _level_fit(q: np.ndarray, fin: list[np.ndarray], fvar: list[np.ndarray], gri
                   for k in range(len(fin) - 1)]
 
 
-def _discrepancies(q: np.ndarray, fin: list[np.ndarray], fvar: list[np.ndarray], grid: Grid,
-                   start: int) -> list[float]:
-    """The discrepancies of :func:`_level_fit`."""
-    return _level_fit(q, fin, fvar, grid, start)[1]
-
-
 def _oriented_blur(a: np.ndarray) -> np.ndarray:
     """``a`` blurred along the local orientation of its structure where it has one.
 
